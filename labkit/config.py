@@ -1,0 +1,101 @@
+"""Engine and speculative-decoding configuration, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def _choice(name: str, value, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _int_range(name: str, value, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be in {rng}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding: ``method="ngram"`` (prompt lookup) or ``"draft"`` (a small model).
+
+    ``num_speculative_tokens`` is k, the number of tokens proposed per step. For n-gram lookup the
+    proposer searches the request's own tokens for the longest suffix match of length in
+    [prompt_lookup_min, prompt_lookup_max]. ``draft_model`` is a path; None means the shipped default.
+    """
+
+    method: str = "ngram"
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    draft_model: str | None = None
+    draft_num_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        _choice("method", self.method, ("ngram", "draft"))
+        _int_range("num_speculative_tokens", self.num_speculative_tokens, 1, 16)
+        _int_range("prompt_lookup_min", self.prompt_lookup_min, 1, 64)
+        _int_range("prompt_lookup_max", self.prompt_lookup_max, 1, 64)
+        if self.prompt_lookup_max < self.prompt_lookup_min:
+            raise ValueError("prompt_lookup_max must be >= prompt_lookup_min, got "
+                             f"{self.prompt_lookup_max} < {self.prompt_lookup_min}")
+        if self.draft_num_blocks is not None:
+            _int_range("draft_num_blocks", self.draft_num_blocks, 1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Switches the labs turn. Pool size: give ``num_blocks`` or ``kv_cache_bytes`` (not both);
+    with neither the pool has 512 blocks. ``max_model_len`` None means min(model limit, 4096)."""
+
+    block_size: int = 16
+    num_blocks: int | None = None
+    kv_cache_bytes: int | None = None
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 1024
+    max_model_len: int | None = None
+    scheduler: str = "continuous"
+    kv_cache: str = "paged"
+    contiguous_reserve: str = "max_model_len"
+    enable_prefix_caching: bool = False
+    enable_chunked_prefill: bool = True
+    speculative: SpecConfig | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    attention_backend: str = "auto"
+    seed: int = 0
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        _int_range("block_size", self.block_size, 1, 1024)
+        if self.num_blocks is not None and self.kv_cache_bytes is not None:
+            raise ValueError("give num_blocks or kv_cache_bytes, not both")
+        if self.num_blocks is not None:
+            _int_range("num_blocks", self.num_blocks, 1, 1 << 24)
+        if self.kv_cache_bytes is not None:
+            _int_range("kv_cache_bytes", self.kv_cache_bytes, 1)
+        _int_range("max_num_seqs", self.max_num_seqs, 1, 4096)
+        _int_range("max_num_batched_tokens", self.max_num_batched_tokens, 1, 1 << 20)
+        if self.max_model_len is not None:
+            _int_range("max_model_len", self.max_model_len, 2, 1 << 20)
+        _choice("scheduler", self.scheduler, ("continuous", "static"))
+        _choice("kv_cache", self.kv_cache, ("paged", "contiguous"))
+        _choice("contiguous_reserve", self.contiguous_reserve, ("max_model_len", "max_tokens"))
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be a bool, got {self.enable_prefix_caching!r}")
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ValueError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
+        if self.speculative is not None and not isinstance(self.speculative, SpecConfig):
+            raise ValueError(f"speculative must be a SpecConfig or None, got {self.speculative!r}")
+        _choice("device", self.device, ("auto", "cpu", "cuda"))
+        _choice("dtype", self.dtype, ("auto", "float32", "float16", "bfloat16"))
+        _choice("attention_backend", self.attention_backend, ("auto", "reference", "triton"))
+        _int_range("seed", self.seed, 0)
+        if self.kv_cache == "contiguous" and self.enable_prefix_caching:
+            raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "
+                             "cannot share blocks)")
+        if self.speculative is not None and self.scheduler == "static":
+            raise ValueError("speculative decoding needs scheduler='continuous'")

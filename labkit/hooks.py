@@ -1,0 +1,229 @@
+"""A small event bus and the engine's events (DESIGN §4).
+
+Every event is a frozen dataclass built from plain Python values after the engine state is
+consistent, so an observer can keep it, draw it later, or send it to a browser. A subscriber that
+raises is reported once (``warnings``) and unsubscribed; the engine step goes on untouched.
+"""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+# ----------------------------------------------------------------------------- snapshots
+
+@dataclass(frozen=True)
+class Region:
+    """A contiguous reservation in the token-slot arena (contiguous KV layout)."""
+
+    request_id: str
+    start: int          # first slot of the region
+    reserved: int       # slots reserved at admission
+    used: int           # slots holding a computed K/V entry
+    needed: int         # slots the request will have used when it finishes (prompt + output)
+
+
+@dataclass(frozen=True)
+class BlockMapSnapshot:
+    """Who holds which part of the KV pool, per physical block (columnar, cheap to build).
+
+    Paged layout: one entry per physical block. ``owner`` is the request that holds it (the first
+    holder when shared), ``ref_cnt`` > 1 means shared, ``cached`` means it carries a prefix-cache
+    hash (it may be free yet still reusable). Contiguous layout: the same per-block columns over the
+    arena cut into ``block_size`` slots, plus ``regions``.
+    """
+
+    layout: str
+    block_size: int
+    num_blocks: int
+    owner: tuple[str | None, ...]
+    filled: tuple[int, ...]
+    ref_cnt: tuple[int, ...]
+    cached: tuple[bool, ...]
+    block_tables: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    regions: tuple[Region, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """One request slot in this step's batch. ``kind`` is prefill | decode | verify | idle."""
+
+    request_id: str
+    slot: int
+    num_tokens: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Current-step values (DESIGN §5). Percentages are 0..100."""
+
+    step: int
+    num_requests_running: int
+    num_requests_waiting: int
+    num_scheduled_tokens: int
+    kv_cache_usage_perc: float
+    kv_waste_perc: float
+    kv_reserved_unused_perc: float
+    kv_internal_frag_perc: float
+    kv_external_frag_perc: float
+    batch_occupancy_perc: float
+    token_budget_perc: float
+    num_preemptions: int
+    scheduler_s: float
+    model_s: float
+    step_s: float
+    simulated: bool = False
+
+
+# ----------------------------------------------------------------------------- events
+
+@dataclass(frozen=True)
+class RequestAdded:
+    request_id: str
+    prompt_len: int
+    max_tokens: int
+    arrival_time: float
+
+
+@dataclass(frozen=True)
+class RequestScheduled:
+    request_id: str
+    step: int
+    num_tokens: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class BlocksAllocated:
+    request_id: str
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BlocksFreed:
+    request_id: str
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    request_id: str
+    num_cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Preempted:
+    request_id: str
+    num_computed_tokens_lost: int
+
+
+@dataclass(frozen=True)
+class SpecVerified:
+    request_id: str
+    drafted: int
+    accepted: int
+    per_position: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class RequestTimings:
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finished_time: float | None
+    num_output_tokens: int
+    num_preemptions: int
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.arrival_time
+
+    @property
+    def e2e_s(self) -> float | None:
+        if self.finished_time is None:
+            return None
+        return self.finished_time - self.arrival_time
+
+    @property
+    def queue_s(self) -> float | None:
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.finished_time is None or self.first_token_time is None or self.num_output_tokens < 2:
+            return None
+        return (self.finished_time - self.first_token_time) / (self.num_output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    request_id: str
+    reason: str          # "stop" (EOS / stop token) | "length" | "abort"
+    timings: RequestTimings
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    step: int
+    stats: StepStats
+    block_map: BlockMapSnapshot
+    batch: tuple[BatchEntry, ...]
+
+
+Event = (RequestAdded | RequestScheduled | BlocksAllocated | BlocksFreed | PrefixHit | Preempted
+         | SpecVerified | RequestFinished | StepEnd)
+
+
+# ----------------------------------------------------------------------------- bus
+
+@dataclass
+class HookError:
+    subscriber: str
+    event: str
+    traceback: str
+
+
+@dataclass
+class EventBus:
+    """``subscribe(fn)`` gets every event; ``subscribe(fn, StepEnd)`` only those types."""
+
+    _subs: list[tuple[Callable, tuple[type, ...]]] = field(default_factory=list)
+    errors: list[HookError] = field(default_factory=list)
+
+    def subscribe(self, fn: Callable, *event_types: type) -> Callable:
+        self._subs.append((fn, event_types))
+        return fn
+
+    def unsubscribe(self, fn: Callable) -> None:
+        self._subs = [(f, t) for f, t in self._subs if f is not fn]
+
+    @property
+    def active(self) -> bool:
+        """False when nobody listens: the engine then skips building snapshots."""
+        return bool(self._subs)
+
+    def wants(self, event_type: type) -> bool:
+        return any(not types or event_type in types for _, types in self._subs)
+
+    def emit(self, event) -> None:
+        for fn, types in list(self._subs):
+            if types and type(event) not in types:
+                continue
+            try:
+                fn(event)
+            except Exception:  # an observer must never stop the engine
+                name = getattr(fn, "__qualname__", repr(fn))
+                err = HookError(name, type(event).__name__, traceback.format_exc())
+                self.errors.append(err)
+                self.unsubscribe(fn)
+                warnings.warn(f"labkit hook {name} raised on {err.event} and was unsubscribed:\n"
+                              f"{err.traceback}", RuntimeWarning, stacklevel=2)

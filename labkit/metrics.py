@@ -1,0 +1,123 @@
+"""Run-level statistics (DESIGN §5), accumulated from each step's ``StepStats`` and finished requests.
+
+Means are over engine steps, each step weighted equally. Latencies come from request timestamps:
+TTFT = first token - arrival; ITL = gaps between consecutive output tokens of one request;
+TPOT = (finish - first token) / (output tokens - 1); e2e = finish - arrival.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from labkit.hooks import StepStats
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no data."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+_MEANED = ("kv_cache_usage_perc", "kv_waste_perc", "kv_reserved_unused_perc", "kv_internal_frag_perc",
+           "kv_external_frag_perc", "batch_occupancy_perc", "token_budget_perc", "scheduler_s", "model_s",
+           "step_s")
+
+
+@dataclass
+class MetricsCollector:
+    steps: int = 0
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_MEANED, 0.0))
+    decode_steps: int = 0
+    decode_occupancy_sum: float = 0.0
+    last: StepStats | None = None
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    queue: list[float] = field(default_factory=list)
+    num_output_tokens: int = 0
+    num_finished: int = 0
+    first_arrival: float | None = None
+    last_finish: float | None = None
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_accepted_per_pos: list[int] = field(default_factory=list)
+    spec_drafted_per_pos: list[int] = field(default_factory=list)
+
+    def record_step(self, stats: StepStats, decode_only: bool) -> None:
+        self.steps += 1
+        self.last = stats
+        for name in _MEANED:
+            self.sums[name] += getattr(stats, name)
+        if decode_only:
+            self.decode_steps += 1
+            self.decode_occupancy_sum += stats.batch_occupancy_perc
+
+    def record_arrival(self, t: float) -> None:
+        if self.first_arrival is None or t < self.first_arrival:
+            self.first_arrival = t
+
+    def record_finished(self, timings, token_times: list[float]) -> None:
+        self.num_finished += 1
+        self.num_output_tokens += timings.num_output_tokens
+        for name, value in (("ttft", timings.ttft_s), ("tpot", timings.tpot_s), ("e2e", timings.e2e_s),
+                            ("queue", timings.queue_s)):
+            if value is not None:
+                getattr(self, name).append(value)
+        self.itl.extend(b - a for a, b in zip(token_times, token_times[1:]))
+        if timings.finished_time is not None:
+            self.last_finish = max(self.last_finish or timings.finished_time, timings.finished_time)
+
+    def record_spec(self, drafted: int, accepted_flags: list[bool]) -> None:
+        self.spec_num_drafts += 1
+        self.spec_num_draft_tokens += drafted
+        num_accepted = 0
+        for pos, ok in enumerate(accepted_flags):
+            while len(self.spec_drafted_per_pos) <= pos:
+                self.spec_drafted_per_pos.append(0)
+                self.spec_accepted_per_pos.append(0)
+            self.spec_drafted_per_pos[pos] += 1
+            if ok:
+                num_accepted += 1
+                self.spec_accepted_per_pos[pos] += 1
+        self.spec_num_accepted_tokens += num_accepted
+
+    def as_dict(self) -> dict:
+        d: dict = {}
+        if self.last is not None:
+            d.update({f.name: getattr(self.last, f.name) for f in fields(self.last)})
+        n = max(self.steps, 1)
+        for name in _MEANED:
+            d[f"mean_{name}"] = self.sums[name] / n
+        d["num_steps"] = self.steps
+        d["mean_decode_occupancy_perc"] = (self.decode_occupancy_sum / self.decode_steps
+                                           if self.decode_steps else None)
+        for name in ("ttft", "itl", "tpot", "e2e", "queue"):
+            values = getattr(self, name)
+            d[f"{name}_p50_s"] = percentile(values, 50)
+            d[f"{name}_p99_s"] = percentile(values, 99)
+            d[f"{name}_mean_s"] = sum(values) / len(values) if values else None
+        d["time_to_first_token_seconds"] = list(self.ttft)
+        d["inter_token_latency_seconds"] = list(self.itl)
+        d["num_finished_requests"] = self.num_finished
+        d["num_output_tokens"] = self.num_output_tokens
+        elapsed = (self.last_finish - self.first_arrival
+                   if self.last_finish is not None and self.first_arrival is not None else None)
+        d["elapsed_s"] = elapsed
+        d["output_tokens_per_s"] = self.num_output_tokens / elapsed if elapsed else None
+        d["requests_per_s"] = self.num_finished / elapsed if elapsed else None
+        d["spec_decode_num_drafts"] = self.spec_num_drafts
+        d["spec_decode_num_draft_tokens"] = self.spec_num_draft_tokens
+        d["spec_decode_num_accepted_tokens"] = self.spec_num_accepted_tokens
+        d["spec_decode_num_accepted_tokens_per_pos"] = list(self.spec_accepted_per_pos)
+        d["spec_decode_acceptance_rate"] = (self.spec_num_accepted_tokens / self.spec_num_draft_tokens
+                                            if self.spec_num_draft_tokens else None)
+        d["spec_decode_mean_acceptance_length"] = (1 + self.spec_num_accepted_tokens / self.spec_num_drafts
+                                                   if self.spec_num_drafts else None)
+        return d

@@ -1,0 +1,96 @@
+"""A request's life: its tokens, how many have K/V computed, and its timestamps.
+
+    prompt tokens              output tokens       draft (spec) tokens
+    |p p p p p p p p p p p p|o o o o o o o|        |d d d|
+    |<---- num_computed_tokens ---->|               only while being verified
+    |<----------- num_tokens ------------>|
+
+Every step the scheduler gives a request some of the tokens it has not computed yet
+(``num_tokens_with_spec - num_computed_tokens``): a prefill chunk, one decode token, or the last
+output token plus k drafts to verify. One rule covers all three (vLLM v1).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from labkit.hooks import RequestTimings
+from labkit.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH,
+                        RequestStatus.FINISHED_ABORTED)
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float
+    eos_token_ids: tuple[int, ...] = ()
+    output_token_ids: list[int] = field(default_factory=list)
+    spec_token_ids: list[int] = field(default_factory=list)
+    spec_probs: object = None                # [k, vocab] draft probabilities, or None
+    num_computed_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    generator: torch.Generator | None = None
+    num_preemptions: int = 0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    parent_id: str | None = None             # set on forked children (parallel sampling)
+    num_forks_pending: int = 0               # children still to fork from this request (n > 1)
+
+    def __post_init__(self) -> None:
+        self.all_token_ids = list(self.prompt_token_ids) + list(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self.num_prompt_tokens + self.sampling_params.max_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.finished
+
+    def token_ids_with_spec(self) -> list[int]:
+        return self.all_token_ids + self.spec_token_ids
+
+    def append_output(self, token_id: int, now: float) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+        if self.first_token_time is None:
+            self.first_token_time = now
+        self.token_times.append(now)
+
+    def timings(self) -> RequestTimings:
+        return RequestTimings(
+            arrival_time=self.arrival_time, first_scheduled_time=self.first_scheduled_time,
+            first_token_time=self.first_token_time, finished_time=self.finished_time,
+            num_output_tokens=len(self.output_token_ids), num_preemptions=self.num_preemptions)

@@ -1,0 +1,3 @@
+from labkit.sample.sampler import sample_tokens, to_probs
+
+__all__ = ["sample_tokens", "to_probs"]
