@@ -1,0 +1,227 @@
+"""One-command GPU benchmark for labkit; prints markdown tables.
+
+    python bench/gpu.py                      # CUDA, full sizes (a few minutes on one GPU)
+    python bench/gpu.py --device cpu --smoke # tiny sizes; Triton runs under its interpreter
+
+Each section is a function returning a ``Section`` (title, table, notes), so new sections (engine
+throughput, decode step time vs batch size, ...) slot into ``SECTIONS``.
+
+Timing: CUDA events around each call after warm-up calls, median of the timed calls. On CPU the
+wall clock is used; Triton under the interpreter runs numpy, so those numbers only show the
+script works, not how fast the kernel is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from labkit.attention import reference  # noqa: E402
+from labkit.attention.metadata import AttentionMetadata  # noqa: E402
+
+
+@dataclass
+class Section:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    kind: str          # "decode", "prefill" or "mixed"
+    query_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+
+    @property
+    def batch(self) -> int:
+        return len(self.seq_lens)
+
+
+# ----------------------------------------------------------------------------- timing and tables
+
+def time_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) -> float:
+    """Median milliseconds of ``fn()`` over ``iters`` calls, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    if device != "cuda":
+        return _median_wall_ms(fn, iters)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _median_wall_ms(fn: Callable[[], object], iters: int) -> float:
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def markdown(section: Section) -> str:
+    lines = [f"## {section.title}", "", "| " + " | ".join(section.headers) + " |",
+             "|" + "|".join("---" for _ in section.headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in section.rows]
+    lines += [""] + [f"- {note}" for note in section.notes]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- environment
+
+def load_triton_backend(device: str):
+    """The Triton backend module, or None when triton is missing.
+
+    On CPU the kernels can only run under Triton's interpreter, chosen when triton is first imported,
+    so the variable is set before that import.
+    """
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from labkit.attention import triton_paged
+    return triton_paged if triton_paged.TRITON_AVAILABLE else None
+
+
+def environment_section(args: argparse.Namespace, backend) -> Section:
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    triton_version = "not installed"
+    if backend is not None:
+        import triton
+        triton_version = triton.__version__
+    shape = f"{args.num_heads} / {args.num_kv_heads} / {args.head_dim}"
+    rows = [["device", gpu], ["torch", torch.__version__], ["triton", triton_version],
+            ["TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "unset")],
+            ["dtype", args.dtype], ["heads / kv heads / head dim", shape],
+            ["block size", str(args.block_size)],
+            ["timing", f"median of {args.iters} after {args.warmup} warm-up"]]
+    return Section("Environment", ["item", "value"], rows)
+
+
+# ----------------------------------------------------------------------------- attention kernel
+
+def attention_cases(smoke: bool) -> list[AttentionCase]:
+    """Decode (one query token per sequence over a long context), prefill (whole prompts, no
+    cache) and one mixed continuous-batching step (a prefill chunk plus decodes)."""
+    decode_batches, contexts = ([1, 4], [32, 100]) if smoke else ([1, 8, 32, 128], [512, 2048, 8192])
+    prefill_batches, prompts = ([1, 2], [16, 40]) if smoke else ([1, 4, 16], [512, 2048])
+    cases = [AttentionCase("decode", (1,) * b, (c,) * b) for b in decode_batches for c in contexts]
+    cases += [AttentionCase("prefill", (p,) * b, (p,) * b) for b in prefill_batches for p in prompts]
+    chunk, ctx, decodes = (16, 50, 3) if smoke else (512, 2048, 32)
+    cases.append(AttentionCase("mixed", (chunk,) + (1,) * decodes, (chunk,) + (ctx,) * decodes))
+    return cases
+
+
+def build_inputs(case: AttentionCase, args: argparse.Namespace, gen: torch.Generator):
+    """Random query and caches; each sequence's blocks are drawn at random from one shared pool."""
+    bs = args.block_size
+    needed = [math.ceil(s / bs) for s in case.seq_lens]
+    physical = torch.randperm(sum(needed), generator=gen).tolist()
+    tables, slots, first = [], [], 0
+    for n, s, q in zip(needed, case.seq_lens, case.query_lens):
+        tables.append(physical[first:first + n])
+        first += n
+        slots += [tables[-1][p // bs] * bs + p % bs for p in range(s - q, s)]
+    meta = AttentionMetadata.build(list(case.query_lens), list(case.seq_lens), tables, slots, bs, args.device)
+    dtype = getattr(torch, args.dtype)
+    cache_shape = (sum(needed), bs, args.num_kv_heads, args.head_dim)
+    key_cache = torch.randn(cache_shape, generator=gen).to(args.device, dtype)
+    value_cache = torch.randn(cache_shape, generator=gen).to(args.device, dtype)
+    query_shape = (sum(case.query_lens), args.num_heads, args.head_dim)
+    query = torch.randn(query_shape, generator=gen).to(args.device, dtype)
+    return query, key_cache, value_cache, meta
+
+
+def attention_row(case: AttentionCase, args: argparse.Namespace, backend, gen: torch.Generator) -> list[str]:
+    query, key_cache, value_cache, meta = build_inputs(case, args, gen)
+    scale = 1.0 / math.sqrt(args.head_dim)
+    call_ref = lambda: reference.paged_attention(query, key_cache, value_cache, meta, scale)  # noqa: E731
+    ref_ms = time_ms(call_ref, args.device, args.warmup, args.iters)
+    cells = [case.kind, str(case.batch), _context_label(case), str(sum(case.query_lens)), f"{ref_ms:.3f}"]
+    if backend is None:
+        return cells + ["-", "-", "-"]
+    call_kernel = lambda: backend.paged_attention(query, key_cache, value_cache, meta, scale)  # noqa: E731
+    max_diff = (call_kernel().float() - call_ref().float()).abs().max().item()
+    kernel_ms = time_ms(call_kernel, args.device, args.warmup, args.iters)
+    speedup = "-" if _interpreted() else f"{ref_ms / kernel_ms:.2f}x"
+    return cells + [f"{kernel_ms:.3f}", speedup, f"{max_diff:.1e}"]
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _context_label(case: AttentionCase) -> str:
+    lens = sorted(set(case.seq_lens))
+    return str(lens[0]) if len(lens) == 1 else "/".join(map(str, lens))
+
+
+def attention_section(args: argparse.Namespace, backend) -> Section:
+    gen = torch.Generator().manual_seed(0)
+    rows = [attention_row(case, args, backend, gen) for case in attention_cases(args.smoke)]
+    notes = ["reference = labkit.attention.reference (gather by block table + one masked SDPA); "
+             "triton = labkit.attention.triton_paged; speed-up = reference ms / triton ms",
+             "max abs diff = largest |triton - reference| over the output, same inputs"]
+    if backend is None:
+        notes.append("triton is not installed: kernel columns skipped")
+    elif _interpreted():
+        notes.append("TRITON_INTERPRET=1: the kernel ran in Triton's numpy interpreter; its times are "
+                     "not kernel performance, so no speed-up is shown")
+    headers = ["case", "batch", "context", "query tokens", "reference ms", "triton ms", "speed-up",
+               "max abs diff"]
+    return Section("Paged attention: Triton kernel vs reference", headers, rows, notes)
+
+
+# ----------------------------------------------------------------------------- main
+
+SECTIONS: list[Callable[[argparse.Namespace, object], Section]] = [environment_section, attention_section]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, few iterations (checks the script runs)")
+    p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default=None,
+                   help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--num-heads", type=int, default=9, help="default: SmolLM2-135M's 9 query heads")
+    p.add_argument("--num-kv-heads", type=int, default=3)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--iters", type=int, default=None)
+    args = p.parse_args(argv)
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 5)
+    args.iters = args.iters if args.iters is not None else (2 if args.smoke else 20)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("no CUDA device visible; use --device cpu --smoke to check the script")
+    backend = load_triton_backend(args.device)
+    for make_section in SECTIONS:
+        print(markdown(make_section(args, backend)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
