@@ -1,0 +1,106 @@
+"""Lab 01 exercises: KV bytes per token, and a first-fit contiguous allocator."""
+
+from __future__ import annotations
+
+import random
+
+from labkit.assess.checks import Ref, call_check, ops_check
+from labkit.assess.exercise import Exercise
+from labkit.i18n import t
+
+# (num_layers, num_kv_heads, head_dim, dtype_bytes), note: shapes from each model's config.json
+_KV_CASES = [
+    ((30, 3, 64, 2), {"zh": "SmolLM2-135M，bf16", "en": "SmolLM2-135M, bf16"}),
+    ((30, 3, 64, 4), {"zh": "SmolLM2-135M，fp32", "en": "SmolLM2-135M, fp32"}),
+    ((40, 40, 128, 2), {"zh": "OPT-13B，fp16（vLLM 论文：约 800 KB）", "en": "OPT-13B, fp16 (vLLM paper: ~800 KB)"}),
+    ((32, 32, 128, 2), {"zh": "Llama-2-7B，fp16，MHA", "en": "Llama-2-7B, fp16, MHA"}),
+    ((32, 8, 128, 2), {"zh": "Llama-3-8B，bf16，GQA", "en": "Llama-3-8B, bf16, GQA"}),
+    ((1, 1, 1, 1), {"zh": "最小的情形", "en": "the smallest case"}),
+]
+
+
+def _explain_kv(expected, got) -> str:
+    if isinstance(got, (int, float)) and got * 2 == expected:
+        return t("正好少了一半：每个 token 在每层既要存 K，也要存 V。",
+                 "Exactly half: every token stores both a K and a V vector in every layer.")
+    if isinstance(got, (int, float)) and got * 1024 == expected:
+        return t("单位应当是字节（bytes），不是 KB。", "The unit is bytes, not KB.")
+    return ""
+
+
+def kv_bytes_per_token_exercise() -> Exercise:
+    return Exercise(
+        name="kv_bytes_per_token",
+        title={"zh": "练习：每个 token 的 KV 缓存字节数", "en": "Exercise: KV cache bytes per token"},
+        task={"zh": "实现 kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)，"
+                    "返回一个 token 在所有层中占用的 KV 缓存字节数。",
+              "en": "Write kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes) returning "
+                    "the KV cache bytes one token occupies across all layers."},
+        checks=[call_check("kv_bytes_per_token", args, note, explain=_explain_kv) for args, note in _KV_CASES],
+        reference="labkit.assess.solutions.kv_cache:kv_bytes_per_token",
+        hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存一个长度为 head_dim 的向量。存几个？",
+                "en": "Every layer and every KV head stores a vector of length head_dim for the token. How many vectors?"},
+               {"zh": "K 一个、V 一个：2 × num_layers × num_kv_heads × head_dim 个数，每个数 dtype_bytes 字节。",
+                "en": "One for K, one for V: 2 × num_layers × num_kv_heads × head_dim numbers of dtype_bytes each."}],
+    )
+
+
+# Hand-written sequences: (num_slots, ops). Ref(i) is the start returned by op i.
+_FIRST_FIT_SEQUENCES = [
+    ({"zh": "依次分配，放不下时返回 None", "en": "allocate in order; None when nothing fits"},
+     10, [("allocate", (4,)), ("allocate", (3,)), ("allocate", (4,)), ("allocate", (3,)), ("allocate", (1,))]),
+    ({"zh": "释放后，最低的空洞优先", "en": "after a free, the lowest hole comes first"},
+     10, [("allocate", (4,)), ("allocate", (3,)), ("free", (Ref(0),)), ("allocate", (2,)),
+          ("allocate", (3,)), ("allocate", (2,)), ("allocate", (1,))]),
+    ({"zh": "外部碎片：总空闲够，但没有连续的一段够", "en": "external fragmentation: enough free in total, no run long enough"},
+     12, [("allocate", (3,)), ("allocate", (3,)), ("allocate", (3,)), ("allocate", (3,)),
+          ("free", (Ref(0),)), ("free", (Ref(2),)), ("allocate", (4,)), ("allocate", (3,))]),
+    ({"zh": "相邻的空洞合成一段", "en": "neighbouring holes join into one run"},
+     9, [("allocate", (3,)), ("allocate", (3,)), ("allocate", (3,)), ("free", (Ref(1),)),
+         ("free", (Ref(0),)), ("allocate", (6,)), ("allocate", (1,))]),
+    ({"zh": "恰好占满整个区域", "en": "exactly fills the whole arena"},
+     8, [("allocate", (8,)), ("allocate", (1,)), ("free", (Ref(0),)), ("allocate", (9,)), ("allocate", (8,))]),
+]
+
+
+def _random_first_fit_ops(seed: int, num_slots: int, num_ops: int) -> list[tuple]:
+    """Random allocate/free sequence; frees refer only to live regions (simulated on the reference)."""
+    from labkit.assess.solutions.kv_cache import FirstFitAllocator
+    rng, sim, live, ops = random.Random(seed), FirstFitAllocator(num_slots), [], []
+    for index in range(num_ops):
+        if live and rng.random() < 0.4:
+            op_index, start = live.pop(rng.randrange(len(live)))
+            sim.free(start)
+            ops.append(("free", (Ref(op_index),)))
+            continue
+        size = rng.randint(1, num_slots // 3)
+        start = sim.allocate(size)
+        ops.append(("allocate", (size,)))
+        if start is not None:
+            live.append((index, start))
+    return ops
+
+
+def first_fit_allocator_exercise() -> Exercise:
+    checks = [ops_check({lang: f"FirstFitAllocator({n}): {text}" for lang, text in note.items()}, (n,), ops)
+              for note, n, ops in _FIRST_FIT_SEQUENCES]
+    checks += [ops_check({"zh": f"FirstFitAllocator(32)：随机序列 {s}", "en": f"FirstFitAllocator(32): random sequence {s}"},
+                         (32,), _random_first_fit_ops(s, 32, 40)) for s in range(3)]
+    return Exercise(
+        name="first_fit_allocator",
+        title={"zh": "练习：首次适配（first-fit）连续分配器", "en": "Exercise: a first-fit contiguous allocator"},
+        task={"zh": "实现类 FirstFitAllocator(num_slots)：allocate(size) 返回第一段（起点最小的）连续 size 个空闲槽位的起点，"
+                    "放不下时返回 None；free(start) 释放 allocate 曾返回 start 的那一段。",
+              "en": "Write class FirstFitAllocator(num_slots): allocate(size) returns the start of the first "
+                    "(lowest) run of size free slots, or None if none fits; free(start) releases the region "
+                    "that allocate returned as start."},
+        checks=checks,
+        reference="labkit.assess.solutions.kv_cache:FirstFitAllocator",
+        hints=[{"zh": "最简单的表示：一个长度为 num_slots 的列表 used[i]（True/False），再用一个 dict 记住每段的 start → size。",
+                "en": "Simplest representation: a list used[i] of True/False, plus a dict start → size for each region."},
+               {"zh": "allocate 从左到右扫描，数连续空闲槽位；数到 size 时，起点是 i - size + 1。",
+                "en": "allocate scans left to right counting consecutive free slots; when the count reaches size, "
+                      "the start is i - size + 1."},
+               {"zh": "free(start) 用 dict 查出 size，把 used[start:start+size] 全部设回 False。",
+                "en": "free(start) looks up size in the dict and sets used[start:start+size] back to False."}],
+    )

@@ -1,0 +1,165 @@
+"""A concept quiz drawn with ipywidgets, so it answers clicks in JupyterLab and in Voila alike.
+
+Each click goes to the kernel, ``question.check(...)`` decides, and the per-option explanation is
+written under the question. Text follows ``labkit.set_language``: a quiz on screen relabels itself.
+
+    Quiz([MultipleChoice(...), Numeric(...)])   # last expression in a cell → the quiz is shown
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import ipywidgets as W
+
+from labkit.assess.questions import LETTERS, Feedback, MultipleChoice, Numeric
+from labkit.assess.text import Text, localize_html, relabel_on_language_change
+from labkit.i18n import t
+
+Question = Union[MultipleChoice, Numeric]
+
+_GREEN, _RED = "#1b7f3b", "#b3261e"
+
+
+def _feedback_html(feedback: Feedback | None) -> str:
+    if feedback is None:
+        return ""
+    colour = _GREEN if feedback.correct else _RED
+    return f'<div style="color:{colour};margin:4px 0 8px 0">{localize_html(feedback.message)}</div>'
+
+
+def _title_html(number: int, question: Text) -> str:
+    return f"<b>{number}.</b> {localize_html(question)}"
+
+
+class ChoiceView:
+    """Option rows (letter button + text); a click marks the button and shows its explanation."""
+
+    def __init__(self, question: MultipleChoice, number: int, on_answer) -> None:
+        self.question, self.number, self.on_answer = question, number, on_answer
+        self.choice: int | None = None
+        self.title = W.HTML()
+        self.buttons = [W.Button(description=LETTERS[i], layout=W.Layout(width="3em"))
+                        for i in range(len(question.options))]
+        self.labels = [W.HTML() for _ in question.options]
+        for i, button in enumerate(self.buttons):
+            button.on_click(lambda _b, i=i: self.answer(i))
+        self.feedback = W.HTML()
+        rows = [W.HBox([b, label]) for b, label in zip(self.buttons, self.labels)]
+        self.box = W.VBox([self.title, *rows, self.feedback])
+        self.relabel()
+
+    @property
+    def result(self) -> Feedback | None:
+        return None if self.choice is None else self.question.check(self.choice)
+
+    def answer(self, index: int) -> None:
+        self.choice = index
+        correct = self.result.correct
+        for i, button in enumerate(self.buttons):
+            button.button_style = ("success" if correct else "danger") if i == index else ""
+        self.relabel()
+        self.on_answer()
+
+    def relabel(self) -> None:
+        self.title.value = _title_html(self.number, self.question.question)
+        for label, option in zip(self.labels, self.question.options):
+            label.value = localize_html(option)
+        self.feedback.value = _feedback_html(self.result)
+
+
+class NumericView:
+    """A text box, the unit and a check button; the answer is judged in the kernel."""
+
+    def __init__(self, question: Numeric, number: int, on_answer) -> None:
+        self.question, self.number, self.on_answer = question, number, on_answer
+        self.submitted: str | None = None
+        self.title = W.HTML()
+        self.entry = W.Text(layout=W.Layout(width="12em"))
+        self.unit = W.HTML()
+        self.button = W.Button()
+        self.button.on_click(lambda _b: self.answer(self.entry.value))
+        self.feedback = W.HTML()
+        self.box = W.VBox([self.title, W.HBox([self.entry, self.unit, self.button]), self.feedback])
+        self.relabel()
+
+    @property
+    def result(self) -> Feedback | None:
+        return None if self.submitted is None else self.question.check(self.submitted)
+
+    def answer(self, value: str) -> None:
+        self.submitted = value
+        self.button.button_style = "success" if self.result.correct else "danger"
+        self.relabel()
+        self.on_answer()
+
+    def relabel(self) -> None:
+        self.title.value = _title_html(self.number, self.question.question)
+        self.entry.placeholder = t("输入一个数", "type a number")
+        self.unit.value = f"&nbsp;{localize_html(self.question.unit)}&nbsp;"
+        self.button.description = t("检查", "Check")
+        self.feedback.value = _feedback_html(self.result)
+
+
+def _view_for(question: Question, number: int, on_answer):
+    if isinstance(question, MultipleChoice):
+        return ChoiceView(question, number, on_answer)
+    if isinstance(question, Numeric):
+        return NumericView(question, number, on_answer)
+    raise TypeError(f"a quiz question must be MultipleChoice or Numeric, got {type(question).__name__}")
+
+
+class QuizView:
+    """The widgets of one displayed quiz plus a running score line."""
+
+    def __init__(self, questions: Sequence[Question], title: Text | None) -> None:
+        self.title_text = title
+        self.views = [_view_for(q, n, self.relabel) for n, q in enumerate(questions, start=1)]
+        self.header, self.score = W.HTML(), W.HTML()
+        self.box = W.VBox([self.header, *[v.box for v in self.views], self.score],
+                          layout=W.Layout(border="1px solid #ccc", padding="8px", max_width="760px"))
+        self.relabel()
+        relabel_on_language_change(self.relabel_all)
+
+    def relabel(self) -> None:
+        results = [v.result for v in self.views]
+        answered = sum(r is not None for r in results)
+        right = sum(bool(r and r.correct) for r in results)
+        n = len(self.views)
+        title = self.title_text if self.title_text is not None else {"zh": "概念检查", "en": "Concept check"}
+        self.header.value = f"<h4 style='margin:2px 0'>{localize_html(title)}</h4>"
+        self.score.value = t(f"已作答 {answered}/{n}，答对 {right}/{n}",
+                             f"Answered {answered}/{n}, correct {right}/{n}")
+
+    def relabel_all(self) -> None:
+        for view in self.views:
+            view.relabel()
+        self.relabel()
+
+
+class Quiz:
+    """A list of questions shown together. ``quiz.check(answers)`` judges without any widget."""
+
+    def __init__(self, questions: Sequence[Question], title: Text | None = None) -> None:
+        if not questions:
+            raise ValueError("a quiz needs at least one question")
+        for q in questions:
+            if not isinstance(q, (MultipleChoice, Numeric)):
+                raise TypeError(f"a quiz question must be MultipleChoice or Numeric, got {type(q).__name__}")
+        self.questions = list(questions)
+        self.title = title
+
+    def check(self, answers: Sequence) -> list[Feedback]:
+        if len(answers) != len(self.questions):
+            raise ValueError(f"expected {len(self.questions)} answers, got {len(answers)}")
+        return [q.check(a) for q, a in zip(self.questions, answers)]
+
+    def view(self) -> QuizView:
+        """Fresh widgets for this quiz (each display gets its own, with its own answers)."""
+        return QuizView(self.questions, self.title)
+
+    def widget(self) -> W.VBox:
+        return self.view().box
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget()._repr_mimebundle_(**kwargs)
