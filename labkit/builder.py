@@ -27,10 +27,11 @@ def resolve_num_blocks(config: EngineConfig, bytes_per_token: int) -> int:
     return DEFAULT_NUM_BLOCKS
 
 
-def make_kv_manager(config: EngineConfig, num_blocks: int):
+def make_kv_manager(config: EngineConfig, num_blocks: int, max_model_len: int):
     if config.kv_cache == "contiguous":
         from labkit.kv.contiguous import ContiguousKVManager
-        return ContiguousKVManager(num_blocks * config.block_size, config.block_size, config.contiguous_reserve)
+        return ContiguousKVManager(num_blocks * config.block_size, config.block_size, config.contiguous_reserve,
+                                   max_model_len)
     from labkit.kv.kv_cache_manager import KVCacheManager
     return KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
 
@@ -61,7 +62,7 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     num_blocks = resolve_num_blocks(config, cfg.kv_bytes_per_token(dtype.itemsize))
     kv_cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, config.block_size, cfg.num_key_value_heads,
                             cfg.head_dim, dtype, device)
-    kv_manager = make_kv_manager(config, num_blocks)
+    kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     scheduler = make_scheduler(config, kv_manager, max_model_len)
     runner = ModelRunner(net, kv_cache, device, backend)
     engine = LLMEngine(config=config, tokenizer=tokenizer, runner=runner, kv_manager=kv_manager,

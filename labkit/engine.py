@@ -75,6 +75,8 @@ class LLMEngine:
         raise ValueError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
 
     def _check_fits(self, prompt_len: int, params: SamplingParams) -> None:
+        if params.n > 1 and self.kv.layout != "paged":
+            raise ValueError("n > 1 (parallel sampling shares prompt blocks) needs kv_cache='paged'")
         if prompt_len >= self.max_model_len:
             raise ValueError(f"prompt has {prompt_len} tokens but max_model_len is {self.max_model_len}; "
                              f"prompts must be shorter than max_model_len")
@@ -114,6 +116,8 @@ class LLMEngine:
         t2 = time.perf_counter()
         outputs = self._update(sched, logits)
         if self.proposer is not None:
+            for rid in sched.lost_tokens:
+                self.proposer.forget(rid)
             self.proposer.propose(self._proposable())
         t3 = time.perf_counter()
         self.step_count += 1
@@ -138,7 +142,8 @@ class LLMEngine:
             new_tokens = self._next_tokens(req, rows, s.num_spec_tokens)
             if req.num_forks_pending:
                 self._fork(req, rows[-1:], now, outputs)
-            outputs.append(self._append(req, new_tokens, now))
+            num_draft = len(new_tokens) - 1 if s.num_spec_tokens else 0
+            outputs.append(self._append(req, new_tokens, now, num_draft))
         return outputs
 
     def _next_tokens(self, req: Request, rows: torch.Tensor, num_spec: int) -> list[int]:
@@ -161,7 +166,7 @@ class LLMEngine:
         self._events.append(ev.SpecVerified(req.request_id, num_spec, accepted, tuple(flags)))
         return tokens
 
-    def _append(self, req: Request, tokens: list[int], now: float) -> StepOutput:
+    def _append(self, req: Request, tokens: list[int], now: float, num_draft: int = 0) -> StepOutput:
         """Append tokens, stopping at EOS / stop tokens / max_tokens / max_model_len."""
         added = []
         status = None
@@ -171,6 +176,7 @@ class LLMEngine:
             status = self._stop_status(req, token)
             if status is not None:
                 break
+        self._events.append(ev.TokensAppended(req.request_id, tuple(added), min(num_draft, len(added))))
         if status is not None:
             self._finish(req, status)
         elif self.config.enable_prefix_caching:
@@ -207,6 +213,8 @@ class LLMEngine:
         req.finished_time = self.clock()
         req.spec_token_ids, req.spec_probs = [], None
         freed = self.scheduler.finish(req)
+        if self.proposer is not None:
+            self.proposer.forget(req.request_id)
         self.metrics.record_finished(req.timings(), req.token_times)
         if freed:
             self._events.append(ev.BlocksFreed(req.request_id, tuple(freed)))

@@ -130,6 +130,24 @@ class SpecVerified:
 
 
 @dataclass(frozen=True)
+class TokensAppended:
+    """Output tokens a request gained this step, emitted after verification and before ``StepEnd``.
+
+    With speculative decoding one step can append several tokens: the accepted draft tokens
+    first, then the target's recovered or bonus token::
+
+        token_ids = (d1, d2, t)      num_accepted_draft = 2
+                     └─ draft ─┘ └ target
+
+    Without speculation ``token_ids`` holds the one sampled token and ``num_accepted_draft`` is 0.
+    """
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    num_accepted_draft: int = 0
+
+
+@dataclass(frozen=True)
 class RequestTimings:
     arrival_time: float
     first_scheduled_time: float | None
@@ -180,7 +198,7 @@ class StepEnd:
 
 
 Event = (RequestAdded | RequestScheduled | BlocksAllocated | BlocksFreed | PrefixHit | Preempted
-         | SpecVerified | RequestFinished | StepEnd)
+         | SpecVerified | TokensAppended | RequestFinished | StepEnd)
 
 
 # ----------------------------------------------------------------------------- bus

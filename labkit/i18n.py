@@ -29,3 +29,9 @@ def t(zh: str, en: str) -> str:
 def on_language_change(fn) -> None:
     """Register ``fn(language)``; widgets use it to relabel themselves."""
     _listeners.append(fn)
+
+
+def off_language_change(fn) -> None:
+    """Unregister a listener added with ``on_language_change`` (closed widgets call this)."""
+    if fn in _listeners:
+        _listeners.remove(fn)

@@ -1,0 +1,62 @@
+"""Shared fixtures. The default model loads once per session (weights are cached per process)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Triton's interpreter must be chosen before triton is first imported anywhere in the session;
+# on a CUDA machine the compiled kernels are tested instead.
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("LABKIT_FAST", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def llm():
+    from labkit import LLM
+
+    return LLM(progress=False)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(llm):
+    return llm.tokenizer
+
+
+@pytest.fixture(scope="session")
+def model_dir(llm):
+    return llm.engine.model_dir
+
+
+@pytest.fixture(scope="session")
+def hf_model(model_dir):
+    import torch
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="sdpa")
+    model.generation_config.eos_token_id = None   # run to max_new_tokens, like ignore_eos=True
+    model.generation_config.pad_token_id = 2
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def shared_dir():
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent (a fresh clone has no ../shared): the real trace lives there")
+    return SHARED
