@@ -28,6 +28,7 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}   # block_hash -> block_id
+        self.num_extra_refs = 0            # sum of (ref_cnt - 1) over held blocks: 0 means no sharing
 
     # -- allocation ---------------------------------------------------------------------------
     def num_free_blocks(self) -> int:
@@ -55,6 +56,8 @@ class BlockPool:
             block = self.blocks[block_id]
             if block.ref_cnt == 0:
                 del self.free_queue[block_id]   # revived from the free queue: a cache hit
+            else:
+                self.num_extra_refs += 1
             block.ref_cnt += 1
 
     def free(self, block_ids: list[int]) -> None:
@@ -63,6 +66,8 @@ class BlockPool:
             block = self.blocks[block_id]
             if block.ref_cnt <= 0:
                 raise RuntimeError(f"double free of block {block_id}")
+            if block.ref_cnt > 1:
+                self.num_extra_refs -= 1
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self.free_queue[block_id] = None
@@ -96,3 +101,4 @@ class BlockPool:
             assert (block.ref_cnt == 0) == (block.block_id in free), f"block {block.block_id} misfiled"
         for block_hash, block_id in self.cached.items():
             assert self.blocks[block_id].block_hash == block_hash
+        assert self.num_extra_refs == sum(max(0, b.ref_cnt - 1) for b in self.blocks)

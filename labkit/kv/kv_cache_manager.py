@@ -194,7 +194,11 @@ class KVCacheManager:
     def waste(self, num_computed: dict[str, int], next_waiting_need: int = 0) -> dict[str, float]:
         """Share of allocated token slots that hold no computed K/V (paged: the blocks' tails)."""
         allocated = self.pool.num_used_blocks() * self.block_size
-        filled = sum(self.filled_per_block(num_computed))
+        if self.pool.num_extra_refs == 0:   # no sharing: each request's filled slots are its own
+            filled = sum(min(num_computed.get(rid, 0), len(t) * self.block_size)
+                         for rid, t in self.block_tables.items())
+        else:
+            filled = sum(self.filled_per_block(num_computed))
         waste = 1.0 - filled / allocated if allocated else 0.0
         return {"waste": waste, "reserved_unused": 0.0, "internal": waste, "external": 0.0}
 

@@ -1,0 +1,127 @@
+"""Build an LLMEngine whose forward pass is the cost model: same scheduler, same KV bookkeeping.
+
+Tokens are bytes (a 256-symbol vocabulary): prompts can be text or token ids, and the "model" emits
+a deterministic byte stream per request, so runs are reproducible and greedy-equality tests of the
+scheduling paths still make sense. Time is virtual: each step advances the clock by the measured
+scheduler CPU time plus the simulated model time.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+import torch
+
+from labkit.config import EngineConfig
+from labkit.engine import LLMEngine
+from labkit.sim.cost import HARDWARE, MODELS, HardwareProfile, ModelProfile, step_time
+
+SIM_VOCAB = 256
+SIM_EOS = 0
+
+
+class SimClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance_to(self, t: float) -> None:
+        self.now = max(self.now, t)
+
+
+class SimTokenizer:
+    """Bytes in, bytes out. Chat templates do not apply."""
+
+    eos_token_ids = (SIM_EOS,)
+    vocab_size = SIM_VOCAB
+    has_chat_template = False
+
+    def encode(self, text: str) -> list[int]:
+        return [b or 1 for b in text.encode("utf-8")]
+
+    def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
+        return self.encode(prompt)
+
+    def decode(self, token_ids, skip_special_tokens: bool = True) -> str:
+        return bytes(t for t in token_ids if t).decode("utf-8", errors="replace")
+
+
+class SimRunner:
+    """Pretends to run the model: returns one-hot logits on a deterministic next byte and records
+    the simulated step time in ``last_model_s``."""
+
+    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock):
+        self.model, self.hardware, self.clock = model, hardware, clock
+        self.last_model_s = 0.0
+
+    def execute(self, scheduled, kv_manager) -> list[torch.Tensor | None]:
+        kv_manager.take_pending_copies()
+        query_lens = [s.num_new_tokens for s in scheduled]
+        seq_lens = [s.request.num_computed_tokens + s.num_new_tokens for s in scheduled]
+        self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
+        out = []
+        for s, end in zip(scheduled, seq_lens):
+            req = s.request
+            if end < req.num_tokens_with_spec:
+                out.append(None)
+                continue
+            rows = 1 + s.num_spec_tokens
+            logits = torch.full((rows, SIM_VOCAB), -1e4)
+            for i in range(rows):
+                logits[i, self.next_byte(req.request_id, end - rows + i + 1)] = 0.0
+            out.append(logits)
+        return out
+
+    @staticmethod
+    def next_byte(request_id: str, position: int) -> int:
+        """A printable letter, fixed by (request, position); never EOS."""
+        return 97 + zlib.crc32(f"{request_id}:{position}".encode()) % 26
+
+
+class SimEngine(LLMEngine):
+    """An LLMEngine on the virtual clock: each step advances it by scheduler CPU + simulated model time."""
+
+    def step(self):
+        t0 = time.perf_counter()
+        outputs = super().step()
+        wall = time.perf_counter() - t0
+        stats = self.metrics.last
+        cpu = stats.scheduler_s if stats is not None else wall
+        self.clock.advance_to(self.clock.now + cpu + self.runner.last_model_s)
+        return outputs
+
+
+def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", hardware: str = "a100-80gb",
+                     gpu_memory_utilization: float = 0.9) -> SimEngine:
+    from labkit.builder import make_kv_manager, make_scheduler, resolve_max_model_len
+
+    if model_profile not in MODELS:
+        raise ValueError(f"model_profile must be one of {sorted(MODELS)}, got {model_profile!r}")
+    if hardware not in HARDWARE:
+        raise ValueError(f"hardware must be one of {sorted(HARDWARE)}, got {hardware!r}")
+    if config.speculative is not None and config.speculative.method == "draft":
+        raise ValueError("the simulated model has no draft model; use SpecConfig(method='ngram')")
+    model, hw = MODELS[model_profile], HARDWARE[hardware]
+    max_model_len = resolve_max_model_len(config, 1 << 20)
+    bytes_per_block = model.kv_bytes_per_token * config.block_size
+    if config.num_blocks is not None:
+        num_blocks = config.num_blocks
+    elif config.kv_cache_bytes is not None:
+        num_blocks = config.kv_cache_bytes // bytes_per_block
+    else:
+        num_blocks = int((hw.memory_bytes * gpu_memory_utilization - model.weight_bytes) // bytes_per_block)
+    if num_blocks < 1:
+        raise ValueError(f"{model.name} does not fit on {hw.name} with room for a KV cache")
+    clock = SimClock()
+    kv_manager = make_kv_manager(config, num_blocks, max_model_len)
+    engine = SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock),
+                       kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len),
+                       max_model_len=max_model_len, vocab_size=SIM_VOCAB, clock=clock, simulated=True)
+    engine.model_profile, engine.hardware = model, hw
+    if config.speculative is not None:
+        from labkit.spec.factory import make_proposer
+        engine.proposer = make_proposer(config.speculative, engine)
+    return engine
