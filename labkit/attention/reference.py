@@ -55,8 +55,11 @@ def _attend_group(query, key_cache, value_cache, meta: AttentionMetadata, scale:
     tables = meta.block_tables.index_select(0, sel).long()                    # [B, max_blocks]
     blk_idx = (pos // bs).clamp(max=tables.shape[1] - 1)
     slots = tables[:, blk_idx] * bs + (pos % bs)                              # [B, L]
-    k = key_cache.view(-1, num_kv_heads, head_dim)[slots].transpose(1, 2)     # [B, Hkv, L, D]
-    v = value_cache.view(-1, num_kv_heads, head_dim)[slots].transpose(1, 2)
+    in_context = (pos[None, :] < torch.tensor(s_lens, device=device)[:, None])[:, :, None, None]
+    # Slots past a sequence's end hold whatever another request left there: zero them, since even a
+    # zero attention weight times a stale NaN is NaN.
+    k = key_cache.view(-1, num_kv_heads, head_dim)[slots].where(in_context, 0).transpose(1, 2)  # [B, Hkv, L, D]
+    v = value_cache.view(-1, num_kv_heads, head_dim)[slots].where(in_context, 0).transpose(1, 2)
 
     # Queries padded to Q rows: flat token index of row j of sequence b.
     q_start = torch.tensor([starts[s] for s in seqs], device=device)
