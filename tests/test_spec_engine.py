@@ -1,0 +1,141 @@
+"""Speculative decoding inside continuous batching: greedy output unchanged, edge cases handled,
+and (end to end) the sampled output distribution is the target's."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from labkit.traces import load_prompts
+from tests.test_rejection_sampler import chi2_sf
+
+GREEDY = SamplingParams(max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return load_prompts("copy")[:4] + load_prompts("code")[:4]
+
+
+@pytest.fixture(scope="module")
+def plain(llm, prompts):
+    return [o.token_ids for o in llm.generate(prompts, GREEDY)]
+
+
+def ngram_llm(k: int, **config) -> LLM:
+    return LLM(config=EngineConfig(speculative=SpecConfig(method="ngram", num_speculative_tokens=k), **config),
+               progress=False)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_greedy_ngram_speculation_leaves_output_unchanged(prompts, plain, k, batch):
+    llm = ngram_llm(k)
+    got = []
+    for i in range(0, len(prompts), batch):
+        got += [o.token_ids for o in llm.generate(prompts[i:i + batch], GREEDY)]
+    assert got == plain
+    stats = llm.engine.stats()
+    assert stats["spec_decode_num_drafts"] > 0, "the copy-heavy prompts should have produced drafts"
+    assert llm.engine.kv.pool.num_used_blocks() == 0
+
+
+def test_drafts_never_run_past_max_tokens(prompts, plain):
+    llm = ngram_llm(8)
+    for max_tokens in (1, 2, 5):
+        out = llm.generate(prompts[:3], SamplingParams(max_tokens=max_tokens))
+        assert [o.token_ids for o in out] == [p[:max_tokens] for p in plain[:3]]
+
+
+def test_eos_inside_accepted_drafts_stops_the_request(llm):
+    # A prompt that makes the model repeat a short answer ending in <|im_end|>: the end token can be
+    # proposed and accepted mid-draft; nothing after it may be emitted.
+    prompt = "Repeat exactly: OK. Repeat exactly: OK. Repeat exactly: OK."
+    plain_out = llm.generate([prompt], SamplingParams(max_tokens=30))[0]
+    spec_out = ngram_llm(6).generate([prompt], SamplingParams(max_tokens=30))[0]
+    assert spec_out.token_ids == plain_out.token_ids
+    assert spec_out.finish_reason == plain_out.finish_reason
+
+
+def test_verification_under_preemption_keeps_output(prompts, plain):
+    llm = ngram_llm(4, num_blocks=14, block_size=16)
+    got = [o.token_ids for o in llm.generate(prompts, GREEDY)]
+    assert llm.engine.stats()["num_preemptions"] > 0
+    assert got == plain
+    assert llm.engine.kv.pool.num_used_blocks() == 0
+
+
+def test_spec_metrics_follow_their_definitions(prompts):
+    llm = ngram_llm(4)
+    llm.generate(prompts[:4], GREEDY)
+    s = llm.engine.stats()
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(
+        s["spec_decode_num_accepted_tokens"] / s["spec_decode_num_draft_tokens"])
+    assert s["spec_decode_mean_acceptance_length"] == pytest.approx(
+        1 + s["spec_decode_num_accepted_tokens"] / s["spec_decode_num_drafts"])
+    assert sum(s["spec_decode_num_accepted_tokens_per_pos"]) == s["spec_decode_num_accepted_tokens"]
+
+
+@pytest.mark.slow
+def test_sampled_output_distribution_is_the_targets_end_to_end(llm):
+    """Temperature 1 with n-gram drafts: the first token produced by verification (the 2nd output
+    token) follows the model's own p(x2 | prompt, x1). Prefix caching makes 1,200 requests cheap."""
+    prompt = llm.tokenizer.encode("one two three four five one two three four five one two three four")
+    n = 1200
+    spec = LLM(config=EngineConfig(enable_prefix_caching=True, max_num_seqs=256, max_num_batched_tokens=2048,
+                                   speculative=SpecConfig(method="ngram", num_speculative_tokens=3)),
+               progress=False)
+    outs = spec.generate([prompt] * n, [SamplingParams(temperature=1.0, max_tokens=2, seed=i) for i in range(n)],
+                         chat=False)
+    assert spec.engine.stats()["spec_decode_num_drafts"] > n // 2, "most requests must verify drafts"
+    pairs = Counter(tuple(o.token_ids) for o in outs)
+    expected = joint_probabilities(llm, prompt, {x1 for x1, _ in pairs})
+    cells, observed, probs = [], [], []
+    for key, p in sorted(expected.items(), key=lambda kv: -kv[1]):
+        if p * n >= 5:
+            cells.append(key)
+            observed.append(pairs.get(key, 0))
+            probs.append(p)
+    observed.append(n - sum(observed))
+    probs.append(1 - sum(probs))
+    obs, exp = torch.tensor(observed, dtype=torch.float64), torch.tensor(probs, dtype=torch.float64) * n
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    assert chi2_sf(stat, len(obs) - 1) > 1e-3, f"chi-square {stat:.1f} over {len(obs)} cells"
+
+
+def joint_probabilities(llm, prompt, first_tokens) -> dict[tuple[int, int], float]:
+    """p(x1) p(x2 | x1) from the model itself, for the x1 values that occurred (others lumped)."""
+    import torch.nn.functional as F
+
+    def next_probs(ids):
+        eng = llm.engine
+        rid = eng.add_request(ids, SamplingParams(max_tokens=1), chat=False)
+        captured = {}
+        original = eng.runner.execute
+
+        def execute(scheduled, kv):
+            rows = original(scheduled, kv)
+            for s, r in zip(scheduled, rows):
+                if s.request.request_id == rid and r is not None:
+                    captured["p"] = F.softmax(r[-1].double(), -1)
+            return rows
+
+        eng.runner.execute = execute
+        try:
+            while eng.has_unfinished_requests():
+                eng.step()
+        finally:
+            eng.runner.execute = original
+        return captured["p"]
+
+    p1 = next_probs(prompt)
+    joint = {}
+    for x1 in first_tokens:
+        p2 = next_probs(prompt + [x1])
+        top = torch.topk(p2, 50)
+        for x2, q in zip(top.indices.tolist(), top.values.tolist()):
+            joint[(x1, x2)] = float(p1[x1]) * q
+    return joint
