@@ -39,11 +39,18 @@ bench-quick: setup
 bench-gpu: setup
 	$(PY) bench/gpu.py
 
+# Voila 0.5.13 never sets the _xsrf cookie its own page-close beacon needs (voila-dashboards/voila#1458),
+# so a closed page's kernel would keep running: accept the beacon (loopback only; it names an
+# unguessable kernel id) and cull idle kernels as a backstop. tests/browser_util.py uses the same flags.
+VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser \
+	"--Voila.tornado_settings={'disable_check_xsrf': True}" \
+	--MappingKernelManager.cull_interval=10 --MappingKernelManager.cull_idle_timeout=60
+
 dashboard: setup
-	$(PY) -m voila labs/dashboards/engine_room.ipynb --no-browser --port=$(PORT) --Voila.ip=127.0.0.1
+	$(PY) -m voila labs/dashboards/engine_room.ipynb --port=$(PORT) $(VOILA_FLAGS)
 
 strip-outputs: setup
-	$(PY) -m nbstripout labs/*.ipynb labs/dashboards/*.ipynb
+	find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print0 | xargs -0 $(PY) -m nbstripout
 
 clean-venv:
 	rm -rf $(VENV)

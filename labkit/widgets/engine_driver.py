@@ -15,18 +15,22 @@ step, and a click on Pause would wait for it; in a thread (torch releases the GI
 kernels) the kernel keeps answering widget messages, in JupyterLab and Voila alike. Engine events
 are emitted on the run thread; the views lock and throttle what they send (``widgets/base.py``).
 
-The workload clock counts running time only: it stands still while paused (and between Step
-clicks), so a pause does not release a burst of overdue arrivals. An arrival's timestamp is its
-place on that clock, so a request that waits behind a slow step has the wait in its TTFT, and a
-pause taken while it is in flight is in its latency too. On a simulated engine
-(``engine.simulated``) waiting for wall time would be pointless: when idle, the clock jumps to the
-next arrival, as Step does on any engine.
+The workload clock counts running time only — time spent in Run or inside a Step — and stands
+still while paused or between Step clicks, so a pause does not release a burst of overdue
+arrivals. An arrival's timestamp is its place on that clock, so a request that waits behind a slow
+step has the wait in its TTFT, and a pause taken while it is in flight is in its latency too.
+
+A simulated engine (``engine.simulated``) keeps virtual time: its clock advances by each step's
+simulated cost, and when it is idle the driver moves that clock to the next arrival (Step does the
+same on any engine, so stepping never waits). Run paces it to the wall clock, so the views show the
+virtual GPU at its real speed rather than a whole workload in one blink.
 """
 
 from __future__ import annotations
 
 import enum
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,8 +81,19 @@ class WorkloadClock:
             self._paused_at = self._clock()
 
     def skip_to(self, t: float) -> None:
-        """Jump ahead to running time ``t`` (never back)."""
-        self._origin -= max(0.0, t - self.now())
+        """Jump ahead to running time ``t`` (never back).
+
+        A virtual clock (one with ``advance_to``) is moved, so the idle time passes for the engine
+        too; a wall clock cannot be, so the origin shifts instead.
+        """
+        gap = t - self.now()
+        if gap <= 0:
+            return
+        advance = getattr(self._clock, "advance_to", None)
+        if advance is not None and self._paused_at is None:
+            advance(self._clock() + gap)
+        else:
+            self._origin -= gap
 
     def engine_time(self, t: float) -> float:
         """Running time ``t`` on the engine's clock (an arrival timestamp)."""
@@ -92,8 +107,7 @@ class EngineDriver:
     and the run thread never touch the engine at the same time.
     """
 
-    def __init__(self, engine, arrivals: list[Arrival], on_update: Callable[[], None] = lambda: None,
-                 min_step_interval_s: float = 0.0) -> None:
+    def __init__(self, engine, arrivals: list[Arrival], on_update: Callable[[], None] = lambda: None) -> None:
         self.engine = engine
         self.arrivals = sorted(arrivals, key=lambda a: a.arrival_s)
         self.state = DriverState.READY
@@ -103,7 +117,8 @@ class EngineDriver:
         self.aborted_ids: set[str] = set()   # aborted by shutdown()
         self.clock = WorkloadClock(engine.clock)
         self._on_update = on_update
-        self._min_step_interval_s = min_step_interval_s
+        self._simulated = bool(getattr(engine, "simulated", False))
+        self._resumed_at = (0.0, 0.0)        # (wall clock, running time) when Run last started
         self._next = 0                       # index of the next arrival to add
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -119,11 +134,6 @@ class EngineDriver:
     @property
     def num_finished(self) -> int:
         return len(self.finished_ids)
-
-    @property
-    def num_unfinished(self) -> int:
-        """Requests added to the engine that have neither finished nor been aborted."""
-        return self._next - len(self.finished_ids) - len(self.aborted_ids)
 
     @property
     def running(self) -> bool:
@@ -169,16 +179,19 @@ class EngineDriver:
         if self.running or self.state in (DriverState.FAILED, DriverState.STOPPED, DriverState.FINISHED):
             return False
         with self._lock:
+            self.clock.resume()   # the workload clock runs while the step does
             try:
                 stepped = self._step_or_skip(jump=True)
             except Exception as exc:
                 self._fail(exc)
                 raise
+            finally:
+                self.clock.pause()
             self.state = DriverState.PAUSED if stepped and not self._done() else DriverState.FINISHED
         self._on_update()
         return stepped
 
-    def shutdown(self, timeout: float = 5.0) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
         """Stop the run thread and abort every unfinished request (the KV pool empties). Final."""
         self._closing = True
         self._stop.set()
@@ -193,10 +206,11 @@ class EngineDriver:
 
     def _run_loop(self) -> None:
         self.clock.resume()
+        self._resumed_at = (time.monotonic(), self.clock.now())
         try:
             while not self._stop.is_set() and self._advance():
-                if self._min_step_interval_s:
-                    self._stop.wait(self._min_step_interval_s)
+                if self._simulated:
+                    self._pace()
         except Exception as exc:   # shown in the panel; the kernel and the views live on
             self._fail(exc)
         finally:
@@ -206,13 +220,20 @@ class EngineDriver:
     def _advance(self) -> bool:
         """One unit of run-thread work: a step, or a wait for the next arrival. False when done."""
         with self._lock:
-            if self._step_or_skip(jump=bool(getattr(self.engine, "simulated", False))):
+            if self._step_or_skip(jump=self._simulated):
                 return True
             wait_s = self._next_arrival_in()
         if wait_s is None:
             return False
         self._stop.wait(min(wait_s, MAX_IDLE_WAIT_S))
         return True
+
+    def _pace(self) -> None:
+        """Keep virtual time from running ahead of the wall clock since Run started."""
+        wall0, run0 = self._resumed_at
+        ahead = (self.clock.now() - run0) - (time.monotonic() - wall0)
+        if ahead > 0:
+            self._stop.wait(ahead)
 
     def _fail(self, exc: Exception) -> None:
         self.error = f"{type(exc).__name__}: {exc}"
@@ -264,7 +285,8 @@ class EngineDriver:
         return self._next >= len(self.arrivals) and not self.engine.has_unfinished_requests()
 
     def _abort_all(self) -> None:
+        ended = self.finished_ids | self.aborted_ids
         for a in self.arrivals[:self._next]:
-            if a.request_id not in self.finished_ids | self.aborted_ids:
+            if a.request_id not in ended:
                 self.engine.abort(a.request_id)
                 self.aborted_ids.add(a.request_id)

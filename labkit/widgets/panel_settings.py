@@ -4,10 +4,15 @@ A workload is a list of ``Arrival``: who arrives when, with which prompt and how
 
 - Prompt sets (``"chat"``, ``"code"``, ``"copy"``, ``labkit.traces.load_prompts``): real prompts with
   the chat template, greedy decoding up to ``max_tokens`` (a request may stop earlier at <|im_end|>).
+  Prompts too long to finish within ``room`` (see below) are left out of the rotation.
 - ``"synthetic"`` (``labkit.traces.synthetic_trace``): heavy-tailed (log-normal) prompt and output
   lengths, scaled with ``scale_trace`` so the longest fit the pool and ``max_model_len``; prompts are
   stretches of real text of exactly that many tokens, and each request makes exactly its output
   length (``ignore_eos``), because the long tail is the point of this workload.
+
+``room`` = min(``max_model_len``, pool slots): the most tokens one request may hold, so every
+request can finish even alone in the pool (``max_model_len`` is capped to the pool for the same
+reason: a contiguous layout reserves that much per request).
 
 Arrival times are a Poisson process at ``request_rate`` requests/s (0: everyone at t = 0), the same
 generator ``synthetic_trace`` uses, seeded by ``seed``.
@@ -61,7 +66,7 @@ class PanelSettings:
     def defaults(cls, fast: bool | None = None) -> PanelSettings:
         """The dashboard's defaults; smaller under ``LABKIT_FAST=1``."""
         if fast if fast is not None else fast_mode():
-            return cls(block_size=8, num_blocks=48, max_num_seqs=4, num_requests=4, request_rate=4.0,
+            return cls(block_size=8, num_blocks=48, max_num_seqs=4, num_requests=4, request_rate=0.0,
                        max_tokens=8, max_model_len=256)
         return cls()
 
@@ -70,13 +75,18 @@ class PanelSettings:
         """What ``LLM(model=...)`` takes: None for the default real model, ``"sim"``."""
         return None if self.model == "real" else self.model
 
+    @property
+    def room(self) -> int:
+        """Token slots one request may use: min(max_model_len, num_blocks · block_size)."""
+        return min(self.max_model_len, self.num_blocks * self.block_size)
+
     def engine_config(self) -> EngineConfig:
         spec = None
         if self.spec_method != "none":
             spec = SpecConfig(method=self.spec_method, num_speculative_tokens=self.num_speculative_tokens)
         return EngineConfig(
             block_size=self.block_size, num_blocks=self.num_blocks, max_num_seqs=self.max_num_seqs,
-            max_model_len=self.max_model_len, scheduler=self.scheduler, kv_cache=self.kv_cache,
+            max_model_len=self.room, scheduler=self.scheduler, kv_cache=self.kv_cache,
             enable_prefix_caching=self.enable_prefix_caching and self.kv_cache == "paged",
             speculative=spec, seed=self.seed)
 
@@ -94,15 +104,26 @@ def build_arrivals(settings: PanelSettings, engine) -> list[Arrival]:
                             prompt_len=SYNTHETIC_PROMPT_LEN, output_len=SYNTHETIC_OUTPUT_LEN)
     if settings.workload == "synthetic":
         return _synthetic_arrivals(settings, engine, trace)
-    prompts = load_prompts(settings.workload)
+    prompts = fitting_prompts(settings, engine)
     order = np.random.default_rng(settings.seed).permutation(len(prompts))
     params = SamplingParams(temperature=0.0, max_tokens=settings.max_tokens)
     return [Arrival(str(i), r.arrival_s, prompts[order[i % len(prompts)]], params)
             for i, r in enumerate(trace)]
 
 
+def fitting_prompts(settings: PanelSettings, engine) -> list[str]:
+    """The prompt set's prompts that leave room for ``max_tokens`` (ValueError if none does)."""
+    encode = engine.tokenizer.encode_prompt
+    prompts = [p for p in load_prompts(settings.workload)
+               if len(encode(p, chat=True)) + settings.max_tokens <= settings.room]
+    if not prompts:
+        raise ValueError(f"no '{settings.workload}' prompt fits {settings.room} token slots with "
+                         f"max_tokens={settings.max_tokens}: enlarge the KV pool or lower max_tokens")
+    return prompts
+
+
 def _synthetic_arrivals(settings: PanelSettings, engine, trace) -> list[Arrival]:
-    room = min(settings.max_model_len, settings.num_blocks * settings.block_size)
+    room = settings.room
     trace = scale_trace(trace, max_prompt_len=max(1, room // 2),
                         max_output_len=max(1, min(settings.max_tokens, room // 2)))
     text = filler_token_ids(engine)
