@@ -3,6 +3,7 @@ and (end to end) the sampled output distribution is the target's."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -80,6 +81,8 @@ def test_spec_metrics_follow_their_definitions(prompts):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("LABKIT_EXTENDED") != "1",
+                    reason="extended statistical check, several minutes on 2 cores: LABKIT_EXTENDED=1 runs it")
 def test_sampled_output_distribution_is_the_targets_end_to_end(llm):
     """Temperature 1 with n-gram drafts: the first token produced by verification (the 2nd output
     token) follows the model's own p(x2 | prompt, x1). Prefix caching makes many requests cheap;
