@@ -77,10 +77,18 @@ class LLMEngine:
     def _check_fits(self, prompt_len: int, params: SamplingParams) -> None:
         if params.n > 1 and self.kv.layout != "paged":
             raise ValueError("n > 1 (parallel sampling shares prompt blocks) needs kv_cache='paged'")
+        if params.n > self.config.max_num_seqs:
+            raise ValueError(f"n ({params.n}) must be <= max_num_seqs ({self.config.max_num_seqs}): "
+                             "each of the n sequences takes a batch slot")
         if prompt_len >= self.max_model_len:
             raise ValueError(f"prompt has {prompt_len} tokens but max_model_len is {self.max_model_len}; "
                              f"prompts must be shorter than max_model_len")
         total = min(prompt_len + params.max_tokens, self.max_model_len)
+        if not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) = {total} tokens, more than "
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}); without chunked prefill a "
+                "(re)computed sequence must fit one step: raise max_num_batched_tokens or enable chunked prefill")
         if not self.kv.can_ever_fit(total):
             raise ValueError(
                 f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) needs {total} KV slots, "
@@ -160,7 +168,9 @@ class LLMEngine:
         accepted = len(tokens) - 1
         req.num_computed_tokens -= num_spec - accepted
         req.spec_token_ids, req.spec_probs = [], None
-        self.kv.trim(req.request_id, req.num_computed_tokens)
+        dropped = self.kv.trim(req.request_id, req.num_computed_tokens)
+        if dropped:
+            self._events.append(ev.BlocksFreed(req.request_id, tuple(dropped)))
         flags = [i < accepted for i in range(num_spec)]
         self.metrics.record_spec(num_spec, flags)
         self._events.append(ev.SpecVerified(req.request_id, num_spec, accepted, tuple(flags)))
@@ -177,10 +187,10 @@ class LLMEngine:
             if status is not None:
                 break
         self._events.append(ev.TokensAppended(req.request_id, tuple(added), min(num_draft, len(added))))
+        if self.config.enable_prefix_caching:   # before _finish frees them: full blocks stay reusable
+            self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
         if status is not None:
             self._finish(req, status)
-        elif self.config.enable_prefix_caching:
-            self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
         return StepOutput(req.request_id, tuple(added), req.is_finished,
                           req.status.value if req.is_finished else None)
 

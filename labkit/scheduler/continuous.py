@@ -43,7 +43,7 @@ class SchedulerOutput:
 def step_kind(req: Request, num_new: int, num_spec: int) -> str:
     if num_spec:
         return "verify"
-    if num_new == 1 and req.num_computed_tokens == req.num_tokens - 1:
+    if num_new == 1 and req.output_token_ids and req.num_computed_tokens == req.num_tokens - 1:
         return "decode"
     return "prefill"
 
@@ -132,7 +132,9 @@ class ContinuousScheduler:
         return num_spec
 
     def _may_admit(self, req: Request) -> bool:
-        return len(self.running) < self.config.max_num_seqs
+        """A request with n > 1 needs a slot for each sequence it will fork into."""
+        num_seqs = sum(1 + r.num_forks_pending for r in self.running)
+        return num_seqs + 1 + req.num_forks_pending <= self.config.max_num_seqs
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and self._may_admit(self.waiting[0]):

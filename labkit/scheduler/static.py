@@ -20,13 +20,32 @@ class StaticScheduler(ContinuousScheduler):
         self.batch: list[Request] = []
 
     def schedule(self) -> SchedulerOutput:
+        self._adopt_forks()
         if self.batch and all(r.is_finished for r in self.batch):
             self.batch = []
         if not self.batch:
-            self.batch = list(self.waiting)[:self.config.max_num_seqs]
+            self.batch = self._next_batch()
         out = super().schedule()
         out.idle = [r for r in self.batch if r.is_finished]
         return out
+
+    def _next_batch(self) -> list[Request]:
+        """Waiting requests in arrival order while their sequences (n each) fit ``max_num_seqs``."""
+        batch, num_seqs = [], 0
+        for req in self.waiting:
+            num_seqs += 1 + req.num_forks_pending
+            if num_seqs > self.config.max_num_seqs:
+                break
+            batch.append(req)
+        return batch
+
+    def _adopt_forks(self) -> None:
+        """Parallel-sampling children belong to their parent's batch (they hold its slots)."""
+        members = {r.request_id for r in self.batch}
+        for req in [*self.running, *self.waiting]:
+            if req.parent_id in members and req.request_id not in members:
+                self.batch.append(req)
+                members.add(req.request_id)
 
     def _may_admit(self, req: Request) -> bool:
         return any(req is member for member in self.batch)

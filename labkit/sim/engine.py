@@ -62,6 +62,7 @@ class SimRunner:
         query_lens = [s.num_new_tokens for s in scheduled]
         seq_lens = [s.request.num_computed_tokens + s.num_new_tokens for s in scheduled]
         self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
+        self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
         out = []
         for s, end in zip(scheduled, seq_lens):
             req = s.request
@@ -90,7 +91,7 @@ class SimEngine(LLMEngine):
         wall = time.perf_counter() - t0
         stats = self.metrics.last
         cpu = stats.scheduler_s if stats is not None else wall
-        self.clock.advance_to(self.clock.now + cpu + self.runner.last_model_s)
+        self.clock.advance_to(self.clock.now + cpu)   # the runner already advanced it by the model time
         return outputs
 
 

@@ -1,0 +1,115 @@
+"""A checking stand-in for the model: the simulated engine, with a shadow KV cache that the runner
+really writes and reads, and a "model" whose next token depends on what it reads back.
+
+Why: the simulated model's tokens depend only on (request, position), so equal outputs alone would
+not show that the KV bookkeeping is right. ``ShadowRunner`` keeps one token id per physical KV slot.
+Every step it
+
+    1. applies the manager's pending block copies (copy-on-write),
+    2. writes each scheduled token into the slot ``slot_mapping`` names,
+    3. reads every scheduled sequence's whole context back through its block table and asserts it is
+       exactly the request's tokens (a stale prefix-cache block, a missed copy-on-write, two requests
+       in one slot or a rollback that lost a token all fail here, at the step they happen),
+    4. predicts the next token from that context with ``next_token``.
+
+``next_token`` copies the token ``PERIOD`` places back most of the time, so n-gram speculation gets
+real acceptances and rejections, and ends a sequence with EOS now and then. Because it is a pure
+function of (request id, context), ``expected_output`` replays it without any scheduling: every
+request's output must equal that oracle, whatever batching, preemption or layout the engine used.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from labkit import LLM, EngineConfig
+from labkit.model.runner import prepare_input
+from labkit.sim.cost import step_time
+from labkit.sim.engine import SIM_EOS, SIM_VOCAB, SimRunner
+
+PERIOD = 5          # next_token copies the token this many places back (n-gram lookup can find it)
+EOS_ONE_IN = 40     # roughly one position in this many ends the sequence (unless ignore_eos)
+
+
+def _h(request_id: str, position: int) -> int:
+    return zlib.crc32(f"{request_id}@{position}".encode())
+
+
+def next_token(request_id: str, context: list[int]) -> int:
+    """The token at position len(context), a pure function of the request and its context."""
+    p = len(context)
+    h = _h(request_id, p)
+    if h % EOS_ONE_IN == 0:
+        return SIM_EOS
+    if h % 4 and p >= PERIOD:
+        return context[p - PERIOD]
+    return 97 + (h >> 8) % 26
+
+
+def expected_output(request_id: str, prompt: list[int], max_tokens: int, max_model_len: int,
+                    ignore_eos: bool = False, first_token: int | None = None) -> list[int]:
+    """What the request must output, computed token by token with no batching at all.
+
+    A forked child (parallel sampling) gets its first token from its parent's logits, so pass it as
+    ``first_token``; its later tokens follow its own id."""
+    tokens, out = list(prompt), []
+    while len(out) < max_tokens and len(tokens) < max_model_len:
+        t = first_token if (first_token is not None and not out) else next_token(request_id, tokens)
+        out.append(t)
+        tokens.append(t)
+        if t == SIM_EOS and not ignore_eos:
+            break
+    return out
+
+
+class ShadowRunner(SimRunner):
+    """SimRunner's cost model and clock, plus a shadow KV cache that is written and read back."""
+
+    def __init__(self, base: SimRunner, num_slots: int, block_size: int):
+        super().__init__(base.model, base.hardware, base.clock)
+        self.slots: list[int | None] = [None] * num_slots
+        self.block_size = block_size
+        self.copies: list[tuple[int, int]] = []      # every (src, dst) block copy applied, in order
+        self.num_checked_reads = 0
+
+    def execute(self, scheduled, kv_manager) -> list[torch.Tensor | None]:
+        self._copy_blocks(kv_manager.take_pending_copies())
+        inp = prepare_input(scheduled, kv_manager)
+        assert len(set(inp.slot_mapping)) == len(inp.slot_mapping), "two new tokens share one KV slot"
+        for token, slot in zip(inp.input_ids, inp.slot_mapping):
+            self.slots[slot] = token
+        self.last_model_s = step_time(self.model, self.hardware, inp.query_lens, inp.seq_lens)
+        return [self._logits(s, table, end, kv_manager.meta_block_size, rows)
+                for s, table, end, (_, rows) in zip(scheduled, inp.block_tables, inp.seq_lens, inp.logits_rows)]
+
+    def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        bs = self.block_size
+        for src, dst in copies:
+            self.slots[dst * bs:(dst + 1) * bs] = self.slots[src * bs:(src + 1) * bs]
+            self.copies.append((src, dst))
+
+    def _logits(self, s, table: list[int], end: int, block_size: int, rows: int) -> torch.Tensor | None:
+        req = s.request
+        context = [self.slots[table[p // block_size] * block_size + p % block_size] for p in range(end)]
+        expected = req.token_ids_with_spec()[:end]
+        assert context == expected, (
+            f"request {req.request_id}: KV read back through its block table differs from its tokens "
+            f"at positions {[p for p, (a, b) in enumerate(zip(context, expected)) if a != b][:8]}")
+        self.num_checked_reads += 1
+        if not rows:
+            return None
+        logits = torch.full((rows, SIM_VOCAB), -1e4)
+        for i in range(rows):
+            logits[i, next_token(req.request_id, context[:end - rows + i + 1])] = 0.0
+        return logits
+
+
+def shadow_llm(config: EngineConfig, **sim_options) -> LLM:
+    """``LLM(model="sim")`` with its runner replaced by a ``ShadowRunner`` over the same pool."""
+    llm = LLM(model="sim", config=config, progress=False, **sim_options)
+    engine = llm.engine
+    num_slots = engine.kv.capacity_tokens()
+    engine.runner = ShadowRunner(engine.runner, num_slots, config.block_size)
+    return llm
