@@ -1,0 +1,229 @@
+"""Lab 01 measurements: what the KV cache saves, and what it costs in bytes.
+
+Why decode can reuse history. In a causal Transformer the key and value of token i depend only on
+tokens 0..i, so they never change once computed. Generating token n+1 therefore needs the K/V of
+all n earlier tokens but new work only for the newest one::
+
+    with the KV cache     step n: forward 1 token, read K/V of n cached tokens    work ∝ 1 token
+    without (recompute)   step n: forward all n tokens again                       work ∝ n tokens
+    whole answer of N tokens:  Σ 1 = N tokens      vs      Σ n ≈ N²/2 tokens (quadratic)
+
+The price is memory: every token keeps one K and one V vector per KV head in every layer,
+
+    bytes/token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes
+
+(Kwon et al., SOSP'23, §3: OPT-13B keeps 2 × 5120 × 40 × 2 B = 800 KB per token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.labs.recorder import StepRecorder, StepRow
+from labkit.replay import prompt_tokens, text_corpus
+from labkit.sampling_params import SamplingParams
+from labkit.sim.cost import MODELS, ModelProfile
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+# ----------------------------------------------------------------------- cache vs recompute
+
+@dataclass(frozen=True)
+class TokenCost:
+    """The cost of producing one new token whose context holds ``context_len`` tokens."""
+
+    mode: str               # "cache" (normal decode) | "recompute" (no KV cache: forward everything)
+    context_len: int
+    tokens_processed: int   # tokens the model ran its layers on for this one new token
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CacheComparison:
+    """One prompt continued for the same new tokens both ways (greedy)."""
+
+    prompt_len: int
+    cache: tuple[TokenCost, ...]
+    recompute: tuple[TokenCost, ...]
+    cache_output: tuple[int, ...]
+    recompute_output: tuple[int, ...]
+
+    @property
+    def same_output(self) -> bool:
+        return self.cache_output == self.recompute_output
+
+    def total_tokens(self, mode: str) -> int:
+        """Tokens processed over the whole answer in ``mode`` ("cache" or "recompute")."""
+        return sum(c.tokens_processed for c in getattr(self, mode))
+
+    def total_seconds(self, mode: str) -> float:
+        return sum(c.seconds for c in getattr(self, mode))
+
+    def time_ratio(self) -> float:
+        """Seconds per new token, recompute ÷ cache, each the best (least disturbed) of tokens 2..N;
+        the first token is a prefill in both modes."""
+        return best_seconds(after_first(self.recompute)) / best_seconds(after_first(self.cache))
+
+
+def run_alone(llm, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], list[StepRow]]:
+    """Run one greedy request to its end on an otherwise idle engine: (output ids, step rows)."""
+    engine = llm.engine
+    if engine.has_unfinished_requests():
+        raise RuntimeError("the engine is busy; these measurements need it to themselves")
+    with StepRecorder(engine) as rec:
+        rid = engine.add_request(list(prompt_ids), SamplingParams(max_tokens=max_tokens, **GREEDY))
+        while engine.has_unfinished_requests():
+            engine.step()
+    return list(engine.get_request(rid).output_token_ids), rec.rows
+
+
+def with_cache(llm, prompt_ids: list[int], num_new_tokens: int) -> tuple[list[int], list[TokenCost]]:
+    """Normal generation: one prefill (first token), then one decode step per further token."""
+    output, rows = run_alone(llm, prompt_ids, num_new_tokens)
+    prefill = [r for r in rows if r.prefill_tokens]
+    costs = [TokenCost("cache", len(prompt_ids), sum(r.num_tokens for r in prefill), sum(r.step_s for r in prefill))]
+    decodes = [r for r in rows if not r.prefill_tokens]
+    costs += [TokenCost("cache", len(prompt_ids) + i, r.num_tokens, r.step_s) for i, r in enumerate(decodes, 1)]
+    return output, costs
+
+
+def without_cache(llm, prompt_ids: list[int], num_new_tokens: int) -> tuple[list[int], list[TokenCost]]:
+    """No KV cache kept between tokens: every new token is a fresh request (a full prefill of the
+    prompt plus everything generated so far), and its K/V are thrown away afterwards."""
+    output: list[int] = []
+    costs = []
+    for _ in range(num_new_tokens):
+        sequence = list(prompt_ids) + output
+        token, rows = run_alone(llm, sequence, 1)
+        output += token
+        costs.append(TokenCost("recompute", len(sequence), sum(r.num_tokens for r in rows),
+                               sum(r.step_s for r in rows)))
+    return output, costs
+
+
+def compare_cache_recompute(llm, prompt_ids: list[int], num_new_tokens: int) -> CacheComparison:
+    cache_out, cache = with_cache(llm, prompt_ids, num_new_tokens)
+    recompute_out, recompute = without_cache(llm, prompt_ids, num_new_tokens)
+    return CacheComparison(len(prompt_ids), tuple(cache), tuple(recompute), tuple(cache_out), tuple(recompute_out))
+
+
+def text_prompt(llm, num_tokens: int, index: int = 0) -> list[int]:
+    """``num_tokens`` ids of real text (the shipped prompt sets), so the model sees language."""
+    return prompt_tokens(llm.engine, num_tokens, index, text_corpus(llm.engine))
+
+
+def compare_at_contexts(llm, context_lens: list[int], num_new_tokens: int = 3) -> list[CacheComparison]:
+    """``compare_cache_recompute`` for a real-text prompt of each length in ``context_lens``."""
+    return [compare_cache_recompute(llm, text_prompt(llm, n, i), num_new_tokens)
+            for i, n in enumerate(context_lens)]
+
+
+def staggered_run(llm, prompts: list[list[int]], join_steps: list[int], max_tokens: int) -> list[StepRow]:
+    """Requests join a running engine: prompt i is added once ``join_steps[i]`` steps have run.
+    Returns one row per step, so prefill bursts show up between steady decode steps."""
+    engine, pending = llm.engine, sorted(zip(join_steps, range(len(prompts))))
+    params = SamplingParams(max_tokens=max_tokens, **GREEDY)
+    with StepRecorder(engine) as rec:
+        steps = 0
+        while pending or engine.has_unfinished_requests():
+            while pending and pending[0][0] <= steps:
+                engine.add_request(list(prompts[pending.pop(0)[1]]), params)
+            if engine.has_unfinished_requests():
+                engine.step()
+            steps += 1
+    return rec.rows
+
+
+def after_first(costs: tuple[TokenCost, ...]) -> list[TokenCost]:
+    """Tokens 2..N: the first token comes from the prompt's prefill in both modes."""
+    return list(costs[1:])
+
+
+def best_seconds(costs: list[TokenCost]) -> float:
+    """The fastest of several like measurements: other programs only ever add time, so the
+    minimum is the least disturbed estimate (the usual benchmarking convention)."""
+    return min(c.seconds for c in costs)
+
+
+# ----------------------------------------------------------------------- bytes per token
+
+@dataclass(frozen=True)
+class KVTensorFacts:
+    """What the engine's K/V tensor really is. Shape: [layers, 2 (K, V), blocks, block_size,
+    kv_heads, head_dim]; ``num_slots`` = blocks × block_size tokens fit in it."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    element_bytes: int
+    total_bytes: int
+    num_slots: int
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.total_bytes / self.num_slots
+
+
+def kv_tensor_facts(llm) -> KVTensorFacts:
+    tensor = llm.engine.kv_cache.tensor          # [L, 2, num_blocks, block_size, H_kv, D]
+    _, _, num_blocks, block_size, _, _ = tensor.shape
+    return KVTensorFacts(tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), tensor.element_size(),
+                         tensor.numel() * tensor.element_size(), num_blocks * block_size)
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """The four numbers the formula needs, named as in a Hugging Face config.json."""
+
+    name: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    num_params: float | None = None
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    def formula(self) -> str:
+        return (f"2 × {self.num_layers} × {self.num_kv_heads} × {self.head_dim} × {self.dtype_bytes} "
+                f"= {self.bytes_per_token:,} B")
+
+
+def engine_shape(llm, name: str = "SmolLM2-135M") -> KVShape:
+    """The served model's shape (from its config) with the dtype the KV tensor really uses."""
+    cfg = llm.engine.model_config
+    dtype_bytes = llm.engine.kv_cache.tensor.element_size()
+    params = sum(p.numel() for p in llm.engine.runner.model.parameters())
+    return KVShape(name, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype_bytes, params)
+
+
+def _from_profile(profile: ModelProfile) -> KVShape:
+    return KVShape(profile.name, profile.num_layers, profile.num_kv_heads, profile.head_dim,
+                   profile.dtype_bytes, profile.num_params)
+
+
+def published_shapes() -> list[KVShape]:
+    """Well-known models, shapes from their config.json (OPT-13B: 40 layers, hidden 5120 = 40 heads
+    × 128, fp16, as in Kwon et al. §3); Llama shapes from ``labkit.sim.cost.MODELS``."""
+    opt = KVShape("OPT-13B (fp16)", 40, 40, 128, 2, 13e9)
+    return [opt, *(_from_profile(MODELS[name]) for name in ("llama-2-7b", "llama-2-13b", "llama-3-8b"))]
+
+
+@dataclass(frozen=True)
+class KVBudgetRow:
+    model: str
+    bytes_per_token: int
+    weight_bytes: float | None
+    tokens_that_fit: int          # KV slots left after the weights (0 when the weights alone do not fit)
+
+
+def kv_budget(shapes: list[KVShape], memory_bytes: int) -> list[KVBudgetRow]:
+    """How many tokens of KV cache fit in ``memory_bytes`` once each model's weights are loaded."""
+    rows = []
+    for s in shapes:
+        weights = s.num_params * s.dtype_bytes if s.num_params else 0.0
+        room = max(0.0, memory_bytes - weights)
+        rows.append(KVBudgetRow(s.name, s.bytes_per_token, weights or None, int(room // s.bytes_per_token)))
+    return rows

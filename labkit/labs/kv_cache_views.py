@@ -1,0 +1,210 @@
+"""Lab 01 figures and tables. Each takes a measured result (typed, from ``kv_cache`` /
+``fragmentation`` / ``preemption``) and returns a titled plotly figure with labelled axes and units,
+or a ``Table``. Nothing here measures."""
+
+from __future__ import annotations
+
+import itertools
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from labkit.i18n import t
+from labkit.labs.figures import COLORS, axis_titles, style
+from labkit.labs.fragmentation import PARTS, FragmentationReport, PoolBreakdown
+from labkit.labs.kv_cache import (CacheComparison, KVBudgetRow, KVShape, KVTensorFacts, TokenCost, after_first,
+                                  best_seconds)
+from labkit.labs.machine import MemoryBudget
+from labkit.labs.preemption import PoolRun
+from labkit.labs.recorder import StepRow
+from labkit.labs.tables import Table, human_bytes
+
+MODE_COLORS = {"cache": COLORS["decode"], "recompute": COLORS["prefill"]}
+
+
+def _mode_name(mode: str) -> str:
+    return t("有 KV 缓存（解码）", "with KV cache (decode)") if mode == "cache" else \
+        t("无缓存（每步重算）", "no cache (recompute)")
+
+
+def _points(comparisons: list[CacheComparison], mode: str) -> list[TokenCost]:
+    costs = itertools.chain.from_iterable(after_first(getattr(c, mode)) for c in comparisons)
+    return sorted(costs, key=lambda c: c.context_len)
+
+
+def cache_vs_recompute_figure(comparisons: list[CacheComparison]) -> go.Figure:
+    """Per new token: tokens the model processed (left) and seconds it took (right) vs context."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    for mode in ("cache", "recompute"):
+        pts = _points(comparisons, mode)
+        x = [p.context_len for p in pts]
+        for col, y in ((1, [p.tokens_processed for p in pts]), (2, [1000 * p.seconds for p in pts])):
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=_mode_name(mode),
+                                     line=dict(color=MODE_COLORS[mode]), showlegend=col == 1), row=1, col=col)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    style(fig, t("每生成一个 token 的代价：有缓存 vs 每步重算（本机实测）",
+                 "Cost of one new token: KV cache vs recompute (measured here)"))
+    return axis_titles(fig, [(t("上下文长度（token）", "context length (tokens)"),
+                              t("处理的 token 数（个/新 token）", "tokens processed per new token")),
+                             (t("上下文长度（token）", "context length (tokens)"),
+                              t("时间（毫秒/新 token）", "time per new token (ms)"))])
+
+
+def cumulative_figure(comparison: CacheComparison) -> go.Figure:
+    """Running totals while one answer grows: tokens processed (left) and seconds (right)."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    for mode in ("cache", "recompute"):
+        costs = getattr(comparison, mode)
+        n = list(range(1, len(costs) + 1))
+        tokens = list(itertools.accumulate(c.tokens_processed for c in costs))
+        seconds = list(itertools.accumulate(c.seconds for c in costs))
+        for col, y in ((1, tokens), (2, seconds)):
+            fig.add_trace(go.Scatter(x=n, y=y, mode="lines+markers", name=_mode_name(mode),
+                                     line=dict(color=MODE_COLORS[mode]), showlegend=col == 1), row=1, col=col)
+    style(fig, t(f"生成一个回答的累计代价（提示 {comparison.prompt_len} 个 token，本机实测）",
+                 f"Running cost of one answer (prompt of {comparison.prompt_len} tokens, measured here)"))
+    return axis_titles(fig, [(t("已生成的 token 数", "tokens generated"), t("累计处理的 token 数", "tokens processed so far")),
+                             (t("已生成的 token 数", "tokens generated"), t("累计时间（秒）", "time so far (s)"))])
+
+
+def prefill_decode_figure(rows: list[StepRow]) -> go.Figure:
+    """Top: tokens per step split into prefill and decode. Bottom: each step's time."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45])
+    steps = list(range(1, len(rows) + 1))
+    for kind, values in (("prefill", [r.prefill_tokens for r in rows]), ("decode", [r.decode_tokens for r in rows])):
+        name = t("预填充 token", "prefill tokens") if kind == "prefill" else t("解码 token", "decode tokens")
+        fig.add_trace(go.Bar(x=steps, y=values, name=name, marker_color=COLORS[kind]), row=1, col=1)
+    totals = [r.prefill_tokens + r.decode_tokens for r in rows]
+    fig.add_trace(go.Scatter(x=steps, y=totals, text=totals, mode="text", textposition="top center",
+                             showlegend=False, hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=steps, y=[1000 * r.step_s for r in rows], name=t("步耗时", "step time"),
+                             mode="lines+markers", line=dict(color=COLORS["ink"])), row=2, col=1)
+    fig.update_layout(barmode="stack")
+    style(fig, t("预填充与解码：每一步处理多少 token、花多少时间（本机实测）",
+                 "Prefill and decode: tokens and time per engine step (measured here)"), height=480)
+    fig.update_xaxes(title_text=t("引擎步（本实验内的序号）", "engine step (within this run)"), row=2, col=1)
+    fig.update_yaxes(title_text=t("处理的 token 数", "tokens processed"), range=[0, 1.2 * max(totals, default=1)],
+                     row=1, col=1)
+    fig.update_yaxes(title_text=t("步耗时（毫秒）", "step time (ms)"), rangemode="tozero", row=2, col=1)
+    return fig
+
+
+PART_NAMES = {
+    "used": ("存有 K/V", "holds K/V"),
+    "reserved_later": ("预留待用", "reserved, filled later"),
+    "internal": ("内部碎片", "internal fragmentation"),
+    "external": ("外部碎片", "external fragmentation"),
+    "free": ("空闲", "free"),
+}
+PART_COLORS = {"used": COLORS["used"], "reserved_later": COLORS["reserved_unused"],
+               "internal": COLORS["internal_frag"], "external": COLORS["external_frag"], "free": "#CCCCCC"}
+
+
+def breakdown_figure(breakdowns: list[tuple[str, PoolBreakdown]]) -> go.Figure:
+    """One horizontal 100% bar per setting: where the KV pool's slots went (step average)."""
+    labels = [label for label, _ in breakdowns][::-1]
+    fig = go.Figure()
+    for part in PARTS:
+        values = [getattr(b, part) for _, b in breakdowns][::-1]
+        fig.add_trace(go.Bar(y=labels, x=values, orientation="h", name=t(*PART_NAMES[part]),
+                             marker_color=PART_COLORS[part], text=[f"{v:.0f}" if v >= 4 else "" for v in values],
+                             textposition="inside"))
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
+    style(fig, t("KV 池里的槽位都去哪了（各步平均）", "Where the KV pool's slots went (mean over steps)"),
+          t("占 KV 池的比例（%）", "share of the KV pool (%)"), height=120 + 60 * len(breakdowns))
+    fig.update_xaxes(range=[0, 100])
+    return fig
+
+
+def preemption_figure(kept: PoolRun, dropped: PoolRun) -> go.Figure:
+    """Work (tokens computed, the recomputed part on top) and time for the same requests."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.15)
+    names = [t(f"池够大（{kept.num_blocks} 块）", f"pool fits all ({kept.num_blocks} blocks)"),
+             t(f"池太小（{dropped.num_blocks} 块）", f"pool too small ({dropped.num_blocks} blocks)")]
+    runs = (kept, dropped)
+    fig.add_trace(go.Bar(x=names, y=[r.tokens_needed for r in runs], name=t("必需的计算", "work needed"),
+                         marker_color=COLORS["used"]), row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=[r.tokens_recomputed for r in runs], name=t("抢占后重算", "recomputed after preemption"),
+                         marker_color=COLORS["internal_frag"]), row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=[r.seconds for r in runs], name=t("总步耗时", "total step time"),
+                         marker_color=COLORS["ink"], showlegend=False), row=1, col=2)
+    fig.update_layout(barmode="stack")
+    style(fig, t("丢掉 KV 缓存的代价：同样的请求、同样的输出（本机实测）",
+                 "The price of dropping KV blocks: same requests, same output (measured here)"))
+    return axis_titles(fig, [("", t("模型处理的 token 数", "tokens the model processed")),
+                             ("", t("时间（秒）", "time (s)"))])
+
+
+# ----------------------------------------------------------------------------------- tables
+
+def context_table(comparisons: list[CacheComparison]) -> Table:
+    """Per context length: tokens and the fastest milliseconds per new token (tokens 2..N), both ways."""
+    rows = []
+    for c in comparisons:
+        cache, recompute = after_first(c.cache), after_first(c.recompute)
+        rows.append([c.prompt_len, cache[0].tokens_processed, recompute[0].tokens_processed,
+                     1000 * best_seconds(cache), 1000 * best_seconds(recompute), c.time_ratio(),
+                     t("是", "yes") if c.same_output else t("否", "no")])
+    return Table([t("提示长度", "prompt tokens"), t("有缓存：处理 token", "cache: tokens"),
+                  t("重算：处理 token", "recompute: tokens"), t("有缓存：毫秒/token", "cache: ms/token"),
+                  t("重算：毫秒/token", "recompute: ms/token"), t("重算 ÷ 缓存（时间）", "recompute ÷ cache (time)"),
+                  t("输出相同", "same output")], rows,
+                 caption=t("每个新 token 的代价（第 2 个 token 起取最快的一次，本机实测）",
+                           "Cost per new token (fastest from the 2nd token on, measured here)"))
+
+
+def shapes_table(shapes: list[KVShape]) -> Table:
+    rows = [[s.name, s.num_layers, s.num_kv_heads, s.head_dim, s.dtype_bytes, s.formula(),
+             human_bytes(s.bytes_per_token)] for s in shapes]
+    return Table([t("模型", "model"), t("层数", "layers"), t("KV 头", "KV heads"), "head_dim", t("字节/数", "bytes/number"),
+                  t("公式", "formula"), t("每 token", "per token")], rows)
+
+
+def budget_table(budget: MemoryBudget, rows: list[KVBudgetRow]) -> Table:
+    room = budget.available_bytes or budget.total_bytes
+    body = [[r.model, human_bytes(r.bytes_per_token), human_bytes(r.weight_bytes) if r.weight_bytes else "—",
+             r.tokens_that_fit if r.tokens_that_fit else t("权重都放不下", "weights do not fit")] for r in rows]
+    which = t("可用", "available") if budget.available_bytes else t("总", "total")
+    device = budget.device if budget.name == budget.device else f"{budget.device} ({budget.name})"
+    return Table([t("模型", "model"), t("KV/token", "KV/token"), t("权重（约）", "weights (approx.)"),
+                  t("放得下的 token 数", "tokens that fit")], body,
+                 caption=t(f"你的 {device}：{which} {human_bytes(room)}，读自 {budget.source}",
+                           f"Your {device}: {human_bytes(room)} {which}, read from {budget.source}"),
+                 notes=[t("放得下的 token 数 = (内存 − 权重) ÷ 每 token 的 KV 字节；未计激活值和框架开销，是上限。",
+                          "tokens that fit = (memory − weights) ÷ KV bytes per token; activations and framework "
+                          "overhead are ignored, so this is an upper bound.")])
+
+
+def fragmentation_table(reports: list[FragmentationReport]) -> Table:
+    rows = [[r.label, r.num_requests, r.num_steps, r.mean_running, r.breakdown.used, r.breakdown.reserved_later,
+             r.breakdown.internal, r.breakdown.external, r.breakdown.free, r.breakdown.waste_of_reserved,
+             t("模拟", "simulated") if r.simulated else t("真实模型", "real model")] for r in reports]
+    return Table([t("设置", "setting"), t("请求数", "requests"), t("步数", "steps"), t("平均并发", "mean running"),
+                  t("存有 K/V %", "holds K/V %"), t("预留待用 %", "reserved later %"), t("内部碎片 %", "internal %"),
+                  t("外部碎片 %", "external %"), t("空闲 %", "free %"), t("预留中的浪费 %", "waste of reserved %"),
+                  t("模型", "model")], rows,
+                 caption=t("KV 池各部分占比（各步平均，本次运行实测）", "KV pool split (mean over steps, measured in this run)"))
+
+
+def preemption_table(kept: PoolRun, dropped: PoolRun) -> Table:
+    rows = [[r.num_blocks, r.num_preemptions, r.tokens_lost, r.tokens_needed, r.tokens_processed,
+             r.tokens_recomputed, r.seconds] for r in (kept, dropped)]
+    return Table([t("KV 块数", "KV blocks"), t("抢占次数", "preemptions"), t("丢弃的 K/V 条目", "K/V entries dropped"),
+                  t("必需的 token", "tokens needed"), t("实际处理的 token", "tokens processed"),
+                  t("重算的 token", "tokens recomputed"), t("总步耗时（秒）", "total step time (s)")], rows,
+                 caption=t("同样的请求，两种池大小（本机实测）", "Same requests, two pool sizes (measured here)"))
+
+
+def summary_table(comparison: CacheComparison, facts: KVTensorFacts, report: FragmentationReport) -> Table:
+    """The three numbers to remember, each from this run."""
+    rows = [
+        [t("不用 KV 缓存，上下文 {n} 时每个新 token 慢几倍", "slower per new token without the KV cache, at context {n}")
+         .format(n=comparison.prompt_len), f"{comparison.time_ratio():.1f} ×",
+         t("第 1 节，真实模型", "section 1, real model")],
+        [t("SmolLM2-135M 每个 token 的 KV 字节（{d}）", "SmolLM2-135M KV bytes per token ({d})").format(d=facts.dtype),
+         f"{facts.bytes_per_token:,.0f} B", t("第 3 节，引擎的 K/V 张量", "section 3, the engine's K/V tensor")],
+        [t("最大长度连续预留时，KV 池中真正存有 K/V 的比例", "share of the KV pool holding K/V under max-length reservation"),
+         f"{report.breakdown.used:.0f} %", report.label],
+    ]
+    return Table([t("要记住的数", "number to remember"), t("本次测得", "measured here"), t("来自", "from")], rows)

@@ -1,0 +1,80 @@
+"""How much memory the learner's machine could give a KV cache: GPU memory, else RAM.
+
+No extra package: ``torch.cuda.mem_get_info`` for a GPU, ``/proc/meminfo`` on Linux, else
+``os.sysconf`` (Linux, macOS). If none answers, ``memory_budget()`` returns None and the lab says so.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    device: str            # "GPU" or "RAM"
+    name: str              # e.g. "NVIDIA H100 80GB HBM3" or "this machine's RAM"
+    total_bytes: int
+    available_bytes: int | None
+    source: str            # where the numbers were read
+
+
+def gpu_budget() -> MemoryBudget | None:
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        free, total = torch.cuda.mem_get_info()
+        return MemoryBudget("GPU", torch.cuda.get_device_name(), int(total), int(free), "torch.cuda.mem_get_info")
+    except Exception:      # a broken driver must not stop the lab
+        return None
+
+
+def meminfo_budget(path: str = "/proc/meminfo") -> MemoryBudget | None:
+    """RAM from /proc/meminfo (kB lines: MemTotal, MemAvailable)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.strip()}
+    except (OSError, ValueError, IndexError):
+        return None
+    if "MemTotal" not in fields:
+        return None
+    return MemoryBudget("RAM", "RAM", fields["MemTotal"], fields.get("MemAvailable"), path)
+
+
+def sysconf_budget() -> MemoryBudget | None:
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return MemoryBudget("RAM", "RAM", int(total), None, "os.sysconf") if total > 0 else None
+
+
+def memory_budget() -> MemoryBudget | None:
+    """The first that answers: the GPU, /proc/meminfo, os.sysconf; None if nothing does."""
+    return gpu_budget() or meminfo_budget() or sysconf_budget()
+
+
+def cpu_load() -> tuple[float, int] | None:
+    """(1-minute load average, CPU count): a load above the CPU count means other programs compete
+    with the lab for the CPU, and measured times come out larger and noisier. None where unknown."""
+    try:
+        return os.getloadavg()[0], os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return None
+
+
+def load_note() -> str:
+    """One line for the top of a lab: the machine's load, and a warning when it is above the cores."""
+    from labkit.i18n import t
+
+    load = cpu_load()
+    if load is None:
+        return ""
+    avg, cores = load
+    note = t(f"这台机器现在的负载：{avg:.1f}（{cores} 个 CPU 核）", f"Load on this machine: {avg:.1f} ({cores} CPUs)")
+    if avg > cores:
+        note += t("。负载高于核数：别的程序在抢 CPU，测出的时间会偏大、偏乱。",
+                  ". Above the CPU count: other programs compete for the CPU; measured times come out "
+                  "larger and noisier.")
+    return note
