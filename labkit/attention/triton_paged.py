@@ -108,7 +108,8 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
     """
     _require_triton()
     _require_device(key.device)
-    _require_unit_last_stride(key=key, value=value, key_cache=key_cache, value_cache=value_cache)
+    key, value = _unit_last_stride(key), _unit_last_stride(value)
+    _require_unit_last_stride(key_cache=key_cache, value_cache=value_cache)
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return
@@ -223,7 +224,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     """query: [num_tokens, num_heads, head_dim] -> output of the same shape."""
     _require_triton()
     _require_device(query.device)
-    _require_unit_last_stride(query=query, key_cache=key_cache, value_cache=value_cache)
+    query = _unit_last_stride(query)
+    _require_unit_last_stride(key_cache=key_cache, value_cache=value_cache)
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = key_cache.shape[2]
     if num_heads % num_kv_heads:
@@ -309,6 +311,11 @@ def _require_triton() -> None:
     if not TRITON_AVAILABLE:
         raise RuntimeError("labkit.attention.triton_paged needs the 'triton' package, which is not "
                            "installed; use labkit.attention.reference instead")
+
+
+def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
+    """New K/V/Q may be column views of a transposed matmul output: copy only then."""
+    return x if x.stride(-1) == 1 else x.contiguous()
 
 
 def _require_unit_last_stride(**tensors: torch.Tensor) -> None:
