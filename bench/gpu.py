@@ -1,14 +1,18 @@
 """One-command GPU benchmark for labkit; prints markdown tables.
 
-    python bench/gpu.py                      # CUDA, full sizes (a few minutes on one GPU)
-    python bench/gpu.py --device cpu --smoke # tiny sizes; Triton runs under its interpreter
+    python bench/gpu.py                      # CUDA, full sizes (about 5 minutes on one GPU)
+    python bench/gpu.py --device cpu --smoke # tiny sizes, seconds to a minute (checks the script)
+    python bench/gpu.py --only parity,decode # a subset of sections
 
-Each section is a function returning a ``Section`` (title, table, notes), so new sections (engine
-throughput, decode step time vs batch size, ...) slot into ``SECTIONS``.
+Sections: environment; Triton paged-attention kernel vs the reference at several batch sizes and
+context lengths; greedy parity vs ``transformers``; throughput on a heavy-tailed trace vs
+``transformers`` static batches and continuous batching; decode step time vs batch size;
+speculative decoding (n-gram, and the default draft model when it is shipped). The engine
+sections live in ``bench/engine_sections.py`` and ``bench/spec.py``.
 
-Timing: CUDA events around each call after warm-up calls, median of the timed calls. On CPU the
-wall clock is used; Triton under the interpreter runs numpy, so those numbers only show the
-script works, not how fast the kernel is.
+Timing: CUDA events (kernel section) or wall clock around synchronised calls, after warm-up,
+median of the timed calls. On CPU, Triton runs under its interpreter (numpy underneath), so kernel
+times there only show the script works; the engine sections use the reference backend on CPU.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,16 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
+from bench.common import Section, markdown  # noqa: E402
 from labkit.attention import reference  # noqa: E402
 from labkit.attention.metadata import AttentionMetadata  # noqa: E402
-
-
-@dataclass
-class Section:
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ class AttentionCase:
         return len(self.seq_lens)
 
 
-# ----------------------------------------------------------------------------- timing and tables
+# ----------------------------------------------------------------------------- timing
 
 def time_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) -> float:
     """Median milliseconds of ``fn()`` over ``iters`` calls, after ``warmup`` untimed calls."""
@@ -79,14 +76,6 @@ def _median_wall_ms(fn: Callable[[], object], iters: int) -> float:
     return statistics.median(times)
 
 
-def markdown(section: Section) -> str:
-    lines = [f"## {section.title}", "", "| " + " | ".join(section.headers) + " |",
-             "|" + "|".join("---" for _ in section.headers) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in section.rows]
-    lines += [""] + [f"- {note}" for note in section.notes]
-    return "\n".join(lines) + "\n"
-
-
 # ----------------------------------------------------------------------------- environment
 
 def load_triton_backend(device: str):
@@ -101,6 +90,11 @@ def load_triton_backend(device: str):
     return triton_paged if triton_paged.TRITON_AVAILABLE else None
 
 
+def engine_backend(args: argparse.Namespace, backend) -> str:
+    """The engine sections use the Triton kernel on CUDA (when installed), the reference on CPU."""
+    return "triton" if args.device == "cuda" and backend is not None else "reference"
+
+
 def environment_section(args: argparse.Namespace, backend) -> Section:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
     triton_version = "not installed"
@@ -110,8 +104,10 @@ def environment_section(args: argparse.Namespace, backend) -> Section:
     shape = f"{args.num_heads} / {args.num_kv_heads} / {args.head_dim}"
     rows = [["device", gpu], ["torch", torch.__version__], ["triton", triton_version],
             ["TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "unset")],
-            ["dtype", args.dtype], ["heads / kv heads / head dim", shape],
-            ["block size", str(args.block_size)],
+            ["dtype", args.dtype], ["kernel section: heads / kv heads / head dim", shape],
+            ["block size", str(args.block_size)], ["engine attention backend", engine_backend(args, backend)],
+            ["model", args.model or "SmolLM2-135M-Instruct (default)"],
+            ["CPU intra-op threads", str(torch.get_num_threads())],
             ["timing", f"median of {args.iters} after {args.warmup} warm-up"]]
     return Section("Environment", ["item", "value"], rows)
 
@@ -175,6 +171,7 @@ def _context_label(case: AttentionCase) -> str:
 
 
 def attention_section(args: argparse.Namespace, backend) -> Section:
+    """Kernel vs reference time (and max difference) per case."""
     gen = torch.Generator().manual_seed(0)
     rows = [attention_row(case, args, backend, gen) for case in attention_cases(args.smoke)]
     notes = ["reference = labkit.attention.reference (gather by block table + one masked SDPA); "
@@ -190,15 +187,55 @@ def attention_section(args: argparse.Namespace, backend) -> Section:
     return Section("Paged attention: Triton kernel vs reference", headers, rows, notes)
 
 
+# ----------------------------------------------------------------------------- engine sections
+
+def _bench(args: argparse.Namespace, backend):
+    from bench.engine_sections import EngineBench
+
+    if getattr(args, "_engine_bench", None) is None:   # one HF model load shared by the sections
+        args._engine_bench = EngineBench(args.device, args.dtype, engine_backend(args, backend),
+                                         args.model, args.smoke)
+    return args._engine_bench
+
+
+def parity(args: argparse.Namespace, backend) -> Section:
+    from bench.engine_sections import parity_section
+    return parity_section(_bench(args, backend))
+
+
+def throughput(args: argparse.Namespace, backend) -> Section:
+    from bench.engine_sections import throughput_section
+    return throughput_section(_bench(args, backend))
+
+
+def decode(args: argparse.Namespace, backend) -> Section:
+    from bench.engine_sections import decode_steps_section
+    return decode_steps_section(_bench(args, backend))
+
+
+def speculative(args: argparse.Namespace, backend) -> list[Section]:
+    """Single-stream greedy speed-up for n-gram lookup and the default draft (skipped if absent)."""
+    from bench.spec import spec_sections
+
+    ks, workloads, prompts, tokens = ([2], ["chat"], 1, 6) if args.smoke else ([2, 4, 6], ["chat", "code"], 2, 128)
+    config = {"device": args.device, "dtype": args.dtype, "attention_backend": engine_backend(args, backend),
+              "num_blocks": 64}
+    return spec_sections(args.model, ["ngram", "draft"], ks, workloads, prompts, tokens, config)
+
+
 # ----------------------------------------------------------------------------- main
 
-SECTIONS: list[Callable[[argparse.Namespace, object], Section]] = [environment_section, attention_section]
+SECTIONS: dict[str, Callable[[argparse.Namespace, object], Section | list[Section]]] = {
+    "environment": environment_section, "attention": attention_section, "parity": parity,
+    "throughput": throughput, "decode": decode, "spec": speculative}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, few iterations (checks the script runs)")
+    p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: " + ", ".join(SECTIONS))
+    p.add_argument("--model", default=None, help="local HF Llama directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")
     p.add_argument("--num-heads", type=int, default=9, help="default: SmolLM2-135M's 9 query heads")
@@ -207,20 +244,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU intra-op threads (default: 1 with --device cpu, see bench/common.py)")
     args = p.parse_args(argv)
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 5)
     args.iters = args.iters if args.iters is not None else (2 if args.smoke else 20)
+    args.only = [s for s in args.only.split(",") if s]
+    unknown = sorted(set(args.only) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[Section]:
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device visible; use --device cpu --smoke to check the script")
+    if args.threads or args.device == "cpu":
+        torch.set_num_threads(args.threads or 1)
     backend = load_triton_backend(args.device)
-    for make_section in SECTIONS:
-        print(markdown(make_section(args, backend)), flush=True)
+    printed = []
+    for name in args.only:
+        t0 = time.perf_counter()
+        made = SECTIONS[name](args, backend)
+        for section in made if isinstance(made, list) else [made]:
+            section.notes.append(f"section time: {time.perf_counter() - t0:.1f} s")
+            print(markdown(section), flush=True)
+            printed.append(section)
+    return printed
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""``python -m bench`` (``make bench``): every CPU benchmark in sequence, markdown on stdout.
+
+    python -m bench                      # about 15 minutes on the 2-core lab machine
+    python -m bench --quick              # about 5 minutes (``make bench-quick``)
+    python -m bench --only spec          # one of: cpu_engine, baselines, spec
+
+1. ``bench.cpu_engine``: labkit vs ``transformers`` ``generate`` at batch 1 and 16, and batch-1
+   decode against the memory-bandwidth roofline (issue 2).
+2. ``bench.baselines``: the "before" systems against the "after" ones — contiguous vs paged KV,
+   static vs continuous batching (issue 3).
+3. ``bench.spec``: speculative decoding speed-up vs k next to the Leviathan prediction (issue 4).
+
+The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+from bench.common import command_line, load_average
+
+BENCHMARKS = {
+    "cpu_engine": "labkit vs transformers generate, and the bandwidth roofline (issue 2)",
+    "baselines": "before vs after: KV layout and batching policy (issue 3)",
+    "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer rounds, prompts and tokens")
+    size.add_argument("--tiny", action="store_true", help="smoke mode: seconds, numbers meaningless")
+    p.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated: " + ", ".join(BENCHMARKS))
+    p.add_argument("--model", default=None, help="local HF Llama directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1, see bench/common.py)")
+    args = p.parse_args(argv)
+    args.only = [b for b in args.only.split(",") if b]
+    unknown = sorted(set(args.only) - set(BENCHMARKS))
+    if unknown:
+        p.error(f"unknown benchmarks {unknown}; choose from {list(BENCHMARKS)}")
+    return args
+
+
+def flags_for(name: str, args: argparse.Namespace) -> list[str] | None:
+    """The command-line flags one benchmark takes; None when it has no mode for these arguments."""
+    size = ["--quick"] if args.quick else ["--tiny"] if args.tiny else []
+    if name == "baselines":      # no --tiny or --model: the smallest run is --quick
+        return None if args.tiny or args.model else size + ["--threads", str(args.threads)]
+    return size + ["--threads", str(args.threads)] + (["--model", args.model] if args.model else [])
+
+
+def run_one(name: str, args: argparse.Namespace) -> None:
+    flags = flags_for(name, args)
+    print(f"\n---\n\n_{BENCHMARKS[name]}_\n", flush=True)
+    if flags is None:
+        print(f"# {name}\n\n_skipped: no --tiny mode, and it runs the default model only_\n", flush=True)
+        return
+    if name == "baselines":     # the others print their own title and command
+        print(f"# Baselines\n\ncommand: `{command_line('bench.' + name, flags)}`\n", flush=True)
+    module = importlib.import_module(f"bench.{name}")
+    started = time.perf_counter()
+    (module.cli if name == "baselines" else module.main)(flags)
+    print(f"_bench.{name} took {time.perf_counter() - started:.0f} s_\n", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print(f"# labkit CPU benchmarks\n\ncommand: `{command_line('bench', argv)}` — load average at start: "
+          f"{load_average()}\n", flush=True)
+    t0 = time.perf_counter()
+    for name in args.only:
+        run_one(name, args)
+    print(f"_all benchmarks took {time.perf_counter() - t0:.0f} s (wall); load average at end: "
+          f"{load_average()}_", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

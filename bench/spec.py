@@ -1,0 +1,317 @@
+"""Speculative decoding on this CPU: measured speed-up beside the Leviathan prediction (issue 4).
+
+    python -m bench.spec             # n-gram (and the draft model when shipped), k in {1, 2, 4, 6}
+    python -m bench.spec --quick
+
+Single stream, greedy, same process. For every prompt, plain greedy and each (method, k) run once,
+in an order that reverses from prompt to prompt; a workload's speed-up is the plain decode time
+over the speculative decode time summed over its prompts (both produce the same tokens, which
+the table checks). Decode time = every engine step after the prefill step, plus the proposer call
+that ends the prefill step (it drafts for the first decode step): prefill is the same work
+either way. Times are on the process CPU clock with one thread (see
+``bench/common.py``: on this shared machine wall time mostly measures the neighbours).
+
+Estimating α. Leviathan et al. (2023, §3.1) define α as the probability that one draft token is
+accepted, the same at every position. The engine reports ``spec_decode_acceptance_rate`` =
+accepted / drafted (vLLM's definition), which is *not* α: a step stops comparing at the first
+rejection, so later drafts are counted as drafted but were never tried. With k full drafts,
+accepted / drafted = (α + α² + … + α^k) / k, e.g. 0.23 for α = 0.5, k = 4. Each draft position
+that *was* compared is one Bernoulli(α) trial, so the maximum-likelihood estimate is::
+
+    α̂ = Σ accepted / Σ trials,   trials per step = accepted + (1 if a draft was rejected else 0)
+
+which does not depend on k or on how many drafts a step had. Both are printed.
+
+Estimating c (Definition 3.7: one draft step's time over one target step's time). The proposer's
+time per engine step is measured around ``propose``; per draft token that is
+c = proposer time per step / (k · plain decode step time), so that k·c is the proposer's share of
+a speculative step, as in the formula's k·c + 1. For n-gram lookup c is the lookup's cost.
+
+Why measurement and formula differ (the table shows the pieces): the formula assumes every step
+drafts k tokens (n-gram proposes nothing when no n-gram matches: see "proposal rate"), and that
+verifying k + 1 tokens costs one plain step (on a CPU it costs more: see "verify cost").
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from bench.common import (Section, clock_name, command_line, interleaved, markdown, set_clock, set_threads,
+                          timed_method)
+
+WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
+TARGET_SPEEDUP = 1.5     # issue 4: >= 1.5x on one realistic workload at the best k
+PREDICTION_TOLERANCE = 0.15
+
+
+@dataclass
+class RunStats:
+    """One request's run: decode time and what the speculative steps did."""
+
+    decode_s: float
+    token_ids: list[int]
+    decode_steps: int = 0                  # target steps after the prefill step
+    propose_s: float = 0.0                 # proposer time over those steps
+    drafted: list[int] = field(default_factory=list)    # per verification step
+    accepted: list[int] = field(default_factory=list)
+
+    @property
+    def decode_tokens(self) -> int:
+        return max(len(self.token_ids) - 1, 0)
+
+
+# ----------------------------------------------------------------------------- estimators
+
+def acceptance_mle(drafted: list[int], accepted: list[int]) -> float | None:
+    """α̂ = Σ accepted / Σ trials (see the module docstring); None without any trial."""
+    trials = sum(a + (1 if a < d else 0) for d, a in zip(drafted, accepted))
+    return sum(accepted) / trials if trials else None
+
+
+def acceptance_rate(drafted: list[int], accepted: list[int]) -> float | None:
+    """The engine's (and vLLM's) accepted / drafted."""
+    return sum(accepted) / sum(drafted) if sum(drafted) else None
+
+
+# ----------------------------------------------------------------------------- engines
+
+CPU_CONFIG = {"device": "cpu", "dtype": "float32", "num_blocks": 64}
+
+
+def make_llm(model: str | None, spec, config: dict | None = None):
+    """An LLM with ``speculative=spec``; ``config`` overrides EngineConfig fields (CPU fp32 default)."""
+    from labkit import LLM, EngineConfig
+
+    return LLM(model=model, config=EngineConfig(**(config or CPU_CONFIG), speculative=spec), progress=False)
+
+
+def make_engines(model: str | None, methods: list[str], ks: list[int],
+                 config: dict | None = None) -> tuple[dict, list[str]]:
+    """{"plain": LLM, "ngram k=1": LLM, ...} and a note per method that could not be built."""
+    from labkit import SpecConfig
+
+    engines, skipped = {"plain": make_llm(model, None, config)}, []
+    for method in methods:
+        try:
+            for k in ks:
+                spec = SpecConfig(method=method, num_speculative_tokens=k)
+                engines[f"{method} k={k}"] = make_llm(model, spec, config)
+        except Exception as exc:  # an optional method that cannot be built is reported, not fatal
+            engines = {n: e for n, e in engines.items() if not n.startswith(method)}
+            skipped.append(f"{method}: skipped ({type(exc).__name__}: {exc})")
+    return engines, skipped
+
+
+@dataclass
+class Timers:
+    """Durations of every ``engine.step`` and ``proposer.propose`` call of one engine."""
+
+    steps: list[float]
+    proposals: list[float]
+
+    @classmethod
+    def attach(cls, engine) -> "Timers":
+        proposals = timed_method(engine.proposer, "propose") if engine.proposer is not None else []
+        return cls(timed_method(engine, "step"), proposals)
+
+    def clear(self) -> None:
+        self.steps.clear()
+        self.proposals.clear()
+
+
+def run_one(llm, prompt: list[int], max_tokens: int, timers: Timers) -> RunStats:
+    """Serve one prompt (prefill fits one step); decode time, steps, drafts and proposer time."""
+    from labkit import SamplingParams
+    from labkit.hooks import SpecVerified
+
+    verified = []
+    on_verify = llm.engine.hooks.subscribe(verified.append, SpecVerified)
+    timers.clear()
+    try:
+        out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=max_tokens))[0]
+    finally:
+        llm.engine.hooks.unsubscribe(on_verify)
+    # Step 1 is the prefill; its last act is the proposer call that drafts for step 2.
+    decode_s = sum(timers.steps[1:]) + sum(timers.proposals[:1])
+    return RunStats(decode_s, out.token_ids, len(timers.steps) - 1, sum(timers.proposals),
+                    [v.drafted for v in verified], [v.accepted for v in verified])
+
+
+# ----------------------------------------------------------------------------- rows
+
+@dataclass(frozen=True)
+class Row:
+    """One (workload, method, k) aggregated over the workload's prompts."""
+
+    workload: str
+    name: str
+    k: int
+    alpha: float | None
+    accepted_over_drafted: float | None
+    proposal_rate: float
+    c: float
+    tokens_per_step: float
+    verify_cost: float
+    speedup: float
+    identical: str
+
+    @property
+    def prediction(self) -> float | None:
+        from labkit.spec.theory import expected_speedup
+
+        return expected_speedup(self.alpha, self.k, self.c) if self.alpha is not None else None
+
+    @property
+    def predicted_tokens_per_step(self) -> float | None:
+        from labkit.spec.theory import expected_tokens_per_step
+
+        return expected_tokens_per_step(self.alpha, self.k) if self.alpha is not None else None
+
+
+def aggregate(workload: str, name: str, rounds: list[dict[str, RunStats]]) -> Row:
+    """Sum a (method, k) over its prompts, against the plain runs of the same rounds."""
+    k = int(name.split("k=")[1])
+    runs, plain = [r[name] for r in rounds], [r["plain"] for r in rounds]
+    drafted = [d for r in runs for d in r.drafted]
+    accepted = [a for r in runs for a in r.accepted]
+    steps = sum(r.decode_steps for r in runs)
+    plain_step_s = sum(p.decode_s for p in plain) / max(sum(p.decode_tokens for p in plain), 1)
+    spec_step_s = sum(r.decode_s for r in runs) / max(steps, 1)
+    propose_step_s = sum(r.propose_s for r in runs) / max(steps, 1)
+    same = sum(r.token_ids == p.token_ids for r, p in zip(runs, plain))
+    return Row(workload, name, k, acceptance_mle(drafted, accepted), acceptance_rate(drafted, accepted),
+               len(drafted) / max(steps, 1), propose_step_s / (k * plain_step_s),
+               sum(r.decode_tokens for r in runs) / max(steps, 1),
+               (spec_step_s - propose_step_s) / plain_step_s,
+               sum(p.decode_s for p in plain) / max(sum(r.decode_s for r in runs), 1e-9), f"{same}/{len(runs)}")
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table_row(row: Row) -> list[str]:
+    slower = " (slower)" if row.speedup < 1 else ""
+    return [row.workload, str(row.k), _fmt(row.alpha), _fmt(row.accepted_over_drafted),
+            f"{100 * row.proposal_rate:.0f} %", _fmt(row.c, ".3f"),
+            f"{row.tokens_per_step:.2f} / {_fmt(row.predicted_tokens_per_step)}", f"{row.verify_cost:.2f}",
+            f"**{row.speedup:.2f}x**{slower}", f"{_fmt(row.prediction)}x", row.identical]
+
+
+HEADERS = ["workload", "k", "α (per-token MLE)", "accepted / drafted", "proposal rate", "c",
+           "tokens / step: measured / formula", "verify cost (plain steps)", "speed-up measured",
+           "Leviathan prediction", "output identical"]
+
+
+def method_section(method: str, rows: list[Row], max_tokens: int, num_prompts: int) -> Section:
+    notes = [f"{num_prompts} held-out prompt(s) per workload, greedy, up to {max_tokens} new tokens (EOS "
+             "honoured; speculative and plain runs produce the same tokens, see the last column)",
+             f"speed-up = plain decode time / speculative decode time ({clock_name()} clock, first token to "
+             "last), summed over the workload's prompts; plain and speculative runs interleave, order "
+             "reversing per prompt",
+             "Leviathan prediction = (1 − α^(k+1)) / ((1 − α)(k·c + 1)) (Leviathan et al. 2023, Thm 3.8) "
+             "with the α and c measured in the same runs",
+             "proposal rate = verification steps / decode steps (a step without drafts is a plain step); "
+             "verify cost = (speculative step time − proposer time) / plain decode step time"]
+    notes += verdicts(rows)
+    body = [table_row(r) for r in rows]
+    return Section(f"Speculative decoding: {method} (single stream, greedy)", HEADERS, body, notes)
+
+
+def verdicts(rows: list[Row]) -> list[str]:
+    """Plain-language lines: best k per workload, slower cases, prediction gaps."""
+    lines = []
+    for workload in dict.fromkeys(r.workload for r in rows):
+        best = max((r for r in rows if r.workload == workload), key=lambda r: r.speedup)
+        mark = "meets" if best.speedup >= TARGET_SPEEDUP else "misses"
+        lines.append(f"{workload}: best k = {best.k} at {best.speedup:.2f}x ({mark} the "
+                     f"{TARGET_SPEEDUP}x target of issue 4)")
+    slower = [f"{r.workload} k={r.k} ({r.speedup:.2f}x)" for r in rows if r.speedup < 1]
+    if slower:
+        lines.append("SLOWER than plain greedy: " + ", ".join(slower))
+    off = [f"{r.workload} k={r.k}" for r in rows if r.prediction and
+           abs(r.speedup / r.prediction - 1) > PREDICTION_TOLERANCE]
+    if off:
+        lines.append(f"measured more than {100 * PREDICTION_TOLERANCE:.0f} % away from the prediction: "
+                     + ", ".join(off))
+    return lines
+
+
+# ----------------------------------------------------------------------------- main
+
+def workload_prompts(tokenizer, name: str, count: int) -> list[list[int]]:
+    from labkit.traces import load_prompts
+
+    return [tokenizer.encode_prompt(p) for p in load_prompts(name, "heldout")[:count]]
+
+
+def measure(engines: dict, timers: dict[str, Timers], prompts: list[list[int]], max_tokens: int,
+            start: int) -> list[dict[str, RunStats]]:
+    """One interleaved round per prompt over all engines."""
+    rounds = []
+    for i, prompt in enumerate(prompts):
+        runs = {name: (lambda llm=llm, t=timers[name]: run_one(llm, prompt, max_tokens, t))
+                for name, llm in engines.items()}
+        rounds += interleaved(runs, 1, start=start + i)
+    return rounds
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one prompt per workload, fewer tokens")
+    p.add_argument("--tiny", action="store_true", help="smoke mode: a few tokens (seconds)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1, see bench/common.py)")
+    p.add_argument("--clock", choices=["auto", "cpu", "wall"], default="auto",
+                   help="auto: process CPU time with one thread, else wall time")
+    p.add_argument("--methods", default="ngram,draft")
+    p.add_argument("--ks", default="1,2,4,6")
+    p.add_argument("--workloads", default=",".join(w for w, _ in WORKLOADS))
+    p.add_argument("--prompts", type=int, default=None, help="prompts per workload (default 2, quick 1)")
+    p.add_argument("--max-tokens", type=int, default=None, help="default 96, quick 48")
+    args = p.parse_args(argv)
+    size = "tiny" if args.tiny else "quick" if args.quick else "full"
+    prompts, tokens = {"full": (2, 96), "quick": (1, 48), "tiny": (1, 6)}[size]
+    args.prompts, args.max_tokens = args.prompts or prompts, args.max_tokens or tokens
+    args.methods = [m for m in args.methods.split(",") if m]
+    args.ks = [int(k) for k in args.ks.split(",")]
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    return args
+
+
+def run(args: argparse.Namespace) -> list[Section]:
+    set_clock(args.clock, set_threads(args.threads))
+    return spec_sections(args.model, args.methods, args.ks, args.workloads, args.prompts, args.max_tokens)
+
+
+def spec_sections(model: str | None, methods: list[str], ks: list[int], workloads: list[str],
+                  num_prompts: int, max_tokens: int, config: dict | None = None) -> list[Section]:
+    """Build the engines, warm them up, measure every workload; one table per method."""
+    engines, skipped = make_engines(model, methods, ks, config)
+    timers = {name: Timers.attach(llm.engine) for name, llm in engines.items()}
+    tokenizer = engines["plain"].tokenizer
+    measure(engines, timers, workload_prompts(tokenizer, "chat", 1), 4, start=0)      # warm-up
+    rows: dict[str, list[Row]] = {}
+    for w, (name, label) in enumerate(wl for wl in WORKLOADS if wl[0] in workloads):
+        rounds = measure(engines, timers, workload_prompts(tokenizer, name, num_prompts), max_tokens, start=w)
+        for engine_name in engines:
+            if engine_name != "plain":
+                rows.setdefault(engine_name.split()[0], []).append(aggregate(label, engine_name, rounds))
+    sections = [method_section(m, rs, max_tokens, num_prompts) for m, rs in rows.items()]
+    if skipped:
+        sections.append(Section("Speculative decoding: skipped methods", ["method"], [[s] for s in skipped]))
+    return sections
+
+
+def main(argv: list[str] | None = None) -> list[Section]:
+    args = parse_args(argv)
+    print(f"# Speculative decoding on CPU\n\ncommand: `{command_line('bench.spec', argv)}`\n", flush=True)
+    sections = run(args)
+    for s in sections:
+        print(markdown(s), flush=True)
+    return sections
+
+
+if __name__ == "__main__":
+    main()

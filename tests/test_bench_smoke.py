@@ -1,0 +1,140 @@
+"""The benchmarks run end to end (tiny sizes, a 2-layer random model), so they do not rot.
+
+Timings are not checked: these runs take seconds and their numbers mean nothing. What is checked
+is that every table is produced with the rows it promises, and the few pure helpers the numbers
+rest on (the acceptance estimator, the parity rule) compute what their docstrings say.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from bench import common, spec
+from bench.engine_sections import compare_greedy
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return str(common.tiny_model_dir(tmp_path_factory.mktemp("tiny-bench-model")))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _titles(sections) -> list[str]:
+    return [s.title for s in sections]
+
+
+def test_cpu_engine_benchmark_prints_batch1_and_batched_tables(tiny_model, capsys):
+    from bench import cpu_engine
+
+    sections = cpu_engine.main(["--tiny", "--model", tiny_model, "--batch", "3"])
+    assert _titles(sections) == ["Environment", "Batch 1: labkit vs transformers generate",
+                                 "Batch 3: labkit vs transformers generate"]
+    batch1 = sections[1]
+    assert [r[0] for r in batch1.rows] == ["labkit", "transformers generate", "**ratio labkit / transformers**"]
+    assert any("greedy tokens identical to transformers in 2/2 rounds" in n for n in batch1.notes)
+    assert "python -m bench.cpu_engine --tiny" in capsys.readouterr().out
+
+
+def test_spec_benchmark_prints_one_row_per_workload_and_k_with_identical_output(tiny_model):
+    sections = spec.main(["--tiny", "--model", tiny_model, "--ks", "1,3", "--methods", "ngram",
+                          "--workloads", "copy,code"])
+    table = sections[0]
+    assert table.title.startswith("Speculative decoding: ngram")
+    assert [(r[0], r[1]) for r in table.rows] == [("copy-heavy editing", "1"), ("copy-heavy editing", "3"),
+                                                  ("code", "1"), ("code", "3")]
+    assert all(r[-1] == "1/1" for r in table.rows)     # speculative output == plain greedy output
+
+
+def test_spec_benchmark_reports_a_method_it_cannot_build_as_skipped(tiny_model, monkeypatch):
+    def no_draft(*args, **kwargs):
+        raise FileNotFoundError("no draft weights here")
+
+    real = spec.make_llm
+    monkeypatch.setattr(spec, "make_llm", lambda model, s, config=None: no_draft() if s and s.method == "draft"
+                        else real(model, s, config))
+    sections = spec.main(["--tiny", "--model", tiny_model, "--ks", "2", "--methods", "ngram,draft",
+                          "--workloads", "chat"])
+    assert _titles(sections)[-1] == "Speculative decoding: skipped methods"
+    assert "draft: skipped (FileNotFoundError: no draft weights here)" in sections[-1].rows[0][0]
+
+
+def test_gpu_benchmark_engine_sections_run_on_cpu_in_smoke_mode(tiny_model):
+    from bench import gpu
+
+    sections = gpu.main(["--device", "cpu", "--smoke", "--model", tiny_model,
+                         "--only", "environment,parity,throughput,decode,spec"])
+    titles = _titles(sections)
+    assert titles[:5] == ["Environment", "Greedy parity vs transformers", "Throughput on a heavy-tailed trace",
+                          "Decode step time vs batch size", "Speculative decoding: ngram (single stream, greedy)"]
+    assert all(row[-1].startswith("pass") for row in sections[1].rows)          # fp32 parity
+    assert [r[0] for r in sections[3].rows] == ["1", "2", "4"]
+
+
+def test_make_bench_runs_every_cpu_benchmark_in_sequence(tiny_model, capsys):
+    from bench.__main__ import main
+
+    main(["--tiny", "--model", tiny_model])
+    out = capsys.readouterr().out
+    assert "# labkit vs transformers on CPU" in out and "# Speculative decoding on CPU" in out
+    assert "# baselines\n\n_skipped" in out              # it has no tiny mode
+    assert out.index("labkit vs transformers") < out.index("Speculative decoding")
+
+
+def test_linear_rows_benchmark_times_every_formulation(tiny_model):
+    from bench import linear_rows
+
+    section = linear_rows.main(["--threads", "1", "--rows", "1,2", "--rounds", "1", "--model", tiny_model])[0]
+    assert [r[0] for r in section.rows] == ["1", "2"]
+    assert section.rows[0][-1] in linear_rows.FORMULATIONS or section.rows[0][-1] == "labkit linear()"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+                    reason="the kernel section needs a GPU or Triton's interpreter")
+def test_gpu_benchmark_kernel_section_agrees_with_the_reference(tiny_model):
+    pytest.importorskip("triton", reason="triton is not installed")
+    from bench import gpu
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    section = gpu.main(["--device", device, "--smoke", "--only", "attention", "--iters", "1", "--warmup", "0"])[0]
+    assert all(float(row[-1]) < 1e-4 for row in section.rows)                  # max abs diff, fp32
+
+
+# ----------------------------------------------------------------------------- helpers the numbers rest on
+
+def test_acceptance_mle_counts_only_draft_tokens_that_were_compared():
+    # Step 1: all 4 drafts accepted (4 trials). Step 2: 1 accepted, then a rejection (2 trials);
+    # its last 2 drafts were never compared. Step 3: 2 drafts, first rejected (1 trial).
+    assert spec.acceptance_mle([4, 4, 2], [4, 1, 0]) == pytest.approx(5 / 7)
+    assert spec.acceptance_rate([4, 4, 2], [4, 1, 0]) == pytest.approx(5 / 10)
+    assert spec.acceptance_mle([], []) is None
+
+
+def test_accepted_over_drafted_underestimates_alpha_for_long_drafts():
+    # With alpha = 0.5 and k = 4 on every step, accepted/drafted tends to (a + a^2 + a^3 + a^4)/4.
+    gen = torch.Generator().manual_seed(0)
+    drafted, accepted = [], []
+    for _ in range(20000):
+        ok = torch.rand(4, generator=gen) < 0.5
+        n = int(ok.int().cumprod(0).sum())
+        drafted.append(4)
+        accepted.append(n)
+    assert spec.acceptance_mle(drafted, accepted) == pytest.approx(0.5, abs=0.01)
+    assert spec.acceptance_rate(drafted, accepted) == pytest.approx(0.9375 / 4, abs=0.01)
+
+
+def test_parity_rule_allows_a_near_tie_only_at_the_first_divergence():
+    top5 = [[1, 9, 8, 7, 6], [2, 9, 8, 7, 6], [3, 5, 8, 7, 6]]
+    assert compare_greedy([1, 2, 3], top5, [1, 2, 3], top5) == ("none", "pass (identical)")
+    near = [[1, 9, 8, 7, 6], [2, 9, 8, 7, 6], [5, 3, 8, 7, 6]]
+    assert compare_greedy([1, 2, 3], top5, [1, 2, 5], near) == ("2", "pass (near-tie)")
+    far = [[1, 9, 8, 7, 6], [2, 9, 8, 7, 6], [4, 0, 8, 7, 6]]
+    assert compare_greedy([1, 2, 3], top5, [1, 2, 4], far)[1].startswith("FAIL")
