@@ -62,7 +62,9 @@ def test_eos_inside_accepted_drafts_stops_the_request(llm):
 
 
 def test_verification_under_preemption_keeps_output(prompts, plain):
-    llm = ngram_llm(4, num_blocks=14, block_size=16)
+    # The longest prompt + max_tokens needs 25 blocks of 16; 28 blocks hold it but not all eight requests
+    # (about 95 blocks together), so the scheduler must preempt while drafts are in flight.
+    llm = ngram_llm(4, num_blocks=28, block_size=16)
     got = [o.token_ids for o in llm.generate(prompts, GREEDY)]
     assert llm.engine.stats()["num_preemptions"] > 0
     assert got == plain
