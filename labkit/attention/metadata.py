@@ -17,7 +17,7 @@ New K/V are written to ``slot_mapping[i]`` for flat token i before attention rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +34,9 @@ class AttentionMetadata:
     # Host-side copies, so backends never synchronise a device to read sizes.
     query_lens_list: list[int]
     seq_lens_list: list[int]
+    # Per-forward scratch for backends: index tensors and masks that are the same in every layer are
+    # built once per step (first layer) and reused by the others. Not part of the contract.
+    scratch: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_seqs(self) -> int:

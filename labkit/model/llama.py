@@ -20,18 +20,27 @@ from torch import nn
 from labkit.attention.metadata import AttentionMetadata
 from labkit.model.loader import ModelConfig
 
-# Below this many rows, (W @ xᵀ)ᵀ beats F.linear on CPU: it keeps 2-8 rows near the cost of one.
-_SMALL_BATCH_ROWS = 16
+# Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T. Measured with
+# torch 2.13 (MKL) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`):
+# F.linear's gemv/gemm is fastest for 1-6 rows, while 7-16 rows run 1.2-1.6x faster as (W @ xᵀ)ᵀ,
+# which keeps them near the cost of 12-16 rows; above that both paths cost the same.
+_MM_ROWS = range(7, 17)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x: [T, in], weight: [out, in] -> [T, out]."""
-    if x.shape[0] <= _SMALL_BATCH_ROWS and x.device.type == "cpu":
+    if x.shape[0] in _MM_ROWS and x.device.type == "cpu":
         return torch.mm(weight, x.t()).t()
     return F.linear(x, weight)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm.
+
+    fp32 input takes torch's fused kernel (one op instead of six; bit-identical to the written-out
+    form, which tests/test_attention.py checks); other dtypes upcast as Hugging Face does."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return torch.rms_norm(x, weight.shape, weight, eps)
     dtype = x.dtype
     x32 = x.to(torch.float32)
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
@@ -50,10 +59,19 @@ class Rotary(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
+        self._last: tuple | None = None   # (positions, dtype, cos, sin) of the previous call
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: [T, heads, head_dim]; positions: [T]."""
-        cos = self.cos[positions].to(x.dtype)[:, None, :]
-        sin = self.sin[positions].to(x.dtype)[:, None, :]
+        # Every layer (q and k) of one forward pass rotates by the same positions tensor: look the
+        # angles up once. Holding the tensor keeps the identity check sound.
+        last = self._last
+        if last is not None and last[0] is positions and last[1] == x.dtype:
+            cos, sin = last[2], last[3]
+        else:
+            cos = self.cos[positions].to(x.dtype)[:, None, :]
+            sin = self.sin[positions].to(x.dtype)[:, None, :]
+            self._last = (positions, x.dtype, cos, sin)
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
@@ -78,10 +96,11 @@ class LlamaLayer(nn.Module):
     def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType):
         T = x.shape[0]
         residual = x
-        q, k, v = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj).split(self.split, -1)
-        q = rotary(q.reshape(T, self.num_heads, self.head_dim), positions)
-        k = rotary(k.reshape(T, self.num_kv_heads, self.head_dim), positions)
-        v = v.reshape(T, self.num_kv_heads, self.head_dim)
+        qkv = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
+        # q and k heads sit side by side in the fused output: rotate them in one call.
+        qk = rotary(qkv[:, :self.split[0] + self.split[1]].reshape(T, -1, self.head_dim), positions)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+        v = qkv[:, self.split[0] + self.split[1]:].reshape(T, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         attn = backend.paged_attention(q, key_cache, value_cache, meta, self.head_dim ** -0.5)
