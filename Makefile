@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.labkit-setup-done
 PORT ?= 8866
 
-.PHONY: setup lab test test-fast bench bench-quick bench-gpu dashboard strip-outputs clean-venv
+.PHONY: setup lab test test-fast bench bench-quick bench-gpu draft dashboard strip-outputs clean-venv
 
 setup: $(STAMP)
 
@@ -38,6 +38,10 @@ bench-quick: setup
 
 bench-gpu: setup
 	$(PY) bench/gpu.py
+
+# Rebuild the default draft model in data/drafts/ (about 30 minutes; see data/drafts/README.md).
+draft: setup
+	PYTHONPATH=. $(PY) scripts/train_draft.py --regenerate
 
 # Voila 0.5.13 never sets the _xsrf cookie its own page-close beacon needs (voila-dashboards/voila#1458),
 # so a closed page's kernel would keep running: accept the beacon (loopback only; it names an
