@@ -38,7 +38,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm.
 
     fp32 input takes torch's fused kernel (one op instead of six; bit-identical to the written-out
-    form, which tests/test_attention.py checks); other dtypes upcast as Hugging Face does."""
+    form, which tests/test_model_ops.py checks); other dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         return torch.rms_norm(x, weight.shape, weight, eps)
     dtype = x.dtype
