@@ -22,8 +22,9 @@ from labkit.model.loader import ModelConfig
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T. Measured with
 # torch 2.13 (MKL) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`):
-# F.linear's gemv/gemm is fastest for 1-6 rows, while 7-16 rows run 1.2-1.6x faster as (W @ xᵀ)ᵀ,
-# which keeps them near the cost of 12-16 rows; above that both paths cost the same.
+# F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14 rows
+# (W @ xᵀ)ᵀ was 1.1-1.7x faster (both about equal at 16); above 16 rows both paths cost the same. bf16
+# weights behave differently (flat in rows), so this applies to the fp32 CPU path it was measured on.
 _MM_ROWS = range(7, 17)
 
 
