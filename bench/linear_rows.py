@@ -7,7 +7,7 @@ A decode step multiplies T rows (T = batch size, or k + 1 when verifying k draft
 matrix of the model. Memory-bound, T rows should cost about what one row costs, since the weights
 are read once either way; how close a formulation gets depends on the BLAS kernel it lands in.
 ``labkit.model.llama.linear`` picks between ``F.linear(x, W)`` and ``(W @ xᵀ)ᵀ`` by T (for T in
-``_MM_ROWS`` on CPU it uses the latter); this table is the evidence for that choice on
+``_MM_ROWS[dtype]`` on CPU it uses the latter); this table is the evidence for that choice on
 the machine at hand. The weights are the default model's, fused as the engine holds them (qkv,
 o, gate_up, down per layer, then the LM head).
 """
@@ -56,7 +56,8 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
         table.append([str(t)] + [f"{ms[n]:.1f} ({ms[n] / one_row[n]:.2f}x)" for n in formulations] + [best])
     notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
              "relative to the same formulation at T = 1",
-             f"labkit linear() uses (W @ xᵀ)ᵀ for T in {llama._MM_ROWS.start}..{llama._MM_ROWS.stop - 1}"]
+             f"labkit linear() uses (W @ xᵀ)ᵀ for fp32 T in {llama._MM_ROWS[torch.float32].start}.."
+             f"{llama._MM_ROWS[torch.float32].stop - 1}"]
     return Section(f"Weight sweep vs rows, {threads} thread(s)", ["rows T", *formulations, "fastest"], table, notes)
 
 

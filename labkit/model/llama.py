@@ -21,16 +21,16 @@ from labkit.attention.metadata import AttentionMetadata
 from labkit.model.loader import ModelConfig
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T. Measured with
-# torch 2.13 (MKL) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`):
-# F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14 rows
-# (W @ xᵀ)ᵀ was 1.1-1.7x faster (both about equal at 16); above 16 rows both paths cost the same. bf16
-# weights behave differently (flat in rows), so this applies to the fp32 CPU path it was measured on.
-_MM_ROWS = range(7, 17)
+# torch 2.13 (MKL/oneDNN) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`).
+# fp32: F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14
+# rows (W @ xᵀ)ᵀ was 1.1-1.7x faster (about equal at 16); above 16 rows both cost the same.
+# bf16 (AMX): (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (27-35 ms a sweep) where F.linear takes 39-45 ms.
+_MM_ROWS = {torch.float32: range(7, 17), torch.bfloat16: range(2, 17)}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x: [T, in], weight: [out, in] -> [T, out]."""
-    if x.shape[0] in _MM_ROWS and x.device.type == "cpu":
+    if x.device.type == "cpu" and x.shape[0] in _MM_ROWS.get(x.dtype, ()):
         return torch.mm(weight, x.t()).t()
     return F.linear(x, weight)
 
