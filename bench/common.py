@@ -59,6 +59,17 @@ def command_line(module: str, argv: list[str] | None) -> str:
     return " ".join(["python", "-m", module, *args])
 
 
+def report(title: str, module: str, argv: list[str] | None, sections) -> list:
+    """Print a benchmark's markdown report: title, the command that reproduces it, then each section as it
+    is produced (``sections`` may be a generator), flushing so long runs show progress. Returns the sections."""
+    print(f"# {title}\n\ncommand: `{command_line(module, argv)}`\n", flush=True)
+    done = []
+    for section in sections:
+        print(markdown(section), flush=True)
+        done.append(section)
+    return done
+
+
 # ----------------------------------------------------------------------------- timing
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}

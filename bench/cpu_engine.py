@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.common import (Section, TokenClock, clock_name, command_line, environment_rows, hf_model,
-                          interleaved, left_padded, markdown, mean_gap, measure_read_bandwidth, median,
-                          set_clock, set_threads, timed, token_times)
+from bench.common import (Section, TokenClock, clock_name, environment_rows, hf_model, interleaved, left_padded,
+                          mean_gap, measure_read_bandwidth, median, report, set_clock, set_threads, timed,
+                          token_times)
 
 TARGET_BATCH1 = 1.3     # issue 2: batch-1 decode >= 1.3x HF generate
 TARGET_BATCHED = 1.2    # issue 2: batch 16 >= 1.2x HF generate
@@ -221,12 +221,7 @@ def run(args: argparse.Namespace) -> list[Section]:
 
 
 def main(argv: list[str] | None = None) -> list[Section]:
-    args = parse_args(argv)
-    print(f"# labkit vs transformers on CPU\n\ncommand: `{command_line('bench.cpu_engine', argv)}`\n", flush=True)
-    sections = run(args)
-    for s in sections:
-        print(markdown(s), flush=True)
-    return sections
+    return report("labkit vs transformers on CPU", "bench.cpu_engine", argv, run(parse_args(argv)))
 
 
 if __name__ == "__main__":

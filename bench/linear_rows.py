@@ -19,7 +19,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from bench.common import Section, command_line, interleaved, markdown, median, set_clock, set_threads, timed
+from bench.common import (Section, interleaved, median, report, set_clock, set_threads, timed)
 
 FORMULATIONS = {
     "F.linear(x, W)": lambda x, w: F.linear(x, w),
@@ -75,12 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> list[Section]:
     args = parse_args(argv)
-    print(f"# Weight sweep vs rows\n\ncommand: `{command_line('bench.linear_rows', argv)}`\n", flush=True)
     weights = model_weights(args.model)
-    sections = [rows_section(weights, t, args.rows, args.rounds) for t in args.threads]
-    for s in sections:
-        print(markdown(s), flush=True)
-    return sections
+    return report("Weight sweep vs rows", "bench.linear_rows", argv,
+                  (rows_section(weights, t, args.rows, args.rounds) for t in args.threads))
 
 
 if __name__ == "__main__":

@@ -37,8 +37,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from bench.common import (Section, clock_name, command_line, interleaved, markdown, set_clock, set_threads,
-                          timed_method)
+from bench.common import (Section, clock_name, interleaved, report, set_clock, set_threads, timed_method)
 
 WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
 TARGET_SPEEDUP = 1.5     # issue 4: >= 1.5x on one realistic workload at the best k
@@ -332,12 +331,7 @@ def spec_sections(model: str | None, methods: list[str], ks: list[int], workload
 
 
 def main(argv: list[str] | None = None) -> list[Section]:
-    args = parse_args(argv)
-    print(f"# Speculative decoding on CPU\n\ncommand: `{command_line('bench.spec', argv)}`\n", flush=True)
-    sections = run(args)
-    for s in sections:
-        print(markdown(s), flush=True)
-    return sections
+    return report("Speculative decoding on CPU", "bench.spec", argv, run(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -34,23 +34,9 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
 @pytest.fixture(scope="module")
 def tiny_llama_dir(tmp_path_factory):
     """2 layers, 4 query heads over 2 K/V heads (GQA), head dim 16; the default model's tokenizer."""
-    import shutil
+    from bench.common import tiny_model_dir
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from labkit.model.loader import resolve_model_dir
-
-    model_dir = resolve_model_dir(None, progress=False)
-    path = tmp_path_factory.mktemp("tiny-llama-triton")
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(str(path))
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (model_dir / name).is_file():
-            shutil.copy(model_dir / name, path / name)
-    return path
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama-triton"), num_layers=2, hidden=64)
 
 
 def _greedy(model_dir, backend: str, prompts: list[list[int]], **config) -> list[list[int]]:

@@ -35,7 +35,6 @@ class _GroupPlan:
     """How one group of sequences (decode, or everything else) is gathered, masked and scattered."""
 
     slots: torch.Tensor              # [B, L] cache slot of each context position (padding: position 0)
-    flat_slots: torch.Tensor         # the same, flattened for index_select
     tok: torch.Tensor                # [B, Q] flat query-token index of each padded query row
     mask: torch.Tensor | None        # [B, 1, Q, L] SDPA mask; None when every query sees every key
     row_valid: torch.Tensor | None   # [B, Q] real (not padding) rows; None if all are real
@@ -62,9 +61,9 @@ def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> to
     """Gather this layer's K/V for the group and run SDPA: returns [B, Q, H, D]."""
     num_kv_heads, head_dim = key_cache.shape[-2:]
     # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
-    shape = (*plan.slots.shape, num_kv_heads, head_dim)
-    k = key_cache.view(-1, num_kv_heads, head_dim).index_select(0, plan.flat_slots).view(shape)  # [B, L, Hkv, D]
-    v = value_cache.view(-1, num_kv_heads, head_dim).index_select(0, plan.flat_slots).view(shape)
+    flat, shape = plan.slots.view(-1), (*plan.slots.shape, num_kv_heads, head_dim)
+    k = key_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat).view(shape)  # [B, L, Hkv, D]
+    v = value_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat).view(shape)
     if plan.contiguous:
         q = query.reshape(*plan.tok.shape, *query.shape[1:]).transpose(1, 2)   # [B, H, Q, D], no gather
     else:
@@ -123,4 +122,4 @@ def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, devic
         mask = (mask | (~row_valid[:, :, None] & (pos[None, None, :] == 0)))[:, None]
     contiguous = (not padded_rows and sum(q_lens) == num_tokens
                   and [starts[s] for s in seqs] == starts[:-1] and seqs == sorted(seqs))
-    return _GroupPlan(slots, slots.reshape(-1), tok, mask, row_valid if padded_rows else None, contiguous)
+    return _GroupPlan(slots.contiguous(), tok, mask, row_valid if padded_rows else None, contiguous)
