@@ -24,9 +24,11 @@ def test_fused_rms_norm_is_bit_identical_to_the_written_out_form(rows):
     assert torch.equal(rms_norm(x, w, 1e-5), hf_rms_norm(x, w, 1e-5))
 
 
-def test_rms_norm_upcasts_low_precision_inputs_like_hugging_face():
-    x = torch.randn(5, 64).to(torch.bfloat16)
-    w = torch.randn(64).to(torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rms_norm_upcasts_low_precision_inputs_like_hugging_face(dtype):
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(33, 576, generator=g) * 3).to(dtype)
+    w = torch.randn(576, generator=g).to(dtype)
     assert torch.equal(rms_norm(x, w, 1e-6), hf_rms_norm(x, w, 1e-6))
 
 
@@ -39,3 +41,15 @@ def test_linear_equals_f_linear_for_every_row_count(rows, dtype):
     assert got.shape == want.shape and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("rows", [2, 3, 5, 9, 16])
+def test_bf16_linear_gives_each_row_the_same_bits_at_any_row_count(rows):
+    # One bf16 row is computed as two copies of itself; it must be exactly the row it would be
+    # inside a larger batch (speculative verification relies on rows not depending on batch size).
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 96, generator=g).to(torch.bfloat16)
+    w = torch.randn(200, 96, generator=g).to(torch.bfloat16)
+    batched = linear(x, w)
+    for i in range(rows):
+        assert torch.equal(linear(x[i:i + 1], w), batched[i:i + 1])

@@ -24,14 +24,24 @@ from labkit.model.loader import ModelConfig
 # torch 2.13 (MKL/oneDNN) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`).
 # fp32: F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14
 # rows (W @ xᵀ)ᵀ was 1.1-1.7x faster (about equal at 16); above 16 rows both cost the same.
-# bf16 (AMX): (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (27-35 ms a sweep) where F.linear takes 39-45 ms.
+# bf16 (AMX): (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (25-28 ms a sweep) where F.linear takes 39-47 ms,
+# and one row through (W @ xᵀ)ᵀ is *slower* (59 ms): so a single bf16 row is computed as two copies
+# of itself (the duplicate costs nothing; each output row is bit-identical whatever the row count).
 _MM_ROWS = {torch.float32: range(7, 17), torch.bfloat16: range(2, 17)}
+_MM_PAD_ONE_ROW = {torch.bfloat16}
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x: [T, in], weight: [out, in] -> [T, out]."""
-    if x.device.type == "cpu" and x.shape[0] in _MM_ROWS.get(x.dtype, ()):
-        return torch.mm(weight, x.t()).t()
+def linear(x: torch.Tensor, weight) -> torch.Tensor:
+    """x: [T, in], weight: [out, in] (a tensor, or a module such as ``quant.Int4Linear``) -> [T, out]."""
+    if not isinstance(weight, torch.Tensor):
+        return weight(x)
+    if x.device.type == "cpu":
+        rows = x.shape[0]
+        if rows in _MM_ROWS.get(x.dtype, ()):
+            return torch.mm(weight, x.t()).t()
+        if rows == 1 and x.dtype in _MM_PAD_ONE_ROW:
+            # One row costs more than two here: compute the row twice and keep one copy.
+            return torch.mm(weight, x.expand(2, -1).t()).t()[:1]
     return F.linear(x, weight)
 
 
@@ -42,10 +52,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     form, which tests/test_model_ops.py checks); other dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         return torch.rms_norm(x, weight.shape, weight, eps)
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
+    # Hugging Face: normalise in fp32, round to the input dtype, then scale by the weight.
+    return weight * torch.rms_norm(x.to(torch.float32), weight.shape, None, eps).to(x.dtype)
 
 
 class Rotary(nn.Module):
