@@ -24,7 +24,8 @@ class SpecConfig:
 
     ``num_speculative_tokens`` is k, the number of tokens proposed per step. For n-gram lookup the
     proposer searches the request's own tokens for the longest suffix match of length in
-    [prompt_lookup_min, prompt_lookup_max]. ``draft_model`` is a path; None means the shipped default.
+    [prompt_lookup_min, prompt_lookup_max]. ``draft_model`` is a path; None means the shipped default;
+    ``"target-int4"`` drafts with a 4-bit copy of the target itself (``labkit.model.quant``).
     """
 
     method: str = "ngram"

@@ -155,3 +155,23 @@ def test_missing_or_foreign_draft_files_raise_clear_errors(llm, tmp_path):
     save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match="not a labkit draft"):
         load_draft(tmp_path / "other.safetensors", target)
+
+
+# ------------------------------------------------------------------ the 4-bit copy of the target
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_the_4bit_copy_of_the_target_drafts_losslessly_and_is_mostly_accepted(plain_greedy, k):
+    llm = draft_llm("target-int4", k)
+    assert [o.token_ids for o in llm.generate(PARITY_PROMPTS, GREEDY_BATCH)] == plain_greedy
+    stats = spec_stats(llm)
+    # The copy is the target up to 4-bit rounding: far closer than any trained small draft.
+    assert stats["spec_decode_acceptance_rate"] > 0.5, stats["spec_decode_acceptance_rate"]
+    assert llm.engine.proposer.kv.usage() == 0.0
+
+
+def test_the_4bit_copy_reads_a_fraction_of_the_targets_weight_bytes(llm):
+    from labkit.model.quant import Int4Linear, weight_bytes
+
+    copy = load_draft("target-int4", llm.engine.runner.model)
+    assert isinstance(copy.layers[0].qkv_proj, Int4Linear) and isinstance(copy.lm_head, Int4Linear)
+    assert weight_bytes(copy) < weight_bytes(llm.engine.runner.model) / 5

@@ -48,6 +48,7 @@ from labkit.spec.factory import draft_budget
 DRAFT_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 DEFAULT_DRAFT = DRAFT_DIR / "smollm2-135m-draft.safetensors"
 DRAFT_FORMAT = "labkit-draft-v1"
+TARGET_INT4 = "target-int4"   # draft_model name: the target itself, re-quantised to 4 bits (quant.py)
 
 
 class DraftLlama(LlamaModel):
@@ -127,8 +128,13 @@ def save_draft(path: str | Path, model: DraftLlama, info: dict) -> None:
 
 
 def load_draft(path: str | Path | None, target: LlamaModel) -> DraftLlama | LlamaModel:
-    """None -> the shipped default; a labkit draft file; or a local HF Llama directory (a full
-    model with its own embedding; it must use the target's tokenizer/vocabulary)."""
+    """None -> the shipped default; ``"target-int4"`` -> a 4-bit copy of the target; a labkit draft
+    file; or a local HF Llama directory (a full model with its own embedding; it must use the
+    target's tokenizer/vocabulary)."""
+    if path == TARGET_INT4:
+        from labkit.model.quant import quantized_copy
+
+        return quantized_copy(target)
     path = DEFAULT_DRAFT if path is None else Path(path).expanduser()
     if not path.exists():
         hint = " (run scripts/train_draft.py to rebuild the default)" if path == DEFAULT_DRAFT else ""

@@ -1,0 +1,147 @@
+"""Weight-only 4-bit quantisation: a cheap, close copy of the target to use as a draft model.
+
+The default model ships as Q4_1 GGUF: every layer weight is stored as groups of 32 values
+``w = d * q + m`` with a 4-bit code ``q`` in 0..15 and a per-group scale ``d`` and minimum ``m``.
+labkit's target runs the dequantised fp32 weights (exactly those values, so it matches
+``transformers``). This module goes the other way: it re-quantises a weight to 4-bit codes with the
+same group size and asymmetric (min/max) scheme, which recovers the GGUF's own codes for groups
+that use the full 0..15 range, and computes ``x @ wᵀ`` with the 4-bit weights directly
+(PyTorch's CPU kernel ``_weight_int4pack_mm_for_cpu``, bf16 activations). A decode step then reads
+about 4.5 bits per weight instead of 32.
+
+The result is *not* the target: scales and minima are rounded to bf16, and activations run in
+bf16. It agrees with the target on most greedy tokens, which is what a draft model needs, and the
+rejection sampler keeps the output exact whatever the draft gets wrong.
+
+On other devices (or a torch without the kernel) ``Int4Linear`` keeps the dequantised bf16 matrix
+and uses ``F.linear``: the same values, without the byte savings.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+GROUP_SIZE = 32
+
+
+def quantize_groups(weight: torch.Tensor, group_size: int = GROUP_SIZE
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit codes for ``weight`` [out, in], groups of ``group_size`` along ``in``.
+
+    Returns (codes int32 [out, in] in 0..15, scale [out, in/group], minimum [out, in/group]) with
+    ``weight ≈ codes * scale + minimum``.
+    """
+    out_features, in_features = weight.shape
+    if in_features % group_size:
+        raise ValueError(f"in_features ({in_features}) must be a multiple of group_size ({group_size})")
+    w = weight.detach().float().reshape(out_features, in_features // group_size, group_size)
+    lo, hi = w.amin(-1), w.amax(-1)
+    scale = ((hi - lo) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+    codes = ((w - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32)
+    return codes.reshape(out_features, in_features), scale, lo
+
+
+def dequantize_groups(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    out_features, in_features = codes.shape
+    group = in_features // scale.shape[1]
+    w = codes.reshape(out_features, -1, group).float() * scale[..., None] + minimum[..., None]
+    return w.reshape(out_features, in_features)
+
+
+def int4_kernel_available(device: torch.device | str) -> bool:
+    return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+
+
+class Int4Linear(nn.Module):
+    """``y = x @ wᵀ`` with ``w`` held as 4-bit codes (groups of 32) and bf16 scale / zero point.
+
+    The CPU kernel's dequantisation is ``(code - 8) * scale + zero``; with ``zero = minimum +
+    8 * scale`` that is ``code * scale + minimum``, the GGUF Q4_1 formula.
+    """
+
+    def __init__(self, weight: torch.Tensor, group_size: int = GROUP_SIZE, dtype=torch.bfloat16):
+        super().__init__()
+        codes, scale, minimum = quantize_groups(weight, group_size)
+        self.out_features, self.in_features = weight.shape
+        self.group_size, self.dtype = group_size, dtype
+        device = weight.device
+        if int4_kernel_available(device) and dtype == torch.bfloat16:
+            zero = minimum + 8 * scale
+            # [in/group, out, 2]: the layout the kernel expects.
+            scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.cpu(), 1)
+            self.register_buffer("packed", packed, persistent=False)
+            self.register_buffer("scales_zeros", scales_zeros, persistent=False)
+            self.dense = None
+        else:
+            # Same values as the kernel would use: scale and zero rounded to the compute dtype first.
+            s, z = scale.to(dtype).float(), (minimum + 8 * scale).to(dtype).float()
+            w = ((codes.reshape(self.out_features, -1, group_size).float() - 8) * s[..., None] + z[..., None])
+            self.register_buffer("dense", w.reshape(self.out_features, self.in_features).to(dtype), persistent=False)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.out_features, self.in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.dtype)
+        if self.dense is not None:
+            return F.linear(x, self.dense)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size,
+                                                          self.scales_zeros)
+
+    def nbytes(self) -> int:
+        if self.dense is not None:
+            return self.dense.numel() * self.dense.element_size()
+        return self.packed.numel() * self.packed.element_size() + self.scales_zeros.numel() * 2
+
+
+_LINEARS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+def quantized_copy(target, dtype=torch.bfloat16, quantize_head: bool = True):
+    """A copy of ``target`` (a ``LlamaModel``) whose linear layers are ``Int4Linear`` and whose
+    other tensors (embedding, norms) are ``dtype``. ``target`` is not modified.
+
+    The embedding lookup reads one row per token, so it stays dense; the LM head (tied to the
+    embedding in SmolLM2) is the largest matrix and is quantised too unless ``quantize_head=False``.
+    """
+    from labkit.model.llama import LlamaModel
+
+    cfg = target.config
+    device = target.embed_tokens.device
+    model = LlamaModel.__new__(LlamaModel)
+    nn.Module.__init__(model)
+    model.config = cfg
+    model.embed_tokens = nn.Parameter(target.embed_tokens.detach().to(dtype), requires_grad=False)
+    model.norm = nn.Parameter(target.norm.detach().to(dtype), requires_grad=False)
+    model.rotary = target.rotary
+    model.layers = nn.ModuleList()
+    for src in target.layers:
+        layer = type(src).__new__(type(src))
+        nn.Module.__init__(layer)
+        layer.num_heads, layer.num_kv_heads, layer.head_dim = src.num_heads, src.num_kv_heads, src.head_dim
+        layer.eps, layer.split = src.eps, src.split
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            setattr(layer, name, nn.Parameter(getattr(src, name).detach().to(dtype), requires_grad=False))
+        for name in _LINEARS:
+            setattr(layer, name, Int4Linear(getattr(src, name).detach(), dtype=dtype))
+        model.layers.append(layer)
+    head = target.lm_head.detach()
+    model.lm_head = (Int4Linear(head, dtype=dtype) if quantize_head else
+                     nn.Parameter(head.to(dtype), requires_grad=False))
+    return model.to(device)
+
+
+def weight_bytes(model) -> int:
+    """Bytes one batch-1 decode step reads from weights (embedding: one row; tied head counted)."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            total += module.nbytes()
+    for name, p in model.named_parameters():
+        if name != "embed_tokens" or model.lm_head is model.embed_tokens:
+            total += p.numel() * p.element_size()
+    return total
