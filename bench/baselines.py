@@ -233,11 +233,12 @@ def real_workload(llm, setup: RealSetup) -> tuple[list, list[list[int]]]:
     return trace, [prompt_tokens(llm.engine, r.prompt_len, i, corpus) for i, r in enumerate(trace)]
 
 
-def run_engine(model: str | None, scheduler: str, setup: RealSetup, trace: list, prompts: list[list[int]]) -> RealRun:
+def run_engine(model: str | None, scheduler: str, setup: RealSetup, trace: list, prompts: list[list[int]],
+               dtype: str = "float32") -> RealRun:
     from labkit import LLM, EngineConfig, SamplingParams
 
     longest = max(r.prompt_len + r.output_len for r in trace)
-    config = EngineConfig(scheduler=scheduler, max_num_seqs=setup.max_num_seqs, max_model_len=1024,
+    config = EngineConfig(scheduler=scheduler, max_num_seqs=setup.max_num_seqs, max_model_len=1024, dtype=dtype,
                           num_blocks=setup.max_num_seqs * (-(-longest // 16) + 1), max_num_batched_tokens=2048)
     llm = LLM(model, config=config, progress=False)
     llm.generate(prompts[:2], SamplingParams(max_tokens=2, ignore_eos=True))       # warm-up
@@ -275,26 +276,31 @@ def run_hf_static(hf, setup: RealSetup, trace: list, prompts: list[list[int]]) -
     return RealRun(seconds, cpu_s, computed, steps, outputs)
 
 
-def real_sections(size: str, model: str | None = None) -> list[Section]:
+def real_sections(size: str, model: str | None = None, dtypes: tuple[str, ...] = ("float32",)) -> list[Section]:
+    import torch
+
     from labkit import LLM, EngineConfig
 
     probe = LLM(model, config=EngineConfig(num_blocks=8), progress=False)
-    hf = hf_model(Path(probe.engine.model_dir))
-    return [real_section(setup, probe, hf, model) for setup in RealSetup.for_run(size)]
+    sections = []
+    for dtype in dtypes:
+        hf = hf_model(Path(probe.engine.model_dir), dtype=getattr(torch, dtype))
+        sections += [real_section(setup, probe, hf, model, dtype) for setup in RealSetup.for_run(size)]
+    return sections
 
 
-def real_section(setup: RealSetup, probe, hf, model: str | None) -> Section:
+def real_section(setup: RealSetup, probe, hf, model: str | None, dtype: str = "float32") -> Section:
     trace, prompts = real_workload(probe, setup)
     useful = sum(r.output_len for r in trace)
-    runs = {"labkit, continuous batching": run_engine(model, "continuous", setup, trace, prompts),
-            "labkit, static batching": run_engine(model, "static", setup, trace, prompts),
+    runs = {"labkit, continuous batching": run_engine(model, "continuous", setup, trace, prompts, dtype),
+            "labkit, static batching": run_engine(model, "static", setup, trace, prompts, dtype),
             "transformers generate, static padded batches": run_hf_static(hf, setup, trace, prompts)}
     cont = runs["labkit, continuous batching"]
     rows = [real_row(name, run, cont, useful) for name, run in runs.items()]
     notes = real_checks(runs) + real_notes(trace, setup)
     headers = ["system", "wall s", "CPU s", "useful tok/s (wall)", "useful tok/s (CPU)", "tokens computed", "steps",
                "CPU ms / step", "continuous speed-up (wall / CPU)", "same tokens"]
-    return Section(f"Real model on this CPU: {len(trace)} requests, {setup.name}", headers, rows, notes)
+    return Section(f"Real model on this CPU ({dtype}): {len(trace)} requests, {setup.name}", headers, rows, notes)
 
 
 def real_row(name: str, run: RealRun, cont: RealRun, useful: int) -> list[str]:
@@ -339,7 +345,8 @@ def real_notes(trace: list, setup: RealSetup) -> list[str]:
             "steps = forward passes; static steps / continuous steps is the speed-up if a step cost the same at "
             "any batch size (on a CPU a fuller batch costs more per step, so the time ratio is lower)",
             "'continuous speed-up' = this system's wall s / labkit continuous's; 'same tokens' = share of output "
-            "tokens equal to labkit continuous's (greedy; fp32 batch-shape effects can flip a near-tie)",
+            "tokens equal to labkit continuous's (greedy; batch-shape rounding can flip a near-tie, far more often "
+            "in bf16)",
             "CPU s = this process's CPU time (time.process_time) over the run: on a shared machine it tracks the "
             "work done, while wall s also counts time the scheduler gave to neighbours",
             f"one run each, in the order listed; torch intra-op threads: {torch.get_num_threads()}; "
@@ -349,7 +356,7 @@ def real_notes(trace: list, setup: RealSetup) -> list[str]:
 # ============================================================================ entry point
 
 def main(quick: bool = False, parts: tuple[str, ...] = ("sim", "real"), threads: int | None = 1,
-         model: str | None = None, tiny: bool = False) -> list[Section]:
+         model: str | None = None, tiny: bool = False, dtypes: tuple[str, ...] = ("float32",)) -> list[Section]:
     """Run the benchmark, print markdown tables, return them. ``quick`` shrinks both parts; ``tiny``
     is a smoke run whose numbers mean nothing."""
     size = "tiny" if tiny else "quick" if quick else "full"
@@ -358,7 +365,7 @@ def main(quick: bool = False, parts: tuple[str, ...] = ("sim", "real"), threads:
         sections += sim_sections(size)
     if "real" in parts:
         set_threads(threads)
-        sections += real_sections(size, model)
+        sections += real_sections(size, model, dtypes)
     for section in sections:
         print(markdown(section), flush=True)
     return sections
@@ -381,8 +388,14 @@ def cli(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", default="sim,real", help="comma-separated parts: sim, real")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for the real-model part")
     ap.add_argument("--model", default=None, help="local HF Llama directory (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--dtypes", default="float32",
+                    help="real-model part, comma-separated: float32 (the parity dtype) and/or bfloat16 (on AMX "
+                         "a bf16 step costs about the same for 2 to 16 rows, so time ratios approach step ratios)")
     args = ap.parse_args(argv)
-    main(args.quick, tuple(args.only.split(",")), args.threads, args.model, args.tiny)
+    dtypes = tuple(d for d in args.dtypes.split(",") if d)
+    if set(dtypes) - {"float32", "bfloat16"}:
+        ap.error(f"unknown dtypes {dtypes}; choose from float32, bfloat16")
+    main(args.quick, tuple(args.only.split(",")), args.threads, args.model, args.tiny, dtypes)
 
 
 if __name__ == "__main__":

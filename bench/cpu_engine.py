@@ -1,9 +1,14 @@
 """labkit vs ``transformers`` ``generate`` on this CPU: batch 1, batch 16 and the bandwidth roofline.
 
-    python -m bench.cpu_engine            # about 4 minutes on the 2-core lab machine
-    python -m bench.cpu_engine --quick    # about 1 minute
+    python -m bench.cpu_engine                    # about 7 minutes on the 2-core lab machine
+    python -m bench.cpu_engine --quick            # about 3 minutes
+    python -m bench.cpu_engine --dtypes float32   # one dtype only
 
-Same process, same weights (fp32), same prompts, greedy, a fixed number of new tokens
+Each dtype runs both engines in it: float32 (the dtype in which labkit must equal ``transformers``
+token for token) and bfloat16 (half the weight bytes; on CPUs with AMX a bf16 matmul costs about
+the same for 2 to 16 rows, see ``bench.linear_rows``).
+
+Same process, same weights in the same dtype, same prompts, greedy, a fixed number of new tokens
 (``ignore_eos`` on our side, no EOS on theirs). Every round runs labkit, ``generate`` and a
 bandwidth probe, alternating the order, and the tables give medians over rounds; ratios are taken
 inside a round.
@@ -50,11 +55,12 @@ class RunResult:
 
 # ----------------------------------------------------------------------------- set-up
 
-def load_systems(model: str | None) -> Systems:
+def load_systems(model: str | None, dtype: str = "float32") -> Systems:
+    """Both engines in ``dtype`` (float32: the parity dtype; bfloat16: half the weight bytes)."""
     from labkit import LLM, EngineConfig
 
-    llm = LLM(model=model, config=EngineConfig(device="cpu", dtype="float32"), progress=False)
-    hf = hf_model(llm.engine.model_dir)
+    llm = LLM(model=model, config=EngineConfig(device="cpu", dtype=dtype), progress=False)
+    hf = hf_model(llm.engine.model_dir, dtype=getattr(torch, dtype))
     net = llm.engine.runner.model
     weight_bytes = sum(p.numel() * p.element_size() for p in net.parameters())  # tied head counted once
     return Systems(llm, hf, int(hf.generation_config.pad_token_id), weight_bytes)
@@ -128,6 +134,7 @@ def batch1_section(systems: Systems, results: list[dict], max_tokens: int) -> Se
         return [1.0 / r[name].decode_s_per_token for r in results]
 
     roofline = [r["bandwidth"] / systems.weight_bytes for r in results]   # tokens/s
+    dtype = str(next(systems.llm.engine.runner.model.parameters()).dtype).removeprefix("torch.")
     rows = []
     for name, label in (("labkit", "labkit"), ("hf", "transformers generate")):
         pct = [d / b for d, b in zip(decode(name), roofline)]
@@ -143,14 +150,14 @@ def batch1_section(systems: Systems, results: list[dict], max_tokens: int) -> Se
              f"times on the {clock_name()} clock (see Environment); generate tokens/s = new tokens / time of "
              "the whole call (prefill included); decode tokens/s = 1 / mean gap between consecutive new "
              "tokens (prefill excluded)",
-             f"roofline: {systems.weight_bytes / 1e6:.0f} MB of fp32 weights per decode token (all layers + LM "
+             f"roofline: {systems.weight_bytes / 1e6:.0f} MB of {dtype} weights per decode token (all layers + LM "
              f"head) / {bw / 1e9:.1f} GB/s measured read bandwidth (median, same rounds) = "
              f"{bw / systems.weight_bytes:.1f} tokens/s",
              f"greedy tokens identical to transformers in {equal}/{len(results)} rounds",
              f"targets (issue 2): decode >= {TARGET_BATCH1}x transformers, about "
              f"{100 * TARGET_ROOFLINE:.0f} % of the roofline"]
     headers = ["batch 1", "generate tokens/s", "decode tokens/s", "decode % of roofline"]
-    return Section("Batch 1: labkit vs transformers generate", headers, rows, notes)
+    return Section(f"Batch 1 ({dtype}): labkit vs transformers generate", headers, rows, notes)
 
 
 # ----------------------------------------------------------------------------- batch N
@@ -161,7 +168,7 @@ def batched_rounds(systems: Systems, prompts: list[list[int]], rounds: int, max_
     return interleaved(runs, rounds)
 
 
-def batched_section(results: list[dict], prompts: list[list[int]], max_tokens: int) -> Section:
+def batched_section(results: list[dict], prompts: list[list[int]], max_tokens: int, dtype: str) -> Section:
     def rate(name):
         return [r[name].num_tokens / r[name].seconds for r in results]
 
@@ -177,10 +184,10 @@ def batched_section(results: list[dict], prompts: list[list[int]], max_tokens: i
              f"tokens/s = all new tokens / time of the call on the {clock_name()} clock (prefill included)",
              "transformers: one left-padded batch with an explicit attention_mask; labkit: continuous "
              "batching over a paged KV cache (all requests fit in one step's token budget)",
-             f"greedy tokens identical to transformers for {equal}/{len(prompts)} requests (fp32; padded "
+             f"greedy tokens identical to transformers for {equal}/{len(prompts)} requests ({dtype}; padded "
              "batched matmuls may round differently, so a late divergence is possible)",
              f"target (issue 2): >= {TARGET_BATCHED}x transformers"]
-    return Section(f"Batch {len(prompts)}: labkit vs transformers generate", ["batch", "tokens/s"], rows, notes)
+    return Section(f"Batch {len(prompts)} ({dtype}): labkit vs transformers generate", ["batch", "tokens/s"], rows, notes)
 
 
 # ----------------------------------------------------------------------------- main
@@ -194,6 +201,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clock", choices=["auto", "cpu", "wall"], default="auto",
                    help="auto: process CPU time with one thread, else wall time (see bench/common.py)")
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--dtypes", default="float32,bfloat16",
+                   help="comma-separated; each runs both engines in that dtype (float32 is the parity dtype)")
     p.add_argument("--rounds", type=int, default=None, help="batch-1 rounds (default 8, quick 4)")
     p.add_argument("--batched-rounds", type=int, default=None, help="batch-N rounds (default 3, quick 2)")
     p.add_argument("--max-tokens", type=int, default=None, help="new tokens per request (default 64, quick 32)")
@@ -205,6 +214,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.max_tokens = args.max_tokens or defaults[2]
     if args.tiny:
         args.batch = min(args.batch, 4)
+    args.dtypes = [d for d in args.dtypes.split(",") if d]
+    bad = sorted(set(args.dtypes) - {"float32", "bfloat16"})
+    if bad:
+        p.error(f"unknown dtypes {bad}; choose from float32, bfloat16")
     return args
 
 
@@ -212,12 +225,16 @@ def run(args: argparse.Namespace) -> list[Section]:
     threads = set_threads(args.threads)
     set_clock(args.clock, threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads))
-    systems = load_systems(args.model)
-    singles, batch = prompt_sets(systems.llm.tokenizer, args.batch)
-    warm_up(systems, singles[0])
-    b1 = batch1_rounds(systems, singles, args.rounds, args.max_tokens)
-    bn = batched_rounds(systems, batch, args.batched_rounds, args.max_tokens)
-    return [env, batch1_section(systems, b1, args.max_tokens), batched_section(bn, batch, args.max_tokens)]
+    sections = [env]
+    for dtype in args.dtypes:
+        systems = load_systems(args.model, dtype)
+        singles, batch = prompt_sets(systems.llm.tokenizer, args.batch)
+        warm_up(systems, singles[0])
+        b1 = batch1_rounds(systems, singles, args.rounds, args.max_tokens)
+        bn = batched_rounds(systems, batch, args.batched_rounds, args.max_tokens)
+        sections += [batch1_section(systems, b1, args.max_tokens), batched_section(bn, batch, args.max_tokens, dtype)]
+        del systems
+    return sections
 
 
 def main(argv: list[str] | None = None) -> list[Section]:

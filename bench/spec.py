@@ -1,6 +1,6 @@
 """Speculative decoding on this CPU: measured speed-up beside the Leviathan prediction (issue 4).
 
-    python -m bench.spec             # n-gram (and the draft model when shipped), k in {1, 2, 4, 6}
+    python -m bench.spec             # n-gram, the shipped draft and the 4-bit copy, k in {1, 2, 4, 6}
     python -m bench.spec --quick
 
 Single stream, greedy, same process. For every prompt, plain greedy and each (method, k) run once,
@@ -40,6 +40,12 @@ from dataclasses import dataclass, field
 from bench.common import (Section, clock_name, interleaved, report, set_clock, set_threads, timed_method)
 
 WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
+METHODS = {   # --methods name: (table title, SpecConfig fields)
+    "ngram": ("n-gram prompt lookup", dict(method="ngram")),
+    "draft": ("draft model (the shipped distilled draft, data/drafts/)", dict(method="draft")),
+    "int4": ("draft model = a 4-bit copy of the target (labkit.model.quant)",
+             dict(method="draft", draft_model="target-int4")),
+}
 TARGET_SPEEDUP = 1.5     # issue 4: >= 1.5x on one realistic workload at the best k
 PREDICTION_TOLERANCE = 0.15
 
@@ -94,7 +100,7 @@ def make_engines(model: str | None, methods: list[str], ks: list[int],
     for method in methods:
         try:
             for k in ks:
-                spec = SpecConfig(method=method, num_speculative_tokens=k)
+                spec = SpecConfig(num_speculative_tokens=k, **METHODS[method][1])
                 engines[f"{method} k={k}"] = make_llm(model, spec, config)
         except Exception as exc:  # an optional method that cannot be built is reported, not fatal
             engines = {n: e for n, e in engines.items() if not n.startswith(method)}
@@ -241,7 +247,8 @@ def method_section(method: str, rows: list[Row], max_tokens: int, num_prompts: i
              "+ k·c): the same model, with the two things the textbook formula assumes away on a CPU"]
     notes += verdicts(rows)
     body = [table_row(r) for r in rows]
-    return Section(f"Speculative decoding: {method} (single stream, greedy)", HEADERS, body, notes)
+    return Section(f"Speculative decoding: {method} = {METHODS[method][0]} (single stream, greedy)",
+                   HEADERS, body, notes)
 
 
 def verdicts(rows: list[Row]) -> list[str]:
@@ -291,8 +298,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1, see bench/common.py)")
     p.add_argument("--clock", choices=["auto", "cpu", "wall"], default="auto",
                    help="auto: process CPU time with one thread, else wall time")
-    p.add_argument("--methods", default="ngram,draft")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS))
     p.add_argument("--ks", default="1,2,4,6")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="the target's dtype (float32: outputs must be identical; bfloat16: verifying k+1 "
+                        "tokens costs about one step on AMX, but rounding depends on the batch shape)")
     p.add_argument("--workloads", default=",".join(w for w, _ in WORKLOADS))
     p.add_argument("--prompts", type=int, default=None, help="prompts per workload (default 2, quick 1)")
     p.add_argument("--max-tokens", type=int, default=None, help="default 96, quick 48")
@@ -301,6 +311,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     prompts, tokens = {"full": (2, 96), "quick": (1, 48), "tiny": (1, 6)}[size]
     args.prompts, args.max_tokens = args.prompts or prompts, args.max_tokens or tokens
     args.methods = [m for m in args.methods.split(",") if m]
+    if set(args.methods) - set(METHODS):
+        p.error(f"unknown methods {sorted(set(args.methods) - set(METHODS))}; choose from {list(METHODS)}")
     args.ks = [int(k) for k in args.ks.split(",")]
     args.workloads = [w for w in args.workloads.split(",") if w]
     return args
@@ -308,7 +320,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> list[Section]:
     set_clock(args.clock, set_threads(args.threads))
-    return spec_sections(args.model, args.methods, args.ks, args.workloads, args.prompts, args.max_tokens)
+    return spec_sections(args.model, args.methods, args.ks, args.workloads, args.prompts, args.max_tokens,
+                         dict(CPU_CONFIG, dtype=args.dtype))
 
 
 def spec_sections(model: str | None, methods: list[str], ks: list[int], workloads: list[str],

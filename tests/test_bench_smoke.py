@@ -36,22 +36,27 @@ def test_cpu_engine_benchmark_prints_batch1_and_batched_tables(tiny_model, capsy
     from bench import cpu_engine
 
     sections = cpu_engine.main(["--tiny", "--model", tiny_model, "--batch", "3"])
-    assert _titles(sections) == ["Environment", "Batch 1: labkit vs transformers generate",
-                                 "Batch 3: labkit vs transformers generate"]
-    batch1 = sections[1]
-    assert [r[0] for r in batch1.rows] == ["labkit", "transformers generate", "**ratio labkit / transformers**"]
-    assert any("greedy tokens identical to transformers in 2/2 rounds" in n for n in batch1.notes)
+    assert _titles(sections) == ["Environment",
+                                 "Batch 1 (float32): labkit vs transformers generate",
+                                 "Batch 3 (float32): labkit vs transformers generate",
+                                 "Batch 1 (bfloat16): labkit vs transformers generate",
+                                 "Batch 3 (bfloat16): labkit vs transformers generate"]
+    for batch1 in (sections[1], sections[3]):
+        assert [r[0] for r in batch1.rows] == ["labkit", "transformers generate",
+                                               "**ratio labkit / transformers**"]
+    # fp32 is the parity dtype: the tokens must agree. (bf16 rounding may legitimately differ.)
+    assert any("greedy tokens identical to transformers in 2/2 rounds" in n for n in sections[1].notes)
     assert "python -m bench.cpu_engine --tiny" in capsys.readouterr().out
 
 
 def test_spec_benchmark_prints_one_row_per_workload_and_k_with_identical_output(tiny_model):
-    sections = spec.main(["--tiny", "--model", tiny_model, "--ks", "1,3", "--methods", "ngram",
+    sections = spec.main(["--tiny", "--model", tiny_model, "--ks", "1,3", "--methods", "ngram,int4",
                           "--workloads", "copy,code"])
-    table = sections[0]
-    assert table.title.startswith("Speculative decoding: ngram")
-    assert [(r[0], r[1]) for r in table.rows] == [("copy-heavy editing", "1"), ("copy-heavy editing", "3"),
-                                                  ("code", "1"), ("code", "3")]
-    assert all(r[-1] == "1/1" for r in table.rows)     # speculative output == plain greedy output
+    assert [s.title.split(" =")[0] for s in sections] == ["Speculative decoding: ngram", "Speculative decoding: int4"]
+    for table in sections:
+        assert [(r[0], r[1]) for r in table.rows] == [("copy-heavy editing", "1"), ("copy-heavy editing", "3"),
+                                                      ("code", "1"), ("code", "3")]
+        assert all(r[-1] == "1/1" for r in table.rows)     # speculative output == plain greedy output
 
 
 def test_spec_benchmark_reports_a_method_it_cannot_build_as_skipped(tiny_model, monkeypatch):
@@ -73,8 +78,9 @@ def test_gpu_benchmark_engine_sections_run_on_cpu_in_smoke_mode(tiny_model):
     sections = gpu.main(["--device", "cpu", "--smoke", "--model", tiny_model,
                          "--only", "environment,parity,throughput,decode,spec"])
     titles = _titles(sections)
-    assert titles[:5] == ["Environment", "Greedy parity vs transformers", "Throughput on a heavy-tailed trace",
-                          "Decode step time vs batch size", "Speculative decoding: ngram (single stream, greedy)"]
+    assert titles[:4] == ["Environment", "Greedy parity vs transformers", "Throughput on a heavy-tailed trace",
+                          "Decode step time vs batch size"]
+    assert titles[4].startswith("Speculative decoding: ngram")
     assert all(row[-1].startswith("pass") for row in sections[1].rows)          # fp32 parity
     assert [r[0] for r in sections[3].rows] == ["1", "2", "4"]
 
@@ -138,3 +144,15 @@ def test_parity_rule_allows_a_near_tie_only_at_the_first_divergence():
     assert compare_greedy([1, 2, 3], top5, [1, 2, 5], near) == ("2", "pass (near-tie)")
     far = [[1, 9, 8, 7, 6], [2, 9, 8, 7, 6], [4, 0, 8, 7, 6]]
     assert compare_greedy([1, 2, 3], top5, [1, 2, 4], far)[1].startswith("FAIL")
+
+
+def test_baselines_real_part_runs_in_both_dtypes_with_all_three_systems(tiny_model):
+    from bench import baselines
+
+    sections = baselines.main(tiny=True, parts=("real",), model=tiny_model, dtypes=("float32", "bfloat16"))
+    assert [s.title.split(":")[0] for s in sections] == ["Real model on this CPU (float32)",
+                                                        "Real model on this CPU (bfloat16)"]
+    for section in sections:
+        assert [r[0] for r in section.rows] == ["labkit, continuous batching", "labkit, static batching",
+                                                "transformers generate, static padded batches"]
+    assert sections[0].rows[1][-1] == "100%"        # fp32: static batching emits continuous's tokens
