@@ -89,3 +89,14 @@ def test_quantized_copy_tracks_the_target_and_leaves_it_untouched():
     assert cosine.min() > 0.9, cosine.min()           # a close copy (a wrong formula gives ~0) ...
     assert not torch.equal(got.float(), want)         # ... not an exact one
     assert quant.weight_bytes(copy) < quant.weight_bytes(target) / 4
+
+
+def test_without_the_cpu_kernel_int4_linear_falls_back_to_the_same_numbers(monkeypatch):
+    # CUDA (or a torch without the CPU kernel) keeps the dequantised bf16 matrix instead.
+    g = torch.Generator().manual_seed(3)
+    w, x = torch.randn(128, 64, generator=g) * 0.05, torch.randn(4, 64, generator=g)
+    packed = quant.Int4Linear(w)
+    monkeypatch.setattr(quant, "int4_kernel_available", lambda device: False)
+    dense = quant.Int4Linear(w)
+    assert dense.dense is not None and packed.dense is None
+    torch.testing.assert_close(dense(x).float(), packed(x).float(), rtol=2e-2, atol=2e-2)
