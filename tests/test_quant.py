@@ -76,6 +76,7 @@ def test_quantized_copy_tracks_the_target_and_leaves_it_untouched():
     before = {n: p.clone() for n, p in target.named_parameters()}
     copy = quant.quantized_copy(target)
     assert all(torch.equal(before[n], p) for n, p in target.named_parameters())
+    assert not any(t.is_meta for t in [*copy.parameters(), *copy.buffers()])
 
     def logits(model, dtype):
         cache = PagedKVCache(cfg.num_hidden_layers, 4, 16, cfg.num_key_value_heads, cfg.head_dim, dtype, "cpu")

@@ -110,29 +110,25 @@ def quantized_copy(target, dtype=torch.bfloat16, quantize_head: bool = True):
     """
     from labkit.model.llama import LlamaModel
 
-    cfg = target.config
-    device = target.embed_tokens.device
-    model = LlamaModel.__new__(LlamaModel)
-    nn.Module.__init__(model)
-    model.config = cfg
-    model.embed_tokens = nn.Parameter(target.embed_tokens.detach().to(dtype), requires_grad=False)
-    model.norm = nn.Parameter(target.norm.detach().to(dtype), requires_grad=False)
-    model.rotary = target.rotary
-    model.layers = nn.ModuleList()
-    for src in target.layers:
-        layer = type(src).__new__(type(src))
-        nn.Module.__init__(layer)
-        layer.num_heads, layer.num_kv_heads, layer.head_dim = src.num_heads, src.num_kv_heads, src.head_dim
-        layer.eps, layer.split = src.eps, src.split
-        for name in ("input_layernorm", "post_attention_layernorm"):
-            setattr(layer, name, nn.Parameter(getattr(src, name).detach().to(dtype), requires_grad=False))
+    def dense(t: torch.Tensor) -> nn.Parameter:
+        return nn.Parameter(t.detach().to(dtype), requires_grad=False)
+
+    def replace_with(module: nn.Module, name: str, value: nn.Module) -> None:
+        del module._parameters[name]          # a parameter slot cannot take a module
+        setattr(module, name, value)
+
+    model = LlamaModel(target.config, dtype=dtype, device="meta")   # the structure, no memory
+    model.embed_tokens, model.norm, model.rotary = dense(target.embed_tokens), dense(target.norm), target.rotary
+    for layer, src in zip(model.layers, target.layers):
+        layer.input_layernorm = dense(src.input_layernorm)
+        layer.post_attention_layernorm = dense(src.post_attention_layernorm)
         for name in _LINEARS:
-            setattr(layer, name, Int4Linear(getattr(src, name).detach(), dtype=dtype))
-        model.layers.append(layer)
-    head = target.lm_head.detach()
-    model.lm_head = (Int4Linear(head, dtype=dtype) if quantize_head else
-                     nn.Parameter(head.to(dtype), requires_grad=False))
-    return model.to(device)
+            replace_with(layer, name, Int4Linear(getattr(src, name).detach(), dtype=dtype))
+    if quantize_head:
+        replace_with(model, "lm_head", Int4Linear(target.lm_head.detach(), dtype=dtype))
+    else:
+        model.lm_head = dense(target.lm_head)
+    return model
 
 
 def weight_bytes(model) -> int:
