@@ -81,10 +81,6 @@ class Int4Linear(nn.Module):
             w = ((codes.reshape(self.out_features, -1, group_size).float() - 8) * s[..., None] + z[..., None])
             self.register_buffer("dense", w.reshape(self.out_features, self.in_features).to(dtype), persistent=False)
 
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size((self.out_features, self.in_features))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.dtype)
         if self.dense is not None:
