@@ -7,6 +7,14 @@ context. Decode tokens (query_len 1) form their own group so one long prefill do
 
 Everything except the gather and the SDPA itself depends only on the metadata, not on the layer, so
 it is planned once per forward pass (``_plan``) and reused by all layers.
+
+Short multi-token queries (up to ``ROW_BY_ROW_MAX`` tokens: verifying k drafts, or a tiny prefill
+chunk) are computed one query row at a time, each against exactly its own causal prefix, with no
+padding or mask. Row j then goes through the very same SDPA call that plain decoding would make at
+that position, so its result is the same to the last bit. In fp32 the batched form differs only
+in the seventh digit, but in bf16 such differences flip greedy near-ties: without this, speculative
+decoding in bf16 would not reproduce plain greedy output (the attention kernel splits its work by
+the shape it is given, so its rounding depends on the batch shape).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from labkit.attention.metadata import AttentionMetadata
+
+ROW_BY_ROW_MAX = 17     # k + 1 for the largest k SpecConfig allows (16)
 
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -41,14 +51,26 @@ class _GroupPlan:
     contiguous: bool                 # tok is exactly 0..num_tokens-1 in order (output is a reshape)
 
 
+@dataclass(frozen=True)
+class _RowsPlan:
+    """One short multi-token query, attended row by row (see the module docstring)."""
+
+    slots: torch.Tensor              # [1, seq_len] cache slots of the whole context
+    first_token: int                 # flat index of the query's first token
+    context_lens: tuple[int, ...]    # row j sees positions 0 .. context_lens[j] - 1
+
+
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim] -> output of the same shape."""
     plans = _plan(meta, query.shape[0], query.device)
-    if len(plans) == 1 and plans[0].contiguous:
+    if len(plans) == 1 and isinstance(plans[0], _GroupPlan) and plans[0].contiguous:
         return _attend(query, key_cache, value_cache, plans[0], scale).reshape(query.shape)
     out = torch.empty_like(query)
     for plan in plans:
+        if isinstance(plan, _RowsPlan):
+            _attend_rows(query, key_cache, value_cache, plan, scale, out)
+            continue
         o = _attend(query, key_cache, value_cache, plan, scale)                # [B, Q, H, D]
         if plan.row_valid is None:
             out[plan.tok.reshape(-1)] = o.reshape(-1, *o.shape[2:])
@@ -75,13 +97,39 @@ def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> to
     return o.transpose(1, 2)
 
 
-def _plan(meta: AttentionMetadata, num_tokens: int, device) -> list[_GroupPlan]:
+def _attend_rows(query, key_cache, value_cache, plan: _RowsPlan, scale: float, out: torch.Tensor) -> None:
+    """Row j of the query against exactly its own prefix: the call plain decoding makes there."""
+    num_kv_heads, head_dim = key_cache.shape[-2:]
+    shape = (1, plan.slots.shape[1], num_kv_heads, head_dim)
+    k = key_cache.view(-1, num_kv_heads, head_dim).index_select(0, plan.slots.view(-1)).view(shape)
+    v = value_cache.view(-1, num_kv_heads, head_dim).index_select(0, plan.slots.view(-1)).view(shape)
+    k, v = k.transpose(1, 2).to(query.dtype), v.transpose(1, 2).to(query.dtype)        # [1, Hkv, L, D]
+    rows = query[plan.first_token:plan.first_token + len(plan.context_lens)].contiguous()   # as _attend: unit stride
+    for j, length in enumerate(plan.context_lens):
+        q = rows[j:j + 1].view(1, 1, *rows.shape[1:]).transpose(1, 2)                  # [1, H, 1, D]
+        out[plan.first_token + j] = F.scaled_dot_product_attention(
+            q, k[:, :, :length], v[:, :, :length], scale=scale, enable_gqa=True)[0, :, 0]
+
+
+def _plan(meta: AttentionMetadata, num_tokens: int, device) -> list[_GroupPlan | _RowsPlan]:
     key = ("reference", num_tokens, str(device))
     if key not in meta.scratch:
-        decode = [s for s, q in enumerate(meta.query_lens_list) if q == 1]
-        other = [s for s, q in enumerate(meta.query_lens_list) if q > 1]
-        meta.scratch[key] = [_plan_group(meta, g, num_tokens, device) for g in (decode, other) if g]
+        lens = meta.query_lens_list
+        decode = [s for s, q in enumerate(lens) if q == 1]
+        other = [s for s, q in enumerate(lens) if q > ROW_BY_ROW_MAX]
+        plans: list = [_plan_group(meta, g, num_tokens, device) for g in (decode, other) if g]
+        plans += [_plan_rows(meta, s, device) for s, q in enumerate(lens) if 1 < q <= ROW_BY_ROW_MAX]
+        meta.scratch[key] = plans
     return meta.scratch[key]
+
+
+def _plan_rows(meta: AttentionMetadata, seq: int, device) -> _RowsPlan:
+    bs, q_len, s_len = meta.block_size, meta.query_lens_list[seq], meta.seq_lens_list[seq]
+    pos = torch.arange(s_len, device=device)
+    table = meta.block_tables[seq].long()
+    slots = (table[pos // bs] * bs + pos % bs)[None]
+    first = sum(meta.query_lens_list[:seq])
+    return _RowsPlan(slots, first, tuple(range(s_len - q_len + 1, s_len + 1)))
 
 
 def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, device) -> _GroupPlan:
