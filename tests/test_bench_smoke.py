@@ -51,8 +51,9 @@ def test_cpu_engine_benchmark_prints_batch1_and_batched_tables(tiny_model, capsy
 
 def test_spec_benchmark_prints_one_row_per_workload_and_k_with_identical_output(tiny_model):
     sections = spec.main(["--tiny", "--model", tiny_model, "--ks", "1,3", "--methods", "ngram,int4",
-                          "--workloads", "copy,code"])
-    assert [s.title.split(" =")[0] for s in sections] == ["Speculative decoding: ngram", "Speculative decoding: int4"]
+                          "--workloads", "copy,code", "--dtypes", "float32,bfloat16"])
+    assert [s.title.split(" =")[0] for s in sections] == ["Speculative decoding: ngram", "Speculative decoding: int4"] * 2
+    assert ["bfloat16 target" in s.title for s in sections] == [False, False, True, True]
     for table in sections:
         assert [(r[0], r[1]) for r in table.rows] == [("copy-heavy editing", "1"), ("copy-heavy editing", "3"),
                                                       ("code", "1"), ("code", "3")]
@@ -67,7 +68,7 @@ def test_spec_benchmark_reports_a_method_it_cannot_build_as_skipped(tiny_model, 
     monkeypatch.setattr(spec, "make_llm", lambda model, s, config=None: no_draft() if s and s.method == "draft"
                         else real(model, s, config))
     sections = spec.main(["--tiny", "--model", tiny_model, "--ks", "2", "--methods", "ngram,draft",
-                          "--workloads", "chat"])
+                          "--workloads", "chat", "--dtypes", "float32"])
     assert _titles(sections)[-1] == "Speculative decoding: skipped methods"
     assert "draft: skipped (FileNotFoundError: no draft weights here)" in sections[-1].rows[0][0]
 
