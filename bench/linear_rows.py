@@ -1,7 +1,7 @@
 """What one step's weight sweep costs for T rows, for each way to write x·Wᵀ on this CPU.
 
-    python -m bench.linear_rows                   # 1 and 2 threads, T = 1, 2, 3, 4, 6, 8, 16
-    python -m bench.linear_rows --threads 1 --rows 1,2,5
+    python -m bench.linear_rows                   # fp32 and bf16, 1 and 2 threads, T = 1, 2, 4, 6, 8, 12, 16
+    python -m bench.linear_rows --threads 1 --rows 1,2,5 --dtypes bfloat16
 
 A decode step multiplies T rows (T = batch size, or k + 1 when verifying k drafts) by every weight
 matrix of the model. Memory-bound, T rows should cost about what one row costs, since the weights
@@ -37,7 +37,7 @@ def model_weights(model: str | None) -> list[torch.Tensor]:
 
 
 def sweep(weights: list[torch.Tensor], fn, rows: int):
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]).to(w.dtype) for w in weights}
     return lambda: timed(lambda: [fn(inputs[w.shape[1]], w) for w in weights])[0]
 
 
@@ -54,11 +54,14 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
         one_row = one_row or ms
         best = min(ms, key=ms.get)
         table.append([str(t)] + [f"{ms[n]:.1f} ({ms[n] / one_row[n]:.2f}x)" for n in formulations] + [best])
+    dtype = weights[0].dtype
+    name, chosen = str(dtype).removeprefix("torch."), llama._MM_ROWS[dtype]
+    pad = " (and for one row, two copies of it)" if dtype in llama._MM_PAD_ONE_ROW else ""
     notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
              "relative to the same formulation at T = 1",
-             f"labkit linear() uses (W @ xᵀ)ᵀ for fp32 T in {llama._MM_ROWS[torch.float32].start}.."
-             f"{llama._MM_ROWS[torch.float32].stop - 1}"]
-    return Section(f"Weight sweep vs rows, {threads} thread(s)", ["rows T", *formulations, "fastest"], table, notes)
+             f"labkit linear() uses (W @ xᵀ)ᵀ for {name} T in {chosen.start}..{chosen.stop - 1}{pad}"]
+    return Section(f"Weight sweep vs rows, {name}, {threads} thread(s)", ["rows T", *formulations, "fastest"],
+                   table, notes)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,7 +70,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", default="1,2,4,6,8,12,16")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--model", default=None)
+    p.add_argument("--dtypes", default="float32,bfloat16")
     args = p.parse_args(argv)
+    args.dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
     args.threads = [int(t) for t in args.threads.split(",")]
     args.rows = [int(t) for t in args.rows.split(",")]
     return args
@@ -77,7 +82,8 @@ def main(argv: list[str] | None = None) -> list[Section]:
     args = parse_args(argv)
     weights = model_weights(args.model)
     return report("Weight sweep vs rows", "bench.linear_rows", argv,
-                  (rows_section(weights, t, args.rows, args.rounds) for t in args.threads))
+                  (rows_section([w.to(dtype) for w in weights], t, args.rows, args.rounds)
+                   for dtype in args.dtypes for t in args.threads))
 
 
 if __name__ == "__main__":

@@ -99,9 +99,12 @@ def test_make_bench_runs_every_cpu_benchmark_in_sequence(tiny_model, capsys):
 def test_linear_rows_benchmark_times_every_formulation(tiny_model):
     from bench import linear_rows
 
-    section = linear_rows.main(["--threads", "1", "--rows", "1,2", "--rounds", "1", "--model", tiny_model])[0]
-    assert [r[0] for r in section.rows] == ["1", "2"]
-    assert section.rows[0][-1] in linear_rows.FORMULATIONS or section.rows[0][-1] == "labkit linear()"
+    sections = linear_rows.main(["--threads", "1", "--rows", "1,2", "--rounds", "1", "--model", tiny_model])
+    assert [s.title for s in sections] == ["Weight sweep vs rows, float32, 1 thread(s)",
+                                           "Weight sweep vs rows, bfloat16, 1 thread(s)"]
+    for section in sections:
+        assert [r[0] for r in section.rows] == ["1", "2"]
+        assert section.rows[0][-1] in linear_rows.FORMULATIONS or section.rows[0][-1] == "labkit linear()"
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
