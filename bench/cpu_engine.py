@@ -187,7 +187,8 @@ def batched_section(results: list[dict], prompts: list[list[int]], max_tokens: i
              f"greedy tokens identical to transformers for {equal}/{len(prompts)} requests ({dtype}; padded "
              "batched matmuls may round differently, so a late divergence is possible)",
              f"target (issue 2): >= {TARGET_BATCHED}x transformers"]
-    return Section(f"Batch {len(prompts)} ({dtype}): labkit vs transformers generate", ["batch", "tokens/s"], rows, notes)
+    return Section(f"Batch {len(prompts)} ({dtype}): labkit vs transformers generate", ["batch", "tokens/s"],
+                   rows, notes)
 
 
 # ----------------------------------------------------------------------------- main
