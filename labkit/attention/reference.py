@@ -79,31 +79,31 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     return out
 
 
+def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """This layer's K or V at ``slots`` [B, L]: returns [B, Hkv, L, D] in ``dtype``."""
+    num_kv_heads, head_dim = cache.shape[-2:]
+    # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
+    rows = cache.view(-1, num_kv_heads, head_dim).index_select(0, slots.view(-1))
+    return rows.view(*slots.shape, num_kv_heads, head_dim).transpose(1, 2).to(dtype)
+
+
 def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> torch.Tensor:
     """Gather this layer's K/V for the group and run SDPA: returns [B, Q, H, D]."""
-    num_kv_heads, head_dim = key_cache.shape[-2:]
-    # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
-    flat, shape = plan.slots.view(-1), (*plan.slots.shape, num_kv_heads, head_dim)
-    k = key_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat).view(shape)  # [B, L, Hkv, D]
-    v = value_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat).view(shape)
     if plan.contiguous:
         q = query.reshape(*plan.tok.shape, *query.shape[1:]).transpose(1, 2)   # [B, H, Q, D], no gather
     else:
         q = query[plan.tok].transpose(1, 2)
     if q.stride(-1) != 1:
         q = q.contiguous()   # CPU flash attention needs unit-stride head_dim, else SDPA takes the slow math path
-    o = F.scaled_dot_product_attention(q, k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
+    o = F.scaled_dot_product_attention(q, _gather(key_cache, plan.slots, q.dtype),
+                                       _gather(value_cache, plan.slots, q.dtype),
                                        attn_mask=plan.mask, scale=scale, enable_gqa=True)
     return o.transpose(1, 2)
 
 
 def _attend_rows(query, key_cache, value_cache, plan: _RowsPlan, scale: float, out: torch.Tensor) -> None:
     """Row j of the query against exactly its own prefix: the call plain decoding makes there."""
-    num_kv_heads, head_dim = key_cache.shape[-2:]
-    shape = (1, plan.slots.shape[1], num_kv_heads, head_dim)
-    k = key_cache.view(-1, num_kv_heads, head_dim).index_select(0, plan.slots.view(-1)).view(shape)
-    v = value_cache.view(-1, num_kv_heads, head_dim).index_select(0, plan.slots.view(-1)).view(shape)
-    k, v = k.transpose(1, 2).to(query.dtype), v.transpose(1, 2).to(query.dtype)        # [1, Hkv, L, D]
+    k, v = _gather(key_cache, plan.slots, query.dtype), _gather(value_cache, plan.slots, query.dtype)
     rows = query[plan.first_token:plan.first_token + len(plan.context_lens)].contiguous()   # as _attend: unit stride
     for j, length in enumerate(plan.context_lens):
         q = rows[j:j + 1].view(1, 1, *rows.shape[1:]).transpose(1, 2)                  # [1, H, 1, D]
@@ -124,16 +124,20 @@ def _plan(meta: AttentionMetadata, num_tokens: int, device) -> list[_GroupPlan |
 
 
 def _plan_rows(meta: AttentionMetadata, seq: int, device) -> _RowsPlan:
-    bs, q_len, s_len = meta.block_size, meta.query_lens_list[seq], meta.seq_lens_list[seq]
-    pos = torch.arange(s_len, device=device)
-    table = meta.block_tables[seq].long()
-    slots = (table[pos // bs] * bs + pos % bs)[None]
+    q_len, s_len = meta.query_lens_list[seq], meta.seq_lens_list[seq]
+    slots = _context_slots(meta, [seq], torch.arange(s_len, device=device))
     first = sum(meta.query_lens_list[:seq])
     return _RowsPlan(slots, first, tuple(range(s_len - q_len + 1, s_len + 1)))
 
 
-def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, device) -> _GroupPlan:
+def _context_slots(meta: AttentionMetadata, seqs: list[int], pos: torch.Tensor) -> torch.Tensor:
+    """Cache slot of context position ``pos`` [L] of each sequence in ``seqs``: [B, L]."""
     bs = meta.block_size
+    tables = meta.block_tables.index_select(0, torch.tensor(seqs, device=pos.device)).long()
+    return tables[:, (pos // bs).clamp(max=tables.shape[1] - 1)] * bs + (pos % bs)
+
+
+def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, device) -> _GroupPlan:
     starts = [0]
     for n in meta.query_lens_list:
         starts.append(starts[-1] + n)
@@ -145,9 +149,7 @@ def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, devic
     # would read whatever another request left in those slots, and even a zero attention weight times
     # a stale NaN is NaN; point them at the sequence's own position 0 (always written, finite) instead.
     pos = torch.arange(L, device=device)
-    tables = meta.block_tables.index_select(0, torch.tensor(seqs, device=device)).long()
-    blk_idx = (pos // bs).clamp(max=tables.shape[1] - 1)
-    slots = tables[:, blk_idx] * bs + (pos % bs)
+    slots = _context_slots(meta, seqs, pos)
     s_len_t = torch.tensor(s_lens, device=device)
     ragged_context = min(s_lens) < L
     if ragged_context:
