@@ -170,8 +170,9 @@ def test_the_4bit_copy_of_the_target_drafts_losslessly_and_is_mostly_accepted(pl
 
 
 def test_the_4bit_copy_reads_a_fraction_of_the_targets_weight_bytes(llm):
-    from labkit.model.quant import Int4Linear, weight_bytes
+    from labkit.model.llama import decode_weight_bytes
+    from labkit.model.quant import Int4Linear
 
     copy = load_draft("target-int4", llm.engine.runner.model)
     assert isinstance(copy.layers[0].qkv_proj, Int4Linear) and isinstance(copy.lm_head, Int4Linear)
-    assert weight_bytes(copy) < weight_bytes(llm.engine.runner.model) / 5
+    assert decode_weight_bytes(copy) < decode_weight_bytes(llm.engine.runner.model) / 5

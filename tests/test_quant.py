@@ -57,7 +57,7 @@ def test_quantized_copy_tracks_the_target_and_leaves_it_untouched():
     from labkit.attention import reference
     from labkit.attention.metadata import AttentionMetadata
     from labkit.kv.paged_kv import PagedKVCache
-    from labkit.model.llama import LlamaModel
+    from labkit.model.llama import LlamaModel, decode_weight_bytes
     from labkit.model.loader import ModelConfig
 
     cfg = ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -89,7 +89,7 @@ def test_quantized_copy_tracks_the_target_and_leaves_it_untouched():
     cosine = torch.nn.functional.cosine_similarity(got.float(), want, dim=-1)
     assert cosine.min() > 0.9, cosine.min()           # a close copy (a wrong formula gives ~0) ...
     assert not torch.equal(got.float(), want)         # ... not an exact one
-    assert quant.weight_bytes(copy) < quant.weight_bytes(target) / 4
+    assert decode_weight_bytes(copy) < decode_weight_bytes(target) / 4
 
 
 def test_without_the_cpu_kernel_int4_linear_falls_back_to_the_same_numbers(monkeypatch):

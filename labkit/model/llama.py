@@ -119,6 +119,16 @@ class LlamaLayer(nn.Module):
         return x + linear(F.silu(gate) * up, self.down_proj)
 
 
+def decode_weight_bytes(model: nn.Module) -> int:
+    """Weight bytes one batch-1 decode step reads: every parameter once (a tied embedding is the LM
+    head; an untied one is only looked up, one row a token, and not counted), plus the packed bytes
+    of quantised linears (modules with an ``nbytes()``, e.g. ``quant.Int4Linear``)."""
+    tied = getattr(model, "lm_head", None) is getattr(model, "embed_tokens", None)
+    total = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
+                if name != "embed_tokens" or tied)
+    return total + sum(m.nbytes() for m in model.modules() if hasattr(m, "nbytes"))
+
+
 class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype=torch.float32, device="cpu"):
         super().__init__()

@@ -76,10 +76,9 @@ class Int4Linear(nn.Module):
             self.register_buffer("scales_zeros", scales_zeros, persistent=False)
             self.dense = None
         else:
-            # Same values as the kernel would use: scale and zero rounded to the compute dtype first.
+            # The kernel's numbers: (code - 8) * scale + zero, with scale and zero rounded to dtype first.
             s, z = scale.to(dtype).float(), (minimum + 8 * scale).to(dtype).float()
-            w = ((codes.reshape(self.out_features, -1, group_size).float() - 8) * s[..., None] + z[..., None])
-            self.register_buffer("dense", w.reshape(self.out_features, self.in_features).to(dtype), persistent=False)
+            self.register_buffer("dense", dequantize_groups(codes - 8, s, z).to(dtype), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.dtype)
@@ -97,12 +96,12 @@ class Int4Linear(nn.Module):
 _LINEARS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
-def quantized_copy(target, dtype=torch.bfloat16, quantize_head: bool = True):
-    """A copy of ``target`` (a ``LlamaModel``) whose linear layers are ``Int4Linear`` and whose
-    other tensors (embedding, norms) are ``dtype``. ``target`` is not modified.
+def quantized_copy(target, dtype=torch.bfloat16):
+    """A copy of ``target`` (a ``LlamaModel``) whose linear layers and LM head are ``Int4Linear`` and
+    whose other tensors (embedding, norms) are ``dtype``. ``target`` is not modified.
 
     The embedding lookup reads one row per token, so it stays dense; the LM head (tied to the
-    embedding in SmolLM2) is the largest matrix and is quantised too unless ``quantize_head=False``.
+    embedding in SmolLM2) is the largest matrix, so it is quantised too.
     """
     from labkit.model.llama import LlamaModel
 
@@ -120,20 +119,5 @@ def quantized_copy(target, dtype=torch.bfloat16, quantize_head: bool = True):
         layer.post_attention_layernorm = dense(src.post_attention_layernorm)
         for name in _LINEARS:
             replace_with(layer, name, Int4Linear(getattr(src, name).detach(), dtype=dtype))
-    if quantize_head:
-        replace_with(model, "lm_head", Int4Linear(target.lm_head.detach(), dtype=dtype))
-    else:
-        model.lm_head = dense(target.lm_head)
+    replace_with(model, "lm_head", Int4Linear(target.lm_head.detach(), dtype=dtype))
     return model
-
-
-def weight_bytes(model) -> int:
-    """Bytes one batch-1 decode step reads from weights (embedding: one row; tied head counted)."""
-    total = 0
-    for module in model.modules():
-        if isinstance(module, Int4Linear):
-            total += module.nbytes()
-    for name, p in model.named_parameters():
-        if name != "embed_tokens" or model.lm_head is model.embed_tokens:
-            total += p.numel() * p.element_size()
-    return total
