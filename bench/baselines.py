@@ -43,7 +43,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.common import Section, hf_model, left_padded, load_average, markdown, set_threads
+from bench.common import (Section, add_dtypes_option, hf_model, left_padded, load_average, markdown,
+                          set_threads)
 
 AZURE_CONFIG = dict(max_model_len=4096, block_size=16, max_num_seqs=32)
 AZURE_LIMITS = {"full": 2000, "quick": 400, "tiny": 60}
@@ -388,14 +389,10 @@ def cli(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", default="sim,real", help="comma-separated parts: sim, real")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for the real-model part")
     ap.add_argument("--model", default=None, help="local HF Llama directory (default: SmolLM2-135M-Instruct)")
-    ap.add_argument("--dtypes", default="float32",
-                    help="real-model part, comma-separated: float32 (the parity dtype) and/or bfloat16 (on AMX "
-                         "a bf16 step costs about the same for 2 to 16 rows, so time ratios approach step ratios)")
+    add_dtypes_option(ap, "float32", "real-model part, comma-separated: float32 (the parity dtype) and/or bfloat16 "
+                      "(on AMX a bf16 matmul costs about the same for 2 to 16 rows)")
     args = ap.parse_args(argv)
-    dtypes = tuple(d for d in args.dtypes.split(",") if d)
-    if set(dtypes) - {"float32", "bfloat16"}:
-        ap.error(f"unknown dtypes {dtypes}; choose from float32, bfloat16")
-    main(args.quick, tuple(args.only.split(",")), args.threads, args.model, args.tiny, dtypes)
+    main(args.quick, tuple(args.only.split(",")), args.threads, args.model, args.tiny, tuple(args.dtypes))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Rules the benchmarks follow, because this machine is small and shared:
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -151,6 +152,20 @@ def interleaved(runs: dict[str, Callable[[], object]], rounds: int, start: int =
 
 
 # ----------------------------------------------------------------------------- environment
+
+CPU_DTYPES = ("float32", "bfloat16")
+
+
+def add_dtypes_option(parser, default: str, help: str) -> None:
+    """``--dtypes a,b``: parsed into a list of names from CPU_DTYPES (an unknown name is a usage error)."""
+    def dtypes(text: str) -> list[str]:
+        names = [d for d in text.split(",") if d]
+        if not names or set(names) - set(CPU_DTYPES):
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(CPU_DTYPES)}, got {text!r}")
+        return names
+
+    parser.add_argument("--dtypes", type=dtypes, default=dtypes(default), help=help)
+
 
 def set_threads(threads: int | None) -> int:
     if threads is not None:

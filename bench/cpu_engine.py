@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.common import (Section, TokenClock, clock_name, environment_rows, hf_model, interleaved, left_padded,
-                          mean_gap, measure_read_bandwidth, median, report, set_clock, set_threads, timed,
-                          token_times)
+from bench.common import (Section, TokenClock, add_dtypes_option, clock_name, environment_rows, hf_model,
+                          interleaved, left_padded, mean_gap, measure_read_bandwidth, median, report, set_clock,
+                          set_threads, timed, token_times)
 
 TARGET_BATCH1 = 1.3     # issue 2: batch-1 decode >= 1.3x HF generate
 TARGET_BATCHED = 1.2    # issue 2: batch 16 >= 1.2x HF generate
@@ -43,6 +43,7 @@ class Systems:
     hf: object            # transformers LlamaForCausalLM
     pad_id: int
     weight_bytes: int     # bytes one batch-1 decode step must read
+    dtype: str            # both engines' dtype
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,12 @@ class RunResult:
 def load_systems(model: str | None, dtype: str = "float32") -> Systems:
     """Both engines in ``dtype`` (float32: the parity dtype; bfloat16: half the weight bytes)."""
     from labkit import LLM, EngineConfig
+    from labkit.model.llama import decode_weight_bytes
 
     llm = LLM(model=model, config=EngineConfig(device="cpu", dtype=dtype), progress=False)
     hf = hf_model(llm.engine.model_dir, dtype=getattr(torch, dtype))
-    net = llm.engine.runner.model
-    weight_bytes = sum(p.numel() * p.element_size() for p in net.parameters())  # tied head counted once
-    return Systems(llm, hf, int(hf.generation_config.pad_token_id), weight_bytes)
+    weight_bytes = decode_weight_bytes(llm.engine.runner.model)
+    return Systems(llm, hf, int(hf.generation_config.pad_token_id), weight_bytes, dtype)
 
 
 def prompt_sets(tokenizer, batch: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -134,7 +135,7 @@ def batch1_section(systems: Systems, results: list[dict], max_tokens: int) -> Se
         return [1.0 / r[name].decode_s_per_token for r in results]
 
     roofline = [r["bandwidth"] / systems.weight_bytes for r in results]   # tokens/s
-    dtype = str(next(systems.llm.engine.runner.model.parameters()).dtype).removeprefix("torch.")
+    dtype = systems.dtype
     rows = []
     for name, label in (("labkit", "labkit"), ("hf", "transformers generate")):
         pct = [d / b for d, b in zip(decode(name), roofline)]
@@ -202,8 +203,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clock", choices=["auto", "cpu", "wall"], default="auto",
                    help="auto: process CPU time with one thread, else wall time (see bench/common.py)")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--dtypes", default="float32,bfloat16",
-                   help="comma-separated; each runs both engines in that dtype (float32 is the parity dtype)")
+    add_dtypes_option(p, "float32,bfloat16", "comma-separated; each runs both engines in that dtype (float32 is "
+                      "the parity dtype)")
     p.add_argument("--rounds", type=int, default=None, help="batch-1 rounds (default 8, quick 4)")
     p.add_argument("--batched-rounds", type=int, default=None, help="batch-N rounds (default 3, quick 2)")
     p.add_argument("--max-tokens", type=int, default=None, help="new tokens per request (default 64, quick 32)")
@@ -215,10 +216,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.max_tokens = args.max_tokens or defaults[2]
     if args.tiny:
         args.batch = min(args.batch, 4)
-    args.dtypes = [d for d in args.dtypes.split(",") if d]
-    bad = sorted(set(args.dtypes) - {"float32", "bfloat16"})
-    if bad:
-        p.error(f"unknown dtypes {bad}; choose from float32, bfloat16")
     return args
 
 
@@ -233,7 +230,8 @@ def run(args: argparse.Namespace) -> list[Section]:
         warm_up(systems, singles[0])
         b1 = batch1_rounds(systems, singles, args.rounds, args.max_tokens)
         bn = batched_rounds(systems, batch, args.batched_rounds, args.max_tokens)
-        sections += [batch1_section(systems, b1, args.max_tokens), batched_section(bn, batch, args.max_tokens, dtype)]
+        sections += [batch1_section(systems, b1, args.max_tokens),
+                     batched_section(bn, batch, args.max_tokens, dtype)]
         del systems
     return sections
 

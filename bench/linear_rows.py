@@ -19,7 +19,8 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from bench.common import (Section, interleaved, median, report, set_clock, set_threads, timed)
+from bench.common import (Section, add_dtypes_option, interleaved, median, report, set_clock, set_threads,
+                          timed)
 
 FORMULATIONS = {
     "F.linear(x, W)": lambda x, w: F.linear(x, w),
@@ -70,9 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", default="1,2,4,6,8,12,16")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--model", default=None)
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    add_dtypes_option(p, "float32,bfloat16", "comma-separated weight dtypes")
     args = p.parse_args(argv)
-    args.dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
     args.threads = [int(t) for t in args.threads.split(",")]
     args.rows = [int(t) for t in args.rows.split(",")]
     return args
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> list[Section]:
     weights = model_weights(args.model)
     return report("Weight sweep vs rows", "bench.linear_rows", argv,
                   (rows_section([w.to(dtype) for w in weights], t, args.rows, args.rounds)
-                   for dtype in args.dtypes for t in args.threads))
+                   for dtype in map(lambda name: getattr(torch, name), args.dtypes) for t in args.threads))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from bench.common import (Section, clock_name, interleaved, report, set_clock, set_threads, timed_method)
+from bench.common import (Section, add_dtypes_option, clock_name, interleaved, report, set_clock, set_threads,
+                          timed_method)
 
 WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
 METHODS = {   # --methods name: (table title, SpecConfig fields)
@@ -309,9 +310,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="auto: process CPU time with one thread, else wall time")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS))
     p.add_argument("--ks", default="1,2,4,6")
-    p.add_argument("--dtypes", default="float32,bfloat16",
-                   help="comma-separated target dtypes, each a full run (float32: the parity dtype; bfloat16: on "
-                        "AMX verifying k+1 tokens costs about one plain step)")
+    add_dtypes_option(p, "float32,bfloat16", "comma-separated target dtypes, each a full run (float32: the parity "
+                      "dtype; bfloat16: on AMX verifying k+1 tokens costs about one plain step)")
     p.add_argument("--workloads", default=",".join(w for w, _ in WORKLOADS))
     p.add_argument("--prompts", type=int, default=None, help="prompts per workload (default 2, quick 1)")
     p.add_argument("--max-tokens", type=int, default=None, help="default 96, quick 48")
@@ -320,9 +320,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     prompts, tokens = {"full": (2, 96), "quick": (1, 48), "tiny": (1, 6)}[size]
     args.prompts, args.max_tokens = args.prompts or prompts, args.max_tokens or tokens
     args.methods = [m for m in args.methods.split(",") if m]
-    args.dtypes = [d for d in args.dtypes.split(",") if d]
-    if set(args.dtypes) - {"float32", "bfloat16"}:
-        p.error(f"unknown dtypes {args.dtypes}; choose from float32, bfloat16")
     if set(args.methods) - set(METHODS):
         p.error(f"unknown methods {sorted(set(args.methods) - set(METHODS))}; choose from {list(METHODS)}")
     args.ks = [int(k) for k in args.ks.split(",")]
