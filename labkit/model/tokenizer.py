@@ -3,10 +3,39 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as _FastTokenizer
+
+
+def _raise_exception(message: str):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def compile_chat_template(source: str, origin: str = "chat template") -> jinja2.Template:
+    """A model directory's chat template is data, never code: render it in jinja2's immutable
+    sandbox (attribute access to dunders, ``__globals__``, mutating methods and the like raise
+    ``SecurityError``), with the helpers and whitespace rules ``transformers`` gives templates."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"{origin}: not a valid jinja2 template ({exc})") from None
 
 
 class Tokenizer:
@@ -14,11 +43,14 @@ class Tokenizer:
         self._tok = _FastTokenizer.from_file(str(model_dir / "tokenizer.json"))
         cfg_path = model_dir / "tokenizer_config.json"
         cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
-        template = cfg.get("chat_template")
+        template, origin = cfg.get("chat_template"), str(cfg_path)
         if (model_dir / "chat_template.jinja").is_file():
+            origin = str(model_dir / "chat_template.jinja")
             template = (model_dir / "chat_template.jinja").read_text()
-        self._template = (jinja2.Environment(trim_blocks=False, lstrip_blocks=False)
-                          .from_string(template) if template else None)
+        if template is not None and not isinstance(template, str):
+            raise ValueError(f"{origin}: chat_template must be a string (named templates are not supported)")
+        self._template_origin = origin
+        self._template = compile_chat_template(template, origin) if template else None
         ids = eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]
         eos_tok = cfg.get("eos_token")
         if isinstance(eos_tok, str) and self._tok.token_to_id(eos_tok) is not None:
@@ -39,7 +71,11 @@ class Tokenizer:
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         if self._template is None:
             raise ValueError("this model has no chat template; pass raw text with chat=False")
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+        try:
+            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+        except jinja2.exceptions.SecurityError as exc:
+            raise ValueError(f"{self._template_origin}: the chat template tried something a template may "
+                             f"not do ({exc}); templates are rendered in a sandbox") from None
 
     def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
         """String prompts get the chat template (as a single user turn) unless chat=False."""
