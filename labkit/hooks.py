@@ -245,3 +245,14 @@ class EventBus:
                 self.unsubscribe(fn)
                 warnings.warn(f"labkit hook {name} raised on {err.event} and was unsubscribed:\n"
                               f"{err.traceback}", RuntimeWarning, stacklevel=2)
+
+
+def hooks_of(engine: object | None, hooks: EventBus | None = None) -> EventBus:
+    """The bus to listen to: ``hooks`` if given, else ``engine.hooks`` (an ``LLM``'s engine works too)."""
+    if hooks is not None:
+        return hooks
+    for owner in (engine, getattr(engine, "engine", None)):
+        bus = getattr(owner, "hooks", None)
+        if bus is not None:
+            return bus
+    raise TypeError("expected an LLM or LLMEngine (with .hooks), or hooks=EventBus()")

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import labkit.display as display
-from labkit.assess import EXERCISES, MultipleChoice, Numeric, Quiz, exercise
-from labkit.assess.exercises.batching import RequestState
+import labkit.labs.common.display as display
+from labkit.assess import MultipleChoice, Numeric, Quiz
+from labkit.labs.exercises import EXERCISES, exercise
+from labkit.labs.lab03_batching.exercises import RequestState
 from labkit import set_language
 
 
@@ -447,9 +448,9 @@ def test_predict_widget_asks_for_a_guess_before_revealing():
 
 
 def test_show_source_highlights_labkit_code_with_its_path():
-    from labkit.assess.solutions.kv_cache import kv_bytes_per_token
+    from labkit.labs.lab01_kv_cache.solutions import kv_bytes_per_token
     html = display.source_html(kv_bytes_per_token)
-    assert "labkit/assess/solutions/kv_cache.py" in html
+    assert "labkit/labs/lab01_kv_cache/solutions.py" in html
     assert "kv_bytes_per_token" in html and "style=" in html
 
 
@@ -461,7 +462,7 @@ def test_fast_picks_the_small_value_only_in_fast_mode(monkeypatch):
 
 
 def test_random_first_fit_sequences_only_free_live_regions():
-    from labkit.assess.exercises.kv_cache import _random_first_fit_ops
+    from labkit.labs.lab01_kv_cache.exercises import _random_first_fit_ops
     ops = _random_first_fit_ops(seed=random.Random(1).randrange(100), num_slots=32, num_ops=40)
     freed = [args[0].index for name, args in ops if name == "free"]
     assert len(freed) == len(set(freed)) and all(ops[i][0] == "allocate" for i in freed)

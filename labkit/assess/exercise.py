@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from labkit.assess.checks import FROM_REFERENCE, Check
 from labkit.assess.report import CaseFailure, describe_failure
+from labkit.assess.source import show_source
 from labkit.assess.sandbox import Outcome, RunReport, run_cases
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
@@ -167,7 +168,6 @@ class Exercise:
 
     def show_solution(self):
         """Display the reference solution's source (for after the attempt, or for instructors)."""
-        from labkit.display import show_source
         return show_source(self.reference_solution())
 
     def _repr_html_(self) -> str:

@@ -1,18 +1,14 @@
-"""Measurement helpers the labs call, so notebook cells stay one or two lines (labs/README.md).
+"""Lab content, one package per lab; the helpers every lab shares sit in ``common``.
 
-Shared by every lab:
+    labs/common/             display (show_source, predict, FAST/fast), lazy (once), references (cite),
+                             machine (memory_budget, cpu_load), figures (plotly conventions), tables (Table)
+    labs/lab01_kv_cache/     measure, fragmentation, preemption, servers, views, quiz, exercises, solutions
+    labs/lab02_paged_attention/ ...   labs/lab03_batching/ ...   labs/lab04_speculative/ ...
+    labs/exercises.py        the registry: ``exercise("name")`` for every lab's exercises
 
-- ``recorder``    ``StepRecorder``: per-step rows (tokens by kind, times) from ``StepEnd`` events;
-- ``lazy``        ``once``: one measurement shared by a predict box and the cell after it;
-- ``references``  ``cite(...)``: a row of data/reference/published-numbers.csv with its source;
-- ``machine``     ``memory_budget()``, ``cpu_load()``: the learner's machine, without extra packages;
-- ``figures``     plotly conventions (titles, labelled axes, one colour per state across labs);
-- ``tables``      ``Table``: small HTML tables (JupyterLab and Voila alike).
-
-Lab 01 (KV cache): ``kv_cache`` (cache vs recompute, bytes per token), ``fragmentation``
-(contiguous-reservation waste; measuring the learner's first-fit allocator), ``preemption`` (the
-misreading "the KV cache is disposable"), ``servers`` (the engines and traces it replays),
-``kv_cache_views`` (its figures and tables), ``kv_cache_quiz``.
-
-Helpers measure and return typed values; views draw them; neither prints.
+Inside a lab package: measurement modules return typed values and never print; ``views`` draws
+them; ``quiz`` holds the concept questions; ``exercises`` the hidden checks and ``solutions`` the
+reference solutions (shown only by ``exercise.show_solution()``). Measurement code two labs need
+lives in the engine's own modules (``labkit.metrics.StepRecorder``, ``labkit.kv.breakdown``,
+``labkit.replay``), not here. Tests: ``tests/labs/test_labNN.py``.
 """

@@ -27,7 +27,7 @@ import anywidget
 import traitlets
 
 from labkit import i18n
-from labkit.hooks import EventBus
+from labkit.hooks import EventBus, hooks_of
 from labkit.widgets.palette import STATE_COLORS
 from labkit.widgets.throttle import Throttle
 
@@ -43,17 +43,6 @@ def bundle_esm(filename: str) -> str:
     return (_HERE / "_common.js").read_text() + "\n" + (_HERE / filename).read_text()
 
 
-def resolve_hooks(engine: object | None, hooks: EventBus | None) -> EventBus:
-    """The bus to listen to: ``hooks`` if given, else ``engine.hooks`` (an ``LLM`` works too)."""
-    if hooks is not None:
-        return hooks
-    for owner in (engine, getattr(engine, "engine", None)):
-        bus = getattr(owner, "hooks", None)
-        if bus is not None:
-            return bus
-    raise TypeError("a view needs an engine (with .hooks) or hooks=EventBus()")
-
-
 class LiveView(anywidget.AnyWidget):
     """Base class of the live views; see the module docstring."""
 
@@ -67,7 +56,7 @@ class LiveView(anywidget.AnyWidget):
     def __init__(self, engine: object | None = None, *, hooks: EventBus | None = None,
                  interval_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
                  **kwargs) -> None:
-        bus = resolve_hooks(engine, hooks)   # fail before a comm opens
+        bus = hooks_of(engine, hooks)   # fail before a comm opens
         super().__init__(**kwargs)
         self._lock = threading.RLock()
         self._throttle = Throttle(self._push, interval_s, clock, lock=self._lock)

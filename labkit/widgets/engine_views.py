@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from labkit.hooks import EventBus
+from labkit.hooks import EventBus, hooks_of
 from labkit.widgets.acceptance_view import AcceptanceView
-from labkit.widgets.base import LiveView, resolve_hooks
+from labkit.widgets.base import LiveView
 from labkit.widgets.batch_timeline import BatchTimeline
 from labkit.widgets.block_map import BlockMap
 from labkit.widgets.detokenizer import Detokenize
@@ -39,7 +39,7 @@ class EngineViews(widgets.VBox):
         unknown = set(include) - set(ALL_VIEWS)
         if unknown:
             raise ValueError(f"include: unknown views {sorted(unknown)}; choose from {ALL_VIEWS}")
-        bus = resolve_hooks(engine, hooks)
+        bus = hooks_of(engine, hooks)
         self.views: dict[str, LiveView] = {name: _make(name, engine, bus, detokenize, c) for name in include}
         for name, view in self.views.items():
             setattr(self, name, view)   # views.block_map, views.timeline, ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit.assess.exercises.batching import RequestState
+from labkit.labs.lab03_batching.exercises import RequestState
 
 
 def schedule_step(running: list[RequestState], waiting: list[RequestState],

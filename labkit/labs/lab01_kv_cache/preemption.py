@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
-from labkit.labs.recorder import StepRecorder
+from labkit.metrics import StepRecorder
 from labkit.sampling_params import SamplingParams
 
 

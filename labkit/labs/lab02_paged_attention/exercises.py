@@ -61,7 +61,7 @@ def block_allocator_exercise() -> Exercise:
                     "share(block_id) adds 1; free(block_id) subtracts 1 and at 0 puts the block at the back; "
                     "num_free_blocks() and ref_count(block_id) report the current values."},
         checks=checks,
-        reference="labkit.assess.solutions.paged:BlockAllocator",
+        reference="labkit.labs.lab02_paged_attention.solutions:BlockAllocator",
         hints=[{"zh": "collections.deque 很适合做空闲队列：popleft() 取队首，append() 放队尾。",
                 "en": "collections.deque suits the free list: popleft() takes the front, append() adds at the back."},
                {"zh": "用一个列表 ref_counts[block_id] 记录计数；free 只在计数变成 0 时才把块放回空闲队列。",

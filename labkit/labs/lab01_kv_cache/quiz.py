@@ -8,7 +8,7 @@ so a quiz on screen follows ``labkit.set_language``.
 from __future__ import annotations
 
 from labkit.assess import MultipleChoice, Numeric, Quiz
-from labkit.labs.kv_cache import KVShape
+from labkit.labs.lab01_kv_cache.measure import KVShape
 
 LLAMA3_8B = KVShape("Llama-3-8B", 32, 8, 128, 2)       # config.json: 32 layers, 8 KV heads, head_dim 128
 OPT_13B = KVShape("OPT-13B", 40, 40, 128, 2)           # Kwon et al. SOSP'23 §3

@@ -38,7 +38,7 @@ def greedy_verify_exercise() -> Exercise:
                     "at each position). Accept drafts from the start while they equal the target's; at the first mismatch "
                     "append the target's token and stop; if all match, append the (k+1)-th (bonus)."},
         checks=[call_check("greedy_verify", args, note) for args, note in cases],
-        reference="labkit.assess.solutions.speculative:greedy_verify",
+        reference="labkit.labs.lab04_speculative.solutions:greedy_verify",
         hints=[{"zh": "结果总有 1 到 k+1 个 token：被接受的草稿，加上目标模型的一个 token。",
                 "en": "The result always has 1 to k+1 tokens: the accepted drafts plus one token of the target's."},
                {"zh": "循环 zip(draft_token_ids, target_token_ids)，不一致就 break；最后 append target_token_ids[len(output)]。",
@@ -106,7 +106,7 @@ def rejection_verify_exercise() -> Exercise:
                     "first rejection sample one token from normalize(max(0, p_i - q_i)) and stop; if all are accepted, "
                     "sample a bonus token from p_k. Use only rng (a random.Random) for randomness."},
         checks=checks,
-        reference="labkit.assess.solutions.speculative:rejection_verify",
+        reference="labkit.labs.lab04_speculative.solutions:rejection_verify",
         hints=[{"zh": "接受检验：rng.random() < min(1, p[x] / q[x])。",
                 "en": "The acceptance test: rng.random() < min(1, p[x] / q[x])."},
                {"zh": "按权重采样：rng.choices(range(len(w)), weights=w)[0]，权重不必归一化。",

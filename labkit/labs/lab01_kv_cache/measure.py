@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.labs.recorder import StepRecorder, StepRow
+from labkit.metrics import StepRecorder, StepRow
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.sim.cost import MODELS, ModelProfile

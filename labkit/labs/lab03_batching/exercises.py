@@ -87,7 +87,7 @@ def schedule_step_exercise() -> Exercise:
                     "first come first served; each gets min(tokens it still needs, budget left). Stop admitting when "
                     "the budget is 0 or len(running) + admitted reaches max_num_seqs. Do not modify the inputs."},
         checks=[step_check(*case) for case in cases],
-        reference="labkit.assess.solutions.batching:schedule_step",
+        reference="labkit.labs.lab03_batching.solutions:schedule_step",
         hints=[{"zh": "一个请求仍需计算的 token 数是 num_tokens - num_computed_tokens（解码时为 1）。",
                 "en": "A request still needs num_tokens - num_computed_tokens tokens (1 while decoding)."},
                {"zh": "用一个变量 budget 从 max_num_batched_tokens 往下减；两个 for 循环：先 running，再 waiting。",

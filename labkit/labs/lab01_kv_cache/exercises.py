@@ -37,7 +37,7 @@ def kv_bytes_per_token_exercise() -> Exercise:
               "en": "Write kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes) returning "
                     "the KV cache bytes one token occupies across all layers."},
         checks=[call_check("kv_bytes_per_token", args, note, explain=_explain_kv) for args, note in _KV_CASES],
-        reference="labkit.assess.solutions.kv_cache:kv_bytes_per_token",
+        reference="labkit.labs.lab01_kv_cache.solutions:kv_bytes_per_token",
         hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存一个长度为 head_dim 的向量。存几个？",
                 "en": "Every layer and every KV head stores a vector of length head_dim for the token. How many vectors?"},
                {"zh": "K 一个、V 一个：2 × num_layers × num_kv_heads × head_dim 个数，每个数 dtype_bytes 字节。",
@@ -65,7 +65,7 @@ _FIRST_FIT_SEQUENCES = [
 
 def _random_first_fit_ops(seed: int, num_slots: int, num_ops: int) -> list[tuple]:
     """Random allocate/free sequence; frees refer only to live regions (simulated on the reference)."""
-    from labkit.assess.solutions.kv_cache import FirstFitAllocator
+    from labkit.labs.lab01_kv_cache.solutions import FirstFitAllocator
     rng, sim, live, ops = random.Random(seed), FirstFitAllocator(num_slots), [], []
     for index in range(num_ops):
         if live and rng.random() < 0.4:
@@ -95,7 +95,7 @@ def first_fit_allocator_exercise() -> Exercise:
                     "(lowest) run of size free slots, or None if none fits; free(start) releases the region "
                     "that allocate returned as start."},
         checks=checks,
-        reference="labkit.assess.solutions.kv_cache:FirstFitAllocator",
+        reference="labkit.labs.lab01_kv_cache.solutions:FirstFitAllocator",
         hints=[{"zh": "最简单的表示：一个长度为 num_slots 的列表 used[i]（True/False），再用一个 dict 记住每段的 start → size。",
                 "en": "Simplest representation: a list used[i] of True/False, plus a dict start → size for each region."},
                {"zh": "allocate 从左到右扫描，数连续空闲槽位；数到 size 时，起点是 i - size + 1。",

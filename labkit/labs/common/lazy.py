@@ -1,6 +1,6 @@
 """``once``: a measurement that runs the first time anyone asks for it, and only then.
 
-A predict-then-reveal box (``labkit.display.predict``) measures when the learner clicks *Reveal*;
+A predict-then-reveal box (``labkit.labs.common.display.predict``) measures when the learner clicks *Reveal*;
 the next cell needs the same measurement whether or not anyone clicked (CI never clicks)::
 
     run = once(kv.compare_cache_recompute, llm, prompt, 32)

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from labkit.assess.solutions.kv_cache import FirstFitAllocator, kv_bytes_per_token
+from labkit.labs.lab01_kv_cache.solutions import FirstFitAllocator, kv_bytes_per_token
 from labkit.hooks import StepEnd
-from labkit.labs import fragmentation as frag
-from labkit.labs import kv_cache as kv
-from labkit.labs import preemption, servers
-from labkit.labs.kv_cache_quiz import questions
-from labkit.labs.lazy import once
-from labkit.labs.machine import meminfo_budget
-from labkit.labs.references import cite
+from labkit.kv.breakdown import PARTS, snapshot_slots
+from labkit.labs.lab01_kv_cache import fragmentation as frag
+from labkit.labs.lab01_kv_cache import measure as kv
+from labkit.labs.lab01_kv_cache import preemption, servers
+from labkit.labs.lab01_kv_cache.quiz import questions
+from labkit.labs.common.lazy import once
+from labkit.labs.common.machine import meminfo_budget
+from labkit.labs.common.references import cite
 from labkit.traces import TraceRequest
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "labs" / "01_kv_cache.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "labs" / "01_kv_cache.ipynb"
 
 
 # ----------------------------------------------------------------------------- bytes per token
@@ -87,7 +88,7 @@ def test_pool_split_agrees_with_the_engines_waste_metrics_every_step():
     report = frag.replay_breakdown(llm, servers.azure_conv_trace(12, seed=3), "test")
     assert report.num_steps == len(seen) > 0
     for event in seen:
-        parts = frag.snapshot_slots(event.block_map, event.stats)
+        parts = snapshot_slots(event.block_map, event.stats)
         reserved = parts["used"] + parts["reserved_later"] + parts["internal"]
         if reserved:
             assert 100 * parts["reserved_later"] / reserved == pytest.approx(event.stats.kv_reserved_unused_perc)
@@ -118,7 +119,7 @@ def test_simulated_allocator_tracks_the_engines_contiguous_layout():
     trace = servers.azure_conv_trace(40, seed=5)
     engine = frag.replay_breakdown(servers.paper_like_server("max_model_len"), trace, "engine").breakdown
     mine = frag.simulate_allocator(FirstFitAllocator, trace, servers.PAPER_POOL_SLOTS, reserve_len=2048)
-    for part in frag.PARTS:
+    for part in PARTS:
         assert getattr(mine, part) == pytest.approx(getattr(engine, part), abs=2.0), part
 
 

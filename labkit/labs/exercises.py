@@ -1,10 +1,11 @@
 """The exercises the labs use, by name. Each call builds a fresh ``Exercise`` (its own hint count).
 
-    from labkit.assess import exercise
+    from labkit.labs.exercises import exercise
     ex = exercise("kv_bytes_per_token")
 
-Hidden checks live in the modules beside this file, one per lab; reference solutions in
-``labkit/assess/solutions/``.
+Each lab package holds its exercises' hidden checks (``exercises.py``) and reference solutions
+(``solutions.py``); this registry names them. It sits above ``labkit.assess`` (the machinery), so
+the machinery never imports lab content.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from __future__ import annotations
 from typing import Callable
 
 from labkit.assess.exercise import Exercise
-from labkit.assess.exercises import batching, kv_cache, paged, speculative
+from labkit.labs.lab01_kv_cache import exercises as kv_cache
+from labkit.labs.lab02_paged_attention import exercises as paged
+from labkit.labs.lab03_batching import exercises as batching
+from labkit.labs.lab04_speculative import exercises as speculative
 
 EXERCISES: dict[str, Callable[[], Exercise]] = {
     "kv_bytes_per_token": kv_cache.kv_bytes_per_token_exercise,      # lab 01
