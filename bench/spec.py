@@ -177,7 +177,7 @@ class Row:
     def adjusted_tokens_per_step(self) -> float | None:
         """E[tokens per step] from α when only the measured share of steps verify, each with the number
         of drafts it actually had: steps without drafts emit one token."""
-        from labkit.spec.theory import expected_tokens_per_step
+        from labkit.spec_decode.theory import expected_tokens_per_step
 
         if self.alpha is None or not self.steps:
             return None
@@ -194,13 +194,13 @@ class Row:
 
     @property
     def prediction(self) -> float | None:
-        from labkit.spec.theory import expected_speedup
+        from labkit.spec_decode.theory import expected_speedup
 
         return expected_speedup(self.alpha, self.k, self.c) if self.alpha is not None else None
 
     @property
     def predicted_tokens_per_step(self) -> float | None:
-        from labkit.spec.theory import expected_tokens_per_step
+        from labkit.spec_decode.theory import expected_tokens_per_step
 
         return expected_tokens_per_step(self.alpha, self.k) if self.alpha is not None else None
 

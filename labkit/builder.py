@@ -69,6 +69,6 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
                        scheduler=scheduler, max_model_len=max_model_len, vocab_size=cfg.vocab_size)
     engine.model_config, engine.model_dir, engine.kv_cache = cfg, model_dir, kv_cache
     if config.speculative is not None:
-        from labkit.spec.factory import make_proposer
+        from labkit.spec_decode.factory import make_proposer
         engine.proposer = make_proposer(config.speculative, engine)
     return engine

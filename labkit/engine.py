@@ -157,7 +157,7 @@ class LLMEngine:
     def _next_tokens(self, req: Request, rows: torch.Tensor, num_spec: int) -> list[int]:
         if not num_spec:
             return sample_tokens(rows, [req.sampling_params], [req.generator])
-        from labkit.spec.rejection_sampler import greedy_verify, rejection_sample
+        from labkit.spec_decode.rejection_sampler import greedy_verify, rejection_sample
 
         drafts = req.spec_token_ids[:num_spec]
         if req.sampling_params.greedy:

@@ -28,7 +28,7 @@ from labkit.attention import reference
 from labkit.attention.metadata import AttentionMetadata
 from labkit.kv.paged_kv import PagedKVCache
 from labkit.model.llama import rms_norm
-from labkit.spec.draft_model import DraftLlama
+from labkit.spec_decode.draft_model import DraftLlama
 
 
 def choose_vocab(samples: list[Sample], size: int, always: tuple[int, ...]) -> tuple[torch.Tensor, float]:

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig  # noqa: E402
 from labkit.llm import load_model  # noqa: E402
 from labkit.model.loader import cache_root  # noqa: E402
-from labkit.spec.draft_model import DEFAULT_DRAFT, draft_from_target_layers, save_draft  # noqa: E402
+from labkit.spec_decode.draft_model import DEFAULT_DRAFT, draft_from_target_layers, save_draft  # noqa: E402
 from labkit.traces import load_prompts  # noqa: E402
 
 def build_jobs(num_self_made: int, max_tokens: int, sampled_share: float, seed: int

@@ -1,4 +1,4 @@
-"""Specification of labkit.spec.draft_model: a small draft model proposes, the target verifies.
+"""Specification of labkit.spec_decode.draft_model: a small draft model proposes, the target verifies.
 
 Whatever the draft, greedy speculative decoding must return exactly the plain greedy output, the
 draft's own KV pool must be empty once requests finish, and a draft identical to the target must
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit.spec.draft_model import DEFAULT_DRAFT, draft_from_target_layers, load_draft, save_draft
+from labkit.spec_decode.draft_model import DEFAULT_DRAFT, draft_from_target_layers, load_draft, save_draft
 from tests.prompts import PARITY_PROMPTS
 
 MAX_TOKENS = 24

@@ -1,4 +1,4 @@
-"""Specification of labkit.spec.ngram: prompt lookup decoding.
+"""Specification of labkit.spec_decode.ngram: prompt lookup decoding.
 
 Rule under test: the longest n in [min_n, max_n] whose last-n tokens occur earlier wins; among that
 n-gram's earlier occurrences the most recent one is used; the proposal is the (up to k) tokens that
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.config import SpecConfig
-from labkit.spec.ngram import NgramProposer
-from labkit.spec.proposer import Proposal, Proposer
+from labkit.spec_decode.ngram import NgramProposer
+from labkit.spec_decode.proposer import Proposal, Proposer
 
 
 def reference_propose(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Specification of labkit.spec.rejection_sampler (Leviathan et al. 2023, Algorithm 1).
+"""Specification of labkit.spec_decode.rejection_sampler (Leviathan et al. 2023, Algorithm 1).
 
 The central claim is distributional: whatever the draft distribution q, every emitted token is
 distributed as the target p. It is checked with Pearson chi-square tests sized so that they would
@@ -26,7 +26,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.spec.rejection_sampler import (
+from labkit.spec_decode.rejection_sampler import (
     greedy_verify,
     greedy_verify_batch,
     rejection_sample,

@@ -1,4 +1,4 @@
-"""Specification of labkit.spec.theory (Leviathan et al. 2023, Section 3), and a check that the
+"""Specification of labkit.spec_decode.theory (Leviathan et al. 2023, Section 3), and a check that the
 rejection sampler behaves as the theory predicts."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from labkit.spec.rejection_sampler import rejection_sample_batch
-from labkit.spec.theory import (
+from labkit.spec_decode.rejection_sampler import rejection_sample_batch
+from labkit.spec_decode.theory import (
     acceptance_rate_from_probs,
     expected_speedup,
     expected_tokens_per_step,

@@ -123,6 +123,6 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", ha
                        max_model_len=max_model_len, vocab_size=SIM_VOCAB, clock=clock, simulated=True)
     engine.model_profile, engine.hardware = model, hw
     if config.speculative is not None:
-        from labkit.spec.factory import make_proposer
+        from labkit.spec_decode.factory import make_proposer
         engine.proposer = make_proposer(config.speculative, engine)
     return engine

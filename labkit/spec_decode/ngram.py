@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from labkit.config import SpecConfig
-from labkit.spec.proposer import Proposal
+from labkit.spec_decode.proposer import Proposal
 
 
 class NgramProposer:

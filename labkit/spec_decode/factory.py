@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from labkit.config import SpecConfig
 from labkit.request import Request
-from labkit.spec.ngram import NgramProposer
+from labkit.spec_decode.ngram import NgramProposer
 
 
 def draft_budget(req: Request, k: int, max_model_len: int) -> int:
@@ -40,5 +40,5 @@ class NgramSpecProposer:
 def make_proposer(spec: SpecConfig, engine):
     if spec.method == "ngram":
         return NgramSpecProposer(spec, engine.max_model_len)
-    from labkit.spec.draft_model import DraftModelProposer
+    from labkit.spec_decode.draft_model import DraftModelProposer
     return DraftModelProposer(spec, engine)

@@ -43,7 +43,7 @@ from labkit.model.llama import LlamaLayer, LlamaModel
 from labkit.model.loader import ModelConfig
 from labkit.request import Request
 from labkit.sample.sampler import to_probs
-from labkit.spec.factory import draft_budget
+from labkit.spec_decode.factory import draft_budget
 
 DRAFT_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 DEFAULT_DRAFT = DRAFT_DIR / "smollm2-135m-draft.safetensors"
