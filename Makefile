@@ -25,6 +25,7 @@ lab: setup
 	$(PY) -m jupyter lab --notebook-dir=labs
 
 test: setup
+	$(PY) -m ruff check labkit tests bench scripts
 	$(PY) -m pytest
 
 test-fast: setup

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labkit.labs.common.display as display
+from labkit import set_language
 from labkit.assess import MultipleChoice, Numeric, Quiz
 from labkit.labs.exercises import EXERCISES, exercise
 from labkit.labs.lab03_batching.exercises import RequestState
-from labkit import set_language
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from labkit.assess.text import Text
 
+
 class Step(NamedTuple):
     """One call in an operation sequence and what it returned."""
 

@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 from labkit.assess.checks import FROM_REFERENCE, Check
 from labkit.assess.report import CaseFailure, describe_failure
-from labkit.assess.source import show_source
 from labkit.assess.sandbox import Outcome, RunReport, run_cases
+from labkit.assess.source import show_source
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
 
