@@ -43,7 +43,8 @@ def kv_loops_forever(num_layers, num_kv_heads, head_dim, dtype_bytes):
 
 
 def kv_stub(num_layers, num_kv_heads, head_dim, dtype_bytes):
-    pass
+    """Starter code: the body is still `...`."""
+    ...
 
 
 def kv_no_return(num_layers, num_kv_heads, head_dim, dtype_bytes):
@@ -58,8 +59,8 @@ def kv_kills_its_process(*args):
     os._exit(7)
 
 
-def kv_returns_a_lambda(*args):
-    return lambda: 0
+def kv_correct(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
 
 
 class FirstFitFreesOneSlot:
@@ -173,7 +174,7 @@ def verify_own_draw_order(draft_token_ids, draft_probs, target_probs, rng):
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_every_reference_solution_passes_all_its_hidden_checks(name):
     ex = exercise(name)
-    result = ex.check(ex.reference_solution())
+    result = ex.self_test()
     assert result.passed, result.message
     assert result.num_passed == result.num_checks == len(ex.checks) >= 4
 
@@ -236,7 +237,7 @@ def test_an_endless_loop_is_stopped_within_the_time_limit_and_checking_goes_on()
     assert time.monotonic() - started < 3.0
     assert result.failure.kind == "timeout" and result.failure.index == 0
     assert "永远不结束的循环" in result.message
-    assert ex.check(ex.reference_solution()).passed
+    assert ex.check(kv_correct).passed
 
 
 def test_the_default_time_limit_is_about_five_seconds():
@@ -251,12 +252,6 @@ def test_exit_in_learner_code_is_reported_not_obeyed():
 def test_a_child_that_dies_is_reported_with_its_exit_code():
     result = exercise("kv_bytes_per_token").check(kv_kills_its_process)
     assert result.failure.kind == "crash" and result.failure.got == 7
-
-
-def test_an_unpicklable_return_value_is_shown_as_a_wrong_answer():
-    result = exercise("kv_bytes_per_token").check(kv_returns_a_lambda)
-    assert result.failure.kind == "wrong"
-    assert "lambda" in repr(result.failure.got)
 
 
 def test_a_wrong_allocator_is_shown_the_steps_up_to_its_first_wrong_result():

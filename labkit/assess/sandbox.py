@@ -1,38 +1,51 @@
-"""Run a learner's code on hidden cases in a child process, with a time limit.
+"""Run a learner's code on hidden cases in a child process, with a time and a memory limit.
 
 Why a forked child: a notebook kernel must survive whatever the learner wrote. An endless loop is
-stopped by killing the child after ``time_limit_s``; an exception, ``exit()`` or a crash ends only
-the child. Fork (not spawn) because the learner's function usually lives in a notebook cell: the
-child inherits it, its globals and the cell's source in ``linecache`` without any pickling, and
-starting takes milliseconds. Only results travel back, pickled through a pipe, one per case, so
-when time runs out the parent knows which case was running.
+stopped by killing the child after ``time_limit_s``; an exception, ``exit()``, a crash or a memory
+blow-up ends only the child. Fork (not spawn) because the learner's function usually lives in a
+notebook cell: the child inherits it, its globals and the cell's source in ``linecache`` without
+any pickling, and starting takes milliseconds.
 
-    parent ──fork──► child: for each case: value = case(target) ──pipe──► parent
-      └── waits at most time_limit_s in total, then kills the child
+What the child holds and sends: it runs ONLY the learner's code on the case inputs. No expected
+value exists yet when it is forked (the exercise computes them after the child is gone), and the
+reference solution is disabled in it (``reference.disable``), so walking the stack or importing
+the solution finds nothing to copy. Each case's result is converted to plain data *in the child*
+(``plain.to_plain``) and sent as one length-prefixed frame; the kernel reads frames with a
+deadline (a half-written frame cannot block it) and unpickles them with a loader that builds only
+plain types. So no learner object — its ``__eq__``, ``__reduce__`` or ``__repr__`` — runs in the
+kernel, and comparing happens on plain data.
 
-Where fork is unavailable (Windows) the cases run in the kernel itself, with no time limit, and
-``RunReport.isolated`` is False. The child never touches CUDA; torch is set to one thread there
-because a forked OpenMP pool can deadlock.
+    kernel ──fork──► child: for each case: to_plain(case(target)) ──frame──► kernel
+      └── reads frames until time_limit_s (in total), then kills the child's process group
+
+Where fork is unavailable (Windows) the cases run in the kernel itself, with no time or memory
+limit, and ``RunReport.isolated`` is False. The child never touches CUDA; torch is set to one
+thread there because a forked OpenMP pool can deadlock.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
-import multiprocessing as mp
 import os
-import pickle
+import select
+import signal
 import sys
 import sysconfig
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-_ASSESS_DIR = os.path.dirname(os.path.abspath(__file__))
+from labkit.assess import plain, reference
+
+_LABKIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
                               if (p := sysconfig.get_paths().get(key))}))
 _MAX_TEXT = 2000
+MAX_FRAME_BYTES = 16 * 2 ** 20           # one case's result; larger is reported, not sent
+DEFAULT_MEMORY_LIMIT_MB = 2048           # address space the child may add to what it inherits
 
 
 @dataclass(frozen=True)
@@ -51,22 +64,27 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True)
-class Unpicklable:
-    """Stands in for a returned value that could not be sent back from the child."""
+class NotPlain:
+    """A result that was not plain data: its type, a short repr, where it sat, during which call."""
 
+    type_name: str
     text: str
-
-    def __repr__(self) -> str:
-        return self.text
+    path: str = ""
+    during: str | None = None
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one case produced: a value or an error, plus anything the learner printed."""
+    """What one case produced (plain data only): a value, an error or a refused value, and prints.
+
+    ``partial`` holds the steps an operation sequence completed before its error.
+    """
 
     value: Any = None
     error: ErrorInfo | None = None
     stdout: str = ""
+    not_plain: NotPlain | None = None
+    partial: Any = None
 
 
 @dataclass(frozen=True)
@@ -83,11 +101,11 @@ class RunReport:
 
 def _is_library(filename: str) -> bool:
     path = os.path.abspath(filename)
-    return path.startswith(_ASSESS_DIR) or any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS)
+    return any(path.startswith(d + os.sep) for d in (_LABKIT_DIR, *_LIBRARY_DIRS))
 
 
 def describe_error(exc: BaseException) -> ErrorInfo:
-    """The exception with the deepest frame of the learner's code (not the checker's, not stdlib)."""
+    """The exception with the deepest frame of the learner's code (not labkit's, not a library's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if not _is_library(f.filename)]
     frame = own[-1] if own else None
@@ -98,69 +116,203 @@ def describe_error(exc: BaseException) -> ErrorInfo:
                      during=getattr(exc, "labkit_during", None))
 
 
-def _run_one(case: Callable[[Any], Any], target: Any) -> Outcome:
+# ----------------------------------------------------------------------------- the child's side
+
+def _run_one(case: Callable[[Any], Any], target: Any) -> dict:
+    """One case as a plain dict (the wire format); never raises."""
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            value = case(target)
-        return Outcome(value=value, stdout=printed.getvalue()[-_MAX_TEXT:])
-    except BaseException as exc:  # SystemExit too: exit() in learner code is reported, not obeyed
-        return Outcome(error=describe_error(exc), stdout=printed.getvalue()[-_MAX_TEXT:])
+            value = plain.to_plain(case(target))
+        return {"value": value, "stdout": printed.getvalue()[-_MAX_TEXT:]}
+    except plain.NotPlainError as exc:
+        refused = NotPlain(exc.type_name, exc.text, exc.path, getattr(exc, "labkit_during", None))
+        return {"not_plain": asdict(refused), "stdout": printed.getvalue()[-_MAX_TEXT:]}
+    except BaseException as exc:  # noqa: BLE001  SystemExit too: exit() in learner code is reported, not obeyed
+        steps = getattr(exc, "labkit_steps", None)
+        return {"error": asdict(describe_error(exc)), "partial": plain.to_plain(steps) if steps else None,
+                "stdout": printed.getvalue()[-_MAX_TEXT:]}
 
 
-def _sendable(outcome: Outcome) -> Outcome:
+def _encode(wire: dict) -> bytes:
+    data = plain.dumps(wire)
+    if len(data) <= MAX_FRAME_BYTES:
+        return data
+    refused = NotPlain("too large", f"{len(data) / 2 ** 20:.0f} MiB")
+    return plain.dumps({"not_plain": asdict(refused), "stdout": wire.get("stdout", "")})
+
+
+def _write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(len(data).to_bytes(4, "big") + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _limit_memory(megabytes: float | None) -> None:
+    """Cap the address space at what the child inherited plus ``megabytes`` (Linux only)."""
+    if not megabytes:
+        return
     try:
-        pickle.dumps(outcome)
-        return outcome
-    except Exception:
-        stand_in = Unpicklable(repr(outcome.value)[:300])
-        return Outcome(value=stand_in, error=outcome.error, stdout=outcome.stdout)
+        import resource
+        with open("/proc/self/statm") as statm:
+            inherited = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = inherited + int(megabytes * 2 ** 20)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))   # hard too: the learner cannot raise it
+    except (ImportError, OSError, ValueError):
+        pass
 
 
-def _child(conn, target: Any, cases: Sequence[Callable[[Any], Any]]) -> None:
-    sys.stdout = sys.stderr = io.StringIO()    # never write to the kernel's streams from a fork
+def _prepare_child(memory_limit_mb: float | None, forbidden: Sequence[Any]) -> None:
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)                         # its own group: killing it ends its children too
+    with contextlib.suppress(ValueError):         # only the main thread may set handlers
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout = sys.stderr = io.StringIO()      # never write to the kernel's streams from a fork
+    builtins.input = _no_input                   # ipykernel's input() would talk to the kernel's sockets
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+    for obj in forbidden:
+        reference.disable(obj)
+    _limit_memory(memory_limit_mb)
+
+
+def _no_input(*_args):
+    raise EOFError("input() is not available while your code is checked")
+
+
+def _child(fd: int, target: Any, cases: Sequence[Callable[[Any], Any]],
+           memory_limit_mb: float | None, forbidden: Sequence[Any]) -> None:
+    out_of_memory = plain.dumps({"error": asdict(ErrorInfo("MemoryError", ""))})   # built before any limit
+    _prepare_child(memory_limit_mb, forbidden)
     for case in cases:
-        conn.send(_sendable(_run_one(case, target)))
-    conn.close()
+        try:
+            data = _encode(_run_one(case, target))
+        except MemoryError:
+            data = out_of_memory
+        _write_frame(fd, data)
+
+
+# ----------------------------------------------------------------------------- the kernel's side
+
+def _text(value: Any, limit: int = 300) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _number(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _error_from(wire: Any) -> ErrorInfo:
+    if not isinstance(wire, dict):
+        return ErrorInfo("ProtocolError", "unreadable error report")
+    return ErrorInfo(type_name=_text(wire.get("type_name"), 80) or "Exception", message=_text(wire.get("message")) or "",
+                     lineno=_number(wire.get("lineno")), line=_text(wire.get("line")),
+                     function=_text(wire.get("function"), 80), during=_text(wire.get("during")))
+
+
+def decode_outcome(data: bytes) -> Outcome:
+    """One frame as an ``Outcome``; bytes that are not a well-formed plain report become an error."""
+    try:
+        wire = plain.loads(data)
+    except Exception as exc:                     # noqa: BLE001 (anything the child wrote)
+        return Outcome(error=ErrorInfo("ProtocolError", f"the result could not be read back ({type(exc).__name__})"))
+    if not isinstance(wire, dict):
+        return Outcome(error=ErrorInfo("ProtocolError", "the result could not be read back"))
+    stdout = _text(wire.get("stdout"), _MAX_TEXT) or ""
+    if wire.get("error") is not None:
+        return Outcome(error=_error_from(wire["error"]), stdout=stdout, partial=wire.get("partial"))
+    refused = wire.get("not_plain")
+    if isinstance(refused, dict):
+        return Outcome(stdout=stdout, not_plain=NotPlain(_text(refused.get("type_name"), 80) or "?",
+                                                         _text(refused.get("text")) or "", _text(refused.get("path")) or "",
+                                                         _text(refused.get("during"))))
+    return Outcome(value=wire.get("value"), stdout=stdout)
+
+
+def _read_frames(fd: int, num_cases: int, deadline: float) -> tuple[list[bytes], bool]:
+    """Frames until every case reported, EOF, or the deadline (then ``timed_out`` is True)."""
+    frames, buffer = [], bytearray()
+    while len(frames) < num_cases:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return frames, True
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return frames, False
+        buffer += chunk
+        while len(buffer) >= 4 and len(frames) < num_cases:
+            size = int.from_bytes(buffer[:4], "big")
+            if size > MAX_FRAME_BYTES + 4096:            # not our child's framing: stop reading
+                frames.append(b"")
+                return frames, False
+            if len(buffer) < 4 + size:
+                break
+            frames.append(bytes(buffer[4:4 + size]))
+            del buffer[:4 + size]
+    return frames, False
+
+
+def _stop(pid: int) -> int | None:
+    """Kill the child's group and reap it; its exit code (negative: the signal), None if we killed it."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        with contextlib.suppress(OSError):
+            kill()                                       # also ends anything the learner's code started
+    if done:
+        return os.waitstatus_to_exitcode(status)
+    _, status = os.waitpid(pid, 0)
+    return None
+
+
+def _wait_for_exit(pid: int, deadline: float) -> int | None:
+    """After EOF: the child's exit code once it exits (it closed its pipe: it is on its way)."""
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.002)
+    return None
 
 
 def _run_in_process(target, cases, start: float) -> RunReport:
-    outcomes = tuple(_run_one(case, target) for case in cases)
+    outcomes = tuple(decode_outcome(plain.dumps(_run_one(case, target))) for case in cases)
     return RunReport(outcomes, len(cases), elapsed_s=time.monotonic() - start, isolated=False)
 
 
-def _collect(conn, num_cases: int, deadline: float) -> tuple[list[Outcome], bool]:
-    outcomes: list[Outcome] = []
-    while len(outcomes) < num_cases:
-        left = deadline - time.monotonic()
-        if left <= 0 or not conn.poll(left):
-            return outcomes, True
-        try:
-            outcomes.append(conn.recv())
-        except EOFError:                        # the child died: exit code tells how
-            break
-    return outcomes, False
+def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: float = 5.0,
+              memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB, forbidden: Sequence[Any] = ()) -> RunReport:
+    """Call ``case(target)`` for every case in a forked child; stop everything after ``time_limit_s``.
 
-
-def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: float = 5.0) -> RunReport:
-    """Call ``case(target)`` for every case in a forked child; stop everything after ``time_limit_s``."""
+    ``forbidden``: objects (the reference solution) that raise ``ReferenceSolutionUsed`` in the child.
+    """
     start = time.monotonic()
-    if "fork" not in mp.get_all_start_methods():
+    if not hasattr(os, "fork"):
         return _run_in_process(target, cases, start)
-    ctx = mp.get_context("fork")
-    receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(sender, target, cases), daemon=True)
-    child.start()
-    sender.close()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: never return into the kernel's code
+        code = 70
+        try:
+            os.close(read_fd)
+            _child(write_fd, target, cases, memory_limit_mb, forbidden)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)                              # also here: whichever runs first wins the race
+    exit_code = None
     try:
-        outcomes, timed_out = _collect(receiver, len(cases), start + time_limit_s)
-    finally:                                    # also on KeyboardInterrupt: never leave the child
-        if child.is_alive():
-            child.kill()
-        child.join(2)
-        receiver.close()
+        frames, timed_out = _read_frames(read_fd, len(cases), start + time_limit_s)
+        if not timed_out and len(frames) < len(cases):
+            exit_code = _wait_for_exit(pid, start + time_limit_s + 1.0)
+    finally:                                              # also on KeyboardInterrupt: never leave the child
+        stopped = _stop(pid)
+        exit_code = exit_code if exit_code is not None else stopped
+        os.close(read_fd)
+    outcomes = tuple(decode_outcome(frame) for frame in frames)
     died = not timed_out and len(outcomes) < len(cases)
-    return RunReport(tuple(outcomes), len(cases), timed_out,
-                     child.exitcode if died else None, time.monotonic() - start)
+    return RunReport(outcomes, len(cases), timed_out, exit_code if died else None, time.monotonic() - start)
