@@ -19,7 +19,8 @@ from labkit.labs.lab01_kv_cache.quiz import questions as lab01_questions
 
 
 @pytest.fixture(autouse=True)
-def chinese_by_default():
+def chinese_by_default(monkeypatch):
+    monkeypatch.setenv("LABKIT_LEARNER_ID", "test-learner")     # quizzes shuffle; never touch ~/.cache
     set_language("zh")
     yield
     set_language("zh")
@@ -353,3 +354,17 @@ def test_a_sequence_reports_its_first_wrong_step_not_the_error_it_caused_later()
     result = ex.check(FirstFitOffByOne)
     assert result.failure.kind == "wrong"
     assert "  allocate(4) → 期望 0，得到 1  ✗" in result.message.splitlines()
+
+
+def test_the_learner_id_is_kept_in_the_cache_folder_or_derived(monkeypatch, tmp_path):
+    from labkit.assess import learner
+    monkeypatch.delenv("LABKIT_LEARNER_ID")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = learner.learner_id()
+    assert (tmp_path / "labkit" / "learner_id").read_text().strip() == first
+    learner._CACHED.clear()
+    assert learner.learner_id() == first                   # a reload reads the same id back
+    learner._CACHED.clear()
+    (tmp_path / "readonly").write_text("")                 # a file where the folder should be
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "readonly"))
+    assert learner.learner_id() == learner._fallback()
