@@ -368,3 +368,35 @@ def test_the_learner_id_is_kept_in_the_cache_folder_or_derived(monkeypatch, tmp_
     (tmp_path / "readonly").write_text("")                 # a file where the folder should be
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "readonly"))
     assert learner.learner_id() == learner._fallback()
+
+
+class LoopsOnInspection:
+    """Not a function or class: any attribute lookup on it (even __class__) loops."""
+
+    @property
+    def __class__(self):
+        while True:
+            pass
+
+    def __getattr__(self, name):
+        while True:
+            pass
+
+    def __call__(self, *args):
+        return 0
+
+
+@pytest.mark.timeout(30)
+def test_inspecting_a_submission_runs_none_of_its_code_in_the_kernel():
+    ex = exercise("kv_bytes_per_token")
+    ex.time_limit_s = 1.0
+    started = time.monotonic()
+    result = ex.check(LoopsOnInspection())
+    assert time.monotonic() - started < 5.0 and not result.passed
+
+
+def test_a_failing_sequence_keeps_only_the_expected_steps_it_showed():
+    result = exercise("first_fit_allocator").check(FirstFitThatNeverFrees)
+    shown = result.failure.expected
+    assert shown[-1] != result.failure.got[len(shown) - 1]          # it ends at the first wrong step
+    assert len(shown) < len(exercise("first_fit_allocator").expected_values()[result.failure.index])

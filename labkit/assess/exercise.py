@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from labkit.assess.checks import FROM_REFERENCE, Check, as_trace
 from labkit.assess.plain import to_plain
-from labkit.assess.reference import is_reference
+from labkit.assess.reference import class_dict, is_reference, kind_of
 from labkit.assess.report import CaseFailure, describe_failure
 from labkit.assess.sandbox import DEFAULT_MEMORY_LIMIT_MB, Outcome, RunReport, run_cases
 from labkit.assess.source import show_source
@@ -74,10 +74,12 @@ class Hint:
 
 
 def _own_functions(target: Any) -> list:
-    if inspect.isfunction(target):
+    """The functions to look at for placeholders; nothing of the learner's runs to find them."""
+    kind = kind_of(target)
+    if kind == "function":
         return [target]
-    if inspect.isclass(target):
-        return [m for name, m in vars(target).items() if inspect.isfunction(m) and name != "__init__"]
+    if kind == "class":
+        return [m for name, m in class_dict(target).items() if kind_of(m) == "function" and name != "__init__"]
     return []
 
 
@@ -251,7 +253,7 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
     if outcome.error is not None:
         wrong_first = _wrong_before_error(check, expected, outcome.partial)
         if wrong_first is not None:
-            return CaseFailure(index, label, "wrong", expected, wrong_first, stdout=outcome.stdout)
+            return CaseFailure(index, label, "wrong", *wrong_first, stdout=outcome.stdout)
         kind = _ERROR_KINDS.get(outcome.error.type_name, "error")
         return CaseFailure(index, label, kind, error=outcome.error, stdout=outcome.stdout)
     got = as_trace(outcome.value) if check.trace else outcome.value
@@ -260,12 +262,23 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         same = bool(check.compare(got, expected))
     except Exception:                          # noqa: BLE001 (e.g. a recursive structure)
         same = False
-    return None if same else CaseFailure(index, label, "wrong", expected, got, stdout=outcome.stdout)
-
-
-def _wrong_before_error(check: Check, expected: Any, partial: Any) -> list | None:
-    """The steps up to an earlier wrong one, when a sequence went wrong before it raised."""
-    steps = as_trace(partial) if check.trace else None
-    if not steps or not isinstance(expected, list):
+    if same:
         return None
-    return steps if any(e != g for e, g in zip(expected, steps)) else None
+    return CaseFailure(index, label, "wrong", _shown_part(check, expected, got), got, stdout=outcome.stdout)
+
+
+def _shown_part(check: Check, expected: Any, got: Any) -> Any:
+    """For a sequence, the expected steps up to the first wrong one: the result keeps no more of
+    the hidden answer than the message shows (later checks' code could read it back)."""
+    if not check.trace or not isinstance(expected, list) or not isinstance(got, list):
+        return expected
+    k = next((i for i, (e, g) in enumerate(zip(expected, got)) if e != g), min(len(expected), len(got)))
+    return expected[:k + 1]
+
+
+def _wrong_before_error(check: Check, expected: Any, partial: Any) -> tuple | None:
+    """(expected shown, steps) up to an earlier wrong step, when a sequence went wrong before it raised."""
+    steps = as_trace(partial) if check.trace else None
+    if not steps or not isinstance(expected, list) or not any(e != g for e, g in zip(expected, steps)):
+        return None
+    return _shown_part(check, expected, steps), steps

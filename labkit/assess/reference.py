@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+import types
+from typing import Any, Mapping
 
 
 class ReferenceSolutionUsed(RuntimeError):
@@ -29,29 +30,54 @@ def _refuse(*args, **kwargs):
     raise __import__("labkit.assess.reference", fromlist=["_"]).ReferenceSolutionUsed()
 
 
+def kind_of(obj: Any) -> str:
+    """"function", "class" or "other", from ``type(obj)`` alone.
+
+    ``isinstance``/``getattr`` on a learner's object may run its code in the kernel (a
+    ``__class__`` property, a metaclass ``__getattr__``); ``type()``, ``issubclass`` between real
+    classes and the C-level slots used here do not.
+    """
+    if type(obj) is types.FunctionType:
+        return "function"
+    return "class" if issubclass(type(obj), type) else "other"
+
+
+def class_dict(cls: type) -> Mapping[str, Any]:
+    """``vars(cls)`` without asking the class (or its metaclass) for it."""
+    return type.__dict__["__dict__"].__get__(cls)
+
+
 def _unwrap(obj: Any) -> Any:
-    while isinstance(obj, functools.partial):
-        obj = obj.func
-    obj = getattr(obj, "__func__", obj)                   # bound and class methods
-    return inspect.unwrap(obj) if callable(obj) else obj
+    for _ in range(100):                                  # partials, bound methods, functools.wraps
+        if type(obj) is functools.partial:
+            obj = obj.func
+        elif type(obj) is types.MethodType:
+            obj = obj.__func__
+        elif type(obj) is types.FunctionType and "__wrapped__" in obj.__dict__:
+            obj = obj.__dict__["__wrapped__"]
+        else:
+            break
+    return obj
 
 
 def _same_code(a: Any, b: Any) -> bool:
-    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
-    if code_a is None or code_b is None:
+    if kind_of(a) != "function" or kind_of(b) != "function":
         return False
+    code_a, code_b = a.__code__, b.__code__
     return code_a is code_b or (code_a.co_filename, code_a.co_firstlineno, code_a.co_name) == \
         (code_b.co_filename, code_b.co_firstlineno, code_b.co_name)
 
 
 def is_reference(target: Any, reference: Any) -> bool:
-    """True when ``target`` is the reference solution itself, its code, or a subclass of it."""
+    """True when ``target`` is the reference solution itself, its code, or a subclass of it.
+
+    Runs none of ``target``'s code (see ``kind_of``).
+    """
     target, reference = _unwrap(target), _unwrap(reference)
     if target is reference:
         return True
-    if inspect.isclass(target) and inspect.isclass(reference):
-        return issubclass(target, reference) or \
-            (target.__module__, target.__qualname__) == (reference.__module__, reference.__qualname__)
+    if kind_of(target) == "class" and kind_of(reference) == "class":
+        return reference in type.__dict__["__mro__"].__get__(target)
     return _same_code(target, reference)
 
 
@@ -71,7 +97,7 @@ def disable(reference: Any) -> None:
     """
     reference = _unwrap(reference)
     if inspect.isclass(reference):
-        for name, member in list(vars(reference).items()):
+        for name, member in list(class_dict(reference).items()):
             if isinstance(member, (staticmethod, classmethod)) or inspect.isfunction(member):
                 if not _disable_function(member):         # a closure (super() adds one): replace it
                     setattr(reference, name, _refuse)

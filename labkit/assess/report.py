@@ -52,7 +52,7 @@ ADVICE = {
 def _short(value: Any, limit: int = 300) -> str:
     try:
         text = repr(value)
-    except ValueError:                         # e.g. an int with too many digits to print
+    except (ValueError, RecursionError):       # an int with too many digits, a deeply nested list
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit] + " …"
 

@@ -29,7 +29,7 @@ import builtins
 import contextlib
 import io
 import os
-import select
+import selectors
 import signal
 import sys
 import sysconfig
@@ -232,24 +232,37 @@ def decode_outcome(data: bytes) -> Outcome:
 def _read_frames(fd: int, num_cases: int, deadline: float) -> tuple[list[bytes], bool]:
     """Frames until every case reported, EOF, or the deadline (then ``timed_out`` is True)."""
     frames, buffer = [], bytearray()
-    while len(frames) < num_cases:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return frames, True
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return frames, False
-        buffer += chunk
-        while len(buffer) >= 4 and len(frames) < num_cases:
-            size = int.from_bytes(buffer[:4], "big")
-            if size > MAX_FRAME_BYTES + 4096:            # not our child's framing: stop reading
-                frames.append(b"")
+    with selectors.DefaultSelector() as selector:        # not select(): a kernel may hold fds > 1024
+        selector.register(fd, selectors.EVENT_READ)
+        while len(frames) < num_cases:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return frames, True
+            if not _read_some(fd, buffer):
                 return frames, False
-            if len(buffer) < 4 + size:
-                break
-            frames.append(bytes(buffer[4:4 + size]))
-            del buffer[:4 + size]
+            if not _split_frames(buffer, frames, num_cases):
+                return frames, False
     return frames, False
+
+
+def _read_some(fd: int, buffer: bytearray) -> bool:
+    chunk = os.read(fd, 1 << 16)
+    buffer += chunk
+    return bool(chunk)
+
+
+def _split_frames(buffer: bytearray, frames: list[bytes], num_cases: int) -> bool:
+    """Move complete frames from ``buffer`` to ``frames``; False when the stream is not ours."""
+    while len(buffer) >= 4 and len(frames) < num_cases:
+        size = int.from_bytes(buffer[:4], "big")
+        if size > MAX_FRAME_BYTES + 4096:                 # not our child's framing: stop reading
+            frames.append(b"")
+            return False
+        if len(buffer) < 4 + size:
+            break
+        frames.append(bytes(buffer[4:4 + size]))
+        del buffer[:4 + size]
+    return True
 
 
 def _stop(pid: int) -> int | None:
