@@ -400,3 +400,20 @@ def test_a_failing_sequence_keeps_only_the_expected_steps_it_showed():
     shown = result.failure.expected
     assert shown[-1] != result.failure.got[len(shown) - 1]          # it ends at the first wrong step
     assert len(shown) < len(exercise("first_fit_allocator").expected_values()[result.failure.index])
+
+
+def kv_grows_until_stopped(*args):
+    import mmap
+    blocks = []
+    while True:                               # 32 MiB of address space per 0.1 s: at most 480 MiB in 1.5 s
+        blocks.append(mmap.mmap(-1, 32 * 2 ** 20))
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(60)
+def test_a_blow_up_stopped_by_the_clock_is_still_reported_as_memory():
+    ex = exercise("kv_bytes_per_token")
+    ex.time_limit_s, ex.memory_limit_mb = 1.5, 512
+    result = ex.check(kv_grows_until_stopped)
+    assert result.failure.kind == "memory", result.message
+    assert "MiB" in result.message and "循环" not in result.message

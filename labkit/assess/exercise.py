@@ -27,7 +27,7 @@ from labkit.assess.checks import FROM_REFERENCE, Check, as_trace
 from labkit.assess.plain import to_plain
 from labkit.assess.reference import class_dict, is_reference, kind_of
 from labkit.assess.report import CaseFailure, describe_failure
-from labkit.assess.sandbox import DEFAULT_MEMORY_LIMIT_MB, Outcome, RunReport, run_cases
+from labkit.assess.sandbox import DEFAULT_MEMORY_LIMIT_MB, GROWING_SHARE, Outcome, RunReport, run_cases
 from labkit.assess.source import show_source
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
@@ -196,7 +196,7 @@ class Exercise:
         return self.hint()
 
     def _result(self, report: RunReport, expected: list[Any]) -> CheckResult:
-        failure, num_passed = first_failure(self.checks, expected, report)
+        failure, num_passed = first_failure(self.checks, expected, report, self.memory_limit_mb)
         if failure is None:
             message = t(f"✓ 全部 {len(self.checks)} 个隐藏测试通过！", f"✓ All {len(self.checks)} hidden tests passed!")
             return CheckResult(self.name, True, message, num_passed, len(self.checks), elapsed_s=report.elapsed_s)
@@ -226,7 +226,8 @@ def _case_for(check: Check):
     return lambda target: run(target, None)
 
 
-def first_failure(checks: Sequence[Check], expected: list[Any], report: RunReport) -> tuple[CaseFailure | None, int]:
+def first_failure(checks: Sequence[Check], expected: list[Any], report: RunReport,
+                  memory_limit_mb: float | None = None) -> tuple[CaseFailure | None, int]:
     """The first failing case (None if all passed) and how many cases passed."""
     failure, passed = None, 0
     for i, outcome in enumerate(report.outcomes):
@@ -238,7 +239,11 @@ def first_failure(checks: Sequence[Check], expected: list[Any], report: RunRepor
     done = len(report.outcomes)
     if failure is None and done < report.num_cases:
         kind = "timeout" if report.timed_out else "crash"
-        failure = CaseFailure(done, localize(checks[done].label), kind, got=report.exit_code)
+        grown = report.grown_mb
+        if kind == "timeout" and memory_limit_mb and grown is not None and grown > GROWING_SHARE * memory_limit_mb:
+            kind = "memory"                        # stopped on time while still allocating
+        failure = CaseFailure(done, localize(checks[done].label), kind,
+                              got=grown if kind == "memory" else report.exit_code)
     return failure, passed
 
 

@@ -99,6 +99,9 @@ def describe_failure(failure: CaseFailure, check: Check, time_limit_s: float) ->
         body = t(("在调用 " + during + " 时，" if during else "") + "你的代码用了太多内存，已停止（内核没事）。",
                  ("While calling " + during + ", y" if during else "Y") + "our code used too much memory, "
                  "so it was stopped (your kernel is fine).")
+        if failure.error is None and isinstance(failure.got, (int, float)):
+            body += t(f"\n  {time_limit_s:g} 秒时它已多占用约 {failure.got:,.0f} MiB，而且还在增长。",
+                      f"\n  After {time_limit_s:g} s it had taken about {failure.got:,.0f} MiB more, and was still growing.")
     elif failure.kind == "crash":
         body = describe_crash(failure.got)
     elif failure.kind == "reference":

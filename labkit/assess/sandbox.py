@@ -45,7 +45,8 @@ _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for key in ("stdlib", "platstdl
                               if (p := sysconfig.get_paths().get(key))}))
 _MAX_TEXT = 2000
 MAX_FRAME_BYTES = 16 * 2 ** 20           # one case's result; larger is reported, not sent
-DEFAULT_MEMORY_LIMIT_MB = 2048           # address space the child may add to what it inherits
+DEFAULT_MEMORY_LIMIT_MB = 1024           # address space the child may add to what it inherits
+GROWING_SHARE = 0.5                      # stopped on time while past this share of it: "memory"
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class RunReport:
     exit_code: int | None = None       # set when the child died without reporting every case
     elapsed_s: float = 0.0
     isolated: bool = True
+    grown_mb: float | None = None      # when stopped on time: address space the child had added
 
 
 def _is_library(filename: str) -> bool:
@@ -148,14 +150,22 @@ def _write_frame(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def address_space(pid: int | str = "self") -> int | None:
+    """Bytes of address space of a process (Linux ``/proc``), None where unknown."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _limit_memory(megabytes: float | None) -> None:
     """Cap the address space at what the child inherited plus ``megabytes`` (Linux only)."""
-    if not megabytes:
+    inherited = address_space()
+    if not megabytes or inherited is None:
         return
     try:
         import resource
-        with open("/proc/self/statm") as statm:
-            inherited = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         limit = inherited + int(megabytes * 2 ** 20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))   # hard too: the learner cannot raise it
     except (ImportError, OSError, ValueError):
@@ -317,9 +327,12 @@ def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: 
     os.close(write_fd)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)                              # also here: whichever runs first wins the race
-    exit_code = None
+    exit_code, grown_mb, inherited = None, None, address_space()
     try:
         frames, timed_out = _read_frames(read_fd, len(cases), start + time_limit_s)
+        if timed_out:                                     # was it looping, or still allocating?
+            now = address_space(pid)
+            grown_mb = (now - inherited) / 2 ** 20 if now is not None and inherited is not None else None
         if not timed_out and len(frames) < len(cases):
             exit_code = _wait_for_exit(pid, start + time_limit_s + 1.0)
     finally:                                              # also on KeyboardInterrupt: never leave the child
@@ -328,4 +341,5 @@ def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: 
         os.close(read_fd)
     outcomes = tuple(decode_outcome(frame) for frame in frames)
     died = not timed_out and len(outcomes) < len(cases)
-    return RunReport(outcomes, len(cases), timed_out, exit_code if died else None, time.monotonic() - start)
+    return RunReport(outcomes, len(cases), timed_out, exit_code if died else None, time.monotonic() - start,
+                     grown_mb=grown_mb)
