@@ -417,3 +417,17 @@ def test_a_blow_up_stopped_by_the_clock_is_still_reported_as_memory():
     result = ex.check(kv_grows_until_stopped)
     assert result.failure.kind == "memory", result.message
     assert "MiB" in result.message and "循环" not in result.message
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
+def kv_raises_unprintable(*args):
+    raise Unprintable()
+
+
+def test_an_exception_whose_message_raises_is_still_reported_at_its_type():
+    result = exercise("kv_bytes_per_token").check(kv_raises_unprintable)
+    assert result.failure.kind == "error" and result.failure.error.type_name == "Unprintable"

@@ -76,7 +76,7 @@ def run_ops(cls: Any, ctor_args: tuple, ops: Sequence[tuple], _expected: Any = N
         call = f"{method}({', '.join(map(repr, real))})"
         try:
             result = to_plain(getattr(obj, method)(*real))
-        except BaseException as exc:  # noqa: BLE001  re-raised with where it happened
+        except BaseException as exc:                     # re-raised, with where it happened
             exc.labkit_during, exc.labkit_steps = call, list(steps)
             raise
         results.append(result)

@@ -27,7 +27,13 @@ from labkit.assess.checks import FROM_REFERENCE, Check, as_trace
 from labkit.assess.plain import to_plain
 from labkit.assess.reference import class_dict, is_reference, kind_of
 from labkit.assess.report import CaseFailure, describe_failure
-from labkit.assess.sandbox import DEFAULT_MEMORY_LIMIT_MB, GROWING_SHARE, Outcome, RunReport, run_cases
+from labkit.assess.sandbox import (
+    DEFAULT_MEMORY_LIMIT_MB,
+    GROWING_SHARE,
+    Outcome,
+    RunReport,
+    run_cases,
+)
 from labkit.assess.source import show_source
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
@@ -265,7 +271,7 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
     got = outcome.value if got is None else got
     try:
         same = bool(check.compare(got, expected))
-    except Exception:                          # noqa: BLE001 (e.g. a recursive structure)
+    except Exception:                          # e.g. a recursive structure
         same = False
     if same:
         return None

@@ -37,7 +37,7 @@ def _from_file(path: Path) -> str | None:
 def _fallback() -> str:
     try:
         user = getpass.getuser()
-    except Exception:                      # noqa: BLE001 (no user name in some containers)
+    except Exception:                      # no user name in some containers
         user = "learner"
     return hashlib.sha256(f"{user}@{platform.node()}".encode()).hexdigest()[:32]
 

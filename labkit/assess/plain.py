@@ -33,7 +33,7 @@ class NotPlainError(TypeError):
 def _short_repr(value: Any) -> str:
     try:
         return repr(value)[:200]
-    except Exception:                      # noqa: BLE001 (a learner's __repr__ may raise anything)
+    except Exception:                      # a learner's __repr__ may raise anything
         return f"<{type(value).__name__}>"
 
 

@@ -15,7 +15,13 @@ from typing import Sequence, Union
 
 import ipywidgets as W
 
-from labkit.assess.questions import LETTERS, Feedback, MultipleChoice, Numeric, parse_number
+from labkit.assess.questions import (
+    LETTERS,
+    Feedback,
+    MultipleChoice,
+    Numeric,
+    parse_number,
+)
 from labkit.assess.text import Text, localize_html, relabel_on_language_change
 from labkit.i18n import t
 

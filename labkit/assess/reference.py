@@ -98,9 +98,9 @@ def disable(reference: Any) -> None:
     reference = _unwrap(reference)
     if inspect.isclass(reference):
         for name, member in list(class_dict(reference).items()):
-            if isinstance(member, (staticmethod, classmethod)) or inspect.isfunction(member):
-                if not _disable_function(member):         # a closure (super() adds one): replace it
-                    setattr(reference, name, _refuse)
+            method = isinstance(member, (staticmethod, classmethod)) or inspect.isfunction(member)
+            if method and not _disable_function(member):  # a closure (super() adds one): replace it
+                setattr(reference, name, _refuse)
         if "__init__" not in vars(reference):
             reference.__init__ = _refuse
     else:

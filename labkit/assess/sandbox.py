@@ -29,7 +29,6 @@ import builtins
 import contextlib
 import io
 import os
-import selectors
 import signal
 import sys
 import sysconfig
@@ -38,54 +37,14 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from labkit.assess import plain, reference
+from labkit.assess import plain, reference, wire
+from labkit.assess.wire import ErrorInfo, NotPlain, Outcome
 
 _LABKIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
                               if (p := sysconfig.get_paths().get(key))}))
-_MAX_TEXT = 2000
-MAX_FRAME_BYTES = 16 * 2 ** 20           # one case's result; larger is reported, not sent
 DEFAULT_MEMORY_LIMIT_MB = 1024           # address space the child may add to what it inherits
 GROWING_SHARE = 0.5                      # stopped on time while past this share of it: "memory"
-
-
-@dataclass(frozen=True)
-class ErrorInfo:
-    """An exception in the learner's code, located at the learner's own line."""
-
-    type_name: str
-    message: str
-    lineno: int | None = None
-    line: str | None = None
-    function: str | None = None
-    during: str | None = None          # the call the checker was making, e.g. "free(4)"
-
-    def summary(self) -> str:
-        return f"{self.type_name}: {self.message}" if self.message else self.type_name
-
-
-@dataclass(frozen=True)
-class NotPlain:
-    """A result that was not plain data: its type, a short repr, where it sat, during which call."""
-
-    type_name: str
-    text: str
-    path: str = ""
-    during: str | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one case produced (plain data only): a value, an error or a refused value, and prints.
-
-    ``partial`` holds the steps an operation sequence completed before its error.
-    """
-
-    value: Any = None
-    error: ErrorInfo | None = None
-    stdout: str = ""
-    not_plain: NotPlain | None = None
-    partial: Any = None
 
 
 @dataclass(frozen=True)
@@ -111,11 +70,18 @@ def describe_error(exc: BaseException) -> ErrorInfo:
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if not _is_library(f.filename)]
     frame = own[-1] if own else None
-    return ErrorInfo(type_name=type(exc).__name__, message=str(exc)[:300],
+    return ErrorInfo(type_name=type(exc).__name__, message=_message(exc),
                      lineno=frame.lineno if frame else None,
                      line=(frame.line or None) if frame else None,
                      function=frame.name if frame else None,
                      during=getattr(exc, "labkit_during", None))
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)[:300]
+    except Exception:                             # a learner's __str__ may raise too
+        return "(its message could not be shown)"
 
 
 # ----------------------------------------------------------------------------- the child's side
@@ -126,28 +92,14 @@ def _run_one(case: Callable[[Any], Any], target: Any) -> dict:
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             value = plain.to_plain(case(target))
-        return {"value": value, "stdout": printed.getvalue()[-_MAX_TEXT:]}
+        return {"value": value, "stdout": printed.getvalue()[-wire.MAX_TEXT:]}
     except plain.NotPlainError as exc:
         refused = NotPlain(exc.type_name, exc.text, exc.path, getattr(exc, "labkit_during", None))
-        return {"not_plain": asdict(refused), "stdout": printed.getvalue()[-_MAX_TEXT:]}
-    except BaseException as exc:  # noqa: BLE001  SystemExit too: exit() in learner code is reported, not obeyed
+        return {"not_plain": asdict(refused), "stdout": printed.getvalue()[-wire.MAX_TEXT:]}
+    except BaseException as exc:  # SystemExit too: exit() in learner code is reported, not obeyed
         steps = getattr(exc, "labkit_steps", None)
         return {"error": asdict(describe_error(exc)), "partial": plain.to_plain(steps) if steps else None,
-                "stdout": printed.getvalue()[-_MAX_TEXT:]}
-
-
-def _encode(wire: dict) -> bytes:
-    data = plain.dumps(wire)
-    if len(data) <= MAX_FRAME_BYTES:
-        return data
-    refused = NotPlain("too large", f"{len(data) / 2 ** 20:.0f} MiB")
-    return plain.dumps({"not_plain": asdict(refused), "stdout": wire.get("stdout", "")})
-
-
-def _write_frame(fd: int, data: bytes) -> None:
-    view = memoryview(len(data).to_bytes(4, "big") + data)
-    while view:
-        view = view[os.write(fd, view):]
+                "stdout": printed.getvalue()[-wire.MAX_TEXT:]}
 
 
 def address_space(pid: int | str = "self") -> int | None:
@@ -196,84 +148,13 @@ def _child(fd: int, target: Any, cases: Sequence[Callable[[Any], Any]],
     _prepare_child(memory_limit_mb, forbidden)
     for case in cases:
         try:
-            data = _encode(_run_one(case, target))
+            data = wire.encode(_run_one(case, target))
         except MemoryError:
             data = out_of_memory
-        _write_frame(fd, data)
+        wire.write_frame(fd, data)
 
 
 # ----------------------------------------------------------------------------- the kernel's side
-
-def _text(value: Any, limit: int = 300) -> str | None:
-    return value[:limit] if isinstance(value, str) else None
-
-
-def _number(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _error_from(wire: Any) -> ErrorInfo:
-    if not isinstance(wire, dict):
-        return ErrorInfo("ProtocolError", "unreadable error report")
-    return ErrorInfo(type_name=_text(wire.get("type_name"), 80) or "Exception", message=_text(wire.get("message")) or "",
-                     lineno=_number(wire.get("lineno")), line=_text(wire.get("line")),
-                     function=_text(wire.get("function"), 80), during=_text(wire.get("during")))
-
-
-def decode_outcome(data: bytes) -> Outcome:
-    """One frame as an ``Outcome``; bytes that are not a well-formed plain report become an error."""
-    try:
-        wire = plain.loads(data)
-    except Exception as exc:                     # noqa: BLE001 (anything the child wrote)
-        return Outcome(error=ErrorInfo("ProtocolError", f"the result could not be read back ({type(exc).__name__})"))
-    if not isinstance(wire, dict):
-        return Outcome(error=ErrorInfo("ProtocolError", "the result could not be read back"))
-    stdout = _text(wire.get("stdout"), _MAX_TEXT) or ""
-    if wire.get("error") is not None:
-        return Outcome(error=_error_from(wire["error"]), stdout=stdout, partial=wire.get("partial"))
-    refused = wire.get("not_plain")
-    if isinstance(refused, dict):
-        return Outcome(stdout=stdout, not_plain=NotPlain(_text(refused.get("type_name"), 80) or "?",
-                                                         _text(refused.get("text")) or "", _text(refused.get("path")) or "",
-                                                         _text(refused.get("during"))))
-    return Outcome(value=wire.get("value"), stdout=stdout)
-
-
-def _read_frames(fd: int, num_cases: int, deadline: float) -> tuple[list[bytes], bool]:
-    """Frames until every case reported, EOF, or the deadline (then ``timed_out`` is True)."""
-    frames, buffer = [], bytearray()
-    with selectors.DefaultSelector() as selector:        # not select(): a kernel may hold fds > 1024
-        selector.register(fd, selectors.EVENT_READ)
-        while len(frames) < num_cases:
-            left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
-                return frames, True
-            if not _read_some(fd, buffer):
-                return frames, False
-            if not _split_frames(buffer, frames, num_cases):
-                return frames, False
-    return frames, False
-
-
-def _read_some(fd: int, buffer: bytearray) -> bool:
-    chunk = os.read(fd, 1 << 16)
-    buffer += chunk
-    return bool(chunk)
-
-
-def _split_frames(buffer: bytearray, frames: list[bytes], num_cases: int) -> bool:
-    """Move complete frames from ``buffer`` to ``frames``; False when the stream is not ours."""
-    while len(buffer) >= 4 and len(frames) < num_cases:
-        size = int.from_bytes(buffer[:4], "big")
-        if size > MAX_FRAME_BYTES + 4096:                 # not our child's framing: stop reading
-            frames.append(b"")
-            return False
-        if len(buffer) < 4 + size:
-            break
-        frames.append(bytes(buffer[4:4 + size]))
-        del buffer[:4 + size]
-    return True
-
 
 def _stop(pid: int) -> int | None:
     """Kill the child's group and reap it; its exit code (negative: the signal), None if we killed it."""
@@ -301,7 +182,7 @@ def _wait_for_exit(pid: int, deadline: float) -> int | None:
 
 
 def _run_in_process(target, cases, start: float) -> RunReport:
-    outcomes = tuple(decode_outcome(plain.dumps(_run_one(case, target))) for case in cases)
+    outcomes = tuple(wire.decode_outcome(plain.dumps(_run_one(case, target))) for case in cases)
     return RunReport(outcomes, len(cases), elapsed_s=time.monotonic() - start, isolated=False)
 
 
@@ -329,7 +210,7 @@ def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: 
         os.setpgid(pid, pid)                              # also here: whichever runs first wins the race
     exit_code, grown_mb, inherited = None, None, address_space()
     try:
-        frames, timed_out = _read_frames(read_fd, len(cases), start + time_limit_s)
+        frames, timed_out = wire.read_frames(read_fd, len(cases), start + time_limit_s)
         if timed_out:                                     # was it looping, or still allocating?
             now = address_space(pid)
             grown_mb = (now - inherited) / 2 ** 20 if now is not None and inherited is not None else None
@@ -339,7 +220,7 @@ def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: 
         stopped = _stop(pid)
         exit_code = exit_code if exit_code is not None else stopped
         os.close(read_fd)
-    outcomes = tuple(decode_outcome(frame) for frame in frames)
+    outcomes = tuple(wire.decode_outcome(frame) for frame in frames)
     died = not timed_out and len(outcomes) < len(cases)
     return RunReport(outcomes, len(cases), timed_out, exit_code if died else None, time.monotonic() - start,
                      grown_mb=grown_mb)
