@@ -140,9 +140,9 @@ class Numeric:
         if factor is None:
             return ""
         unit = localize(self.unit)
-        in_unit = t(f"答案以「{unit}」为单位", f"the answer is in {unit}") if unit else t("看清题目要的单位", "read which unit is asked")
-        return t(f"它与答案正好差了 {factor} 倍：检查单位（{in_unit}）。",
-                 f"It is off by exactly a factor of {factor}: check the unit ({in_unit}).")
+        in_unit = t(f"（答案以「{unit}」为单位）", f" (the answer is in {unit})") if unit else ""
+        return t(f"它与答案正好差了 {factor} 倍：是单位或数量级出了错吗{in_unit}？",
+                 f"It is off by exactly a factor of {factor}: did a unit or an order of magnitude slip{in_unit}?")
 
     def is_close(self, x: float) -> bool:
         allowed = max(self.tol, self.rel_tol * abs(self.answer))
