@@ -132,7 +132,7 @@ class Numeric:
             return Feedback(True, f"{done} {localize(self.explanation)}".strip())
         direction = t("偏大", "too high") if x > self.answer else t("偏小", "too low")
         wrong = t(f"✗ {format_number(x)} {direction}。", f"✗ {format_number(x)} is {direction}.")
-        return Feedback(False, " ".join(p for p in (wrong, self.unit_hint(x), localize(self.hint)) if p))
+        return Feedback(False, t("", " ").join(p for p in (wrong, self.unit_hint(x), localize(self.hint)) if p))
 
     def unit_hint(self, x: float) -> str:
         """A note when ``x`` is right up to a power of ten or of 1024 (a unit slip), else ""."""

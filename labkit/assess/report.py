@@ -33,6 +33,7 @@ class CaseFailure:
 
 # What to look at for failures that are not about the algorithm: these replace the exercise's
 # hints (an endless loop is not helped by a hint about dicts), and the hint count does not move.
+# A non-plain result needs no more than its own message (describe_not_plain).
 ADVICE = {
     "timeout": {"zh": "检查每个循环的结束条件：每一轮都在向结束靠近吗？while 循环里的变量有没有更新？",
                 "en": "Check each loop's exit condition: does every round move towards the end? "
@@ -40,8 +41,6 @@ ADVICE = {
     "memory": {"zh": "看看哪里在不停地追加或复制列表/字符串：它们的大小应当与输入相当。",
                "en": "Look for a list or string that keeps growing or being copied: its size should "
                      "stay about the size of the input."},
-    "type": {"zh": "检查程序只比较普通数据：请返回 int/float/str、列表、元组或字典。",
-             "en": "The checker compares plain data only: return int/float/str, lists, tuples or dicts."},
     "reference": {"zh": "请用你自己的代码实现；做完之后可以用 .show_solution() 对照参考答案。",
                   "en": "Write it with your own code; afterwards, .show_solution() shows the reference to compare."},
     "crash": {"zh": "你的代码是否调用了 os._exit、os.kill，或者让解释器崩溃的扩展？",
@@ -78,11 +77,11 @@ def describe_crash(exit_code: Any) -> str:
 
 def describe_not_plain(refused: NotPlain) -> str:
     where = t(f"（位置 {refused.path}）", f" (at {refused.path})") if refused.path else ""
-    during = t(f"调用 {refused.during} 时，", f"While calling {refused.during}, ") if refused.during else ""
+    during = t(f"调用 {refused.during} 时，", f"While calling {refused.during}, y") if refused.during else t("", "Y")
     kind = refused.type_name
     return t(f"{during}你的代码返回了一个 {kind} 对象{where}：{refused.text}\n"
              "  检查程序只接收普通数据：数字、字符串、列表、元组、字典（numpy/torch 的数值会自动转换）。",
-             f"{during}your code returned a {kind} object{where}: {refused.text}\n"
+             f"{during}our code returned a {kind} object{where}: {refused.text}\n"
              "  The checker accepts plain data only: numbers, strings, lists, tuples, dicts "
              "(numpy/torch values are converted).")
 
