@@ -431,3 +431,26 @@ def kv_raises_unprintable(*args):
 def test_an_exception_whose_message_raises_is_still_reported_at_its_type():
     result = exercise("kv_bytes_per_token").check(kv_raises_unprintable)
     assert result.failure.kind == "error" and result.failure.error.type_name == "Unprintable"
+
+
+def kv_leaves_a_process_behind(*args):
+    import subprocess
+    return subprocess.Popen(["sleep", "60"]).pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+def test_processes_the_learners_code_started_end_with_the_check():
+    result = exercise("kv_bytes_per_token").check(kv_leaves_a_process_behind)
+    pid = result.failure.got
+    deadline = time.monotonic() + 3
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)

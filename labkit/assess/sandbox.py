@@ -156,27 +156,38 @@ def _child(fd: int, target: Any, cases: Sequence[Callable[[Any], Any]],
 
 # ----------------------------------------------------------------------------- the kernel's side
 
-def _stop(pid: int) -> int | None:
-    """Kill the child's group and reap it; its exit code (negative: the signal), None if we killed it."""
-    try:
+def _exit_code(pid: int) -> int | None:
+    """The child's exit code (negative: the signal) if it has exited, else None; never reaps it,
+    so its pid (and group id) cannot be reused before ``_stop`` has signalled the group."""
+    if not hasattr(os, "waitid"):                          # macOS: reap now, as a fallback
         done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
+        return os.waitstatus_to_exitcode(status) if done else None
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _stop(pid: int) -> int | None:
+    """Kill the child's group, then reap the child; its exit code if it had exited, else None."""
+    try:
+        code = _exit_code(pid)
+    except ChildProcessError:                              # already reaped (the macOS fallback)
         return None
     for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         with contextlib.suppress(OSError):
-            kill()                                       # also ends anything the learner's code started
-    if done:
-        return os.waitstatus_to_exitcode(status)
-    _, status = os.waitpid(pid, 0)
-    return None
+            kill()                                         # also ends anything the learner's code started
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    return code
 
 
 def _wait_for_exit(pid: int, deadline: float) -> int | None:
     """After EOF: the child's exit code once it exits (it closed its pipe: it is on its way)."""
     while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
+        code = _exit_code(pid)
+        if code is not None:
+            return code
         time.sleep(0.002)
     return None
 
