@@ -185,7 +185,10 @@ def _stop(pid: int) -> int | None:
 def _wait_for_exit(pid: int, deadline: float) -> int | None:
     """After EOF: the child's exit code once it exits (it closed its pipe: it is on its way)."""
     while time.monotonic() < deadline:
-        code = _exit_code(pid)
+        try:
+            code = _exit_code(pid)
+        except ChildProcessError:                          # reaped elsewhere (SIGCHLD ignored)
+            return None
         if code is not None:
             return code
         time.sleep(0.002)
