@@ -188,6 +188,8 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": "x", "ignore_eos": "no"}, "ignore_eos"),
+    ({"prompt": "x", "logprobs": 2}, "logprobs"),          # not supported: refused, not ignored
+    ({"prompt": "x", "echo": True}, "echo"),
     ({}, "prompt"),
     ({"prompt": 42}, "prompt"),
     ({"prompt": ""}, "prompt"),

@@ -23,6 +23,7 @@ from labkit.serve.metrics import ServerMetrics
 from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest
 from labkit.serve.request_stream import RequestStream
 
+METRICS_TIMEOUT_S = 30.0
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed", "n", "ignore_eos", "stop",
                    "stream_options")
 
@@ -85,7 +86,10 @@ def _add_info_routes(app: FastAPI, served: ServedModel, loop: EngineLoop, metric
 
     @app.get("/metrics")
     async def prometheus_metrics():
-        stats = await asyncio.wrap_future(loop.snapshot())
+        try:
+            stats = await asyncio.wait_for(asyncio.wrap_future(loop.snapshot()), METRICS_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return error_response(503, "the engine loop did not answer (stopped or stuck in a step)")
         return Response(metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -131,8 +135,10 @@ async def _generate(request: Request, loop: EngineLoop, body, prompt, max_tokens
     header = fmt.Header(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
     stream = RequestStream(loop, header.id, prompt, params, stop)
     refused = await stream.start()
+    if refused is not None and refused.status != 400:
+        raise APIError(refused.status, refused.message)
     if refused is not None:
-        raise bad_value(ValueError(refused), ("prompt", "n", "max_tokens"),
+        raise bad_value(ValueError(refused.message), ("prompt", "n", "max_tokens"),
                         "prompt" if kind == "completion" else "messages")
     if body.stream:
         return StreamingResponse(_sse_events(stream, header, kind, include_usage),

@@ -32,6 +32,7 @@ class Accepted:
 @dataclass(frozen=True)
 class Rejected:
     message: str            # the engine's ValueError, naming what does not fit
+    status: int = 400       # 500 when the engine failed on a request it should have taken
 
 
 @dataclass(frozen=True)
@@ -119,12 +120,10 @@ class EngineLoop:
                 break
             if self.engine.has_unfinished_requests():
                 try:
-                    outputs = self.engine.step()
+                    self._dispatch(self.engine.step())
                 except Exception:          # keep serving: fail what was in flight, say why
                     self.error = traceback.format_exc()
                     self._fail_all()
-                    continue
-                self._dispatch(outputs)
         self._fail_all()
 
     def _drain(self, block: bool) -> bool:
@@ -156,6 +155,10 @@ class EngineLoop:
                                           chat=False)
         except ValueError as exc:
             submit.deliver(Rejected(str(exc)))
+            return
+        except Exception as exc:           # a bug, not a bad request: answer 500, keep the loop alive
+            self.error = traceback.format_exc()
+            submit.deliver(Rejected(f"{type(exc).__name__}: {exc}", status=500))
             return
         req = self.engine.get_request(rid)
         texts = {i: SequenceText(self.engine.tokenizer, submit.stop) for i in range(submit.params.n)}
@@ -200,6 +203,9 @@ class EngineLoop:
     def _fail_all(self) -> None:
         for rid in list(self._groups):
             group = self._groups[rid]
-            self._abort_group(rid)
+            try:
+                self._abort_group(rid)
+            except Exception:
+                self._groups.pop(rid, None)
             for index in range(group.submit.params.n):
                 group.submit.deliver(SequenceDelta(index, "", 0, "abort"))

@@ -59,6 +59,8 @@ class CompletionRequest(_SamplingFields):
 
     prompt: Union[str, list[int]]
     max_tokens: int = 16
+    echo: Literal[False] = False            # not supported: say so rather than ignore it
+    logprobs: None = None
 
 
 class TextPart(BaseModel):
@@ -85,6 +87,7 @@ class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: Union[int, None] = None
     max_completion_tokens: Union[int, None] = None
+    logprobs: Literal[False] = False        # not supported: say so rather than ignore it
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

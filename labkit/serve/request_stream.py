@@ -29,13 +29,13 @@ class RequestStream:
     def _deliver(self, item) -> None:          # runs on the engine loop thread
         self._aio.call_soon_threadsafe(self._queue.put_nowait, item)
 
-    async def start(self) -> str | None:
-        """Submit; None once the engine accepted the request, else the engine's reason to refuse it."""
+    async def start(self) -> Rejected | None:
+        """Submit; None once the engine accepted the request, else its refusal."""
         self._loop.submit(self._submit)
         reply = await self._queue.get()
         if isinstance(reply, Rejected):
             self.finish_reasons = dict.fromkeys(range(self.n), "rejected")
-            return reply.message
+            return reply
         assert isinstance(reply, Accepted)
         self.num_prompt_tokens = reply.num_prompt_tokens
         return None
