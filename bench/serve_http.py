@@ -73,7 +73,7 @@ def generate_tok_s(llm, workload) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.serve_http", description=__doc__.splitlines()[0])
-    p.add_argument("--rates", type=float, nargs="+", default=[1.0, 4.0])
+    p.add_argument("--rates", type=float, nargs="*", default=[1.0, 4.0], help="none: only the overhead")
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--rounds", type=int, default=2, help="overhead rounds (each: generate and HTTP)")
@@ -111,14 +111,15 @@ def main(argv: list[str] | None = None) -> None:
         server.wait(30)
     print(f"# labkit serve on {os.uname().nodename}, {os.cpu_count()} CPUs; chat, {args.num_prompts} prompts x "
           f"{args.output_len} tokens (ignore_eos), greedy\n")
-    print("| request rate (req/s) | completed | req/s | output tok/s | TTFT median / P99 (ms) | "
-          "TPOT median / P99 (ms) | ITL median / P99 (ms) | E2EL median (ms) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        m = r.metrics
-        print(f"| {r.request_rate:g} | {m.completed} | {m.request_throughput:.2f} | {m.output_throughput:.1f} | "
-              f"{m.ttft.median_ms:.0f} / {m.ttft.p99_ms:.0f} | {m.tpot.median_ms:.0f} / {m.tpot.p99_ms:.0f} | "
-              f"{m.itl.median_ms:.0f} / {m.itl.p99_ms:.0f} | {m.e2el.median_ms:.0f} |")
+    if rows:
+        print("| request rate (req/s) | completed | req/s | output tok/s | TTFT median / P99 (ms) | "
+              "TPOT median / P99 (ms) | ITL median / P99 (ms) | E2EL median (ms) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            m = r.metrics
+            print(f"| {r.request_rate:g} | {m.completed} | {m.request_throughput:.2f} | {m.output_throughput:.1f} | "
+                  f"{m.ttft.median_ms:.0f} / {m.ttft.p99_ms:.0f} | {m.tpot.median_ms:.0f} / {m.tpot.p99_ms:.0f} | "
+                  f"{m.itl.median_ms:.0f} / {m.itl.p99_ms:.0f} | {m.e2el.median_ms:.0f} |")
     g, h = statistics.median(gen), statistics.median(http)
     print(f"\nall at once: LLM.generate {g:.1f} tok/s, through HTTP {h:.1f} tok/s "
           f"(HTTP / generate = {h / g:.2f}; rounds: generate {[round(x, 1) for x in gen]}, "

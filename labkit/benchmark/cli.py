@@ -90,5 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     print(format_report(result.metrics, result.settings))
+    errors = [r.error for r in result.requests if not r.success]
+    if errors:
+        print(f"{len(errors)} requests failed; the first: {errors[0]}")
     if args.result_file:
         print(f"result file: {result.save(args.result_file)}")
