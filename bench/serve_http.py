@@ -8,7 +8,9 @@
    (result files in ``--out-dir``, loadable with ``labkit.benchmark.load_results``).
 2. Overhead: the same requests (same prompts, ``max_tokens``, ``ignore_eos``, greedy) all at once,
    through HTTP (rate inf) and through ``LLM.generate`` in this process, alternating
-   (generate, HTTP, HTTP, generate, ...); output tokens / s of each, median over rounds.
+   (generate, HTTP, HTTP, generate, ...); output tokens per wall second and per CPU second of each,
+   median over rounds. CPU seconds of the HTTP side = server process + client process (read from
+   /proc): unlike wall time they do not count the slices a busy neighbour takes (bench/common.py).
    Both sides use one intra-op thread (OMP_NUM_THREADS=1, bench/common.py explains why).
 """
 
@@ -62,13 +64,29 @@ def run(target: Target, workload, rate: float, seed: int) -> BenchResult:
     return BenchResult(settings, compute_metrics(outcome.records, outcome.duration_s), outcome.records)
 
 
-def generate_tok_s(llm, workload) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def generate_rates(llm, workload) -> tuple[float, float]:
+    """Output tokens per wall second and per CPU second of ``LLM.generate``."""
     from labkit import SamplingParams
 
     params = SamplingParams(max_tokens=workload[0].output_len, ignore_eos=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds(os.getpid())
     outs = llm.generate([r.prompt for r in workload], params)
-    return sum(len(o.token_ids) for o in outs) / (time.perf_counter() - t0)
+    tokens = sum(len(o.token_ids) for o in outs)
+    return tokens / (time.perf_counter() - t0), tokens / (cpu_seconds(os.getpid()) - c0)
+
+
+def http_rates(target: Target, workload, server_pid: int) -> tuple[float, float]:
+    """The same for HTTP; CPU = the server's plus this (client) process's."""
+    c0 = cpu_seconds(server_pid) + cpu_seconds(os.getpid())
+    m = run(target, workload, math.inf, 0).metrics
+    cpu = cpu_seconds(server_pid) + cpu_seconds(os.getpid()) - c0
+    return m.output_throughput, m.total_output_tokens / cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,15 +115,15 @@ def main(argv: list[str] | None = None) -> None:
         from labkit import LLM
 
         llm = LLM(progress=False)
-        generate_tok_s(llm, workload[:4])                                        # warm-up
+        generate_rates(llm, workload[:4])                                        # warm-up
         gen, http = [], []
         for i in range(args.rounds):
             order = ("gen", "http") if i % 2 == 0 else ("http", "gen")
             for side in order:
                 if side == "gen":
-                    gen.append(generate_tok_s(llm, workload))
+                    gen.append(generate_rates(llm, workload))
                 else:
-                    http.append(run(target, workload, math.inf, 0).metrics.output_throughput)
+                    http.append(http_rates(target, workload, server.pid))
     finally:
         server.terminate()
         server.wait(30)
@@ -120,10 +138,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"| {r.request_rate:g} | {m.completed} | {m.request_throughput:.2f} | {m.output_throughput:.1f} | "
                   f"{m.ttft.median_ms:.0f} / {m.ttft.p99_ms:.0f} | {m.tpot.median_ms:.0f} / {m.tpot.p99_ms:.0f} | "
                   f"{m.itl.median_ms:.0f} / {m.itl.p99_ms:.0f} | {m.e2el.median_ms:.0f} |")
-    g, h = statistics.median(gen), statistics.median(http)
-    print(f"\nall at once: LLM.generate {g:.1f} tok/s, through HTTP {h:.1f} tok/s "
-          f"(HTTP / generate = {h / g:.2f}; rounds: generate {[round(x, 1) for x in gen]}, "
-          f"HTTP {[round(x, 1) for x in http]})")
+    for i, unit in enumerate(("wall", "CPU")):
+        g, h = statistics.median(x[i] for x in gen), statistics.median(x[i] for x in http)
+        print(f"\nall at once, output tokens per {unit} second: LLM.generate {g:.1f}, through HTTP {h:.1f} "
+              f"(HTTP / generate = {h / g:.2f}; rounds: generate {[round(x[i], 1) for x in gen]}, "
+              f"HTTP {[round(x[i], 1) for x in http]})")
 
 
 if __name__ == "__main__":
