@@ -90,6 +90,8 @@ def _add_info_routes(app: FastAPI, served: ServedModel, loop: EngineLoop, metric
             stats = await asyncio.wait_for(asyncio.wrap_future(loop.snapshot()), METRICS_TIMEOUT_S)
         except asyncio.TimeoutError:
             return error_response(503, "the engine loop did not answer (stopped or stuck in a step)")
+        except Exception as exc:
+            return error_response(500, f"engine.stats() failed: {type(exc).__name__}: {exc}")
         return Response(metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

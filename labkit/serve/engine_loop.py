@@ -135,7 +135,10 @@ class EngineLoop:
         while True:
             if command is _STOP:
                 return False
-            self._apply(command)
+            try:
+                self._apply(command)
+            except Exception:              # never let one command end the loop
+                self.error = traceback.format_exc()
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
@@ -147,7 +150,10 @@ class EngineLoop:
         elif isinstance(command, Abort):
             self._abort_group(command.request_id)
         elif isinstance(command, Snapshot):
-            command.future.set_result(self.engine.stats())
+            try:
+                command.future.set_result(self.engine.stats())
+            except Exception as exc:
+                command.future.set_exception(exc)
 
     def _add(self, submit: Submit) -> None:
         try:

@@ -27,7 +27,10 @@ class RequestStream:
         self.finish_reasons: dict[int, str] = {}
 
     def _deliver(self, item) -> None:          # runs on the engine loop thread
-        self._aio.call_soon_threadsafe(self._queue.put_nowait, item)
+        try:
+            self._aio.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:                   # the handler's event loop is closed: nobody listens
+            pass
 
     async def start(self) -> Rejected | None:
         """Submit; None once the engine accepted the request, else its refusal."""
