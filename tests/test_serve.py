@@ -238,3 +238,44 @@ def test_health_models_and_metrics_use_vllm_names_under_the_labkit_prefix(sim_se
                  "e2e_request_latency_seconds_count"):
         assert f"labkit:{name}" in m, name
     assert m["labkit:request_success_total"] >= 1 and m["labkit:inter_token_latency_seconds_count"] >= 4
+
+
+def test_speculative_decoding_counters_reach_metrics():
+    from labkit import SpecConfig
+
+    llm = sim_llm(num_blocks=64, speculative=SpecConfig(method="ngram", num_speculative_tokens=3))
+    with serving(llm, "sim") as server:
+        client(server).completions.create(model="sim", prompt="abcabcabc", max_tokens=300,
+                                          extra_body={"ignore_eos": True})
+        m = scrape(server.base_url)
+    assert m["labkit:spec_decode_num_drafts_total"] > 0
+    assert m["labkit:spec_decode_num_draft_tokens_total"] >= m["labkit:spec_decode_num_drafts_total"]
+
+
+def test_a_client_that_gives_up_on_a_plain_request_aborts_it(tiny_server):
+    before = scrape(tiny_server.base_url)["labkit:generation_tokens_total"]
+    body = {"model": TINY, "prompt": "Go on", "max_tokens": 240, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(tiny_server.base_url + "/v1/completions", json=body, timeout=0.1)
+    metrics = wait_until(lambda: (m := scrape(tiny_server.base_url))["labkit:num_requests_running"] == 0 and m)
+    assert metrics["labkit:kv_cache_usage_perc"] == 0
+    assert metrics["labkit:generation_tokens_total"] - before < 240
+
+
+def test_serve_options_mirror_engine_config():
+    import argparse
+
+    from labkit.serve.cli import add_serve_args, engine_config, served_model_name
+
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    args = parser.parse_args(["--model", "sim", "--max-num-seqs", "8", "--num-blocks", "99", "--kv-cache",
+                              "contiguous", "--scheduler", "static", "--no-chunked-prefill"])
+    cfg = engine_config(args)
+    assert (cfg.max_num_seqs, cfg.num_blocks, cfg.kv_cache, cfg.scheduler, cfg.enable_chunked_prefill) == (
+        8, 99, "contiguous", "static", False)
+    assert served_model_name(args) == "sim" and args.host == "127.0.0.1"
+    spec = engine_config(parser.parse_args(["--speculative", "draft", "--num-speculative-tokens", "2"]))
+    assert (spec.speculative.method, spec.speculative.num_speculative_tokens) == ("draft", 2)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        engine_config(parser.parse_args(["--max-num-seqs", "0"]))
