@@ -77,8 +77,9 @@ def results_table(results: list[BenchResult], caption: str = "labkit bench") -> 
     rows = []
     for r in results:
         m = r.metrics
-        rows.append([r.settings.get("request_rate"), m.completed, m.request_throughput, m.output_throughput,
-                     m.goodput, _pair(m.ttft), _pair(m.tpot), _pair(m.itl), m.e2el.median_ms])
+        rows.append([f"{r.request_rate:g}", m.completed, f"{m.request_throughput:.2f}", m.output_throughput,
+                     None if m.goodput is None else f"{m.goodput:.2f}", _pair(m.ttft), _pair(m.tpot), _pair(m.itl),
+                     m.e2el.median_ms])
     return Table(headers, rows, caption=caption,
                  notes=["TPOT = (E2EL − TTFT) / (output tokens − 1); ITL = every gap between streamed chunks "
                         "(vllm bench serve's definitions; AIPerf's 'ITL' is this TPOT)."])
