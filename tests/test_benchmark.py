@@ -18,6 +18,8 @@ from labkit.benchmark.runner import LoadShape, arrival_gaps, run_load
 from labkit.benchmark.workload import BenchRequest, build_workload
 from tests.serve_util import scrape, serving, sim_llm
 
+pytestmark = pytest.mark.timeout(180)     # a stuck run fails its test with every thread's stack
+
 # ------------------------------------------------------------------------ a scripted fake server
 
 
@@ -135,7 +137,8 @@ def test_bench_against_labkit_serve_agrees_with_the_servers_metrics(tmp_path, ca
         result_file = tmp_path / "run.json"
         bench_main(["--base-url", server.base_url, "--model", "sim", "--dataset", "synthetic",
                     "--num-prompts", "24", "--request-rate", "60", "--max-output-len", "24",
-                    "--goodput", "ttft:60000", "--result-file", str(result_file), "--no-progress"])
+                    "--goodput", "ttft:60000", "--result-file", str(result_file), "--no-progress",
+                    "--request-timeout", "60", "--max-duration", "120"])
         after = scrape(server.base_url)
     result = load_results(tmp_path / "*.json")[0]
     m = result.metrics

@@ -16,6 +16,7 @@ from labkit import LLM, EngineConfig, SamplingParams
 from tests.serve_util import make_tiny_llama, scrape, serving, sim_llm, wait_until
 
 TINY = "tiny-llama"
+pytestmark = pytest.mark.timeout(180)     # a stuck server fails its test with every thread's stack
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +256,8 @@ def test_speculative_decoding_counters_reach_metrics():
 def test_a_client_that_gives_up_on_a_plain_request_aborts_it(tiny_server):
     before = scrape(tiny_server.base_url)["labkit:generation_tokens_total"]
     body = {"model": TINY, "prompt": "Go on", "max_tokens": 240, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(tiny_server.base_url + "/v1/completions", json=body, timeout=0.1)
+    with pytest.raises(httpx.ReadTimeout):      # connected, then gave up waiting for the reply
+        httpx.post(tiny_server.base_url + "/v1/completions", json=body, timeout=httpx.Timeout(10, read=0.2))
     metrics = wait_until(lambda: (m := scrape(tiny_server.base_url))["labkit:num_requests_running"] == 0 and m)
     assert metrics["labkit:kv_cache_usage_perc"] == 0
     assert metrics["labkit:generation_tokens_total"] - before < 240

@@ -63,3 +63,8 @@ class RequestStream:
     def close(self) -> None:
         if not self.finished:
             self._loop.abort(self.request_id)
+
+    def __del__(self) -> None:
+        # Safety net: a streaming response cancelled before its generator ever ran never reaches
+        # the generator's ``finally``; the request must not run on for nobody.
+        self.close()
