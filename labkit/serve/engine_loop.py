@@ -21,7 +21,6 @@ from labkit.sampling_params import SamplingParams
 from labkit.serve.detokenize import SequenceText
 from labkit.serve.metrics import ServerMetrics
 
-
 # ------------------------------------------------------------------------------ what handlers see
 
 @dataclass(frozen=True)
@@ -178,6 +177,7 @@ class EngineLoop:
             return
         for rid in list(group.live):
             self.engine.abort(rid)
+        self.engine.release(request_id)     # the engine forgets the finished group
 
     def _dispatch(self, outputs) -> None:
         for out in outputs:
@@ -205,6 +205,7 @@ class EngineLoop:
         self.metrics.observe_finished(req.timings(), req.token_times, reason)
         if group.num_done == group.submit.params.n:
             del self._groups[group.submit.request_id]
+            self.engine.release(group.submit.request_id)   # delivered: the engine may forget it
 
     def _fail_all(self) -> None:
         for rid in list(self._groups):
