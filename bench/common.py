@@ -187,10 +187,12 @@ def environment_rows(threads: int) -> list[list[str]]:
 
     import transformers
 
+    from labkit.model.cpu_features import describe_cpu
+
     return [["python", platform.python_version()], ["torch", torch.__version__],
             ["transformers", transformers.__version__], ["intra-op threads", str(threads)],
             ["clock", f"{clock_name()} ({'time.process_time' if clock_name() == 'cpu' else 'time.perf_counter'})"],
-            ["load average at start", load_average()], ["cpu", platform.processor() or platform.machine()]]
+            ["load average at start", load_average()], ["cpu", describe_cpu()]]
 
 
 def measure_read_bandwidth(num_bytes: int, repeats: int = 5) -> float:
