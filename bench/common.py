@@ -31,6 +31,8 @@ from typing import Callable
 
 import torch
 
+from labkit.model.cpu_features import describe_cpu
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # ``python bench/gpu.py`` from a checkout, uninstalled
     sys.path.insert(0, str(REPO))
@@ -186,8 +188,6 @@ def environment_rows(threads: int) -> list[list[str]]:
     import platform
 
     import transformers
-
-    from labkit.model.cpu_features import describe_cpu
 
     return [["python", platform.python_version()], ["torch", torch.__version__],
             ["transformers", transformers.__version__], ["intra-op threads", str(threads)],
