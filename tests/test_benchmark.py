@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from labkit.benchmark import BenchResult, compute_metrics, latency_cdf, load_results, results_table, ttft_vs_rate
-from labkit.benchmark.cli import format_report, main as bench_main
+from labkit.benchmark.cli import format_report
+from labkit.benchmark.cli import main as bench_main
 from labkit.benchmark.client import Target
 from labkit.benchmark.metrics import RequestRecord, parse_goodput
 from labkit.benchmark.runner import LoadShape, arrival_gaps, run_load

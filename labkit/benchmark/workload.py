@@ -21,8 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.traces import (PROMPT_SETS, LogNormalLengths, azure_like_trace, load_prompts, scale_trace,
-                           synthetic_trace)
+from labkit.traces import PROMPT_SETS, LogNormalLengths, azure_like_trace, load_prompts, scale_trace, synthetic_trace
 
 TRACE_DATASETS = ("synthetic", "azure-conv", "azure-code")
 DATASETS = PROMPT_SETS + TRACE_DATASETS

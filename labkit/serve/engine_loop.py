@@ -21,7 +21,6 @@ from labkit.sampling_params import SamplingParams
 from labkit.serve.detokenize import SequenceText
 from labkit.serve.metrics import ServerMetrics
 
-
 # ------------------------------------------------------------------------------ what handlers see
 
 @dataclass(frozen=True)
