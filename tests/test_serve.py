@@ -280,3 +280,18 @@ def test_serve_options_mirror_engine_config():
     assert (spec.speculative.method, spec.speculative.num_speculative_tokens) == ("draft", 2)
     with pytest.raises(ValueError, match="max_num_seqs"):
         engine_config(parser.parse_args(["--max-num-seqs", "0"]))
+
+
+def test_a_long_running_server_forgets_delivered_requests():
+    llm = sim_llm(num_blocks=64)
+    if not hasattr(llm.engine, "release"):
+        pytest.skip("this engine keeps every finished request (it has no LLMEngine.release)")
+    with serving(llm, "sim") as server:
+        c = client(server)
+        c.completions.create(model="sim", prompt="one", max_tokens=4)
+        c.completions.create(model="sim", prompt="two", max_tokens=4, n=3)
+        with httpx.stream("POST", server.base_url + "/v1/completions", timeout=30,
+                          json={"model": "sim", "prompt": "three", "max_tokens": 500, "stream": True}) as resp:
+            next(resp.iter_lines())                   # then hang up
+        assert wait_until(lambda: scrape(server.base_url)["labkit:num_requests_running"] == 0)
+        assert wait_until(lambda: not llm.engine.requests), list(llm.engine.requests)
