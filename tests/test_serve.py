@@ -6,13 +6,17 @@ the simulated model keep the suite fast; one test uses the real SmolLM2 model.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 import httpx
 import openai
 import pytest
 
-from labkit import LLM, EngineConfig, SamplingParams
+from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from labkit.serve.cli import add_serve_args, engine_config, served_model_name
+from labkit.serve.detokenize import SequenceText
+from labkit.sim.engine import SimTokenizer
 from tests.serve_util import make_tiny_llama, scrape, serving, sim_llm, wait_until
 
 TINY = "tiny-llama"
@@ -103,9 +107,6 @@ def test_a_stop_string_cuts_the_text_before_it_and_finishes_with_stop(tiny_serve
 
 
 def test_a_stop_string_split_over_two_tokens_is_held_back_until_it_completes():
-    from labkit.serve.detokenize import SequenceText
-    from labkit.sim.engine import SimTokenizer
-
     text = SequenceText(SimTokenizer(), stop=["cd"])
     ids = list(b"abcde")
     updates = [text.update(ids[:i], final=False) for i in range(1, 5)]
@@ -242,8 +243,6 @@ def test_health_models_and_metrics_use_vllm_names_under_the_labkit_prefix(sim_se
 
 
 def test_speculative_decoding_counters_reach_metrics():
-    from labkit import SpecConfig
-
     llm = sim_llm(num_blocks=64, speculative=SpecConfig(method="ngram", num_speculative_tokens=3))
     with serving(llm, "sim") as server:
         client(server).completions.create(model="sim", prompt="abcabcabc", max_tokens=300,
@@ -264,10 +263,6 @@ def test_a_client_that_gives_up_on_a_plain_request_aborts_it(tiny_server):
 
 
 def test_serve_options_mirror_engine_config():
-    import argparse
-
-    from labkit.serve.cli import add_serve_args, engine_config, served_model_name
-
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
     args = parser.parse_args(["--model", "sim", "--max-num-seqs", "8", "--num-blocks", "99", "--kv-cache",
