@@ -24,14 +24,24 @@ pytestmark = pytest.mark.timeout(180)     # a stuck server fails its test with e
 
 
 @pytest.fixture(scope="module")
-def tiny_llm(tmp_path_factory, model_dir):
-    path = make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), model_dir)
+def tiny_dir(tmp_path_factory, model_dir):
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), model_dir)
+
+
+def tiny_engine_llm(path) -> LLM:
     return LLM(model=str(path), config=EngineConfig(num_blocks=512, max_num_seqs=64), progress=False)
 
 
 @pytest.fixture(scope="module")
-def tiny_server(tiny_llm):
-    with serving(tiny_llm, TINY) as server:
+def tiny_llm(tiny_dir):
+    """For expected outputs. A served engine belongs to its server's loop thread alone, so the server
+    gets its own engine over the same (shared, read-only) weights."""
+    return tiny_engine_llm(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_dir):
+    with serving(tiny_engine_llm(tiny_dir), TINY) as server:
         yield server
 
 
@@ -119,7 +129,7 @@ def test_greedy_output_over_http_equals_llm_generate_on_the_real_model(llm):
     prompts = ["Name three colours.", "用中文写一句问候语。"]
     params = SamplingParams(max_tokens=12)
     expected = [o.text for o in llm.generate(prompts, params)]
-    with serving(llm, "smollm2") as server:
+    with serving(LLM(progress=False), "smollm2") as server:      # its own engine, the same weights
         c = client(server)
         got = [c.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": p}],
                                          max_tokens=12, temperature=0).choices[0].message.content for p in prompts]
