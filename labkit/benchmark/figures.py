@@ -7,16 +7,9 @@ import math
 import plotly.graph_objects as go
 
 from labkit.benchmark.results import BenchResult
+from labkit.labs.figures import style
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
-
-
-def style(fig: go.Figure, title: str, x_title: str, y_title: str) -> go.Figure:
-    """The labs' conventions (labkit.labs figures): titled, axes labelled with units, white, legend on top."""
-    fig.update_layout(title=dict(text=title, x=0.01), template="plotly_white", height=380,
-                      margin=dict(l=60, r=20, t=70, b=50), xaxis_title=x_title, yaxis_title=y_title,
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
-    return fig
 
 
 def _values_ms(result: BenchResult, metric: str) -> list[float]:

@@ -9,13 +9,13 @@
 from __future__ import annotations
 
 import glob
-import html
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary
+from labkit.labs.tables import Table
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 
@@ -71,43 +71,21 @@ def load_results(*patterns: str | Path) -> list[BenchResult]:
     return sorted((load_result(p) for p in paths), key=lambda r: r.request_rate)
 
 
-@dataclass(frozen=True)
-class ResultsTable:
-    """Drawn as HTML in Jupyter and Voila, as text elsewhere. (labkit.benchmark stands alone, without
-    the labs' helpers: it is the client learners keep when they move to a real engine.)"""
-
-    headers: list[str]
-    rows: list[list[str]]
-    note: str
-
-    def _repr_html_(self) -> str:
-        cell = "padding:3px 10px;border-bottom:1px solid #e5e5e5;text-align:left"
-        head = "".join(f'<th style="{cell}">{html.escape(h)}</th>' for h in self.headers)
-        body = "".join("<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>"
-                       for row in self.rows)
-        return (f'<table style="border-collapse:collapse"><tr>{head}</tr>{body}</table>'
-                f'<div style="font-size:85%;color:#555">{html.escape(self.note)}</div>')
-
-    def __str__(self) -> str:
-        return "\n".join([" | ".join(self.headers)] + [" | ".join(row) for row in self.rows] + [self.note])
-
-
-def results_table(results: list[BenchResult]) -> ResultsTable:
+def results_table(results: list[BenchResult], caption: str = "labkit bench") -> Table:
     headers = ["request rate (req/s)", "completed", "req/s", "output tok/s", "goodput (req/s)",
                "TTFT median / P99 (ms)", "TPOT median / P99 (ms)", "ITL median / P99 (ms)", "E2EL median (ms)"]
     rows = []
     for r in results:
         m = r.metrics
-        rows.append([f"{r.request_rate:g}", str(m.completed), f"{m.request_throughput:.2f}",
-                     f"{m.output_throughput:.1f}", "—" if m.goodput is None else f"{m.goodput:.2f}",
-                     _pair(m.ttft), _pair(m.tpot), _pair(m.itl), _ms(m.e2el.median_ms)])
-    return ResultsTable(headers, rows, "TPOT = (E2EL − TTFT) / (output tokens − 1); ITL = every gap between "
-                        "streamed chunks (vllm bench serve's definitions; AIPerf's 'ITL' is this TPOT).")
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f}"
+        rows.append([f"{r.request_rate:g}", m.completed, f"{m.request_throughput:.2f}", m.output_throughput,
+                     None if m.goodput is None else f"{m.goodput:.2f}", _pair(m.ttft), _pair(m.tpot), _pair(m.itl),
+                     m.e2el.median_ms])
+    return Table(headers, rows, caption=caption,
+                 notes=["TPOT = (E2EL − TTFT) / (output tokens − 1); ITL = every gap between streamed chunks "
+                        "(vllm bench serve's definitions; AIPerf's 'ITL' is this TPOT)."])
 
 
 def _pair(s: Summary) -> str:
-    return "—" if s.median_ms is None else f"{_ms(s.median_ms)} / {_ms(s.p99_ms)}"
+    if s.median_ms is None:
+        return "—"
+    return f"{s.median_ms:,.1f} / {s.p99_ms:,.1f}"

@@ -21,6 +21,7 @@ from labkit.sampling_params import SamplingParams
 from labkit.serve.detokenize import SequenceText
 from labkit.serve.metrics import ServerMetrics
 
+
 # ------------------------------------------------------------------------------ what handlers see
 
 @dataclass(frozen=True)
@@ -177,14 +178,6 @@ class EngineLoop:
             return
         for rid in list(group.live):
             self.engine.abort(rid)
-        self._release(request_id)
-
-    def _release(self, request_id: str) -> None:
-        """Let the engine forget a delivered request, where it can (``LLMEngine.release``): a server
-        runs for days, and an engine that kept every finished request would grow without bound."""
-        release = getattr(self.engine, "release", None)
-        if release is not None:
-            release(request_id)
 
     def _dispatch(self, outputs) -> None:
         for out in outputs:
@@ -212,7 +205,6 @@ class EngineLoop:
         self.metrics.observe_finished(req.timings(), req.token_times, reason)
         if group.num_done == group.submit.params.n:
             del self._groups[group.submit.request_id]
-            self._release(group.submit.request_id)
 
     def _fail_all(self) -> None:
         for rid in list(self._groups):
