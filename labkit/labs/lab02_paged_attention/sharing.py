@@ -117,6 +117,15 @@ def cacheable_tokens(prompt_len: int, block_size: int) -> int:
     return (prompt_len - 1) // block_size * block_size
 
 
+def repeat_prompt_hits(prompt: list[int], block_size: int = 16) -> tuple[int, int]:
+    """Send ``prompt`` twice to a fresh caching engine: (tokens the 2nd send took from the cache,
+    prompt tokens the model computed for the 2nd send)."""
+    llm = prefix_server(True, num_blocks=64, block_size=block_size)
+    serve_one_by_one(llm, [prompt], 0)
+    second = serve_one_by_one(llm, [prompt], 0)
+    return second.hit_tokens, second.prefill_tokens
+
+
 # ----------------------------------------------------------------------------- parallel sampling
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def _yes(value: bool) -> str:
 def block_tables_table(run: BlockMapRun, index: int) -> Table:
     """Every request's block table at recorded step ``index``, and whether its blocks are consecutive."""
     event = run.steps[index]
-    rows = [[rid, len(table), list(table), _yes(is_consecutive(table))]
+    rows = [[rid, len(table), str(list(table)), _yes(is_consecutive(table))]
             for rid, table in event.block_map.block_tables]
     return Table([t("请求", "request"), t("块数", "blocks"), t("块表（逻辑块 0,1,2… → 物理块）", "block table (logical 0,1,2… → physical)"),
                   t("物理上连续", "physically consecutive")], rows,
@@ -110,7 +110,7 @@ def block_size_table(points: list[BlockSizePoint]) -> Table:
 
 
 def indirection_table(costs: list[IndirectionCost]) -> Table:
-    rows = [[c.num_seqs, c.context_len, c.block_size, 1000 * c.dense_s, 1000 * c.paged_s, c.overhead, c.max_abs_diff]
+    rows = [[c.num_seqs, c.context_len, c.block_size, 1000 * c.dense_s, 1000 * c.paged_s, c.overhead, f"{c.max_abs_diff:.1e}"]
             for c in costs]
     c = cite("PagedAttention kernel overhead")
     return Table([t("序列数", "sequences"), t("上下文", "context"), t("块大小", "block size"),
