@@ -148,6 +148,11 @@ def compare_small(trace: list[TraceRequest], num_blocks: int, max_model_len: int
             serve_trace(small_server("paged", num_blocks, max_model_len), trace, t(f"{name}：分页", f"{name}: paged"))]
 
 
+def uniform_trace(num_requests: int, prompt_len: int, output_len: int) -> list[TraceRequest]:
+    """Equal requests, all at t = 0: the queue stays full, so the pool alone decides how many run."""
+    return [TraceRequest(0.0, prompt_len, output_len) for _ in range(num_requests)]
+
+
 def fit_ratio(paged: LayoutRun, contiguous: LayoutRun) -> float:
     """How many times as many requests ran at once under paged KV (step-averaged)."""
     return paged.mean_running / contiguous.mean_running if contiguous.mean_running else float("inf")

@@ -57,13 +57,14 @@ def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
     rows = []
     for paged, contiguous in pairs:
         speed = paged.tokens_per_s / contiguous.tokens_per_s if contiguous.tokens_per_s else float("nan")
-        rows.append([paged.label, contiguous.label, contiguous.mean_running, paged.mean_running,
-                     fit_ratio(paged, contiguous), contiguous.tokens_per_s, paged.tokens_per_s, speed,
-                     _model(paged.simulated)])
+        rows.append([paged.label, contiguous.label, contiguous.max_running, paged.max_running,
+                     contiguous.mean_running, paged.mean_running, fit_ratio(paged, contiguous),
+                     contiguous.tokens_per_s, paged.tokens_per_s, speed, _model(paged.simulated)])
     oracle, orca_max = paper_fit_ratios()
     c = cite("Avg batched requests OPT-13B ShareGPT")
-    return Table([t("分页", "paged"), t("连续", "contiguous"), t("连续：平均并发", "contiguous: mean running"),
-                  t("分页：平均并发", "paged: mean running"), t("并发倍数", "running ratio"),
+    return Table([t("分页", "paged"), t("连续", "contiguous"), t("连续：最大并发", "contiguous: max running"),
+                  t("分页：最大并发", "paged: max running"), t("连续：平均并发", "contiguous: mean running"),
+                  t("分页：平均并发", "paged: mean running"), t("平均并发倍数", "mean running ratio"),
                   t("连续：token/秒", "contiguous: tokens/s"), t("分页：token/秒", "paged: tokens/s"),
                   t("吞吐倍数", "throughput ratio"), t("模型", "model")], rows,
                  caption=t("同一个池、同一条轨迹：同时运行的请求数与吞吐（本次运行实测；模拟的时间是虚拟时间）",
