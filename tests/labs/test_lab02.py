@@ -275,6 +275,11 @@ def test_views_and_figures_draw_from_measured_results(demo_run, conv_paper_runs)
     figs = [figures.block_ownership_figure(demo_run), figures.effective_use_figure(conv_paper_runs),
             figures.fork_figure(fork), figures.breakdown_figure([(r.label, r.breakdown) for r in conv_paper_runs])]
     assert all(fig.layout.title.text for fig in figs)
+    off = sharing.PrefixRun(False, 32, (40, 40), (0.2, 0.2), 80, 0, 0, 0)
+    on = sharing.PrefixRun(True, 32, (40, 40), (0.2, 0.1), 48, 32, 80, 32)
+    max_len, _, paged = conv_paper_runs
+    summary = views.summary_table(paged, max_len, (off, on), fork, (paged, max_len))._repr_html_()
+    assert f"{max_len.effective_use:.1f} % → {paged.effective_use:.1f} %" in summary and "2.0 ×" in summary
 
 
 def test_quiz_has_at_least_eight_explained_questions_in_both_languages():

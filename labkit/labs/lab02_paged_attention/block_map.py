@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import ipywidgets as W
 
 from labkit.hooks import BlocksAllocated, BlocksFreed, BlockMapSnapshot, EventBus, StepEnd
+from labkit.i18n import t
 from labkit.sampling_params import SamplingParams
 
 
@@ -124,7 +125,7 @@ class BlockMapPlayer:
         self.map = BlockMap(hooks=self.bus)
         last = len(run.steps) - 1
         self.slider = W.IntSlider(value=run.peak_index() if start is None else start, min=0, max=last,
-                                  description="step", continuous_update=True, layout=W.Layout(width="520px"))
+                                  description=t("步", "step"), continuous_update=True, layout=W.Layout(width="520px"))
         self.slider.observe(lambda change: self.show(change["new"]), names="value")
         self.box = W.VBox([self.slider, self.map])
         self.show(self.slider.value)

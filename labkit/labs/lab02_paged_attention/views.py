@@ -124,9 +124,14 @@ def indirection_table(costs: list[IndirectionCost]) -> Table:
                           f"Paper: {c.value} ({c.source}, CUDA kernel vs FasterTransformer).")])
 
 
-def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixRun, PrefixRun], fork: ForkRun) -> Table:
+def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixRun, PrefixRun], fork: ForkRun,
+                  paper_like: tuple[LayoutRun, LayoutRun] | None = None) -> Table:
+    """The numbers to remember; ``paper_like`` (paged, max-length contiguous) on the paper's workload."""
     off, on = prefix
-    rows = [
+    rows = [] if paper_like is None else [
+        [t("论文的负载：有效 KV 利用，连续（最大长度预留）→ 分页", "the paper's workload: effective KV use, contiguous (max-length) → paged"),
+         f"{paper_like[1].effective_use:.1f} % → {paper_like[0].effective_use:.1f} %", paper_like[0].label]]
+    rows += [
         [t("KV 浪费：连续（最大长度预留）→ 分页", "KV waste: contiguous (max-length reservation) → paged"),
          f"{contiguous.waste:.1f} % → {paged.waste:.1f} %", paged.label],
         [t("同一个池里同时运行的请求数（分页 ÷ 连续）", "requests running at once in one pool (paged ÷ contiguous)"),
