@@ -46,8 +46,16 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from bench.common import (Section, add_dtypes_option, clock_name, interleaved, report, set_clock, set_threads,
-                          timed_method)
+from bench.common import (
+    Section,
+    add_dtypes_option,
+    clock_name,
+    interleaved,
+    report,
+    set_clock,
+    set_threads,
+    timed_method,
+)
 
 WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
 METHODS = {   # --methods name: (table title, SpecConfig fields)
