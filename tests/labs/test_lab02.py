@@ -58,16 +58,40 @@ def test_block_hashes_solution_chains_like_the_engine():
 
 # ----------------------------------------------------------------------------- exercises
 
-@pytest.mark.parametrize("name, reference_solution", [("slot_mapping", slot_mapping),
-                                                      ("block_allocator", BlockAllocator),
-                                                      ("prefix_hash", block_hashes)])
-def test_reference_solutions_pass_their_exercise(name, reference_solution):
-    assert exercise(name).check(reference_solution).passed
+@pytest.mark.parametrize("name", ["slot_mapping", "block_allocator", "prefix_hash"])
+def test_reference_solutions_pass_their_exercise(name):
+    assert exercise(name).self_test().passed
 
 
-class AllocatorWithoutCopy(BlockAllocator):
-    def copy_on_write(self, block_id):
-        return block_id                                # writes into a shared block: the bug CoW prevents
+class AllocatorWithoutCopy:
+    """Right in everything but copy-on-write: it writes into a shared block, the bug CoW prevents."""
+
+    def __init__(self, num_blocks):
+        self.free_ids, self.counts = list(range(num_blocks)), [0] * num_blocks
+
+    def allocate(self):
+        if not self.free_ids:
+            return None
+        block = self.free_ids.pop(0)
+        self.counts[block] = 1
+        return block
+
+    def share(self, block):
+        self.counts[block] += 1
+
+    def free(self, block):
+        self.counts[block] -= 1
+        if self.counts[block] == 0:
+            self.free_ids.append(block)
+
+    def copy_on_write(self, block):
+        return block
+
+    def num_free_blocks(self):
+        return len(self.free_ids)
+
+    def ref_count(self, block):
+        return self.counts[block]
 
 
 def test_an_allocator_that_writes_into_shared_blocks_fails():
@@ -85,7 +109,7 @@ def test_slot_mapping_without_the_block_size_factor_fails_with_the_formula_in_th
 
 def test_slot_mapping_may_return_a_tensor():
     def as_tensor(tables, seq_ids, positions, bs):
-        return torch.tensor(slot_mapping(tables, seq_ids, positions, bs))
+        return torch.tensor([tables[s][p // bs] * bs + p % bs for s, p in zip(seq_ids, positions)])
 
     assert exercise("slot_mapping").check(as_tensor).passed
 
