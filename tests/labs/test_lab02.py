@@ -321,3 +321,18 @@ def test_quiz_has_at_least_eight_explained_questions_in_both_languages():
 def test_quiz_numbers_are_the_labs_formulas():
     numeric = {q.question["en"][:20]: q.answer for q in questions() if isinstance(q, Numeric)}
     assert 152 in numeric.values() and sharing.cacheable_tokens(48, 16) in numeric.values()
+
+
+def test_alpaca_like_trace_has_the_cited_mean_lengths():
+    trace = sharing.alpaca_like_trace(4000)
+    prompt_mean, output_mean = sum(r.prompt_len for r in trace) / 4000, sum(r.output_len for r in trace) / 4000
+    assert prompt_mean == pytest.approx(19.31, rel=0.1) and output_mean == pytest.approx(58.45, rel=0.1)
+
+
+def test_parallel_sampling_over_a_trace_counts_its_saving_from_the_block_tables():
+    trace = [TraceRequest(0.0, 20, 6), TraceRequest(0.0, 35, 4)]
+    run = sharing.parallel_sampling_trace(sim(), trace, n=3)
+    assert (run.prompt_len, run.max_tokens) == (28, 5)
+    for step, event in zip(run.steps, run.events):
+        assert step.saved_blocks == sum(r - 1 for r in event.block_map.ref_cnt if r > 1)
+    assert run.num_copies == 2 * (3 - 1)          # both prompts end inside a block: n - 1 copies each

@@ -31,6 +31,12 @@ class BlockMapRun:
     request_ids: tuple[str, ...]
     block_size: int
 
+    @classmethod
+    def from_steps(cls, steps: tuple[StepEnd, ...], block_size: int) -> "BlockMapRun":
+        """A run known only by its ``StepEnd`` events (e.g. ``sharing.ForkRun.events``), for the player."""
+        ids = tuple(dict.fromkeys(rid for event in steps for rid, _ in event.block_map.block_tables))
+        return cls(tuple(steps), (), (), ids, block_size)
+
     def tables_at(self, index: int) -> dict[str, tuple[int, ...]]:
         return dict(self.steps[index].block_map.block_tables)
 

@@ -21,14 +21,16 @@ each extra holder of a block is one block that need not exist (Kwon et al., SOSP
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
+from labkit.labs.common.references import cite
 from labkit.hooks import BlockMapSnapshot, PrefixHit, RequestFinished, StepEnd
 from labkit.metrics import StepRecorder
 from labkit.replay import text_corpus
 from labkit.sampling_params import SamplingParams
-from labkit.traces import load_prompts
+from labkit.traces import LogNormalLengths, TraceRequest, load_prompts, synthetic_trace
 
 
 # ----------------------------------------------------------------------------- prefix caching
@@ -93,12 +95,14 @@ def serve_one_by_one(llm, prompts: list[list[int]], prefix_len: int, max_tokens:
     engine.hooks.subscribe(on_event, RequestFinished, PrefixHit)
     before = engine.stats()
     ids = []
-    with StepRecorder(engine) as rec:
-        for prompt in prompts:
-            ids.append(engine.add_request(list(prompt), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-            while engine.has_unfinished_requests():
-                engine.step()
-    engine.hooks.unsubscribe(on_event)
+    try:
+        with StepRecorder(engine) as rec:
+            for prompt in prompts:
+                ids.append(engine.add_request(list(prompt), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+                while engine.has_unfinished_requests():
+                    engine.step()
+    finally:
+        engine.hooks.unsubscribe(on_event)
     after = engine.stats()
     return PrefixRun(engine.config.enable_prefix_caching, prefix_len, tuple(len(p) for p in prompts),
                      tuple(ttft[rid] for rid in ids), sum(r.prefill_tokens for r in rec.rows), hit[0],
@@ -179,16 +183,14 @@ def fork_step(prev: BlockMapSnapshot | None, snap: BlockMapSnapshot, step: int) 
                     sum(1 for r in snap.ref_cnt if r > 1), copies)
 
 
-def parallel_sampling(llm, prompt: list[int], n: int, max_tokens: int, temperature: float = 0.8,
-                      seed: int = 0) -> ForkRun:
-    """One request with ``n`` samples; every step's block tables recorded."""
-    engine = llm.engine
+def _run_recorded(engine, requests: list[tuple[list[int], SamplingParams]]) -> tuple[list[ForkStep], list[StepEnd]]:
+    """Add ``requests`` at once, run them to the end, count every step's block tables."""
     events: list[StepEnd] = []
     handler = events.append          # one bound method: unsubscribe compares by identity
     engine.hooks.subscribe(handler, StepEnd)
     try:
-        params = SamplingParams(n=n, temperature=temperature, seed=seed, max_tokens=max_tokens, ignore_eos=True)
-        engine.add_request(list(prompt), params)
+        for prompt, params in requests:
+            engine.add_request(list(prompt), params)
         while engine.has_unfinished_requests():
             engine.step()
     finally:
@@ -197,4 +199,33 @@ def parallel_sampling(llm, prompt: list[int], n: int, max_tokens: int, temperatu
     for event in events:
         steps.append(fork_step(prev, event.block_map, event.step))
         prev = event.block_map
-    return ForkRun(n, len(prompt), max_tokens, engine.config.block_size, tuple(steps), tuple(events))
+    return steps, events
+
+
+def parallel_sampling(llm, prompt: list[int], n: int, max_tokens: int, temperature: float = 0.8,
+                      seed: int = 0) -> ForkRun:
+    """One request with ``n`` samples; every step's block tables recorded."""
+    params = SamplingParams(n=n, temperature=temperature, seed=seed, max_tokens=max_tokens, ignore_eos=True)
+    steps, events = _run_recorded(llm.engine, [(prompt, params)])
+    return ForkRun(n, len(prompt), max_tokens, llm.engine.config.block_size, tuple(steps), tuple(events))
+
+
+def alpaca_like_trace(num_requests: int, seed: int = 0) -> list[TraceRequest]:
+    """Log-normal lengths (sigma 1) whose means are Alpaca's (the cited row, Kwon et al. Fig. 11b):
+    for a log-normal, mean = median * e^(sigma^2 / 2)."""
+    prompt_mean, output_mean = (float(x) for x in cite("Alpaca mean input/output").value.split("/"))
+    median = lambda mean: mean / math.exp(0.5)
+    return synthetic_trace(num_requests, seed=seed, prompt_len=LogNormalLengths(median(prompt_mean), 1.0, 1, 1024),
+                           output_len=LogNormalLengths(median(output_mean), 1.0, 1, 1024))
+
+
+def parallel_sampling_trace(llm, trace: list[TraceRequest], n: int) -> ForkRun:
+    """Every request of ``trace`` sampled ``n`` ways at once (exact lengths); ``prompt_len`` and
+    ``max_tokens`` of the result are the trace's means. Simulated model: token ids are bytes."""
+    requests = [([97 + (i + j) % 26 for j in range(r.prompt_len)],
+                 SamplingParams(n=n, temperature=1.0, seed=i, max_tokens=r.output_len, ignore_eos=True))
+                for i, r in enumerate(trace)]
+    steps, events = _run_recorded(llm.engine, requests)
+    mean = lambda values: round(sum(values) / len(values))
+    return ForkRun(n, mean([r.prompt_len for r in trace]), mean([r.output_len for r in trace]),
+                   llm.engine.config.block_size, tuple(steps), tuple(events))
