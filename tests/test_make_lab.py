@@ -152,3 +152,14 @@ def test_jupyterlab_starts_with_the_recorded_command_line_for_this_user(checkout
         assert settings["schema"]["properties"]["fetchNews"]["default"] == "false", shlex.join(cmd)
     finally:
         server.stop()
+
+
+def test_the_readme_lab_table_says_which_labs_exist():
+    """A row is "ready" exactly when its notebook is in labs/ (the table must stay true at every commit)."""
+    import re
+
+    rows = re.findall(r"^\| (0\d) [^|]*\|.*\| ([^|]+) \|$", (REPO / "README.md").read_text(), re.M)
+    assert len(rows) >= 5, "the README's lab table lost its rows or its status column"
+    for number, status in rows:
+        exists = any((REPO / "labs").glob(f"{number}_*.ipynb"))
+        assert status.startswith("ready") == exists, f"README row {number}: status {status!r}, notebook exists: {exists}"
