@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from labkit import i18n
 from labkit.hooks import (BatchEntry, BlockMapSnapshot, EventBus, Region, RequestAdded,
                           RequestFinished, RequestTimings, SpecVerified, StepEnd, StepStats)
+from labkit.widgets.history import StepHistory
 from labkit.widgets import (AcceptanceView, BatchTimeline, BlockMap, EngineViews, LatencyView,
                             MemoryGauge, TokensAppended, TokenStream, request_color)
 from labkit.widgets.acceptance_view import estimate_alpha, expected_tokens_per_step, leviathan_speedup
@@ -518,3 +519,90 @@ def test_widget_modules_are_self_contained():
         source = bundle_esm(f"{name}.js")
         assert "import " not in source.replace("import(", "") and "http" not in source
         assert source.count("export default") == 1
+
+
+# ----------------------------------------------------------------------------- step history and slider
+
+def run_that_rises_and_ends(bus: EventBus, peak_at: int = 3, num_steps: int = 6) -> None:
+    """Usage rises to a peak then drains; after the last step nothing runs (the run has ended)."""
+    for step in range(num_steps):
+        holders = max(0, 1 + peak_at - abs(step - peak_at)) if step < num_steps - 1 else 0
+        requests = {f"r{i}": ([i], 4) for i in range(holders)}
+        last = step == num_steps - 1
+        bus.emit(step_end(step, requests, kv_cache_usage_perc=100.0 * holders / 8,
+                          num_requests_running=0 if last else max(holders, 1)))
+
+
+def test_block_map_after_a_finished_run_shows_its_peak_not_the_empty_pool():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=3)
+    view.flush()
+    assert view.history_steps == [0, 1, 2, 3, 4, 5]
+    assert view.step == 3 and view.cursor == view.peak_index == 3 and not view.running
+    assert sum(owner is not None for owner in view.owner) == 4          # the pool at its fullest
+
+
+def test_block_map_follows_the_newest_step_while_the_engine_runs():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    for step in range(4):
+        bus.emit(step_end(step, {"a": ([0], 4)} if step < 2 else {}, kv_cache_usage_perc=50.0 if step < 2 else 0.0))
+    view.flush()
+    assert view.running and view.step == 3 and view.cursor == 3 and view.peak_index == 0
+
+
+def test_the_slider_scrubs_back_and_stays_pinned_until_follow():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=3)
+    view.flush()
+    view.set_state({"pinned": True, "cursor": 1})                       # what the front end sends
+    assert view.step == 1 and sum(o is not None for o in view.owner) == 2
+    view.show_step(5)
+    assert view.step == 5 and all(o is None for o in view.owner)
+    bus.emit(step_end(6, {"z": ([7], 4)}, kv_cache_usage_perc=12.5))  # a new run starts
+    view.flush()
+    assert view.step == 5, "a pinned view must not jump"
+    view.follow()
+    assert not view.pinned and view.step == 6 and view.owner[7] == "z"
+
+
+def test_memory_gauge_scrubs_the_same_way_and_marks_the_shown_step():
+    bus = EventBus()
+    gauge = MemoryGauge(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=2, num_steps=5)
+    gauge.flush()
+    assert gauge.step == 2 and gauge.usage_perc == 100.0 * 3 / 8
+    assert gauge.history["step"] == [0, 1, 2, 3, 4]                     # the trend keeps every step
+    gauge.set_state({"pinned": True, "cursor": 4})
+    assert gauge.step == 4 and gauge.usage_perc == 0.0
+
+
+def test_step_history_is_bounded_covers_the_whole_run_and_keeps_the_peak():
+    history = StepHistory(max_steps=50)
+    for step in range(10_000):
+        usage = 99.0 if step == 4_321 else float(step % 7)
+        history.add(step_end(step, kv_cache_usage_perc=usage))
+    steps = [e.step for e in history.entries()]
+    assert len(steps) <= 52 and steps == sorted(set(steps))
+    assert steps[0] == 0 and steps[-1] == 9_999 and 4_321 in steps
+    gaps = [b - a for a, b in zip(steps, steps[1:])]
+    assert max(gaps) <= 2 * history.stride, "kept steps must spread over the whole run"
+
+
+def test_step_history_keeps_fewer_steps_of_a_bigger_pool():
+    history = StepHistory(max_steps=500, max_cells=4 * 8 * 10 + 100)   # room for ~10 snapshots of 8 blocks
+    for step in range(200):
+        history.add(step_end(step))
+    assert 5 <= len(history.entries()) <= 13
+    with pytest.raises(ValueError, match="max_steps"):
+        StepHistory(max_steps=1)
+
+
+def test_block_map_keeps_its_public_constructor():
+    from labkit import LLM
+
+    view = BlockMap(LLM(model="sim", progress=False))
+    assert view.attached and view.history_steps == [] and view.cursor == -1
+    view.close()
