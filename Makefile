@@ -76,12 +76,17 @@ draft: setup
 # Voila 0.5.13 never sets the _xsrf cookie its own page-close beacon needs (voila-dashboards/voila#1458),
 # so a closed page's kernel would keep running: accept the beacon (loopback only; it names an
 # unguessable kernel id) and cull idle kernels as a backstop. tests/browser_util.py uses the same flags.
-VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser \
-	"--Voila.tornado_settings={'disable_check_xsrf': True}" \
+# A dict trait takes key=value on the command line (traitlets 5; the {...} literal is deprecated);
+# jupyter_server only tests the value for truth.
+VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser --Voila.tornado_settings=disable_check_xsrf=True \
 	--MappingKernelManager.cull_interval=10 --MappingKernelManager.cull_idle_timeout=60
+DASHBOARD := labs/dashboards/engine_room.ipynb
 
+# `jupyter trust` signs the notebook (it has no outputs; Voila runs it afresh), so Voila does not
+# warn that it is untrusted.
 dashboard: setup
-	$(PY) -m voila labs/dashboards/engine_room.ipynb --port=$(PORT) $(VOILA_FLAGS)
+	$(PY) -m jupyter trust $(DASHBOARD)
+	$(PY) -m voila $(DASHBOARD) --port=$(PORT) $(VOILA_FLAGS)
 
 strip-outputs: setup
 	find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print0 | xargs -0 $(PY) -m nbstripout

@@ -24,7 +24,7 @@ import pytest
 
 from tests.browser_util import (VOILA_FLAGS, PageErrors, block_external_requests, canvas_signature,
                                 free_port, kernel_pids, launch_chromium, missing_browser_reason,
-                                start_server, wait_for_canvas_change, wait_until)
+                                start_server, trust_notebook, wait_for_canvas_change, wait_until)
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "labs" / "dashboards" / "engine_room.ipynb"
@@ -46,7 +46,7 @@ def server_env(tmp_path: Path) -> dict[str, str]:
     """The servers' (and so the kernels') environment: fast mode, private Jupyter state dirs."""
     env = dict(os.environ, LABKIT_FAST="1", PYTHONPATH=str(REPO),
                JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               IPYTHONDIR=str(tmp_path / "ipython"))
+               JUPYTER_DATA_DIR=str(tmp_path / "data"), IPYTHONDIR=str(tmp_path / "ipython"))
     env.pop("JUPYTER_TOKEN", None)
     return env
 
@@ -64,6 +64,7 @@ def browser():
 @pytest.fixture
 def voila(tmp_path):
     port = free_port()
+    trust_notebook(DASHBOARD, server_env(tmp_path))
     cmd = [sys.executable, "-m", "voila", str(DASHBOARD.relative_to(REPO)), f"--port={port}", *VOILA_FLAGS,
            "--show_tracebacks=True"]
     server = start_server("voila", cmd, f"http://127.0.0.1:{port}/", tmp_path / "voila.log", server_env(tmp_path),
@@ -132,6 +133,8 @@ def test_voila_engine_room_redraws_live_on_run_and_logs_no_errors(voila, page_in
     assert errors.errors == [], "the page logged errors:\n" + "\n".join(errors.errors)
     assert page.locator(".lk-panel-error").count() == 0, page.locator(".lk-panel-status").inner_text()
     assert all("fontawesome" in url for url in errors.aborted), f"fetches from the internet: {errors.aborted}"
+    for warning in ("is not trusted", "for dict-traits is deprecated"):
+        assert warning not in voila.log(), f"Voila warned {warning!r}:\n{voila.log()[-3000:]}"
     print(f"\nvoila: rendered, ran and redrew in {time.monotonic() - started:.1f} s; "
           f"refused (external): {errors.aborted}")
 
