@@ -227,3 +227,53 @@ def test_jupyterlab_runs_a_lab_and_the_dashboard_with_live_widgets(lab, page_in)
         assert not any(cell.get("outputs") for cell in saved["cells"]), f"JupyterLab saved outputs into {path}"
     lab_note = f"{notebook.name}: first widget after {lab_s:.1f} s; " if notebook else ""
     print(f"\njupyterlab: {lab_note}whole test {time.monotonic() - started:.1f} s")
+
+
+RUN_ALL_AND_WAIT_JS = """async (path) => {
+    const app = window.jupyterapp;
+    const panel = await app.commands.execute("docmanager:open", {path, factory: "Notebook"});
+    await panel.context.ready;
+    await panel.sessionContext.ready;
+    app.shell.activateById(panel.id);
+    await app.commands.execute("notebook:run-all-cells");   // resolves when every cell has run
+}"""
+STATUS_OF = "(el) => el.querySelector('.lk-status').textContent"
+SCRUB_AWAY_JS = """(el) => {   // to the other end of the run from the step shown now
+    const slider = el.querySelector('.lk-scrub-slider');
+    slider.value = slider.value === "0" ? slider.max : "0";
+    slider.dispatchEvent(new Event('input'));
+}"""
+
+
+def test_lab01_after_run_all_still_shows_its_block_map_and_scrubs_back(lab, page_in):
+    """After *Run All* the §4.1 block map shows the run's peak (not the empty final pool), and its
+    slider scrubs back through the recorded steps through the live kernel."""
+    notebook = REPO / "labs" / "01_kv_cache.ipynb"
+    started = time.monotonic()
+    page, errors = page_in(lab)
+    page.goto(f"{lab.url}lab", wait_until="domcontentloaded")
+    page.wait_for_function("() => window.jupyterapp", timeout=RENDER_TIMEOUT_S * 1000)
+    page.evaluate("async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }")
+    page.evaluate(RUN_ALL_AND_WAIT_JS, notebook.relative_to(REPO).as_posix())
+    run_all_s = time.monotonic() - started
+    assert_no_tracebacks_or_broken_widgets(page)
+
+    block_map = page.locator(".jp-OutputArea .lk-block-map").first
+    block_map.scroll_into_view_if_needed()
+    status = block_map.evaluate(STATUS_OF)
+    usage = float(re.search(r"(?:KV 使用率|KV usage) ([\d.]+)%", status).group(1))
+    assert usage > 0, f"the block map after Run All shows an empty pool: {status!r}"
+    assert "峰值" in block_map.locator(".lk-scrub-where").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    block_map.screenshot(path=str(ARTIFACTS / "lab01_block_map_after_run_all.png"))
+
+    block_map.evaluate(SCRUB_AWAY_JS)
+    page.wait_for_function(f"(el) => ({STATUS_OF})(el) !== {json.dumps(status)}", arg=block_map.element_handle(),
+                           timeout=LIVE_TIMEOUT_S * 1000)
+    assert "已固定" in block_map.locator(".lk-scrub-where").inner_text()
+    page.evaluate(CLOSE_AND_SHUTDOWN_JS, notebook.relative_to(REPO).as_posix())
+
+    assert errors.errors == [], "JupyterLab logged errors:\n" + "\n".join(errors.errors)
+    saved = json.loads(notebook.read_text(encoding="utf-8"))
+    assert not any(cell.get("outputs") for cell in saved["cells"]), "JupyterLab saved outputs into labs/"
+    print(f"\nlab 01: Run All took {run_all_s:.1f} s; block map at peak: {status}")

@@ -198,7 +198,7 @@ function lkStepSlider(el, model, L) {
     follow.disabled = !model.get("pinned");
     slider.max = String(Math.max(0, steps.length - 1));
     if (document.activeElement !== slider) slider.value = String(Math.max(0, cursor));
-    const state = model.get("pinned") ? L("pinned") : (model.get("running") ? L("live") : L("peak"));
+    const state = model.get("pinned") ? L("pinned") : (model.get("running") ? L("live") : L("ended"));
     const onPeak = cursor === model.get("peak_index") ? ` (${L("peak")})` : "";
     where.textContent = cursor >= 0 ? `${steps[cursor]}${onPeak} · ${state}` : "";
   };

@@ -159,5 +159,6 @@ class ScrubbableView(LiveView):
             "follow": t("跟随最新", "follow"),
             "of": t("共", "of"),
             "live": t("运行中", "running"),
+            "ended": t("运行已结束", "run ended"),
             "pinned": t("已固定", "pinned"),
         }
