@@ -4,7 +4,7 @@
 // columns, so the first steps are not drawn as huge blocks); after that the grid scrolls.
 
 const KIND_NAMES = { p: "prefill", d: "decode", v: "verify", i: "idle" };
-const TL_LEFT = 40, TL_CHART_H = 90, TL_GAP = 10, TL_MIN_COLS = 24;
+const TL_LEFT = 40, TL_CHART_H = 90, TL_GAP = 10, TL_MIN_COLS = 12;
 
 // How many step columns the width is divided into: the kept steps, within [TL_MIN_COLS, window].
 function shownColumns(window, n) {
