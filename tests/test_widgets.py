@@ -606,3 +606,77 @@ def test_block_map_keeps_its_public_constructor():
     view = BlockMap(LLM(model="sim", progress=False))
     assert view.attached and view.history_steps == [] and view.cursor == -1
     view.close()
+
+
+RECORDING_DOM = FAKE_DOM.replace(
+    """    const ctx = new Proxy({}, { get: (t, p) => p in t ? t[p] : p === "measureText" ? () => ({ width: 20 })
+                                                                 : () => undefined,
+                                set: (t, p, v) => { t[p] = v; return true; } });""",
+    """    // A recording context: every fillRect and fillText of the last frame, in CSS pixels.
+    const ctx = new Proxy({ ops: [] }, { get: (t, p) => {
+        if (p in t) return t[p];
+        if (p === "measureText") return (s) => ({ width: 6 * String(s).length });   // 10px sans ~ 6 px/char
+        if (p === "clearRect") return () => { t.ops = []; globalThis.lastOps = t; };
+        if (p === "fillRect") return (x, y, w, h) => t.ops.push({ op: "rect", x, y, w, h, style: t.fillStyle });
+        if (p === "fillText") return (text, x, y) => t.ops.push({ op: "text", text: String(text), x, y,
+                                                                  align: t.textAlign, baseline: t.textBaseline });
+        return () => undefined; },
+      set: (t, p, v) => { t[p] = v; return true; } });""").replace(
+    """  cleanup();
+  console.log("rendered");""",
+    """  cleanup();
+  console.log(JSON.stringify(globalThis.lastOps.ops));""")
+assert RECORDING_DOM != FAKE_DOM and "lastOps.ops" in RECORDING_DOM
+
+
+def drawn(view, tmp_path) -> list[dict]:
+    """The fillRect/fillText calls of the view's last frame (node, recording canvas)."""
+    module, state, harness = tmp_path / "widget.mjs", tmp_path / "state.json", tmp_path / "harness.cjs"
+    module.write_text(view._esm)
+    state.write_text(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
+    harness.write_text(RECORDING_DOM)
+    run = subprocess.run(["node", str(harness), str(module), str(state)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def text_box(op: dict, height: float = 11.0) -> tuple[float, float, float, float]:
+    width = 6 * len(op["text"])
+    x0 = {"left": op["x"], "right": op["x"] - width, "center": op["x"] - width / 2}.get(op["align"], op["x"])
+    y0 = {"top": op["y"], "bottom": op["y"] - height, "middle": op["y"] - height / 2}.get(op["baseline"], op["y"] - height)
+    return x0, y0, x0 + width, y0 + height
+
+
+def overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.parametrize("spread", [1.0, 1.02, 8.0])       # P99 = spread × P50: equal, close, far apart
+def test_latency_percentile_labels_touch_neither_the_bars_nor_each_other(tmp_path, spread):
+    bus = EventBus()
+    view = LatencyView(hooks=bus)
+    for i in range(40):
+        bus.emit(finished(f"r{i}", ttft=0.05 * (spread if i == 39 else 1.0) + 0.0001 * i, tpot=0.02))
+    view.flush()
+    ops = drawn(view, tmp_path)
+    labels = [text_box(op) for op in ops if op["op"] == "text" and op["text"].startswith(("P50", "P99"))]
+    bars = [(op["x"], op["y"], op["x"] + op["w"], op["y"] + op["h"]) for op in ops
+            if op["op"] == "rect" and op["h"] > 0 and str(op["style"]).startswith("rgba")]
+    assert len(labels) == 4 and bars, (labels, len(bars))        # P50 and P99 in both panels
+    for i, label in enumerate(labels):
+        assert not any(overlap(label, bar) for bar in bars), f"label {label} covers a bar"
+        assert not any(overlap(label, other) for other in labels[i + 1:]), f"labels overlap: {labels}"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_batch_timeline_fills_its_width_before_the_window_is_full(tmp_path):
+    bus = EventBus()
+    view = BatchTimeline(hooks=bus, window=120)
+    for step in range(30):
+        bus.emit(step_end(step, {"a": ([0], 4)}, [BatchEntry("a", 0, 1, "decode")]))
+    view.flush()
+    cells = [op for op in drawn(view, tmp_path) if op["op"] == "rect" and op["y"] < 20]
+    left, right = min(op["x"] for op in cells), max(op["x"] + op["w"] for op in cells)
+    width = 900 - 18                                          # the harness's element width, less padding
+    assert left < 40 + 0.05 * width and right > 0.9 * width, (left, right)
