@@ -20,7 +20,7 @@ ROOT_FLAGS := $(if $(filter 0,$(shell id -u 2>/dev/null)),--ServerApp.allow_root
 JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings_dir=$(CURDIR)/etc/jupyterlab \
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup lab workspace reset-lab test test-fast bench bench-quick bench-gpu draft dashboard strip-outputs clean-venv
+.PHONY: setup lab workspace reset-lab test test-fast bench bench-quick bench-gpu draft dashboard serve strip-outputs clean-venv
 
 setup: $(STAMP)
 
@@ -55,6 +55,7 @@ reset-lab:
 	[ -n "$$found" ] || { echo "no notebook in labs/ matches LAB=$(LAB)" >&2; exit 1; }
 
 test: setup
+	$(PY) -m ruff check labkit tests bench scripts
 	$(PY) -m pytest
 
 test-fast: setup
@@ -87,6 +88,12 @@ DASHBOARD := labs/dashboards/engine_room.ipynb
 dashboard: setup
 	$(PY) -m jupyter trust $(DASHBOARD)
 	$(PY) -m voila $(DASHBOARD) --port=$(PORT) $(VOILA_FLAGS)
+
+# OpenAI-compatible server on 127.0.0.1:8000 (`make serve PORT=9000 SERVE_ARGS="--model sim"`); a command-line
+# PORT wins over this target's default. Measure it with `$(VENV)/bin/labkit bench --model HuggingFaceTB/SmolLM2-135M-Instruct`.
+serve: PORT = 8000
+serve: setup
+	$(PY) -m labkit.serve --port $(PORT) $(SERVE_ARGS)
 
 strip-outputs: setup
 	find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print0 | xargs -0 $(PY) -m nbstripout

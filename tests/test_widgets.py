@@ -13,7 +13,6 @@ import json
 import random
 import shutil
 import subprocess
-import warnings
 
 import numpy as np
 import pytest
@@ -21,14 +20,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit import i18n
-from labkit.hooks import (BatchEntry, BlockMapSnapshot, EventBus, Region, RequestAdded,
-                          RequestFinished, RequestTimings, SpecVerified, StepEnd, StepStats)
-from labkit.widgets.history import StepHistory
-from labkit.widgets import (AcceptanceView, BatchTimeline, BlockMap, EngineViews, LatencyView,
-                            MemoryGauge, TokensAppended, TokenStream, request_color)
+from labkit.hooks import (
+    BatchEntry,
+    BlockMapSnapshot,
+    EventBus,
+    Region,
+    RequestAdded,
+    RequestFinished,
+    RequestTimings,
+    SpecVerified,
+    StepEnd,
+    StepStats,
+)
+from labkit.widgets import (
+    AcceptanceView,
+    BatchTimeline,
+    BlockMap,
+    EngineViews,
+    LatencyView,
+    MemoryGauge,
+    TokensAppended,
+    TokenStream,
+    request_color,
+)
 from labkit.widgets.acceptance_view import estimate_alpha, expected_tokens_per_step, leviathan_speedup
 from labkit.widgets.base import bundle_esm
 from labkit.widgets.detokenizer import IncrementalDetokenizer
+from labkit.widgets.history import StepHistory
 from labkit.widgets.throttle import Throttle
 
 ALL_VIEW_CLASSES = (BlockMap, BatchTimeline, AcceptanceView, MemoryGauge, TokenStream, LatencyView)
