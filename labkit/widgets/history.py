@@ -21,6 +21,7 @@ from typing import Callable
 import traitlets
 
 from labkit.hooks import StepEnd
+from labkit.i18n import t
 from labkit.widgets.base import LiveView
 
 MAX_STEPS = 500
@@ -100,6 +101,7 @@ class ScrubbableView(LiveView):
                  max_history_cells: int = MAX_CELLS, **kwargs) -> None:
         self._history = StepHistory(max_history, max_history_cells)
         self._entries: list[StepEnd] = []
+        self._syncing = False
         super().__init__(engine, **kwargs)
 
     @property
@@ -121,9 +123,13 @@ class ScrubbableView(LiveView):
         self.history_steps = steps
         self.peak_index = steps.index(self._history.peak.step)
         self.running = not is_idle(latest)
-        if not self.pinned:
-            self.cursor = len(steps) - 1 if self.running else self.peak_index
-        self.cursor = min(max(self.cursor, 0), len(steps) - 1)
+        self._syncing = True          # the cursor observer must not draw the step a second time
+        try:
+            if not self.pinned:
+                self.cursor = len(steps) - 1 if self.running else self.peak_index
+            self.cursor = min(max(self.cursor, 0), len(steps) - 1)
+        finally:
+            self._syncing = False
         self.show(self._entries[self.cursor])
 
     def show_step(self, step: int) -> None:
@@ -142,17 +148,18 @@ class ScrubbableView(LiveView):
 
     @traitlets.observe("cursor", "pinned")
     def _on_scrub(self, change: dict) -> None:
-        # A slider move (or follow()) from the front end: redraw that step at once. sync() itself
-        # writes cursor too; the lock is re-entrant, and show() of the same event is idempotent.
-        if self._entries and 0 <= self.cursor < len(self._entries):
-            with self._lock, self.hold_sync():
-                self.show(self._entries[self.cursor])
-        if change["name"] == "pinned" and not change["new"] and self._history.latest is not None:
-            with self._lock, self.hold_sync():
-                self.sync()
+        # A slider move (or follow()) from the front end: redraw that step at once. The lock first:
+        # a sync() on another thread finishes, and one on this thread (re-entrant) is skipped.
+        with self._lock:
+            if self._syncing:
+                return
+            with self.hold_sync():
+                if change["name"] == "pinned" and not change["new"] and self._history.latest is not None:
+                    self.sync()
+                elif self._entries and 0 <= self.cursor < len(self._entries):
+                    self.show(self._entries[self.cursor])
 
     def scrub_labels(self) -> dict[str, str]:
-        from labkit.i18n import t
         return {
             "scrub": t("回看", "replay"),
             "peak": t("峰值", "peak"),

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from labkit import i18n
-from labkit.labs.lab01_kv_cache import measure as kv, views
+from labkit.labs.lab01_kv_cache import measure as kv
+from labkit.labs.lab01_kv_cache import views
 from labkit.labs.lab01_kv_cache.measure import CacheComparison, Conditions, TokenCost
 
 QUIET = Conditions(1, "CPU time", 0.4, 0.9, 2)

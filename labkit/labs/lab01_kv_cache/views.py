@@ -10,15 +10,23 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.kv.breakdown import PARTS, PoolBreakdown
-from labkit.labs.lab01_kv_cache.fragmentation import FragmentationReport
-from labkit.labs.lab01_kv_cache.measure import (CacheComparison, Conditions, KVBudgetRow, KVShape, KVTensorFacts,
-                                                TokenCost, after_first, best_seconds)
+from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.labs.common.machine import MemoryBudget
+from labkit.labs.common.tables import Table, human_bytes
+from labkit.labs.lab01_kv_cache.fragmentation import FragmentationReport
+from labkit.labs.lab01_kv_cache.measure import (
+    CacheComparison,
+    Conditions,
+    KVBudgetRow,
+    KVShape,
+    KVTensorFacts,
+    TokenCost,
+    after_first,
+    best_seconds,
+)
 from labkit.labs.lab01_kv_cache.preemption import PoolRun
 from labkit.metrics import StepRow
-from labkit.labs.common.tables import Table, human_bytes
 
 MODE_COLORS = {"cache": COLORS["decode"], "recompute": COLORS["prefill"]}
 
