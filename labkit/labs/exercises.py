@@ -23,6 +23,8 @@ EXERCISES: dict[str, Callable[[], Exercise]] = {
     "first_fit_allocator": kv_cache.first_fit_allocator_exercise,    # lab 01
     "block_allocator": paged.block_allocator_exercise,               # lab 02
     "schedule_step": batching.schedule_step_exercise,                # lab 03
+    "static_occupancy": batching.static_occupancy_exercise,          # lab 03
+    "preemption_victims": batching.preemption_victims_exercise,      # lab 03
     "greedy_verify": speculative.greedy_verify_exercise,             # lab 04
     "rejection_verify": speculative.rejection_verify_exercise,       # lab 04
 }
