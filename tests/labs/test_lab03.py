@@ -92,6 +92,8 @@ def test_continuous_needs_fewer_steps_and_the_ceiling_is_bounded_by_the_longest_
     assert c.time_ratio == pytest.approx(c.continuous.tokens_per_s / c.static.tokens_per_s)
     assert c.static.output_tokens == c.continuous.output_tokens == 40 + 45
     assert c.static.simulated and c.continuous.simulated
+    assert c.continuous.occupancy_while_waiting_perc == 100.0      # queued requests refill every freed slot
+    assert c.static.occupancy_while_waiting_perc < 100.0            # static batches idle while others wait
 
 
 def test_real_model_static_and_continuous_give_the_same_greedy_tokens(llm):
@@ -233,8 +235,8 @@ def test_quiz_has_eight_or_more_questions_each_answerable_and_explained():
 
 
 def test_ceiling_sentence_reads_the_numbers_either_way():
-    run = offline.OfflineRun("s", 1, 100, 10, 1.0, 1.0, 50.0, 50.0, 4, True)
-    fast, slow = (offline.OfflineRun("c", 1, 100, 5, s, 1.0, 90.0, 90.0, 4, True) for s in (0.5, 2.0))
+    run = offline.OfflineRun("s", 1, 100, 10, 1.0, 1.0, 50.0, 50.0, 10.0, 4, True)
+    fast, slow = (offline.OfflineRun("c", 1, 100, 5, s, 1.0, 90.0, 90.0, 10.0, 4, True) for s in (0.5, 2.0))
     up = views.ceiling_sentence("x", offline.OfflineComparison(run, fast, 5, 50.0))
     down = views.ceiling_sentence("x", offline.OfflineComparison(run, slow, 5, 50.0))
     assert "2.00" in up and "100%" in up

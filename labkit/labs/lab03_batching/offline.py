@@ -36,8 +36,10 @@ class OfflineRun:
     cpu_s: float
     occupancy_perc: float            # mean over steps of busy slots / max_num_seqs
     decode_occupancy_perc: float | None
+    token_budget_perc: float         # mean over steps of scheduled tokens / max_num_batched_tokens
     max_num_seqs: int
     simulated: bool
+    occupancy_while_waiting_perc: float | None = None   # mean over steps that began with requests queued
     outputs: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -80,20 +82,35 @@ def run_offline(llm, trace: list[TraceRequest], label: str) -> OfflineRun:
     """Replay ``trace`` to the end and summarise it (greedy, exact output lengths)."""
     engine = llm.engine
     engine.reset_metrics()
+    busy_while_waiting, waiting_before = [], [len(trace)]
+
+    def on_step(engine, _steps: int) -> None:
+        """A loaded server's occupancy: steps that began with requests queued (the drain tail excluded)."""
+        last = engine.metrics.last
+        if waiting_before[0] > 0:
+            busy_while_waiting.append(last.batch_occupancy_perc)
+        waiting_before[0] = last.num_requests_waiting
+
     c0 = time.process_time()
-    result = replay(engine, trace, keep_outputs=not engine.simulated)
+    result = replay(engine, trace, keep_outputs=not engine.simulated, on_step=on_step)
     cpu_s = time.process_time() - c0
     s = result.stats
     seconds = s["mean_model_s"] * s["num_steps"] if engine.simulated else result.wall_s
+    waiting = sum(busy_while_waiting) / len(busy_while_waiting) if busy_while_waiting else None
     return OfflineRun(label, len(trace), s["num_output_tokens"], s["num_steps"], seconds, cpu_s,
                       s["mean_batch_occupancy_perc"], s["mean_decode_occupancy_perc"],
-                      engine.config.max_num_seqs, engine.simulated, result.outputs)
+                      s["mean_token_budget_perc"], engine.config.max_num_seqs, engine.simulated, waiting, result.outputs)
 
 
-def compare_offline(make_llm, trace: list[TraceRequest], labels=("static", "continuous")) -> OfflineComparison:
+def compare_offline(make_llm, trace: list[TraceRequest]) -> OfflineComparison:
     """``make_llm(scheduler)`` builds a fresh engine; both replay the same trace."""
-    static = run_offline(make_llm("static"), trace, labels[0])
-    continuous = run_offline(make_llm("continuous"), trace, labels[1])
+    return compare_engines(make_llm("static"), make_llm("continuous"), trace)
+
+
+def compare_engines(static_llm, continuous_llm, trace: list[TraceRequest]) -> OfflineComparison:
+    """Replay ``trace`` on two engines built alike but for the scheduler (widgets may be attached)."""
+    static = run_offline(static_llm, trace, "static")
+    continuous = run_offline(continuous_llm, trace, "continuous")
     predicted = static_decode_occupancy([r.output_len for r in trace], static.max_num_seqs)
     return OfflineComparison(static, continuous, max(r.output_len for r in trace), predicted)
 
@@ -117,6 +134,25 @@ def real_engine_factory(max_num_seqs: int, max_model_len: int = 256, block_size:
             scheduler=scheduler, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
             num_blocks=num_blocks, block_size=block_size, max_num_batched_tokens=1024))
     return make
+
+
+def sim_factory(max_num_seqs: int = 32, max_num_batched_tokens: int = 8192):
+    """``make_llm(scheduler)``: simulated Llama-3-8B on an A100-80GB profile."""
+    from labkit import LLM
+
+    def make(scheduler: str):
+        return LLM(model="sim", config=EngineConfig(scheduler=scheduler, max_num_seqs=max_num_seqs, max_model_len=4096,
+                                                    max_num_batched_tokens=max_num_batched_tokens),
+                   model_profile="llama-3-8b", hardware="a100-80gb")
+    return make
+
+
+def azure_occupancy(kind: str, num_requests: int, seed: int = 0) -> OfflineComparison:
+    """Static vs continuous on the Azure 2023 ``kind`` length distribution, all at t = 0 (simulated)."""
+    from labkit.traces import azure_like_trace
+
+    trace = [replace(r, arrival_s=0.0) for r in azure_like_trace(kind, num_requests, seed=seed, max_total_tokens=4096)]
+    return compare_offline(sim_factory(), trace)
 
 
 # ------------------------------------------------------------------------------ the Anyscale setup (simulated)

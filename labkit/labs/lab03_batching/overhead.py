@@ -100,3 +100,39 @@ def saturation_concurrency(rows: list[OverheadRow], accelerator_s: float, host: 
     if b <= 0:
         return None
     return max(0.0, (accelerator_s - a) / b)
+
+
+# ------------------------------------------------------------------------------ the engine's optimisation switch
+
+@dataclass(frozen=True)
+class Switch:
+    """An ``EngineConfig`` field that turns the engine's host-path optimisation on and off."""
+
+    name: str
+    on: object = True
+    off: object = False
+
+    def overrides(self, enabled: bool) -> dict:
+        return {self.name: self.on if enabled else self.off}
+
+
+# Names the engine's host-path / overlap optimisation is published under (the lead's refactor on main);
+# the first one that is an EngineConfig field is used.
+HOST_PATH_SWITCH_NAMES: tuple[str, ...] = ()
+
+
+def host_path_switch() -> Switch | None:
+    """The engine's host-path optimisation switch, or None when this engine has none."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(EngineConfig)}
+    for name in HOST_PATH_SWITCH_NAMES:
+        if name in names:
+            return Switch(name)
+    return None
+
+
+def before_after(num_running_list: list[int], switch: Switch, steps: int = 5) -> tuple[list[OverheadRow], list[OverheadRow]]:
+    """The same sweep with the switch off, then on (same process, same machine load)."""
+    return (scheduler_overhead(num_running_list, switch.overrides(False), steps),
+            scheduler_overhead(num_running_list, switch.overrides(True), steps))

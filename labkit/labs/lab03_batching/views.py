@@ -96,13 +96,29 @@ def anyscale_figure(rows: list[AnyscaleRow], cited: dict[str, float]) -> go.Figu
 
 
 def occupancy_table(items: list[tuple[str, OfflineComparison]]) -> Table:
-    rows = [[name + SIM, f"{c.static.occupancy_perc:.1f}", _pct(c.static.decode_occupancy_perc),
-             f"{c.predicted_static_occupancy_perc:.1f}", f"{c.continuous.occupancy_perc:.1f}"] for name, c in items]
-    return Table([t("轨迹", "trace"), t("静态：批占用率 %", "static: occupancy %"),
-                  t("静态：纯解码步 %", "static: decode steps %"), t("静态：由长度预测 %", "static: predicted %"),
-                  t("连续：批占用率 %", "continuous: occupancy %")], rows,
+    rows = [[name + SIM, f"{c.static.occupancy_perc:.1f}", _pct(c.static.occupancy_while_waiting_perc),
+             f"{c.predicted_static_occupancy_perc:.1f}", f"{c.continuous.occupancy_perc:.1f}",
+             _pct(c.continuous.occupancy_while_waiting_perc), f"{c.continuous.token_budget_perc:.1f}",
+             f"{c.time_ratio:.2f}×"] for name, c in items]
+    return Table([t("轨迹", "trace"), t("静态：全部步 %", "static: all steps %"),
+                  t("静态：有请求排队时 %", "static: while requests wait %"), t("静态：由长度预测 %", "static: predicted %"),
+                  t("连续：全部步 %", "continuous: all steps %"), t("连续：有请求排队时 %", "continuous: while requests wait %"),
+                  t("连续：token 预算使用 %", "continuous: token budget use %"),
+                  t("吞吐 连续 ÷ 静态", "throughput continuous / static")], rows,
                  caption=t("批占用率：对话 vs 代码轨迹（模拟，Azure 2023 长度分布）",
                            "Batch occupancy: conversation vs code traces (simulated, Azure 2023 length distributions)"))
+
+
+def utilisation_claim_sentence(name: str, c: OfflineComparison, low: float = 30.0, high: float = 80.0) -> str:
+    """The chapter's "30 % -> 80 %+" read as batch occupancy while requests wait, from the numbers."""
+    s, k = c.static.occupancy_while_waiting_perc, c.continuous.occupancy_while_waiting_perc
+    if s is None or k is None:
+        return t(f"{name}：没有请求排队的步，无法检验。", f"{name}: no step had requests waiting; nothing to check.")
+    fits = s <= low + 10 and k >= high
+    verdict = (t(f"与“{low:.0f}% → {high:.0f}%+”相符", f"consistent with '{low:.0f}% -> {high:.0f}%+'") if fits else
+               t(f"与“{low:.0f}% → {high:.0f}%+”不符", f"not what '{low:.0f}% -> {high:.0f}%+' says"))
+    return t(f"{name}：有请求排队时，批占用率 静态 {s:.0f}% → 连续 {k:.0f}%，{verdict}。",
+             f"{name}: while requests wait, occupancy static {s:.0f}% -> continuous {k:.0f}%, {verdict}.")
 
 
 # ------------------------------------------------------------------------------ online
@@ -219,10 +235,40 @@ def pressure_table(runs: tuple[PressureRun, ...]) -> Table:
 def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturation: float | None) -> Table:
     rows = [[t("连续 ÷ 静态吞吐（真实模型）", "continuous / static throughput (real model)"), f"{offline.time_ratio:.2f}×",
              t(f"步数上限 {offline.step_ceiling:.2f}×", f"step ceiling {offline.step_ceiling:.2f}x")],
-            [t("解码批 32 ÷ 批 1 的步耗时（真实模型）", "decode step, batch 32 / batch 1 (real model)"),
+            [t(f"解码批 {decode[-1].size} ÷ 批 {decode[0].size} 的步耗时（真实模型）",
+               f"decode step, batch {decode[-1].size} / batch {decode[0].size} (real model)"),
              f"{decode[-1].step_s / decode[0].step_s:.2f}×", t(f"批大小是 {decode[-1].size // decode[0].size} 倍",
                                                                  f"{decode[-1].size // decode[0].size}x the batch")],
             [t("调度器成为瓶颈的并发（5 ms 步，模拟）", "concurrency where the scheduler becomes the bottleneck (5 ms step, simulated)"),
              "—" if saturation is None else f"≈ {saturation:,.0f}", t("运行中请求", "running requests")]]
     return Table([t("量", "quantity"), t("本次测量", "measured in this run"), t("对照", "for comparison")], rows,
                  caption=t("要记住的三个数", "Three numbers to remember"))
+
+
+def before_after_sentence(before: list[OverheadRow], after: list[OverheadRow], accelerator_s: float) -> str:
+    """Scheduler time at the highest concurrency and the saturation point, off vs on, read from the numbers."""
+    from labkit.labs.lab03_batching.overhead import saturation_concurrency
+
+    b, a = before[-1], after[-1]
+    sat_b, sat_a = saturation_concurrency(before, accelerator_s), saturation_concurrency(after, accelerator_s)
+
+    def sat(x):
+        return t("不随并发增长", "does not grow") if x is None else f"≈ {x:,.0f}"
+    ratio = b.scheduler_s / a.scheduler_s if a.scheduler_s else float("inf")
+    verdict = (t(f"优化后调度器 CPU 时间是之前的 {1 / ratio:.2f} 倍", f"with the optimisation scheduler CPU time is {1 / ratio:.2f}x before")
+               if ratio >= 1 else
+               t(f"这次优化后反而更慢（是之前的 {1 / ratio:.2f} 倍），多半是机器负载在变，重跑这一格",
+                 f"this time it came out slower ({1 / ratio:.2f}x before); the machine's load probably changed, rerun"))
+    return t(f"{b.num_running:,} 个运行中请求：{verdict}；饱和并发 之前 {sat(sat_b)}，之后 {sat(sat_a)}。",
+             f"{b.num_running:,} running requests: {verdict}; saturation concurrency before {sat(sat_b)}, after {sat(sat_a)}.")
+
+
+def anyscale_sentence(rows: list[AnyscaleRow], system: str = "continuous, paged KV") -> str:
+    """How the gain moves with the output cap, read from the numbers."""
+    lo, hi = rows[0], rows[-1]
+    a, b = lo.speedup(system), hi.speedup(system)
+    trend = (t("长度差异越大，连续批处理的优势越大。", "the more the lengths vary, the larger continuous batching's gain.")
+             if b > a else t("这次倍数没有随长度差异增大，和预期相反：看看表里的步数是否也没有变。",
+                             "this time the gain did not grow with the spread, against expectation: check whether the step counts did."))
+    return t(f"“{system}”相对静态：上限 {lo.max_output_len} 时 {a:.2f} 倍，上限 {hi.max_output_len} 时 {b:.2f} 倍（模拟）；{trend}",
+             f"'{system}' vs static: {a:.2f}x at cap {lo.max_output_len}, {b:.2f}x at cap {hi.max_output_len} (simulated); {trend}")

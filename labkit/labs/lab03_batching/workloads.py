@@ -51,3 +51,14 @@ def gamma_arrivals(trace: list[TraceRequest], rate: float, burstiness: float = 1
 def _check_positive(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def azure_length_stats(kind: str) -> dict[str, float]:
+    """P50 / P99 of prompt and output tokens in the Azure 2023 ``kind`` trace (shipped statistics)."""
+    import json
+
+    from labkit.traces import AZURE_STATS_PATH
+
+    stats = json.loads(AZURE_STATS_PATH.read_text(encoding="utf-8"))["kinds"][kind]
+    ctx, gen = stats["context_tokens"], stats["generated_tokens"]
+    return {"prompt_p50": ctx["p50"], "prompt_p99": ctx["p99"], "output_p50": gen["p50"], "output_p99": gen["p99"]}
