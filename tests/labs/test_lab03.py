@@ -241,6 +241,8 @@ def test_ceiling_sentence_reads_the_numbers_either_way():
     down = views.ceiling_sentence("x", offline.OfflineComparison(run, slow, 5, 50.0))
     assert "2.00" in up and "100%" in up
     assert "0.50" in down and "更慢" in down
+    above = views.ceiling_sentence("x", offline.OfflineComparison(run, offline.OfflineRun("c", 1, 100, 5, 0.25, 1.0, 90.0, 90.0, 10.0, 4, True), 5, 50.0))
+    assert "200%" in above and "超过上限" in above
 
 
 def test_notebook_is_committed_without_outputs_and_follows_the_template():
@@ -252,3 +254,33 @@ def test_notebook_is_committed_without_outputs_and_follows_the_template():
     assert [h.split()[1] for h in headings] == [str(i) for i in range(1, len(headings) + 1)]
     assert sum("predict(" in "".join(c["source"]) for c in code) >= 5
     assert any("quiz()" in "".join(c["source"]) for c in code)
+
+
+# ----------------------------------------------------------------------------- make bench section
+
+def test_bench_section_reports_time_per_step_and_the_saturation_concurrency(capsys):
+    from bench import scheduler_overhead as bench
+
+    sections = bench.main(["--tiny"])
+    assert len(sections) == 1 and [r[0] for r in sections[0].rows] == ["1", "64"]
+    assert "saturation concurrency" in capsys.readouterr().out
+
+
+def test_with_a_switch_the_bench_and_the_lab_run_it_off_then_on(monkeypatch):
+    """Wiring check with a stand-in bool field: one extra sweep with the switch flipped."""
+    from bench import scheduler_overhead as bench
+
+    stand_in = overhead.Switch("enable_prefix_caching")
+    monkeypatch.setattr(bench, "host_path_switch", lambda: stand_in)
+    sections = bench.main(["--tiny"])
+    assert [s.title.split(", ")[-1] for s in sections] == ["enable_prefix_caching=False", "enable_prefix_caching=True"]
+    before, after = overhead.before_after([4], stand_in, steps=1)
+    assert before[0].num_running == after[0].num_running == 4
+    assert "4" in views.before_after_sentence(before, after, 0.005)
+
+
+def test_host_path_switch_is_none_unless_the_engine_config_has_the_field(monkeypatch):
+    monkeypatch.setattr(overhead, "HOST_PATH_SWITCH_NAMES", ("no_such_field", "enable_chunked_prefill"))
+    assert overhead.host_path_switch() == overhead.Switch("enable_chunked_prefill")
+    monkeypatch.setattr(overhead, "HOST_PATH_SWITCH_NAMES", ("no_such_field",))
+    assert overhead.host_path_switch() is None

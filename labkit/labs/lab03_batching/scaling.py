@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
-from labkit.metrics import StepRecorder, percentile
+from labkit.metrics import StepRecorder
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.sim.cost import MODELS, HardwareProfile
@@ -30,7 +30,7 @@ from labkit.sim.cost import MODELS, HardwareProfile
 class StepTiming:
     kind: str           # "decode" | "prefill"
     size: int           # decode: batch size; prefill: prompt tokens
-    step_s: float       # median model time of the measured steps
+    step_s: float       # model time of the fastest measured step (least disturbed by other programs)
 
 
 def scaling_engine(max_batch: int = 32, max_prompt: int = 512):
@@ -52,23 +52,24 @@ def _run(engine, prompts: list[list[int]], max_tokens: int) -> list:
 
 
 def decode_step_times(llm, batch_sizes: list[int], steps: int = 3, prompt_len: int = 16) -> list[StepTiming]:
-    """Median model time of ``steps`` decode-only steps at each batch size (prompts prefilled first)."""
+    """Fastest model time of ``steps`` decode-only steps at each batch size (prompts prefilled first).
+    The minimum, not the mean: on a shared machine other programs only ever add time."""
     engine, corpus = llm.engine, text_corpus(llm.engine)
     out = []
     for b in batch_sizes:
         rows = _run(engine, [prompt_tokens(engine, prompt_len, i, corpus) for i in range(b)], steps + 1)
         decode = [r.model_s for r in rows if r.prefill_tokens == 0 and r.decode_tokens == b]
-        out.append(StepTiming("decode", b, percentile(decode, 50)))
+        out.append(StepTiming("decode", b, min(decode)))
     return out
 
 
 def prefill_step_times(llm, token_counts: list[int], repeats: int = 2) -> list[StepTiming]:
-    """Median model time of a single-request prefill step of each length."""
+    """Fastest model time of a single-request prefill step of each length (``repeats`` tries)."""
     engine, corpus = llm.engine, text_corpus(llm.engine)
     out = []
     for n in token_counts:
         times = [_run(engine, [prompt_tokens(engine, n, 100 + k, corpus)], 1)[0].model_s for k in range(repeats)]
-        out.append(StepTiming("prefill", n, percentile(times, 50)))
+        out.append(StepTiming("prefill", n, min(times)))
     return out
 
 

@@ -63,10 +63,15 @@ def ceiling_sentence(name: str, c: OfflineComparison) -> str:
     else:
         head = t(f"{name}：这次连续批处理反而更慢（是静态的 {ratio:.2f} 倍），多半是机器在忙别的事，重跑一次",
                  f"{name}: continuous came out slower this time ({ratio:.2f}x static); the machine was probably busy, rerun")
-    return head + t(f"；步数上限 {ceiling:.2f} 倍（不超过 静态步数 ÷ 最长请求 = {c.longest_bound:.2f} 倍），"
+    line = head + t(f"；步数上限 {ceiling:.2f} 倍（不超过 静态步数 ÷ 最长请求 = {c.longest_bound:.2f} 倍），"
                     f"实测达到上限的 {c.share_of_ceiling:.0%}。",
                     f"; the step ceiling is {ceiling:.2f}x (at most static steps / longest request = "
                     f"{c.longest_bound:.2f}x); the measurement reaches {c.share_of_ceiling:.0%} of it.")
+    if c.share_of_ceiling > 1:
+        line += t("超过上限说明这次每步的耗时并不恒定：静态批处理的某些步被别的程序拖慢了（看本页开头的负载），重跑可以验证。",
+                  " Above the ceiling means steps did not cost the same: some static steps were slowed by other "
+                  "programs (see the load note at the top); rerun to check.")
+    return line
 
 
 def anyscale_table(rows: list[AnyscaleRow]) -> Table:
