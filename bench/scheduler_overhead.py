@@ -18,8 +18,12 @@ from __future__ import annotations
 import argparse
 
 from bench.common import Section, load_average, report
-from labkit.labs.lab03_batching.overhead import (OverheadRow, host_path_switch, saturation_concurrency,
-                                                 scheduler_overhead)
+from labkit.labs.lab03_batching.overhead import (
+    OverheadRow,
+    host_path_switch,
+    saturation_concurrency,
+    scheduler_overhead,
+)
 
 ACCELERATOR_S = 0.005
 SIZES = {"full": [1, 64, 1024, 4096], "quick": [1, 64, 1024], "tiny": [1, 64]}

@@ -13,8 +13,17 @@ from pathlib import Path
 import pytest
 
 from labkit.labs.exercises import exercise
-from labkit.labs.lab03_batching import chunked, offline, online, overhead, preemption, scaling, views, workloads
-from labkit.labs.lab03_batching import solutions
+from labkit.labs.lab03_batching import (
+    chunked,
+    offline,
+    online,
+    overhead,
+    preemption,
+    scaling,
+    solutions,
+    views,
+    workloads,
+)
 from labkit.labs.lab03_batching.quiz import questions
 from labkit.replay import static_decode_occupancy
 from labkit.traces import TraceRequest

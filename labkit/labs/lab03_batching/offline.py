@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from labkit.config import EngineConfig
 from labkit.labs.lab01_kv_cache.servers import PAPER_KV_BYTES, SIM_MODEL
-from labkit.sim.cost import MODELS
 from labkit.replay import replay, static_decode_occupancy
+from labkit.sim.cost import MODELS
 from labkit.traces import TraceRequest
 
 

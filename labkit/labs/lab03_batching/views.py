@@ -10,7 +10,10 @@ from labkit.i18n import t
 from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.labs.common.tables import Table
 from labkit.labs.lab03_batching.chunked import ChunkedRun
-from labkit.labs.lab03_batching.offline import AnyscaleRow, OfflineComparison, OfflineRun
+from labkit.labs.lab03_batching.offline import (
+    AnyscaleRow,
+    OfflineComparison,
+)
 from labkit.labs.lab03_batching.online import ServingResult
 from labkit.labs.lab03_batching.overhead import OverheadRow
 from labkit.labs.lab03_batching.preemption import PressureRun
