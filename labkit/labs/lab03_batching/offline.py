@@ -194,6 +194,10 @@ class AnyscaleRow:
     def speedup(self, system: str) -> float:
         return self.runs[system].tokens_per_s / self.runs["static, max-length reservation"].tokens_per_s
 
+    def step_ceiling(self, system: str) -> float:
+        """Static steps / this system's steps: the gain if every step cost the same."""
+        return self.runs["static, max-length reservation"].steps / self.runs[system].steps
+
 
 def anyscale_sweep(trace_for_cap, caps: list[int]) -> list[AnyscaleRow]:
     """For each output cap, the three systems on the same ``trace_for_cap(cap)`` (simulated)."""

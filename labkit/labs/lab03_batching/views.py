@@ -82,9 +82,10 @@ def anyscale_table(rows: list[AnyscaleRow]) -> Table:
     for row in rows:
         for name, run in row.runs.items():
             body.append([row.max_output_len, name, run.steps, f"{run.mean_batch:.1f}", f"{run.tokens_per_s:,.0f}",
-                         f"{row.speedup(name):.2f}×"])
+                         f"{row.speedup(name):.2f}×", f"{row.step_ceiling(name):.2f}×"])
     return Table([t("输出上限", "output cap"), t("系统", "system"), t("步数", "steps"), t("平均批大小", "mean batch"),
-                  t("输出 token/s（模拟）", "output tok/s (simulated)"), t("相对静态", "vs static")], body,
+                  t("输出 token/s（模拟）", "output tok/s (simulated)"), t("吞吐相对静态", "throughput vs static"),
+                  t("步数上限（静态步数 ÷ 本系统步数）", "step ceiling (static steps / these steps)")], body,
                  caption=t("Anyscale 设置（模拟）：512 token 提示，输出长度 ~ 指数分布（均值 128）并截断",
                            "The Anyscale setup (simulated): 512-token prompts, outputs ~ exponential (mean 128), capped"))
 
