@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.config import EngineConfig
 from labkit.labs.exercises import exercise
 from labkit.labs.lab03_batching import (
     chunked,
@@ -218,13 +219,22 @@ def test_a_small_pool_preempts_and_recomputes_exactly_the_lost_tokens():
 
 # ----------------------------------------------------------------------------- exercises, quiz, views
 
-@pytest.mark.parametrize("name, reference", [("static_occupancy", solutions.static_decode_occupancy),
-                                             ("preemption_victims", solutions.preemption_victims),
-                                             ("schedule_step", solutions.schedule_step)])
-def test_reference_solutions_pass_and_a_wrong_answer_fails(name, reference):
-    ex = exercise(name)
-    assert ex.check(reference).passed
-    assert not exercise(name).check(lambda *args: None).passed
+@pytest.mark.parametrize("name", ["static_occupancy", "preemption_victims", "schedule_step"])
+def test_reference_solutions_pass_and_a_wrong_answer_fails(name):
+    assert exercise(name).self_test().passed
+    assert not exercise(name).check(lambda *args: 0).passed
+
+
+def test_a_mean_of_per_batch_ratios_is_caught_with_the_hint_about_summing_first():
+    def mean_of_ratios(output_lens, max_num_seqs):
+        ratios = []
+        for i in range(0, len(output_lens), max_num_seqs):
+            batch = output_lens[i:i + max_num_seqs]
+            if max(batch) > 1:
+                ratios.append(sum(o - 1 for o in batch) / (max_num_seqs * (max(batch) - 1)))
+        return 100.0 * sum(ratios) / len(ratios) if ratios else 0.0
+    result = exercise("static_occupancy").check(mean_of_ratios)
+    assert not result.passed and result.num_passed > 0
 
 
 def test_preemption_victims_takes_the_most_recent_first():
@@ -271,8 +281,9 @@ def test_bench_section_reports_time_per_step_and_the_saturation_concurrency(caps
     from bench import scheduler_overhead as bench
 
     sections = bench.main(["--tiny"])
-    assert len(sections) == 1 and [r[0] for r in sections[0].rows] == ["1", "64"]
-    assert "saturation concurrency" in capsys.readouterr().out
+    assert len(sections) == (1 if overhead.host_path_switch() is None else 2)
+    assert all([r[0] for r in s.rows] == ["1", "64"] for s in sections)
+    assert capsys.readouterr().out.count("saturation concurrency") == len(sections)
 
 
 def test_with_a_switch_the_bench_and_the_lab_run_it_off_then_on(monkeypatch):
@@ -293,3 +304,21 @@ def test_host_path_switch_is_none_unless_the_engine_config_has_the_field(monkeyp
     assert overhead.host_path_switch() == overhead.Switch("enable_chunked_prefill")
     monkeypatch.setattr(overhead, "HOST_PATH_SWITCH_NAMES", ("no_such_field",))
     assert overhead.host_path_switch() is None
+
+
+@pytest.mark.parametrize("params", [dict(temperature=0.0), dict(temperature=0.8, top_p=0.9, seed=7)],
+                         ids=["greedy", "seeded-sampling"])
+def test_the_host_path_switch_changes_no_output_on_the_real_model(llm, params):
+    """The optimisation the lab measures (section 7.1) leaves every token as it was."""
+    from labkit import LLM, SamplingParams
+
+    switch = overhead.host_path_switch()
+    if switch is None:
+        pytest.skip("this engine has no host-path optimisation switch")
+    prompts = ["Name three colours.", "What is 2 + 2?", "Write a haiku about the sea."]
+    outputs = []
+    for enabled in (False, True):
+        other = LLM(progress=False, config=EngineConfig(num_blocks=64, **switch.overrides(enabled)))
+        outs = other.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True, **params))
+        outputs.append([o.outputs[0].token_ids for o in outs])
+    assert outputs[0] == outputs[1]

@@ -203,14 +203,16 @@ def chunked_table(runs: tuple[ChunkedRun, ...]) -> Table:
 # ------------------------------------------------------------------------------ scheduler overhead
 
 def overhead_table(rows: list[OverheadRow], accelerator_s: float, label: str = "") -> Table:
-    body = [[r.num_running, _ms(r.scheduler_s), _ms(r.other_s), _ms(r.model_s), f"{r.scheduler_share():.0%}",
+    body = [[r.num_running, _ms(r.schedule_s), _ms(r.sample_s), _ms(r.scheduler_s - r.schedule_s - r.sample_s),
+             _ms(r.scheduler_s), _ms(r.other_s), _ms(r.model_s), f"{r.scheduler_share():.0%}",
              f"{r.scheduler_share(accelerator_s):.0%}"] for r in rows]
-    return Table([t("运行中请求", "running requests"), t("调度器 CPU（毫秒/步，实测）", "scheduler CPU (ms/step, measured)"),
+    return Table([t("运行中请求", "running requests"), t("调度决策", "deciding"), t("采样", "sampling"),
+                  t("写回与记账", "update, bookkeeping"), t("调度器合计（毫秒/步，实测）", "scheduler total (ms/step, measured)"),
                   t("其他主机时间（毫秒）", "other host (ms)"), t("加速器（毫秒，模拟）", "accelerator (ms, simulated)"),
                   t("调度占比（模拟加速器）", "scheduler share (sim accelerator)"),
                   t(f"调度占比（{1000 * accelerator_s:.0f} ms 的步）", f"scheduler share ({1000 * accelerator_s:.0f} ms step)")],
-                 body, caption=t(f"每步的时间划分{label}：调度器 CPU 时间在本机实测，加速器时间来自成本模型（模拟 Llama-3-8B / H100）",
-                                 f"Per-step split{label}: scheduler CPU measured on this machine, accelerator time from "
+                 body, caption=t(f"每步的时间划分{label}：主机时间在本机实测（毫秒），加速器时间来自成本模型（模拟 Llama-3-8B / H100）",
+                                 f"Per-step split{label}: host times measured on this machine (ms), accelerator time from "
                                  "the cost model (simulated Llama-3-8B / H100)"))
 
 
