@@ -10,7 +10,8 @@ measured on this machine) and the simulated accelerator time (``model_s``); "oth
 the step's wall time. Each figure is the fastest of a few steps (other programs only add time). The
 saturation concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog
 2025-01-27) on the least-squares line through the rows. When the engine has a host-path optimisation
-switch (``labkit.labs.lab03_batching.overhead.host_path_switch``) the sweep runs with it off and on.
+switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
+runs with it off and on, interleaved at each concurrency so a change in the machine's load hits both.
 """
 
 from __future__ import annotations
@@ -18,12 +19,7 @@ from __future__ import annotations
 import argparse
 
 from bench.common import Section, load_average, report
-from labkit.labs.lab03_batching.overhead import (
-    OverheadRow,
-    host_path_switch,
-    saturation_concurrency,
-    scheduler_overhead,
-)
+from labkit.labs.lab03_batching.overhead import OverheadRow, before_after, host_path_switch, saturation_concurrency
 
 ACCELERATOR_S = 0.005
 SIZES = {"full": [1, 64, 1024, 4096], "quick": [1, 64, 1024], "tiny": [1, 64]}
@@ -47,13 +43,12 @@ def section(label: str, rows: list[OverheadRow]) -> Section:
 def run(args: argparse.Namespace):
     sizes = SIZES["tiny" if args.tiny else "quick" if args.quick else "full"]
     switch = host_path_switch()
+    before, after = before_after(sizes, switch, rounds=1 if args.tiny else 2)
     if switch is None:
-        yield section("engine as built (no host-path optimisation switch in this EngineConfig)",
-                      scheduler_overhead(sizes))
+        yield section("engine as built (no host-path optimisation switch in this EngineConfig)", before)
         return
-    for enabled in (False, True):
-        yield section(f"{switch.name}={switch.on if enabled else switch.off!r}",
-                      scheduler_overhead(sizes, switch.overrides(enabled)))
+    yield section(f"{switch.name}={switch.off!r}", before)
+    yield section(f"{switch.name}={switch.on!r} (measured interleaved with the row above)", after)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

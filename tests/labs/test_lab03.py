@@ -293,10 +293,13 @@ def test_with_a_switch_the_bench_and_the_lab_run_it_off_then_on(monkeypatch):
     stand_in = overhead.Switch("enable_prefix_caching")
     monkeypatch.setattr(bench, "host_path_switch", lambda: stand_in)
     sections = bench.main(["--tiny"])
-    assert [s.title.split(", ")[-1] for s in sections] == ["enable_prefix_caching=False", "enable_prefix_caching=True"]
+    assert [s.title.split(", ")[-1].split(" (")[0] for s in sections] == ["enable_prefix_caching=False",
+                                                                           "enable_prefix_caching=True"]
     before, after = overhead.before_after([4], stand_in, steps=1)
     assert before[0].num_running == after[0].num_running == 4
     assert "4" in views.before_after_sentence(before, after, 0.005)
+    alone, none = overhead.before_after([4], None, steps=1)
+    assert none is None and [r.num_running for r in alone] == [4]
 
 
 def test_host_path_switch_is_none_unless_the_engine_config_has_the_field(monkeypatch):
