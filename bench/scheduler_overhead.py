@@ -26,14 +26,17 @@ SIZES = {"full": [1, 64, 1024, 4096], "quick": [1, 64, 1024], "tiny": [1, 64]}
 
 
 def row(r: OverheadRow) -> list[str]:
-    return [f"{r.num_running:,}", f"{1e3 * r.scheduler_s:.3f}", f"{1e3 * r.other_s:.3f}", f"{1e3 * r.model_s:.2f}",
+    update_s = r.scheduler_s - r.schedule_s - r.sample_s
+    return [f"{r.num_running:,}", f"{1e3 * r.scheduler_s:.3f}", f"{1e3 * r.schedule_s:.3f}", f"{1e3 * r.sample_s:.3f}",
+            f"{1e3 * update_s:.3f}", f"{1e3 * r.other_s:.3f}", f"{1e3 * r.model_s:.2f}",
             f"{r.scheduler_share(ACCELERATOR_S):.0%}"]
 
 
 def section(label: str, rows: list[OverheadRow]) -> Section:
     sat = saturation_concurrency(rows, ACCELERATOR_S)
     return Section(f"Scheduler time per step, {label}",
-                   ["running requests", "scheduler CPU ms/step (measured)", "other host ms/step",
+                   ["running requests", "scheduler CPU ms/step (measured)", "of it: deciding", "sampling",
+                    "update and bookkeeping", "other host ms/step",
                     "accelerator ms/step (simulated)", "scheduler share of a 5 ms step"],
                    [row(r) for r in rows],
                    [f"saturation concurrency (scheduler CPU = 5 ms): {'none' if sat is None else f'{sat:,.0f}'} running requests",
