@@ -26,14 +26,16 @@ from labkit.traces import TraceRequest
 
 @dataclass(frozen=True)
 class OfflineRun:
-    """One replay. ``seconds``: wall time on the real model, simulated model time on the sim."""
+    """One replay. ``seconds``, the basis of ``tokens_per_s``: on the real model this process's CPU
+    time (one intra-op thread: it counts the work, not the time the OS gave other programs on a shared
+    machine); on the simulated model the cost model's accelerator time. ``wall_s`` is the wall clock."""
 
     label: str
     num_requests: int
     output_tokens: int
     steps: int
     seconds: float
-    cpu_s: float
+    wall_s: float
     occupancy_perc: float            # mean over steps of busy slots / max_num_seqs
     decode_occupancy_perc: float | None
     token_budget_perc: float         # mean over steps of scheduled tokens / max_num_batched_tokens
@@ -95,9 +97,9 @@ def run_offline(llm, trace: list[TraceRequest], label: str) -> OfflineRun:
     result = replay(engine, trace, keep_outputs=not engine.simulated, on_step=on_step)
     cpu_s = time.process_time() - c0
     s = result.stats
-    seconds = s["mean_model_s"] * s["num_steps"] if engine.simulated else result.wall_s
+    seconds = s["mean_model_s"] * s["num_steps"] if engine.simulated else cpu_s
     waiting = sum(busy_while_waiting) / len(busy_while_waiting) if busy_while_waiting else None
-    return OfflineRun(label, len(trace), s["num_output_tokens"], s["num_steps"], seconds, cpu_s,
+    return OfflineRun(label, len(trace), s["num_output_tokens"], s["num_steps"], seconds, result.wall_s,
                       s["mean_batch_occupancy_perc"], s["mean_decode_occupancy_perc"],
                       s["mean_token_budget_perc"], engine.config.max_num_seqs, engine.simulated, waiting, result.outputs)
 

@@ -38,20 +38,25 @@ def offline_table(comparisons: list[tuple[str, OfflineComparison]]) -> Table:
     for name, c in comparisons:
         for run in (c.static, c.continuous):
             rows.append([name + _sim(run.simulated), run.label, run.num_requests, run.steps, f"{run.seconds:,.2f}",
-                         f"{run.tokens_per_s:,.1f}", f"{run.occupancy_perc:.1f}", _pct(run.decode_occupancy_perc)])
+                         f"{run.wall_s:,.2f}", f"{run.tokens_per_s:,.1f}", f"{run.occupancy_perc:.1f}",
+                         _pct(run.decode_occupancy_perc)])
         rows.append([name, t("连续 ÷ 静态", "continuous / static"), "", f"{c.step_ceiling:.2f}×", "",
-                     f"{c.time_ratio:.2f}×", "", t(f"预测静态 {c.predicted_static_occupancy_perc:.1f}",
-                                                    f"static predicted {c.predicted_static_occupancy_perc:.1f}")])
+                     f"{c.static.wall_s / c.continuous.wall_s:.2f}×", f"{c.time_ratio:.2f}×", "",
+                     t(f"预测静态 {c.predicted_static_occupancy_perc:.1f}",
+                       f"static predicted {c.predicted_static_occupancy_perc:.1f}")])
     return Table([t("轨迹", "trace"), t("策略", "policy"), t("请求数", "requests"), t("步数", "steps"),
-                  t("秒", "seconds"), t("输出 token/s", "output tok/s"), t("批占用率 %", "occupancy %"),
+                  t("秒（CPU；模拟为加速器秒）", "seconds (CPU; simulated: accelerator)"), t("墙钟秒", "wall s"),
+                  t("输出 token/s", "output tok/s"), t("批占用率 %", "occupancy %"),
                   t("纯解码步占用率 %", "decode-step occupancy %")], rows,
                  caption=t("离线吞吐：静态 vs 连续批处理（同一条轨迹、同一个引擎）",
                            "Offline throughput: static vs continuous batching (same trace, same engine)"),
-                 notes=[t("“步数”一行的比值就是步数上限：若每步耗时相同，吞吐提升不会超过它。真实模型的“秒”是墙钟时间，"
+                 notes=[t("“步数”一栏的比值就是步数上限：若每步耗时相同，吞吐提升不会超过它。真实模型的“秒”是本进程的 "
+                          "CPU 时间（单线程：它数的是工作量；墙钟时间还包括机器分给别的程序的时间），吞吐按它算；"
                           "模拟模型的“秒”是成本模型给出的加速器时间。",
                           "The ratio in the steps column is the step-count ceiling: if every step cost the same, the "
-                          "throughput gain could not exceed it. Seconds are wall time on the real model and the cost "
-                          "model's accelerator time on the simulated one.")])
+                          "throughput gain could not exceed it. On the real model seconds are this process's CPU time "
+                          "(one thread: it counts the work; wall time also counts what the machine gave other "
+                          "programs) and throughput uses them; on the simulated one, the cost model's accelerator time.")])
 
 
 def _pct(value: float | None) -> str:
@@ -244,7 +249,7 @@ def pressure_table(runs: tuple[PressureRun, ...]) -> Table:
 
 
 def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturation: float | None) -> Table:
-    rows = [[t("连续 ÷ 静态吞吐（真实模型）", "continuous / static throughput (real model)"), f"{offline.time_ratio:.2f}×",
+    rows = [[t("连续 ÷ 静态吞吐（真实模型，按 CPU 时间）", "continuous / static throughput (real model, CPU time)"), f"{offline.time_ratio:.2f}×",
              t(f"步数上限 {offline.step_ceiling:.2f}×", f"step ceiling {offline.step_ceiling:.2f}x")],
             [t(f"解码批 {decode[-1].size} ÷ 批 {decode[0].size} 的步耗时（真实模型）",
                f"decode step, batch {decode[-1].size} / batch {decode[0].size} (real model)"),
