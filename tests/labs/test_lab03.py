@@ -325,3 +325,12 @@ def test_the_host_path_switch_changes_no_output_on_the_real_model(llm, params):
         outs = other.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True, **params))
         outputs.append([o.outputs[0].token_ids for o in outs])
     assert outputs[0] == outputs[1]
+
+
+def test_fidelity_sentence_compares_the_direction_of_both_sides():
+    def result(label, ttft, simulated):
+        return online.ServingResult(label, 1.0, 1, 1.0, ttft, ttft, 0, 0, 0, 0, 1, 1, simulated)
+    real = [result("static", 2.0, False), result("continuous", 0.5, False)]
+    agree = views.fidelity_sentence(real, [result("static", 1.5, True), result("continuous", 0.3, True)])
+    disagree = views.fidelity_sentence(real, [result("static", 0.2, True), result("continuous", 0.3, True)])
+    assert "4.0" in agree and "5.0" in agree and "不一致" not in agree and "不一致" in disagree

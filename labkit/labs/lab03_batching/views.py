@@ -288,3 +288,16 @@ def anyscale_sentence(rows: list[AnyscaleRow], system: str = "continuous, paged 
                              "this time the gain did not grow with the spread, against expectation: check whether the step counts did."))
     return t(f"“{system}”相对静态：上限 {lo.max_output_len} 时 {a:.2f} 倍，上限 {hi.max_output_len} 时 {b:.2f} 倍（模拟）；{trend}",
              f"'{system}' vs static: {a:.2f}x at cap {lo.max_output_len}, {b:.2f}x at cap {hi.max_output_len} (simulated); {trend}")
+
+
+def fidelity_sentence(real: list[ServingResult], simulated: list[ServingResult]) -> str:
+    """Static / continuous TTFT P50 on the real model and on the calibrated simulation, from the numbers."""
+    def ratio(results: list[ServingResult]) -> float:
+        by = {r.label: r for r in results}
+        return by["static"].ttft_p50_s / by["continuous"].ttft_p50_s
+    r, s = ratio(real), ratio(simulated)
+    same = (r > 1) == (s > 1)
+    verdict = (t("两边的方向一致", "both point the same way") if same else
+               t("两边的方向不一致：这次模拟没有抓住真实模型的行为，看看机器负载再重跑", "they disagree: the simulation missed the real behaviour this time; check the load and rerun"))
+    return t(f"静态 ÷ 连续 的 TTFT P50：真实模型 {r:.1f} 倍，模拟 {s:.1f} 倍；{verdict}。",
+             f"Static / continuous TTFT P50: {r:.1f}x on the real model, {s:.1f}x simulated; {verdict}.")
