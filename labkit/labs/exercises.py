@@ -25,6 +25,8 @@ EXERCISES: dict[str, Callable[[], Exercise]] = {
     "slot_mapping": paged.slot_mapping_exercise,                     # lab 02
     "prefix_hash": paged.prefix_hash_exercise,                       # lab 02
     "schedule_step": batching.schedule_step_exercise,                # lab 03
+    "static_occupancy": batching.static_occupancy_exercise,          # lab 03
+    "preemption_victims": batching.preemption_victims_exercise,      # lab 03
     "greedy_verify": speculative.greedy_verify_exercise,             # lab 04
     "rejection_verify": speculative.rejection_verify_exercise,       # lab 04
 }

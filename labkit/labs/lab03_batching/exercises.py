@@ -1,11 +1,12 @@
-"""Lab 03 exercise: one continuous-batching scheduling step under a token budget."""
+"""Lab 03 exercises: one continuous-batching scheduling step under a token budget; static batching's
+occupancy predicted from output lengths; (optional) preemption victims and the recompute they cost."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from labkit.assess.checks import Check
+from labkit.assess.checks import Check, call_check
 from labkit.assess.exercise import Exercise
 from labkit.i18n import t
 
@@ -94,4 +95,91 @@ def schedule_step_exercise() -> Exercise:
                 "en": "Count a budget down from max_num_batched_tokens; two for loops: running first, then waiting."},
                {"zh": "waiting 的循环里，budget == 0 或 len(running) + admitted >= max_num_seqs 时 break。",
                 "en": "In the waiting loop, break when budget == 0 or len(running) + admitted >= max_num_seqs."}],
+    )
+
+
+# ---------------------------------------------------------------------------------- static occupancy
+
+def _close(expected, got) -> bool:
+    return isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - expected) <= 1e-6 * max(1, abs(expected))
+
+
+def _explain_occupancy(expected, got) -> str:
+    if isinstance(got, (int, float)) and 0 < got <= 1 and expected > 1:
+        return t("返回百分数（0–100），不是 0–1 之间的比例。", "Return a percentage (0-100), not a fraction in 0-1.")
+    return ""
+
+
+_OCCUPANCY_CASES = [
+    (([4, 4, 4, 4], 4), {"zh": "长度相同：没有空转", "en": "equal lengths: no idle slot"}),
+    (([2, 9], 2), {"zh": "一个短请求陪一个长请求", "en": "a short request beside a long one"}),
+    (([9, 2, 2, 2], 4), {"zh": "一个长请求拖住整批", "en": "one long request holds the batch"}),
+    (([5, 5, 5], 4), {"zh": "最后一批不满：空槽也算", "en": "a batch short of max_num_seqs: empty slots count"}),
+    (([3, 7, 3, 7, 2, 2], 2), {"zh": "按到达顺序分批", "en": "batches in arrival order"}),
+    (([1, 1, 1], 2), {"zh": "都只有 1 个 token：没有解码步", "en": "one token each: no decode step"}),
+    (([64, 3, 3, 3, 3, 3, 3, 3], 8), {"zh": "长尾：一个请求比别的长 20 倍", "en": "a heavy tail: one request 20x longer"}),
+]
+
+
+def _random_occupancy_case(seed: int) -> tuple:
+    rng = random.Random(1000 + seed)
+    lens = [max(1, int(rng.lognormvariate(3, 1))) for _ in range(rng.randint(1, 40))]
+    return (lens, rng.choice([1, 2, 4, 8, 16])), {"zh": f"随机长尾情形 {seed}", "en": f"random heavy-tailed case {seed}"}
+
+
+def static_occupancy_exercise() -> Exercise:
+    cases = _OCCUPANCY_CASES + [_random_occupancy_case(s) for s in range(10)]
+    return Exercise(
+        name="static_occupancy",
+        title={"zh": "练习：从长度预测静态批处理的占用率", "en": "Exercise: predict static batching's occupancy from the lengths"},
+        task={"zh": "实现 static_decode_occupancy(output_lens, max_num_seqs)：请求按到达顺序每 max_num_seqs 个一批，"
+                    "每批一直解码到最长的请求结束（第一个 token 来自预填充，所以请求 i 占用 o_i − 1 个解码步）。"
+                    "返回所有批合计的 忙碌槽位·步 / 全部槽位·步（max_num_seqs × 每批的解码步数），单位是百分数；"
+                    "没有解码步时返回 0.0。",
+              "en": "Write static_decode_occupancy(output_lens, max_num_seqs): requests form batches of max_num_seqs "
+                    "in arrival order; each batch decodes until its longest request ends (the first token comes from "
+                    "prefill, so request i is busy for o_i - 1 decode steps). Return busy slot-steps / all slot-steps "
+                    "(max_num_seqs x the batch's decode steps), summed over batches, as a percentage; 0.0 when there "
+                    "are no decode steps."},
+        checks=[call_check("static_decode_occupancy", args, note, compare=_close, explain=_explain_occupancy)
+                for args, note in cases],
+        reference="labkit.labs.lab03_batching.solutions:static_decode_occupancy",
+        hints=[{"zh": "一批的解码步数是 max(o_i) − 1；这一批提供 max_num_seqs × (max(o_i) − 1) 个槽位·步。",
+                "en": "A batch decodes for max(o_i) - 1 steps and offers max_num_seqs x (max(o_i) - 1) slot-steps."},
+               {"zh": "先把所有批的忙碌槽位·步和全部槽位·步分别加起来，最后再相除（不是对每批的比例取平均）。",
+                "en": "Sum busy and total slot-steps over all batches first, then divide (not a mean of per-batch ratios)."},
+               {"zh": "for i in range(0, len(output_lens), max_num_seqs): batch = output_lens[i:i + max_num_seqs]",
+                "en": "for i in range(0, len(output_lens), max_num_seqs): batch = output_lens[i:i + max_num_seqs]"}],
+    )
+
+
+# ---------------------------------------------------------------------------------- preemption victims
+
+_VICTIM_CASES = [
+    (([("a", 40, 3), ("b", 30, 2), ("c", 20, 2)], 1, 2), {"zh": "空闲块不够：抢占最后接纳的一个", "en": "short of blocks: preempt the last admitted"}),
+    (([("a", 40, 3), ("b", 30, 2), ("c", 20, 1)], 0, 2), {"zh": "一个不够，再抢一个", "en": "one victim is not enough"}),
+    (([("a", 40, 3), ("b", 30, 2)], 2, 2), {"zh": "够用：不抢占", "en": "enough free: nobody is preempted"}),
+    (([("a", 16, 1)], 0, 5), {"zh": "全抢光也不够：全部抢占", "en": "even all of them are not enough: preempt all"}),
+    (([("x", 100, 7), ("y", 5, 1), ("z", 64, 4)], 3, 5), {"zh": "已算 token 多的请求排在前面也不优先", "en": "admission order, not size, decides"}),
+]
+
+
+def preemption_victims_exercise() -> Exercise:
+    return Exercise(
+        name="preemption_victims",
+        title={"zh": "练习（选做）：选择抢占对象并计算重算量", "en": "Exercise (optional): choose preemption victims and count the recompute"},
+        task={"zh": "实现 preemption_victims(running, free_blocks, blocks_needed)。running 是按接纳顺序排列的 "
+                    "(request_id, num_computed_tokens, num_blocks)。像 vLLM 的重算（recompute）策略那样，从最后接纳的请求开始"
+                    "依次抢占、释放它的块，直到 free_blocks ≥ blocks_needed 或没有请求可抢。返回 (被抢占的 id 列表（按抢占顺序）, "
+                    "之后要重算的 token 总数)。",
+              "en": "Write preemption_victims(running, free_blocks, blocks_needed). running lists (request_id, "
+                    "num_computed_tokens, num_blocks) in admission order. Like vLLM's recompute policy, preempt from the "
+                    "most recently admitted, freeing its blocks, until free_blocks >= blocks_needed or nobody is left. "
+                    "Return (victim ids in preemption order, total tokens to recompute later)."},
+        checks=[call_check("preemption_victims", args, note) for args, note in _VICTIM_CASES],
+        reference="labkit.labs.lab03_batching.solutions:preemption_victims",
+        hints=[{"zh": "从 running 的末尾往前走（reversed），每抢一个就把它的 num_blocks 加到 free_blocks。",
+                "en": "Walk running from the end (reversed); each victim adds its num_blocks to free_blocks."},
+               {"zh": "被抢占的请求丢掉它全部已算的 K/V：重算量就是这些请求 num_computed_tokens 之和。",
+                "en": "A victim loses all its computed K/V: the recompute is the sum of the victims' num_computed_tokens."}],
     )

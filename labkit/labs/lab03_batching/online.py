@@ -1,0 +1,136 @@
+"""Online serving: requests arrive over time; latency percentiles and goodput, as ``vllm bench serve``.
+
+Definitions (DESIGN §5, vLLM's benchmarks/serve.py):
+
+    TTFT     first token time - arrival time
+    TPOT     (e2e - TTFT) / (output tokens - 1)        per request
+    ITL      every gap between consecutive tokens, pooled over requests
+    goodput  requests that met every objective (TTFT <= slo_ttft_s and TPOT <= slo_tpot_s)
+             / the run's duration (first arrival to last finish)
+
+Arrivals are replayed in-process on the engine's clock (``labkit.replay``): wall time for the real
+model, the virtual clock for the simulated one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from labkit.config import EngineConfig
+from labkit.hooks import RequestFinished
+from labkit.metrics import percentile
+from labkit.replay import replay
+from labkit.traces import TraceRequest
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float
+    tpot_s: float
+
+    def met(self, ttft_s: float | None, tpot_s: float | None) -> bool:
+        return ttft_s is not None and ttft_s <= self.ttft_s and (tpot_s is None or tpot_s <= self.tpot_s)
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    label: str
+    rate: float                 # offered requests / s
+    num_requests: int
+    duration_s: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    itl_p50_s: float
+    itl_p99_s: float
+    num_good: int
+    output_tokens: int
+    simulated: bool
+
+    @property
+    def goodput(self) -> float:
+        return self.num_good / self.duration_s
+
+    @property
+    def throughput(self) -> float:
+        """Completed requests / s."""
+        return self.num_requests / self.duration_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.duration_s
+
+
+def serve_trace(llm, trace: list[TraceRequest], rate: float, slo: SLO, label: str) -> ServingResult:
+    """Replay ``trace`` (arrival times already set) and measure it against ``slo``."""
+    engine = llm.engine
+    finished: list = []
+    handler = finished.append
+    engine.hooks.subscribe(handler, RequestFinished)
+    try:
+        result = replay(engine, trace)
+    finally:
+        engine.hooks.unsubscribe(handler)
+    s = result.stats
+    timings = [e.timings for e in finished]
+    ttft = [t.ttft_s for t in timings if t.ttft_s is not None]
+    tpot = [t.tpot_s for t in timings if t.tpot_s is not None]
+    good = sum(SLO.met(slo, t.ttft_s, t.tpot_s) for t in timings)
+    return ServingResult(label, rate, len(timings), s["elapsed_s"], percentile(ttft, 50), percentile(ttft, 99),
+                         percentile(tpot, 50), percentile(tpot, 99), s["itl_p50_s"], s["itl_p99_s"], good,
+                         s["num_output_tokens"], engine.simulated)
+
+
+def rate_sweep(make_llm, trace_at_rate, rates: list[float], slo: SLO,
+               schedulers=("static", "continuous")) -> dict[str, list[ServingResult]]:
+    """``make_llm(scheduler)`` a fresh engine per run; ``trace_at_rate(rate)`` the arrivals."""
+    return {name: [serve_trace(make_llm(name), trace_at_rate(rate), rate, slo, name) for rate in rates]
+            for name in schedulers}
+
+
+def slo_capacity(results: list[ServingResult], attainment: float = 0.9) -> float | None:
+    """The highest swept rate at which at least ``attainment`` of the requests met the SLO, with every
+    lower rate meeting it too (None: not even the lowest rate did)."""
+    best = None
+    for r in sorted(results, key=lambda r: r.rate):
+        if r.num_good < attainment * r.num_requests:
+            break
+        best = r.rate
+    return best
+
+
+def saturated_throughput(results: list[ServingResult]) -> ServingResult:
+    """The run with the highest completed requests / s: where the throughput curve flattens."""
+    return max(results, key=lambda r: r.throughput)
+
+
+# ------------------------------------------------------------------------------ engines
+
+def sim_server(scheduler: str, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048):
+    """Simulated Llama-3-8B on an A100-80GB profile, vLLM-like limits (chunked prefill on)."""
+    from labkit import LLM
+
+    config = EngineConfig(scheduler=scheduler, max_num_seqs=max_num_seqs, max_model_len=4096,
+                          max_num_batched_tokens=max_num_batched_tokens)
+    return LLM(model="sim", config=config, model_profile="llama-3-8b", hardware="a100-80gb")
+
+
+def real_server(scheduler: str, max_num_seqs: int = 8, max_model_len: int = 256):
+    from labkit.labs.lab03_batching.offline import real_engine_factory
+
+    return real_engine_factory(max_num_seqs, max_model_len)(scheduler)
+
+
+def calibrated_sim_server(scheduler: str, hardware, max_num_seqs: int = 8, max_model_len: int = 256):
+    """The simulated SmolLM2-135M with a hardware profile fitted to this CPU (``scaling.calibrate``).
+
+    ``LLM(model="sim")`` takes a hardware *name*; the fitted profile replaces the runner's after
+    construction (the one place this lab sets an engine attribute; see the lab's report)."""
+    from labkit import LLM
+
+    config = EngineConfig(scheduler=scheduler, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                          max_num_batched_tokens=1024)
+    llm = LLM(model="sim", config=config, model_profile="smollm2-135m", hardware="laptop-cpu")
+    llm.engine.runner.hardware = replace(hardware)
+    return llm

@@ -1,0 +1,98 @@
+"""Why decode batches well: step time vs batch size (decode) and vs tokens (prefill), measured.
+
+A decode step reads every weight once whatever the batch (memory-bound), so one more sequence
+adds little until the arithmetic catches up; a prefill step's cost grows with its tokens
+(compute-bound). Where the prefill line crosses the batch-1 decode floor is the knee::
+
+    step time
+      |                         /  prefill (compute-bound): slope = seconds per token
+      |                       /
+      |  decode ____________/___  <- floor: batch-1 decode (weights read once)
+      |_____________________|_____ tokens in the step
+                          knee = floor / slope
+
+``calibrate`` turns the two measurements into a ``HardwareProfile`` for the simulated model, so a
+simulated run can be checked against a real one (lab section 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.config import EngineConfig
+from labkit.metrics import StepRecorder
+from labkit.replay import prompt_tokens, text_corpus
+from labkit.sampling_params import SamplingParams
+from labkit.sim.cost import MODELS, HardwareProfile
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    kind: str           # "decode" | "prefill"
+    size: int           # decode: batch size; prefill: prompt tokens
+    step_s: float       # model time of the fastest measured step (least disturbed by other programs)
+
+
+def scaling_engine(max_batch: int = 32, max_prompt: int = 512):
+    from labkit import LLM
+
+    blocks = max(max_batch * 3, -(-max_prompt // 16) + 2)
+    return LLM(progress=False, config=EngineConfig(max_num_seqs=max_batch, num_blocks=blocks, max_model_len=1024,
+                                                   max_num_batched_tokens=max(1024, max_prompt)))
+
+
+def _run(engine, prompts: list[list[int]], max_tokens: int) -> list:
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    with StepRecorder(engine) as rec:
+        for p in prompts:
+            engine.add_request(p, params)
+        while engine.has_unfinished_requests():
+            engine.step()
+    return rec.rows
+
+
+def decode_step_times(llm, batch_sizes: list[int], steps: int = 3, prompt_len: int = 16) -> list[StepTiming]:
+    """Fastest model time of ``steps`` decode-only steps at each batch size (prompts prefilled first).
+    The minimum, not the mean: on a shared machine other programs only ever add time."""
+    engine, corpus = llm.engine, text_corpus(llm.engine)
+    out = []
+    for b in batch_sizes:
+        rows = _run(engine, [prompt_tokens(engine, prompt_len, i, corpus) for i in range(b)], steps + 1)
+        decode = [r.model_s for r in rows if r.prefill_tokens == 0 and r.decode_tokens == b]
+        out.append(StepTiming("decode", b, min(decode)))
+    return out
+
+
+def prefill_step_times(llm, token_counts: list[int], repeats: int = 2) -> list[StepTiming]:
+    """Fastest model time of a single-request prefill step of each length (``repeats`` tries)."""
+    engine, corpus = llm.engine, text_corpus(llm.engine)
+    out = []
+    for n in token_counts:
+        times = [_run(engine, [prompt_tokens(engine, n, 100 + k, corpus)], 1)[0].model_s for k in range(repeats)]
+        out.append(StepTiming("prefill", n, min(times)))
+    return out
+
+
+def prefill_slope(prefill: list[StepTiming]) -> float:
+    """Least-squares seconds per prompt token (the compute-bound line)."""
+    xs, ys = [p.size for p in prefill], [p.step_s for p in prefill]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else ys[0] / xs[0]
+
+
+def knee_tokens(decode: list[StepTiming], prefill: list[StepTiming]) -> float:
+    """Tokens per step where the compute line reaches the batch-1 decode floor."""
+    floor = min(d.step_s for d in decode if d.size == min(x.size for x in decode))
+    return floor / prefill_slope(prefill)
+
+
+def calibrate(decode: list[StepTiming], prefill: list[StepTiming], model: str = "smollm2-135m") -> HardwareProfile:
+    """A roofline profile of this machine: bandwidth from the batch-1 decode step (weights read once),
+    compute from the prefill slope (2 x parameters FLOPs per token); efficiency 1 (already measured)."""
+    profile = MODELS[model]
+    floor = min(decode, key=lambda d: d.size).step_s
+    return HardwareProfile("this CPU (fitted to the measured decode floor and prefill slope)",
+                           mem_bandwidth=profile.weight_bytes / floor,
+                           compute=2 * profile.num_params / prefill_slope(prefill),
+                           memory_bytes=16e9, efficiency=1.0, step_overhead_s=0.0)

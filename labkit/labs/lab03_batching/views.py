@@ -1,0 +1,303 @@
+"""Lab 03 figures and tables. Each takes a measured result and returns a titled plotly figure with
+labelled axes and units, or a ``Table``. Nothing here measures; simulated rows say so."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from labkit.i18n import t
+from labkit.labs.common.figures import COLORS, axis_titles, style
+from labkit.labs.common.tables import Table
+from labkit.labs.lab03_batching.chunked import ChunkedRun
+from labkit.labs.lab03_batching.offline import (
+    AnyscaleRow,
+    OfflineComparison,
+)
+from labkit.labs.lab03_batching.online import ServingResult
+from labkit.labs.lab03_batching.overhead import OverheadRow
+from labkit.labs.lab03_batching.preemption import PressureRun
+from labkit.labs.lab03_batching.scaling import StepTiming
+
+POLICY_COLORS = {"static": COLORS["idle"], "continuous": COLORS["decode"]}
+SIM = t("（模拟）", " (simulated)")
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{1000 * seconds:,.1f}"
+
+
+def _sim(run_simulated: bool) -> str:
+    return SIM if run_simulated else ""
+
+
+# ------------------------------------------------------------------------------ offline
+
+def offline_table(comparisons: list[tuple[str, OfflineComparison]]) -> Table:
+    rows = []
+    for name, c in comparisons:
+        for run in (c.static, c.continuous):
+            rows.append([name + _sim(run.simulated), run.label, run.num_requests, run.steps, f"{run.seconds:,.2f}",
+                         f"{run.wall_s:,.2f}", f"{run.tokens_per_s:,.1f}", f"{run.occupancy_perc:.1f}",
+                         _pct(run.decode_occupancy_perc)])
+        rows.append([name, t("连续 ÷ 静态", "continuous / static"), "", f"{c.step_ceiling:.2f}×", "",
+                     f"{c.static.wall_s / c.continuous.wall_s:.2f}×", f"{c.time_ratio:.2f}×", "",
+                     t(f"预测静态 {c.predicted_static_occupancy_perc:.1f}",
+                       f"static predicted {c.predicted_static_occupancy_perc:.1f}")])
+    return Table([t("轨迹", "trace"), t("策略", "policy"), t("请求数", "requests"), t("步数", "steps"),
+                  t("秒（CPU；模拟为加速器秒）", "seconds (CPU; simulated: accelerator)"), t("墙钟秒", "wall s"),
+                  t("输出 token/s", "output tok/s"), t("批占用率 %", "occupancy %"),
+                  t("纯解码步占用率 %", "decode-step occupancy %")], rows,
+                 caption=t("离线吞吐：静态 vs 连续批处理（同一条轨迹、同一个引擎）",
+                           "Offline throughput: static vs continuous batching (same trace, same engine)"),
+                 notes=[t("“步数”一栏的比值就是步数上限：若每步耗时相同，吞吐提升不会超过它。真实模型的“秒”是本进程的 "
+                          "CPU 时间（单线程：它数的是工作量；墙钟时间还包括机器分给别的程序的时间），吞吐按它算；"
+                          "模拟模型的“秒”是成本模型给出的加速器时间。",
+                          "The ratio in the steps column is the step-count ceiling: if every step cost the same, the "
+                          "throughput gain could not exceed it. On the real model seconds are this process's CPU time "
+                          "(one thread: it counts the work; wall time also counts what the machine gave other "
+                          "programs) and throughput uses them; on the simulated one, the cost model's accelerator time.")])
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def ceiling_sentence(name: str, c: OfflineComparison) -> str:
+    """One line computed from the numbers, true whichever way they fall."""
+    ratio, ceiling = c.time_ratio, c.step_ceiling
+    if ratio >= 1:
+        head = t(f"{name}：连续批处理的吞吐是静态的 {ratio:.2f} 倍", f"{name}: continuous throughput is {ratio:.2f}x static")
+    else:
+        head = t(f"{name}：这次连续批处理反而更慢（是静态的 {ratio:.2f} 倍），多半是机器在忙别的事，重跑一次",
+                 f"{name}: continuous came out slower this time ({ratio:.2f}x static); the machine was probably busy, rerun")
+    line = head + t(f"；步数上限 {ceiling:.2f} 倍（不超过 静态步数 ÷ 最长请求 = {c.longest_bound:.2f} 倍），"
+                    f"实测达到上限的 {c.share_of_ceiling:.0%}。",
+                    f"; the step ceiling is {ceiling:.2f}x (at most static steps / longest request = "
+                    f"{c.longest_bound:.2f}x); the measurement reaches {c.share_of_ceiling:.0%} of it.")
+    if c.share_of_ceiling > 1:
+        line += t("超过上限说明这次每步的耗时并不恒定：静态批处理的某些步被别的程序拖慢了（看本页开头的负载），重跑可以验证。",
+                  " Above the ceiling means steps did not cost the same: some static steps were slowed by other "
+                  "programs (see the load note at the top); rerun to check.")
+    return line
+
+
+def anyscale_table(rows: list[AnyscaleRow]) -> Table:
+    body = []
+    for row in rows:
+        for name, run in row.runs.items():
+            body.append([row.max_output_len, name, run.steps, f"{run.mean_batch:.1f}", f"{run.tokens_per_s:,.0f}",
+                         f"{row.speedup(name):.2f}×", f"{row.step_ceiling(name):.2f}×"])
+    return Table([t("输出上限", "output cap"), t("系统", "system"), t("步数", "steps"), t("平均批大小", "mean batch"),
+                  t("输出 token/s（模拟）", "output tok/s (simulated)"), t("吞吐相对静态", "throughput vs static"),
+                  t("步数上限（静态步数 ÷ 本系统步数）", "step ceiling (static steps / these steps)")], body,
+                 caption=t("Anyscale 设置（模拟）：512 token 提示，输出长度 ~ 指数分布（均值 128）并截断",
+                           "The Anyscale setup (simulated): 512-token prompts, outputs ~ exponential (mean 128), capped"))
+
+
+def anyscale_figure(rows: list[AnyscaleRow], cited: dict[str, float]) -> go.Figure:
+    fig = go.Figure()
+    caps = [r.max_output_len for r in rows]
+    for name, color in zip(rows[0].runs, (COLORS["idle"], COLORS["reserved_unused"], COLORS["decode"])):
+        fig.add_trace(go.Scatter(x=caps, y=[r.speedup(name) for r in rows], mode="lines+markers", name=name + SIM,
+                                 line=dict(color=color)))
+    for label, value in cited.items():
+        fig.add_hline(y=value, line_dash="dot", line_color=COLORS["ink"], annotation_text=label)
+    fig.update_xaxes(type="log", tickvals=caps)
+    return style(fig, t("吞吐相对静态批处理的倍数 vs 输出长度上限（模拟）与博客数字",
+                        "Throughput relative to static batching vs output cap (simulated) and the blog's numbers"),
+                 t("输出长度上限（token，对数）", "output length cap (tokens, log)"), t("相对静态的倍数（×）", "x static"))
+
+
+def occupancy_table(items: list[tuple[str, OfflineComparison]]) -> Table:
+    rows = [[name + SIM, f"{c.static.occupancy_perc:.1f}", _pct(c.static.occupancy_while_waiting_perc),
+             f"{c.predicted_static_occupancy_perc:.1f}", f"{c.continuous.occupancy_perc:.1f}",
+             _pct(c.continuous.occupancy_while_waiting_perc), f"{c.continuous.token_budget_perc:.1f}",
+             f"{c.time_ratio:.2f}×"] for name, c in items]
+    return Table([t("轨迹", "trace"), t("静态：全部步 %", "static: all steps %"),
+                  t("静态：有请求排队时 %", "static: while requests wait %"), t("静态：由长度预测 %", "static: predicted %"),
+                  t("连续：全部步 %", "continuous: all steps %"), t("连续：有请求排队时 %", "continuous: while requests wait %"),
+                  t("连续：token 预算使用 %", "continuous: token budget use %"),
+                  t("吞吐 连续 ÷ 静态", "throughput continuous / static")], rows,
+                 caption=t("批占用率：对话 vs 代码轨迹（模拟，Azure 2023 长度分布）",
+                           "Batch occupancy: conversation vs code traces (simulated, Azure 2023 length distributions)"))
+
+
+def utilisation_claim_sentence(name: str, c: OfflineComparison, low: float = 30.0, high: float = 80.0) -> str:
+    """The chapter's "30 % -> 80 %+" read as batch occupancy while requests wait, from the numbers."""
+    s, k = c.static.occupancy_while_waiting_perc, c.continuous.occupancy_while_waiting_perc
+    if s is None or k is None:
+        return t(f"{name}：没有请求排队的步，无法检验。", f"{name}: no step had requests waiting; nothing to check.")
+    fits = s <= low + 10 and k >= high
+    verdict = (t(f"与“{low:.0f}% → {high:.0f}%+”相符", f"consistent with '{low:.0f}% -> {high:.0f}%+'") if fits else
+               t(f"与“{low:.0f}% → {high:.0f}%+”不符", f"not what '{low:.0f}% -> {high:.0f}%+' says"))
+    return t(f"{name}：有请求排队时，批占用率 静态 {s:.0f}% → 连续 {k:.0f}%，{verdict}。",
+             f"{name}: while requests wait, occupancy static {s:.0f}% -> continuous {k:.0f}%, {verdict}.")
+
+
+# ------------------------------------------------------------------------------ online
+
+def serving_figure(sweep: dict[str, list[ServingResult]], slo) -> go.Figure:
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08)
+    for name, results in sweep.items():
+        rates = [r.rate for r in results]
+        color = POLICY_COLORS.get(name, COLORS["ink"])
+        for col, ys in ((1, [r.ttft_p99_s for r in results]), (2, [1000 * r.tpot_p99_s for r in results]),
+                        (3, [r.goodput for r in results])):
+            fig.add_trace(go.Scatter(x=rates, y=ys, mode="lines+markers", name=name, line=dict(color=color),
+                                     showlegend=col == 1), row=1, col=col)
+    fig.add_hline(y=slo.ttft_s, line_dash="dot", row=1, col=1)
+    fig.add_hline(y=1000 * slo.tpot_s, line_dash="dot", row=1, col=2)
+    fig.update_yaxes(type="log", row=1, col=1)
+    style(fig, t("在线服务（模拟）：请求率扫描", "Online serving (simulated): request-rate sweep"), height=400)
+    rate = t("请求率（请求/秒）", "request rate (req/s)")
+    return axis_titles(fig, [(rate, "TTFT P99 (s)"), (rate, "TPOT P99 (ms)"), (rate, t("goodput（请求/秒）", "goodput (req/s)"))])
+
+
+def serving_table(results: list[ServingResult], caption: str) -> Table:
+    rows = [[r.label + _sim(r.simulated), f"{r.rate:g}", f"{r.ttft_p50_s:.2f} / {r.ttft_p99_s:.2f}",
+             f"{_ms(r.tpot_p50_s)} / {_ms(r.tpot_p99_s)}", f"{_ms(r.itl_p50_s)} / {_ms(r.itl_p99_s)}",
+             f"{r.num_good}/{r.num_requests}", f"{r.goodput:.2f}", f"{r.throughput:.2f}"] for r in results]
+    return Table([t("策略", "policy"), t("请求率 /s", "rate /s"), "TTFT P50 / P99 (s)", "TPOT P50 / P99 (ms)",
+                  "ITL P50 / P99 (ms)", t("达标请求", "met SLO"), t("goodput（请求/s）", "goodput (req/s)"),
+                  t("完成（请求/s）", "completed (req/s)")], rows, caption=caption)
+
+
+# ------------------------------------------------------------------------------ scaling
+
+def scaling_figure(decode: list[StepTiming], prefill: list[StepTiming], knee: float) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    for timings, name, color in ((decode, t("解码步：批大小 = token 数", "decode step: batch = tokens"), COLORS["decode"]),
+                                 (prefill, t("预填充步：一个请求的提示", "prefill step: one prompt"), COLORS["prefill"])):
+        x = [p.size for p in timings]
+        fig.add_trace(go.Scatter(x=x, y=[1000 * p.step_s for p in timings], mode="lines+markers", name=name,
+                                 line=dict(color=color)), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=[1000 * p.step_s / p.size for p in timings], mode="lines+markers", name=name,
+                                 line=dict(color=color), showlegend=False), row=1, col=2)
+    fig.add_vline(x=knee, line_dash="dot", annotation_text=t(f"拐点 ≈ {knee:.0f} token", f"knee ≈ {knee:.0f} tokens"),
+                  row=1, col=1)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    style(fig, t("一步的耗时 vs 这一步的 token 数（真实模型，本机实测）", "Step time vs tokens in the step (real model, measured here)"))
+    tokens = t("这一步的 token 数（对数）", "tokens in the step (log)")
+    return axis_titles(fig, [(tokens, t("步耗时（毫秒）", "step time (ms)")),
+                             (tokens, t("每个 token 的耗时（毫秒）", "time per token (ms)"))])
+
+
+def scaling_table(decode: list[StepTiming]) -> Table:
+    base = decode[0]
+    rows = [[d.size, _ms(d.step_s), f"{d.step_s / base.step_s:.2f}×", f"{(d.size / d.step_s) / (base.size / base.step_s):.1f}×"]
+            for d in decode]
+    return Table([t("批大小", "batch"), t("解码步（毫秒）", "decode step (ms)"), t("步耗时倍数", "step time x"),
+                  t("吞吐倍数", "throughput x")], rows,
+                 caption=t("解码步耗时 vs 批大小（真实模型，本机实测）", "Decode step time vs batch size (real model, measured here)"))
+
+
+# ------------------------------------------------------------------------------ chunked prefill
+
+def chunked_table(runs: tuple[ChunkedRun, ...]) -> Table:
+    rows = [[r.label, r.max_num_batched_tokens, r.max_step_tokens, _ms(r.itl_p50_s), _ms(r.itl_p99_s), _ms(r.itl_max_s),
+             _ms(r.long_ttft_s)] for r in runs]
+    return Table([t("配置", "setting"), t("token 预算", "token budget"), t("最大一步 token 数", "largest step (tokens)"),
+                  t("解码者 ITL P50（毫秒）", "decoders' ITL P50 (ms)"), "ITL P99 (ms)", "ITL max (ms)",
+                  t("长提示的 TTFT（毫秒）", "long prompt's TTFT (ms)")], rows,
+                 caption=t("分块预填充：一个长提示在别人解码时到达（真实模型，本机实测）",
+                           "Chunked prefill: a long prompt arrives while others decode (real model, measured here)"))
+
+
+# ------------------------------------------------------------------------------ scheduler overhead
+
+def overhead_table(rows: list[OverheadRow], accelerator_s: float, label: str = "") -> Table:
+    body = [[r.num_running, _ms(r.schedule_s), _ms(r.sample_s), _ms(r.scheduler_s - r.schedule_s - r.sample_s),
+             _ms(r.scheduler_s), _ms(r.other_s), _ms(r.model_s), f"{r.scheduler_share():.0%}",
+             f"{r.scheduler_share(accelerator_s):.0%}"] for r in rows]
+    return Table([t("运行中请求", "running requests"), t("调度决策", "deciding"), t("采样", "sampling"),
+                  t("写回与记账", "update, bookkeeping"), t("调度器合计（毫秒/步，实测）", "scheduler total (ms/step, measured)"),
+                  t("其他主机时间（毫秒）", "other host (ms)"), t("加速器（毫秒，模拟）", "accelerator (ms, simulated)"),
+                  t("调度占比（模拟加速器）", "scheduler share (sim accelerator)"),
+                  t(f"调度占比（{1000 * accelerator_s:.0f} ms 的步）", f"scheduler share ({1000 * accelerator_s:.0f} ms step)")],
+                 body, caption=t(f"每步的时间划分{label}：主机时间在本机实测（毫秒），加速器时间来自成本模型（模拟 Llama-3-8B / H100）",
+                                 f"Per-step split{label}: host times measured on this machine (ms), accelerator time from "
+                                 "the cost model (simulated Llama-3-8B / H100)"))
+
+
+def overhead_figure(series: dict[str, list[OverheadRow]], accelerator_s: float) -> go.Figure:
+    fig = go.Figure()
+    colors = [COLORS["internal_frag"], COLORS["used"], COLORS["verify"]]
+    for (name, rows), color in zip(series.items(), colors):
+        fig.add_trace(go.Scatter(x=[r.num_running for r in rows], y=[1000 * r.scheduler_s for r in rows],
+                                 mode="lines+markers", name=name, line=dict(color=color)))
+    first = next(iter(series.values()))
+    fig.add_trace(go.Scatter(x=[r.num_running for r in first], y=[1000 * r.model_s for r in first], mode="lines+markers",
+                             name=t("加速器步（模拟）", "accelerator step (simulated)"), line=dict(color=COLORS["prefill"])))
+    fig.add_hline(y=1000 * accelerator_s, line_dash="dot",
+                  annotation_text=t(f"引用的 {1000 * accelerator_s:.0f} ms 步", f"cited {1000 * accelerator_s:.0f} ms step"))
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return style(fig, t("调度器 CPU 时间/步 vs 运行中请求数", "Scheduler CPU time per step vs running requests"),
+                 t("运行中请求数（对数）", "running requests (log)"), t("毫秒/步（对数）", "ms per step (log)"))
+
+
+# ------------------------------------------------------------------------------ preemption
+
+def pressure_table(runs: tuple[PressureRun, ...]) -> Table:
+    rows = [[r.label + SIM, r.num_blocks, r.num_preemptions, r.tokens_lost, r.tokens_computed, f"{r.e2e_p50_s:.2f}",
+             f"{r.e2e_p99_s:.2f}", f"{r.seconds:.1f}"] for r in runs]
+    return Table([t("KV 池", "KV pool"), t("块数", "blocks"), t("抢占次数", "preemptions"), t("丢掉的 token", "tokens lost"),
+                  t("模型算过的 token", "tokens computed"), "E2E P50 (s)", "E2E P99 (s)", t("总时间（秒）", "total (s)")],
+                 rows, caption=t("内存压力下的抢占（重算）（模拟）", "Preemption (recompute) under memory pressure (simulated)"))
+
+
+def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturation: float | None) -> Table:
+    rows = [[t("连续 ÷ 静态吞吐（真实模型，按 CPU 时间）", "continuous / static throughput (real model, CPU time)"), f"{offline.time_ratio:.2f}×",
+             t(f"步数上限 {offline.step_ceiling:.2f}×", f"step ceiling {offline.step_ceiling:.2f}x")],
+            [t(f"解码批 {decode[-1].size} ÷ 批 {decode[0].size} 的步耗时（真实模型）",
+               f"decode step, batch {decode[-1].size} / batch {decode[0].size} (real model)"),
+             f"{decode[-1].step_s / decode[0].step_s:.2f}×", t(f"批大小是 {decode[-1].size // decode[0].size} 倍",
+                                                                 f"{decode[-1].size // decode[0].size}x the batch")],
+            [t("调度器成为瓶颈的并发（5 ms 步，模拟）", "concurrency where the scheduler becomes the bottleneck (5 ms step, simulated)"),
+             "—" if saturation is None else f"≈ {saturation:,.0f}", t("运行中请求", "running requests")]]
+    return Table([t("量", "quantity"), t("本次测量", "measured in this run"), t("对照", "for comparison")], rows,
+                 caption=t("要记住的三个数", "Three numbers to remember"))
+
+
+def before_after_sentence(before: list[OverheadRow], after: list[OverheadRow], accelerator_s: float) -> str:
+    """Scheduler time at the highest concurrency and the saturation point, off vs on, read from the numbers."""
+    from labkit.labs.lab03_batching.overhead import saturation_concurrency
+
+    b, a = before[-1], after[-1]
+    sat_b, sat_a = saturation_concurrency(before, accelerator_s), saturation_concurrency(after, accelerator_s)
+
+    def sat(x):
+        return t("不随并发增长", "does not grow") if x is None else f"≈ {x:,.0f}"
+    ratio = b.scheduler_s / a.scheduler_s if a.scheduler_s else float("inf")
+    verdict = (t(f"优化后调度器 CPU 时间是之前的 {1 / ratio:.2f} 倍", f"with the optimisation scheduler CPU time is {1 / ratio:.2f}x before")
+               if ratio >= 1 else
+               t(f"这次优化后反而更慢（是之前的 {1 / ratio:.2f} 倍），多半是机器负载在变，重跑这一格",
+                 f"this time it came out slower ({1 / ratio:.2f}x before); the machine's load probably changed, rerun"))
+    return t(f"{b.num_running:,} 个运行中请求：{verdict}；饱和并发 之前 {sat(sat_b)}，之后 {sat(sat_a)}。",
+             f"{b.num_running:,} running requests: {verdict}; saturation concurrency before {sat(sat_b)}, after {sat(sat_a)}.")
+
+
+def anyscale_sentence(rows: list[AnyscaleRow], system: str = "continuous, paged KV") -> str:
+    """How the gain moves with the output cap, read from the numbers."""
+    lo, hi = rows[0], rows[-1]
+    a, b = lo.speedup(system), hi.speedup(system)
+    trend = (t("长度差异越大，连续批处理的优势越大。", "the more the lengths vary, the larger continuous batching's gain.")
+             if b > a else t("这次倍数没有随长度差异增大，和预期相反：看看表里的步数是否也没有变。",
+                             "this time the gain did not grow with the spread, against expectation: check whether the step counts did."))
+    return t(f"“{system}”相对静态：上限 {lo.max_output_len} 时 {a:.2f} 倍，上限 {hi.max_output_len} 时 {b:.2f} 倍（模拟）；{trend}",
+             f"'{system}' vs static: {a:.2f}x at cap {lo.max_output_len}, {b:.2f}x at cap {hi.max_output_len} (simulated); {trend}")
+
+
+def fidelity_sentence(real: list[ServingResult], simulated: list[ServingResult]) -> str:
+    """Static / continuous TTFT P50 on the real model and on the calibrated simulation, from the numbers."""
+    def ratio(results: list[ServingResult]) -> float:
+        by = {r.label: r for r in results}
+        return by["static"].ttft_p50_s / by["continuous"].ttft_p50_s
+    r, s = ratio(real), ratio(simulated)
+    same = (r > 1) == (s > 1)
+    verdict = (t("两边的方向一致", "both point the same way") if same else
+               t("两边的方向不一致：这次模拟没有抓住真实模型的行为，看看机器负载再重跑", "they disagree: the simulation missed the real behaviour this time; check the load and rerun"))
+    return t(f"静态 ÷ 连续 的 TTFT P50：真实模型 {r:.1f} 倍，模拟 {s:.1f} 倍；{verdict}。",
+             f"Static / continuous TTFT P50: {r:.1f}x on the real model, {s:.1f}x simulated; {verdict}.")
