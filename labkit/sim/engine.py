@@ -102,18 +102,21 @@ class SimEngine(LLMEngine):
         return outputs
 
 
-def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", hardware: str = "a100-80gb",
-                     gpu_memory_utilization: float = 0.9) -> SimEngine:
+def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b",
+                     hardware: str | HardwareProfile = "a100-80gb", gpu_memory_utilization: float = 0.9) -> SimEngine:
+    """``hardware``: a profile name from ``sim.cost.HARDWARE``, or a ``HardwareProfile`` (e.g. one fitted
+    to this CPU)."""
     u = gpu_memory_utilization
     if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:   # NaN fails too
         raise ValueError(f"gpu_memory_utilization must be a number in (0, 1], got {u!r}")
     if model_profile not in MODELS:
         raise ValueError(f"model_profile must be one of {sorted(MODELS)}, got {model_profile!r}")
-    if hardware not in HARDWARE:
-        raise ValueError(f"hardware must be one of {sorted(HARDWARE)}, got {hardware!r}")
+    if not isinstance(hardware, HardwareProfile) and hardware not in HARDWARE:
+        raise ValueError(f"hardware must be a HardwareProfile or one of {sorted(HARDWARE)}, got {hardware!r}")
     if config.speculative is not None and config.speculative.method == "draft":
         raise ValueError("the simulated model has no draft model; use SpecConfig(method='ngram')")
-    model, hw = MODELS[model_profile], HARDWARE[hardware]
+    model = MODELS[model_profile]
+    hw = hardware if isinstance(hardware, HardwareProfile) else HARDWARE[hardware]
     max_model_len = config.resolve_max_model_len(1 << 20)
     bytes_per_block = model.kv_bytes_per_token * config.block_size
     if config.num_blocks is not None:

@@ -125,12 +125,9 @@ def real_server(scheduler: str, max_num_seqs: int = 8, max_model_len: int = 256)
 def calibrated_sim_server(scheduler: str, hardware, max_num_seqs: int = 8, max_model_len: int = 256):
     """The simulated SmolLM2-135M with a hardware profile fitted to this CPU (``scaling.calibrate``).
 
-    ``LLM(model="sim")`` takes a hardware *name*; the fitted profile replaces the runner's after
-    construction (the one place this lab sets an engine attribute; see the lab's report)."""
+    ``LLM(model="sim", hardware=...)`` takes the fitted profile itself."""
     from labkit import LLM
 
     config = EngineConfig(scheduler=scheduler, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           max_num_batched_tokens=1024)
-    llm = LLM(model="sim", config=config, model_profile="smollm2-135m", hardware="laptop-cpu")
-    llm.engine.runner.hardware = replace(hardware)
-    return llm
+    return LLM(model="sim", config=config, model_profile="smollm2-135m", hardware=replace(hardware))
