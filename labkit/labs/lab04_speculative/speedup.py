@@ -34,11 +34,13 @@ Clock = Callable[[], float]
 CPU_CONFIG = {"device": "cpu", "dtype": "float32", "num_blocks": 64}
 
 
-def default_clock() -> Clock:
-    """Process CPU time when torch runs one thread (robust to neighbours), else wall time."""
+def default_clock(device=None) -> Clock:
+    """Process CPU time on a CPU with one torch thread (a busy neighbour's slices do not count);
+    wall time with more threads (CPU time would sum them) or on a GPU (its work is not CPU time)."""
     import torch
 
-    return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+    on_gpu = getattr(device, "type", device) == "cuda"
+    return time.process_time if torch.get_num_threads() == 1 and not on_gpu else time.perf_counter
 
 
 def make_llm(model: str | None, spec, config: dict | None = None):
@@ -160,6 +162,8 @@ class Row:
     identical: str           # "same/total" runs whose output equals plain greedy
     drafted: tuple = ()      # drafts per verification
     steps: int = 0           # request-steps while decoding
+    num_accepted: int = 0    # accepted drafts, and compared positions (accepted + rejections): α̂ = ratio
+    num_trials: int = 0
 
     @property
     def method(self) -> str:
@@ -219,4 +223,5 @@ def aggregate(workload: str, name: str, rounds: list[dict[str, RunStats]]) -> Ro
                sum(r.decode_tokens for r in runs) / max(request_steps, 1),
                (spec_step_s - propose_step_s) / plain_step_s,
                sum(p.decode_s for p in plain) / max(sum(r.decode_s for r in runs), 1e-9), f"{same}/{len(runs)}",
-               tuple(drafted), request_steps)
+               tuple(drafted), request_steps, sum(accepted),
+               sum(a + (1 if a < d else 0) for d, a in zip(drafted, accepted)))
