@@ -74,3 +74,28 @@ def homogeneity_test(plain: list[int], spec: list[int], min_count: int = 10) -> 
     dof = len(cats) - 1
     return SampleTest(tuple(cats), tuple(a[c] for c in cats), tuple(b[c] for c in cats), chi2, dof,
                       chi_square_p_value(chi2, dof))
+
+
+# A story opening whose second token is spread over a few words (' named', ' called', ...), so the
+# histogram has several columns; no chat template (a raw continuation).
+STORY_PROMPT = "Once upon a time, there was a little"
+SAMPLING_CONFIG = {"device": "auto", "dtype": "auto", "num_blocks": 128, "enable_prefix_caching": True,
+                   "max_num_seqs": 64, "max_num_batched_tokens": 2048}
+
+
+def sampling_test(n: int, temperature: float = 1.0, k: int = 2, prompt: str = STORY_PROMPT,
+                  model: str | None = None) -> tuple[SampleTest, object]:
+    """n plain samples vs n samples with the draft model and rejection sampling; (test, tokenizer).
+
+    ``max_tokens = k + 2`` leaves room for k drafts plus the bonus token after the first token.
+    Prefix caching shares the prompt's full blocks between the n requests (less prefill).
+    """
+    from labkit import SpecConfig
+    from labkit.labs.lab04_speculative.speedup import make_llm
+
+    plain = make_llm(model, None, SAMPLING_CONFIG)
+    spec = make_llm(model, SpecConfig(method="draft", num_speculative_tokens=k), SAMPLING_CONFIG)
+    ids = plain.tokenizer.encode_prompt(prompt, chat=False)
+    a = sample_tokens(plain, ids, n, 0, temperature, k + 2)
+    b = sample_tokens(spec, ids, n, n, temperature, k + 2)
+    return homogeneity_test(a, b), plain.tokenizer

@@ -186,10 +186,14 @@ def batch_verdict(rows: list[BatchRow]) -> str:
     first, last = rows[0], rows[-1]
     growth = last.plain_step_s / first.plain_step_s
     change = t("下降", "falls") if last.row.speedup < first.row.speedup else t("没有下降", "does not fall")
-    return t(f"批大小从 {first.batch} 到 {last.batch}：普通解码一步的耗时变成 {growth:.2f} 倍（不再是“读一遍权重”的免费午餐），"
+    busy = growth > 1.2
+    why_zh = "：这台机器的算力已经在忙，验证多出来的行不再免费" if busy else "：每步耗时几乎没变，算力还有富余"
+    why_en = ": the machine's compute is busy, extra verify rows are no longer free" if busy else \
+        ": the step time barely changed, compute is still spare"
+    return t(f"批大小从 {first.batch} 到 {last.batch}：普通解码一步的耗时变成原来的 {growth:.2f} 倍{why_zh}；"
              f"加速比从 {first.row.speedup:.2f}× 变为 {last.row.speedup:.2f}×（{change}）。",
-             f"From batch {first.batch} to {last.batch}: a plain step takes {growth:.2f}× as long (no longer a free ride on one "
-             f"weight read), and the speed-up goes from {first.row.speedup:.2f}× to {last.row.speedup:.2f}× ({change}).")
+             f"From batch {first.batch} to {last.batch}: a plain step takes {growth:.2f}× as long{why_en}; "
+             f"the speed-up goes from {first.row.speedup:.2f}× to {last.row.speedup:.2f}× ({change}).")
 
 
 # ----------------------------------------------------------------------------- lossless
@@ -241,3 +245,30 @@ def latency_verdict(spec: StreamTimes) -> str:
              f"With speculation mean ITL is {ratio:.2f}× TPOT: a chunk carries {spec.tokens_per_chunk:.2f} tokens on "
              f"average, (tokens − 1) / (chunks − 1) = {(spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1):.2f}. "
              "When a report says 'ITL', ask which definition.")
+
+
+# ----------------------------------------------------------------------------- summary
+
+def identical_summary(rows: list[Row]) -> tuple[int, int]:
+    """(runs whose greedy output equals plain greedy, runs) over every row measured."""
+    pairs = [tuple(map(int, r.identical.split("/"))) for r in rows]
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def summary_table(opt: OptimalK, sweep: list[Row], matrix: list[Row], batches: list[BatchRow]) -> Table:
+    slowest = min(matrix, key=lambda r: r.speedup)
+    worst_verify = max(sweep, key=lambda r: r.verify_cost)
+    first, last = batches[0], batches[-1]
+    rows = [[t("最好的实测加速比", "best measured speed-up"),
+             f"{opt.measured_speedup:.2f}×",
+             t(f"{method_label(sweep[0].method)}，{workload_label(sweep[0].workload)}，k = {opt.measured_k}",
+               f"{method_label(sweep[0].method)}, {workload_label(sweep[0].workload)}, k = {opt.measured_k}")],
+            [t("最差的组合（误解 2）", "worst pair (misreading 2)"), f"{slowest.speedup:.2f}×",
+             t(f"{method_label(slowest.method)}，{workload_label(slowest.workload)}，α = {_f(slowest.alpha)}",
+               f"{method_label(slowest.method)}, {workload_label(slowest.workload)}, α = {_f(slowest.alpha)}")],
+            [t("验证一步 / 普通一步", "verify step / plain step"), f"{worst_verify.verify_cost:.2f}×",
+             t(f"k = {worst_verify.k}（教科书假设 1×）", f"k = {worst_verify.k} (the textbook assumes 1×)")],
+            [t("批大小的影响", "batch size"), f"{first.row.speedup:.2f}× → {last.row.speedup:.2f}×",
+             t(f"批 {first.batch} → 批 {last.batch}", f"batch {first.batch} → batch {last.batch}")]]
+    return Table([t("要记住的数", "number to remember"), t("本次实测", "measured here"), t("条件", "conditions")], rows,
+                 caption=t("小结：本次运行测得", "Summary: measured in this run"))
