@@ -4,7 +4,7 @@
     python bench/gpu.py --device cpu --smoke # tiny sizes, seconds to a minute (checks the script)
     python bench/gpu.py --only parity,decode # a subset of sections
 
-Sections: environment; Triton paged-attention kernel vs the reference at several batch sizes and
+Sections: environment; Triton paged-attention kernel vs the batched PyTorch path (cpu_batched) at several batch sizes and
 context lengths; greedy parity vs ``transformers``; throughput on a heavy-tailed trace vs
 ``transformers`` static batches and continuous batching; decode step time vs batch size;
 speculative decoding (n-gram, and the default draft model when it is shipped). The engine
@@ -12,7 +12,7 @@ sections live in ``bench/engine_sections.py`` and ``bench/spec.py``.
 
 Timing: CUDA events (kernel section) or wall clock around synchronised calls, after warm-up,
 median of the timed calls. On CPU, Triton runs under its interpreter (numpy underneath), so kernel
-times there only show the script works; the engine sections use the reference backend on CPU.
+times there only show the script works; the engine sections use the cpu_batched backend on CPU.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from bench.common import Section, markdown  # noqa: E402
-from labkit.attention import reference  # noqa: E402
+from labkit.attention import cpu_batched  # noqa: E402
 from labkit.attention.metadata import AttentionMetadata  # noqa: E402
 
 
@@ -91,8 +91,8 @@ def load_triton_backend(device: str):
 
 
 def engine_backend(args: argparse.Namespace, backend) -> str:
-    """The engine sections use the Triton kernel on CUDA (when installed), the reference on CPU."""
-    return "triton" if args.device == "cuda" and backend is not None else "reference"
+    """The engine sections use the Triton kernel on CUDA (when installed), cpu_batched on CPU."""
+    return "triton" if args.device == "cuda" and backend is not None else "cpu_batched"
 
 
 def environment_section(args: argparse.Namespace, backend) -> Section:
@@ -149,7 +149,7 @@ def build_inputs(case: AttentionCase, args: argparse.Namespace, gen: torch.Gener
 def attention_row(case: AttentionCase, args: argparse.Namespace, backend, gen: torch.Generator) -> list[str]:
     query, key_cache, value_cache, meta = build_inputs(case, args, gen)
     scale = 1.0 / math.sqrt(args.head_dim)
-    call_ref = lambda: reference.paged_attention(query, key_cache, value_cache, meta, scale)  # noqa: E731
+    call_ref = lambda: cpu_batched.paged_attention(query, key_cache, value_cache, meta, scale)  # noqa: E731
     ref_ms = time_ms(call_ref, args.device, args.warmup, args.iters)
     cells = [case.kind, str(case.batch), _context_label(case), str(sum(case.query_lens)), f"{ref_ms:.3f}"]
     if backend is None:
@@ -174,7 +174,7 @@ def attention_section(args: argparse.Namespace, backend) -> Section:
     """Kernel vs reference time (and max difference) per case."""
     gen = torch.Generator().manual_seed(0)
     rows = [attention_row(case, args, backend, gen) for case in attention_cases(args.smoke)]
-    notes = ["reference = labkit.attention.reference (gather by block table + one masked SDPA); "
+    notes = ["reference = labkit.attention.cpu_batched (gather by block table + one masked SDPA, batched); "
              "triton = labkit.attention.triton_paged; speed-up = reference ms / triton ms",
              "max abs diff = largest |triton - reference| over the output, same inputs"]
     if backend is None:

@@ -10,7 +10,7 @@ this CPU it is not: MKL's matmul on 2-7 rows costs up to twice one row, so the v
 1.1-2.4 plain steps. In bf16 the AMX matmul costs the same for 2 to 16 rows, so verification is
 close to free, and the measured speed-up meets the textbook prediction. Both keep the output
 identical to plain greedy: the reference attention computes verification rows exactly as decoding
-would (``labkit/attention/reference.py``).
+would (``labkit/attention/cpu_batched.py``).
 
 Single stream, greedy, same process. For every prompt, plain greedy and each (method, k) run once,
 in an order that reverses from prompt to prompt; a workload's speed-up is the plain decode time

@@ -51,12 +51,13 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     if sim_options:
         raise ValueError(f"unknown LLM options {sorted(sim_options)} (only model='sim' takes extra options)")
     from labkit.kv.paged_kv import PagedKVCache
-    from labkit.llm import load_model, pick_backend, pick_device, pick_dtype
+    from labkit.attention.backend import get_backend
+    from labkit.llm import load_model, pick_device, pick_dtype
     from labkit.model.runner import ModelRunner
 
     device = pick_device(config.device)
     dtype = pick_dtype(config.dtype, device)
-    backend = pick_backend(config.attention_backend, device)
+    backend = get_backend(config.attention_backend, device)
     net, cfg, tokenizer, model_dir = load_model(model, device, dtype, progress=progress)
     max_model_len = resolve_max_model_len(config, cfg.max_position_embeddings)
     num_blocks = resolve_num_blocks(config, cfg.kv_bytes_per_token(dtype.itemsize))

@@ -93,7 +93,7 @@ class EngineConfig:
             raise ValueError(f"speculative must be a SpecConfig or None, got {self.speculative!r}")
         _choice("device", self.device, ("auto", "cpu", "cuda"))
         _choice("dtype", self.dtype, ("auto", "float32", "float16", "bfloat16"))
-        _choice("attention_backend", self.attention_backend, ("auto", "reference", "triton"))
+        _choice("attention_backend", self.attention_backend, ("auto", "reference", "cpu_batched", "triton"))
         _int_range("seed", self.seed, 0)
         if self.kv_cache == "contiguous" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "

@@ -45,16 +45,6 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def pick_backend(name: str, device: torch.device):
-    if name == "auto":
-        name = "triton" if device.type == "cuda" else "reference"
-    if name == "triton":
-        from labkit.attention import triton_paged
-        return triton_paged
-    from labkit.attention import reference
-    return reference
-
-
 def load_model(model, device: torch.device, dtype: torch.dtype, progress: bool = True):
     """(LlamaModel, ModelConfig, Tokenizer, model_dir) with the weights cached per process."""
     from labkit.model.llama import LlamaModel

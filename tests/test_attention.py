@@ -1,4 +1,5 @@
-"""Paged reference attention equals dense causal attention on fresh random inputs."""
+"""Paged attention equals dense causal attention on fresh random inputs: the readable reference
+(the specification) and the fast CPU path, which is also checked against the reference."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.attention.reference import paged_attention, write_kv
+from labkit.attention import cpu_batched, reference
+from labkit.attention.backend import AttentionBackend, get_backend
+from labkit.attention.reference import write_kv
+
+BACKENDS = {"reference": reference, "cpu_batched": cpu_batched}
 
 
 def dense_causal(q, k, v, num_computed: int):
@@ -25,7 +30,7 @@ def dense_causal(q, k, v, num_computed: int):
     return (scores.softmax(-1) @ v).transpose(0, 1)
 
 
-def run_case(seqs, heads, kv_heads, head_dim, block_size, seed):
+def run_case(seqs, heads, kv_heads, head_dim, block_size, seed, backend=cpu_batched):
     """seqs: list of (context length, query length). Blocks are scattered at random in the pool."""
     gen = torch.Generator().manual_seed(seed)
     num_blocks = sum(-(-L // block_size) for L, _ in seqs) + 3
@@ -42,14 +47,15 @@ def run_case(seqs, heads, kv_heads, head_dim, block_size, seed):
         slots += ctx[L - ql:].tolist()
         keys.append(k), values.append(v), queries.append(torch.randn(ql, heads, head_dim, generator=gen))
     meta = AttentionMetadata.build([ql for _, ql in seqs], [L for L, _ in seqs], tables, slots, block_size)
-    out = paged_attention(torch.cat(queries), key_cache, value_cache, meta, head_dim ** -0.5)
+    out = backend.paged_attention(torch.cat(queries), key_cache, value_cache, meta, head_dim ** -0.5)
     expected = torch.cat([dense_causal(q, k, v, L - ql) for q, k, v, (L, ql) in zip(queries, keys, values, seqs)])
     return out, expected
 
 
-def test_mixed_prefill_decode_and_verify_in_one_call():
+@pytest.mark.parametrize("name", BACKENDS)
+def test_mixed_prefill_decode_and_verify_in_one_call(name):
     seqs = [(9, 9), (12, 1), (10, 4), (33, 7), (1, 1)]   # prefill, decode, verify, chunk, 1-token prompt
-    out, expected = run_case(seqs, heads=6, kv_heads=2, head_dim=16, block_size=4, seed=0)
+    out, expected = run_case(seqs, heads=6, kv_heads=2, head_dim=16, block_size=4, seed=0, backend=BACKENDS[name])
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -67,10 +73,10 @@ def test_each_verified_row_equals_plain_decoding_at_its_position_to_the_bit(dtyp
     if layout == "strided":     # what the model hands over: a view of a transposed matmul output
         q = q.permute(1, 2, 0).contiguous().permute(2, 0, 1)
     verify = AttentionMetadata.build([rows], [context], [table], list(range(rows)), bs)
-    together = paged_attention(q, key_cache, value_cache, verify, head_dim ** -0.5)
+    together = cpu_batched.paged_attention(q, key_cache, value_cache, verify, head_dim ** -0.5)
     for j in range(rows):
         decode = AttentionMetadata.build([1], [context - rows + 1 + j], [table], [0], bs)
-        alone = paged_attention(q[j:j + 1], key_cache, value_cache, decode, head_dim ** -0.5)
+        alone = cpu_batched.paged_attention(q[j:j + 1], key_cache, value_cache, decode, head_dim ** -0.5)
         assert torch.equal(alone[0], together[j]), j
 
 
@@ -84,6 +90,41 @@ def test_each_verified_row_equals_plain_decoding_at_its_position_to_the_bit(dtyp
     seed=st.integers(0, 2**16),
 )
 def test_paged_equals_dense_on_random_ragged_batches(seqs, gqa, head_dim, block_size, seed):
-    out, expected = run_case(seqs, gqa[0], gqa[1], head_dim, block_size, seed)
-    assert not out.isnan().any(), "garbage outside a sequence's context leaked into its output"
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for backend in BACKENDS.values():
+        out, expected = run_case(seqs, gqa[0], gqa[1], head_dim, block_size, seed, backend)
+        assert not out.isnan().any(), "garbage outside a sequence's context leaked into its output"
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seqs=st.lists(st.integers(1, 70).flatmap(lambda L: st.tuples(st.just(L), st.integers(1, L))),
+                  min_size=1, max_size=6),
+    block_size=st.sampled_from([1, 4, 16]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_fast_cpu_path_equals_the_reference(seqs, block_size, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = sum(-(-L // block_size) for L, _ in seqs) + 2
+    caches = [torch.randn(num_blocks, block_size, 2, 16, generator=gen).to(dtype) for _ in range(2)]
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = [[free.pop() for _ in range(-(-L // block_size))] for L, _ in seqs]
+    meta = AttentionMetadata.build([q for _, q in seqs], [L for L, _ in seqs], tables,
+                                   [0] * sum(q for _, q in seqs), block_size)
+    query = torch.randn(sum(q for _, q in seqs), 6, 16, generator=gen).to(dtype)
+    fast = cpu_batched.paged_attention(query, *caches, meta, 0.25)
+    spec = reference.paged_attention(query, *caches, meta, 0.25)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(fast, spec, rtol=tol, atol=tol)
+
+
+def test_every_backend_meets_the_protocol_and_cpu_defaults_to_the_fast_path():
+    assert all(isinstance(b, AttentionBackend) for b in BACKENDS.values())
+    assert get_backend("auto", torch.device("cpu")) is cpu_batched
+    assert get_backend("reference", torch.device("cpu")) is reference
+
+
+def test_the_reference_fits_on_one_screen():
+    import inspect
+    assert len(inspect.getsource(reference.paged_attention).splitlines()) <= 25

@@ -43,7 +43,7 @@ def _greedy(model_dir, backend: str, prompts: list[list[int]], **config) -> list
     cfg = EngineConfig(device=DEVICE, dtype="float32", attention_backend=backend, block_size=8, num_blocks=16,
                        **config)
     llm = LLM(model=str(model_dir), config=cfg, progress=False)
-    assert llm.engine.runner.backend.__name__.endswith("triton_paged" if backend == "triton" else "reference")
+    assert llm.engine.runner.backend.__name__.endswith({"triton": "triton_paged"}.get(backend, backend))
     return [o.token_ids for o in llm.generate(prompts, GREEDY)]
 
 

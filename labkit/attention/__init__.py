@@ -1,4 +1,4 @@
-"""Paged attention: one metadata object, a readable reference backend and a Triton backend."""
+"""Paged attention: one metadata object; the readable reference (the specification), the fast CPU path and the Triton kernel, behind one protocol (backend.py)."""
 
 from labkit.attention.metadata import AttentionMetadata
 

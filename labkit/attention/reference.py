@@ -1,175 +1,45 @@
-"""Pure-PyTorch paged attention: gather K/V through block tables, then one masked SDPA.
+"""Paged attention, the specification: one sequence at a time, gather K/V through its block table,
+then causal scaled-dot-product attention. Every other backend (``cpu_batched``, ``triton_paged``)
+computes the same thing faster and is tested against this file.
 
-This is the readable backend and the specification the Triton kernel is tested against. It handles
-ragged query lengths in one call (see ``metadata.py``): sequences are padded to the longest query
-and the longest context in their group, and a mask keeps each query causal and inside its own
-context. Decode tokens (query_len 1) form their own group so one long prefill does not pad them.
-
-Everything except the gather and the SDPA itself depends only on the metadata, not on the layer, so
-it is planned once per forward pass (``_plan``) and reused by all layers.
-
-Short multi-token queries (up to ``ROW_BY_ROW_MAX`` tokens: verifying k drafts, or a tiny prefill
-chunk) are computed one query row at a time, each against exactly its own causal prefix, with no
-padding or mask. Row j then goes through the very same SDPA call that plain decoding would make at
-that position, so its result is the same to the last bit. In fp32 the batched form differs only
-in the seventh digit, but in bf16 such differences flip greedy near-ties: without this, speculative
-decoding in bf16 would not reproduce plain greedy output (the attention kernel splits its work by
-the shape it is given, so its rounding depends on the batch shape).
+Position p of sequence s lives in cache slot ``block_tables[s][p // B] * B + p % B`` (B = block
+size), the "address translation" of PagedAttention (Kwon et al., SOSP'23, §4.1).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from labkit.attention.metadata import AttentionMetadata
 
-ROW_BY_ROW_MAX = 17     # k + 1 for the largest k SpecConfig allows (16)
-
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
              value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Store new K/V: flat token i goes to slot ``slot_mapping[i]`` of the cache.
-
-    key, value: [num_tokens, num_kv_heads, head_dim]; caches: [num_blocks, block_size, kv_heads, head_dim].
-    """
-    num_kv_heads, head_dim = key_cache.shape[-2:]
-    key_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
-    value_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
-
-
-@dataclass(frozen=True)
-class _GroupPlan:
-    """How one group of sequences (decode, or everything else) is gathered, masked and scattered."""
-
-    slots: torch.Tensor              # [B, L] cache slot of each context position (padding: position 0)
-    tok: torch.Tensor                # [B, Q] flat query-token index of each padded query row
-    mask: torch.Tensor | None        # [B, 1, Q, L] SDPA mask; None when every query sees every key
-    row_valid: torch.Tensor | None   # [B, Q] real (not padding) rows; None if all are real
-    contiguous: bool                 # tok is exactly 0..num_tokens-1 in order (output is a reshape)
-
-
-@dataclass(frozen=True)
-class _RowsPlan:
-    """One short multi-token query, attended row by row (see the module docstring)."""
-
-    slots: torch.Tensor              # [1, seq_len] cache slots of the whole context
-    first_token: int                 # flat index of the query's first token
-    context_lens: tuple[int, ...]    # row j sees positions 0 .. context_lens[j] - 1
+    """Store new K/V: flat token i goes to slot ``slot_mapping[i]``.
+    key, value: [num_tokens, kv_heads, head_dim]; caches: [num_blocks, block_size, kv_heads, head_dim]."""
+    kv_heads, head_dim = key_cache.shape[-2:]
+    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
+    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
 
 
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """query: [num_tokens, num_heads, head_dim] -> output of the same shape."""
-    plans = _plan(meta, query.shape[0], query.device)
-    if len(plans) == 1 and isinstance(plans[0], _GroupPlan) and plans[0].contiguous:
-        return _attend(query, key_cache, value_cache, plans[0], scale).reshape(query.shape)
+    """query: [num_tokens, heads, head_dim], sequence s owning rows query_start_loc[s]:[s+1] -> same shape."""
+    kv_heads, head_dim = key_cache.shape[-2:]
+    keys, values = key_cache.view(-1, kv_heads, head_dim), value_cache.view(-1, kv_heads, head_dim)
+    B = meta.block_size
     out = torch.empty_like(query)
-    for plan in plans:
-        if isinstance(plan, _RowsPlan):
-            _attend_rows(query, key_cache, value_cache, plan, scale, out)
-            continue
-        o = _attend(query, key_cache, value_cache, plan, scale)                # [B, Q, H, D]
-        if plan.row_valid is None:
-            out[plan.tok.reshape(-1)] = o.reshape(-1, *o.shape[2:])
-        else:
-            out[plan.tok[plan.row_valid]] = o[plan.row_valid]
+    start = 0
+    for s, (q_len, seq_len) in enumerate(zip(meta.query_lens_list, meta.seq_lens_list)):
+        pos = torch.arange(seq_len, device=query.device)
+        slots = meta.block_tables[s, pos // B].long() * B + pos % B              # [seq_len]
+        k = keys[slots].transpose(0, 1).to(query.dtype)                         # [kv_heads, seq_len, D]
+        v = values[slots].transpose(0, 1).to(query.dtype)
+        q = query[start:start + q_len].transpose(0, 1)                          # [heads, q_len, D]
+        q_pos = pos[seq_len - q_len:]                                           # the queries' positions
+        causal = pos[None, :] <= q_pos[:, None]                                 # [q_len, seq_len]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=scale, enable_gqa=True)
+        out[start:start + q_len] = o.transpose(0, 1)
+        start += q_len
     return out
-
-
-def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """This layer's K or V at ``slots`` [B, L]: returns [B, Hkv, L, D] in ``dtype``."""
-    num_kv_heads, head_dim = cache.shape[-2:]
-    # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
-    rows = cache.view(-1, num_kv_heads, head_dim).index_select(0, slots.view(-1))
-    return rows.view(*slots.shape, num_kv_heads, head_dim).transpose(1, 2).to(dtype)
-
-
-def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> torch.Tensor:
-    """Gather this layer's K/V for the group and run SDPA: returns [B, Q, H, D]."""
-    if plan.contiguous:
-        q = query.reshape(*plan.tok.shape, *query.shape[1:]).transpose(1, 2)   # [B, H, Q, D], no gather
-    else:
-        q = query[plan.tok].transpose(1, 2)
-    if q.stride(-1) != 1:
-        q = q.contiguous()   # CPU flash attention needs unit-stride head_dim, else SDPA takes the slow math path
-    o = F.scaled_dot_product_attention(q, _gather(key_cache, plan.slots, q.dtype),
-                                       _gather(value_cache, plan.slots, q.dtype),
-                                       attn_mask=plan.mask, scale=scale, enable_gqa=True)
-    return o.transpose(1, 2)
-
-
-def _attend_rows(query, key_cache, value_cache, plan: _RowsPlan, scale: float, out: torch.Tensor) -> None:
-    """Row j of the query against exactly its own prefix: the call plain decoding makes there."""
-    k, v = _gather(key_cache, plan.slots, query.dtype), _gather(value_cache, plan.slots, query.dtype)
-    rows = query[plan.first_token:plan.first_token + len(plan.context_lens)].contiguous()   # as _attend: unit stride
-    for j, length in enumerate(plan.context_lens):
-        q = rows[j:j + 1].view(1, 1, *rows.shape[1:]).transpose(1, 2)                  # [1, H, 1, D]
-        out[plan.first_token + j] = F.scaled_dot_product_attention(
-            q, k[:, :, :length], v[:, :, :length], scale=scale, enable_gqa=True)[0, :, 0]
-
-
-def _plan(meta: AttentionMetadata, num_tokens: int, device) -> list[_GroupPlan | _RowsPlan]:
-    key = ("reference", num_tokens, str(device))
-    if key not in meta.scratch:
-        lens = meta.query_lens_list
-        decode = [s for s, q in enumerate(lens) if q == 1]
-        other = [s for s, q in enumerate(lens) if q > ROW_BY_ROW_MAX]
-        plans: list = [_plan_group(meta, g, num_tokens, device) for g in (decode, other) if g]
-        plans += [_plan_rows(meta, s, device) for s, q in enumerate(lens) if 1 < q <= ROW_BY_ROW_MAX]
-        meta.scratch[key] = plans
-    return meta.scratch[key]
-
-
-def _plan_rows(meta: AttentionMetadata, seq: int, device) -> _RowsPlan:
-    q_len, s_len = meta.query_lens_list[seq], meta.seq_lens_list[seq]
-    slots = _context_slots(meta, [seq], torch.arange(s_len, device=device))
-    first = sum(meta.query_lens_list[:seq])
-    return _RowsPlan(slots, first, tuple(range(s_len - q_len + 1, s_len + 1)))
-
-
-def _context_slots(meta: AttentionMetadata, seqs: list[int], pos: torch.Tensor) -> torch.Tensor:
-    """Cache slot of context position ``pos`` [L] of each sequence in ``seqs``: [B, L]."""
-    bs = meta.block_size
-    tables = meta.block_tables.index_select(0, torch.tensor(seqs, device=pos.device)).long()
-    return tables[:, (pos // bs).clamp(max=tables.shape[1] - 1)] * bs + (pos % bs)
-
-
-def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, device) -> _GroupPlan:
-    starts = [0]
-    for n in meta.query_lens_list:
-        starts.append(starts[-1] + n)
-    q_lens = [meta.query_lens_list[s] for s in seqs]
-    s_lens = [meta.seq_lens_list[s] for s in seqs]
-    Q, L = max(q_lens), max(s_lens)
-
-    # Key/value slots for positions 0..L-1 of each sequence: [B, L]. Positions past a sequence's end
-    # would read whatever another request left in those slots, and even a zero attention weight times
-    # a stale NaN is NaN; point them at the sequence's own position 0 (always written, finite) instead.
-    pos = torch.arange(L, device=device)
-    slots = _context_slots(meta, seqs, pos)
-    s_len_t = torch.tensor(s_lens, device=device)
-    ragged_context = min(s_lens) < L
-    if ragged_context:
-        slots = torch.where(pos[None, :] < s_len_t[:, None], slots, slots[:, :1])
-
-    # Queries padded to Q rows: flat token index of row j of sequence b.
-    q_start = torch.tensor([starts[s] for s in seqs], device=device)
-    q_len_t = torch.tensor(q_lens, device=device)
-    j = torch.arange(Q, device=device)
-    padded_rows = min(q_lens) < Q
-    row_valid = j[None, :] < q_len_t[:, None]                                  # [B, Q]
-    tok = (q_start[:, None] + j[None, :]).clamp(max=num_tokens - 1)           # [B, Q]
-
-    if Q == 1 and not ragged_context:
-        mask = None        # every decode query sees its whole context, and all contexts are full
-    else:
-        # Causal inside each context; padded rows may see position 0 only (avoids NaN rows).
-        q_pos = (s_len_t - q_len_t)[:, None] + j[None, :]                      # [B, Q]
-        mask = (pos[None, None, :] <= q_pos[:, :, None]) & (pos[None, None, :] < s_len_t[:, None, None])
-        mask = (mask | (~row_valid[:, :, None] & (pos[None, None, :] == 0)))[:, None]
-    contiguous = (not padded_rows and sum(q_lens) == num_tokens
-                  and [starts[s] for s in seqs] == starts[:-1] and seqs == sorted(seqs))
-    return _GroupPlan(slots.contiguous(), tok, mask, row_valid if padded_rows else None, contiguous)
