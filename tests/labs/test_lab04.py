@@ -252,3 +252,11 @@ def test_notebook_uses_registered_exercises_and_existing_sources():
     for name in ("rejection_verify", "expected_tokens_per_step", "best_k", "ngram_propose"):
         assert f'exercise("{name}")' in source
     assert "show_source(rejection_sample)" in source
+
+
+def test_batch_verdict_calls_a_change_within_noise_about_the_same():
+    rows = [_row("copy", "ngram", 1.04), _row("copy", "ngram", 1.03), _row("copy", "ngram", 0.8)]
+    same = views.batch_verdict([sweeps.BatchRow(1, rows[0], 0.05, 0.05), sweeps.BatchRow(4, rows[1], 0.1, 0.1)])
+    assert "几乎不变" in same or "about the same" in same
+    falls = views.batch_verdict([sweeps.BatchRow(1, rows[0], 0.05, 0.05), sweeps.BatchRow(16, rows[2], 0.2, 0.2)])
+    assert "下降" in falls or "falls" in falls

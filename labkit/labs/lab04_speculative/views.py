@@ -19,6 +19,7 @@ from labkit.labs.lab04_speculative.sweeps import METHOD_LABELS, BatchRow, Optima
 
 WORKLOAD_LABELS = {"copy": ("抄写式编辑", "copy-heavy editing"), "chat": ("开放对话", "open chat"),
                    "code": ("代码", "code"), "json": ("固定键 JSON", "JSON with fixed keys")}
+NOISE = 0.05   # single runs on a shared machine move by several percent: closer than this is "about the same"
 LINE_COLORS = {"measured": COLORS["accepted"], "textbook": COLORS["predicted"], "adjusted": "#4C78A8"}
 
 
@@ -94,11 +95,16 @@ def gap_table(rows: list[Row]) -> Table:
 
 def sweep_verdict(opt: OptimalK, rows: list[Row]) -> str:
     worst = max(rows, key=lambda r: r.verify_cost)
+    ties = sorted(r.k for r in rows if r.speedup >= opt.measured_speedup * (1 - NOISE))
     lines = [t(f"实测最优 k = {opt.measured_k}（加速比 {opt.measured_speedup:.2f}×）；Leviathan 公式在 α = {opt.alpha:.2f}、"
                f"c = {opt.c:.3f} 下选 k = {opt.textbook_k}（预测 {opt.textbook_speedup:.2f}×）；代入实测验证代价后选 k = {opt.adjusted_k}。",
                f"Best measured k = {opt.measured_k} ({opt.measured_speedup:.2f}×); Leviathan's formula at α = {opt.alpha:.2f}, "
                f"c = {opt.c:.3f} picks k = {opt.textbook_k} (predicts {opt.textbook_speedup:.2f}×); with the measured verify "
                f"cost it picks k = {opt.adjusted_k}.")]
+    if len(ties) > 1:
+        lines.append(t(f"k = {', '.join(map(str, ties))} 的实测加速比相差不到 {NOISE:.0%}，在单次测量的噪声范围内：把它们看作一样好。",
+                       f"k = {', '.join(map(str, ties))} are within {NOISE:.0%} of each other, within one run's noise: "
+                       "treat them as equally good."))
     if worst.verify_cost > 1.1:
         lines.append(t(f"教科书假设“验证 k+1 个 token 只花一个普通步”在这台 CPU 上不成立：k = {worst.k} 时验证一步是普通解码步的 "
                        f"{worst.verify_cost:.2f} 倍。",
@@ -185,7 +191,9 @@ def batch_figure(rows: list[BatchRow]) -> go.Figure:
 def batch_verdict(rows: list[BatchRow]) -> str:
     first, last = rows[0], rows[-1]
     growth = last.plain_step_s / first.plain_step_s
-    change = t("下降", "falls") if last.row.speedup < first.row.speedup else t("没有下降", "does not fall")
+    delta = last.row.speedup / first.row.speedup - 1
+    change = (t("几乎不变：差别在单次测量的噪声范围内", "about the same: within one run's noise") if abs(delta) < NOISE
+              else t("下降", "falls") if delta < 0 else t("反而上升：单次测量有噪声，重跑这几格看看", "rises: one run is noisy, rerun these cells"))
     busy = growth > 1.2
     why_zh = "：这台机器的算力已经在忙，验证多出来的行不再免费" if busy else "：每步耗时几乎没变，算力还有富余"
     why_en = ": the machine's compute is busy, extra verify rows are no longer free" if busy else \
