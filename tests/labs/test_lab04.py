@@ -260,3 +260,21 @@ def test_batch_verdict_calls_a_change_within_noise_about_the_same():
     assert "几乎不变" in same or "about the same" in same
     falls = views.batch_verdict([sweeps.BatchRow(1, rows[0], 0.05, 0.05), sweeps.BatchRow(16, rows[2], 0.2, 0.2)])
     assert "下降" in falls or "falls" in falls
+
+
+def test_a_character_split_over_two_tokens_is_shown_on_the_token_that_completes_it():
+    from labkit.labs.lab04_speculative.live_view import TextOf
+
+    table = {(1,): "a", (1, 2): "a\ufffd", (1, 2, 3): "a中", (1, 2, 3, 4): "a中b"}
+    text = TextOf(lambda ids: table[tuple(ids)])
+    assert [text.push(1), text.push(2), text.push(3), text.peek(4)] == ["a", "", "中", "b"]
+
+
+def test_live_demo_runs_one_request_and_draws_every_token(engines):
+    from labkit.labs.lab04_speculative.live_view import LiveSpecDemo
+
+    demo = LiveSpecDemo(engines, method="ngram", k=2, workload="copy", max_tokens=8)
+    steps = demo.run()
+    assert sum(len(s.emitted) for s in steps) == 8
+    assert demo.stream.value.count("<span style=\"background") == sum(len(s.tokens) for s in steps)
+    assert "\ufffd" not in demo.stream.value and demo.acceptance.children

@@ -42,18 +42,23 @@ def legend_html() -> str:
 
 
 class TextOf:
-    """Text of tokens appended to a growing output, decoded in context (multi-byte characters whole)."""
+    """Text of tokens appended to a growing output, decoded in context. A character split over
+    several tokens decodes to U+FFFD until its last piece arrives: it is held back and shown on
+    the token that completes it (an incremental detokenizer's rule)."""
 
     def __init__(self, decode):
         self.decode, self.ids, self.text = decode, [], ""
 
+    def _piece(self, ids: list[int]) -> tuple[str, str]:
+        stable = self.decode(ids).rstrip("\ufffd")
+        return (stable[len(self.text):] if stable.startswith(self.text) else stable), stable
+
     def peek(self, token_id: int) -> str:
-        return self.decode(self.ids + [token_id])[len(self.text):]
+        return self._piece(self.ids + [token_id])[0]
 
     def push(self, token_id: int) -> str:
-        piece = self.peek(token_id)
         self.ids.append(token_id)
-        self.text = self.decode(self.ids)
+        piece, self.text = self._piece(self.ids)
         return piece
 
 
@@ -64,7 +69,7 @@ def steps_html(steps: list[SpecStep], decode) -> str:
         for tok in step.tokens:
             piece = text.peek(tok.token_id) if tok.kind == "rejected" else text.push(tok.token_id)
             parts.append(f'<span style="{KIND_STYLE[tok.kind]};border-radius:3px" title="{tok.kind}">'
-                         f'{html.escape(piece) or "∅"}</span>')
+                         f'{html.escape(piece) or "·"}</span>')
         parts.append('<span style="color:#bbb">│</span>')
     return ('<div style="font-family:monospace;white-space:pre-wrap;line-height:1.9;max-width:900px">'
             + "".join(parts) + "</div>")
@@ -85,7 +90,7 @@ class LiveSpecDemo:
     """Controls + live token stream + AcceptanceView (see the module docstring)."""
 
     def __init__(self, engines: Engines, method: str = "ngram", k: int = 4, workload: str = "copy",
-                 max_tokens: int = 48, prompt_index: int = 1):
+                 max_tokens: int = 48, prompt_index: int = 0):
         self.engines, self.prompt_index = engines, prompt_index
         self.method = W.Dropdown(options=[(method_label(m), m) for m in METHODS], value=method,
                                  description=t("方法", "method"))

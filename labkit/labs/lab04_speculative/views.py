@@ -69,6 +69,7 @@ def sweep_figure(rows: list[Row]) -> go.Figure:
     fig.add_trace(go.Bar(x=ks, y=[r.verify_cost for r in rows], name=t("验证一步的代价", "cost of a verify step"),
                          marker_color=COLORS["verify"]), row=1, col=2)
     fig.add_hline(y=1.0, line=dict(color=COLORS["ink"], dash="dot"), row=1, col=2)
+    fig.update_xaxes(dtick=1)
     r0 = rows[0]
     style(fig, t(f"加速比与验证代价 vs k：{method_label(r0.method)}，{workload_label(r0.workload)}（本机实测）",
                  f"Speed-up and verify cost vs k: {method_label(r0.method)}, {workload_label(r0.workload)} (measured)"))
