@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.labkit-setup-done
 PORT ?= 8866
 
-.PHONY: setup lab test test-fast bench bench-quick bench-gpu draft dashboard strip-outputs clean-venv
+.PHONY: setup lab test test-fast bench bench-quick bench-gpu draft dashboard serve strip-outputs clean-venv
 
 setup: $(STAMP)
 
@@ -25,6 +25,7 @@ lab: setup
 	$(PY) -m jupyter lab --notebook-dir=labs
 
 test: setup
+	$(PY) -m ruff check labkit tests bench scripts
 	$(PY) -m pytest
 
 test-fast: setup
@@ -52,6 +53,12 @@ VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser \
 
 dashboard: setup
 	$(PY) -m voila labs/dashboards/engine_room.ipynb --port=$(PORT) $(VOILA_FLAGS)
+
+# OpenAI-compatible server on 127.0.0.1:8000 (`make serve PORT=9000 SERVE_ARGS="--model sim"`); a command-line
+# PORT wins over this target's default. Measure it with `$(VENV)/bin/labkit bench --model HuggingFaceTB/SmolLM2-135M-Instruct`.
+serve: PORT = 8000
+serve: setup
+	$(PY) -m labkit.serve --port $(PORT) $(SERVE_ARGS)
 
 strip-outputs: setup
 	find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print0 | xargs -0 $(PY) -m nbstripout

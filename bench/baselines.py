@@ -43,8 +43,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.common import (Section, add_dtypes_option, hf_model, left_padded, load_average, markdown,
-                          set_threads)
+from bench.common import Section, add_dtypes_option, hf_model, left_padded, load_average, markdown, set_threads
 
 AZURE_CONFIG = dict(max_model_len=4096, block_size=16, max_num_seqs=32)
 AZURE_LIMITS = {"full": 2000, "quick": 400, "tiny": 60}
@@ -337,8 +336,8 @@ def real_notes(trace: list, setup: RealSetup) -> list[str]:
             "(median, sigma, min, max of a clipped log-normal); "
             f"prompt tokens median {p[len(p) // 2]} (max {p[-1]}), output tokens median "
             f"{o[len(o) // 2]} (max {o[-1]}), all at t = 0; prompts cut from data/prompts text",
-            *([f"output sigma = ln(P99 / P50) / 2.326 of the Azure LLM inference trace 2023 (code) generated tokens, "
-               f"from data/traces/azure_2023_stats.json (CC-BY 4.0; Patel et al., Splitwise, ISCA 2024): the "
+            *(["output sigma = ln(P99 / P50) / 2.326 of the Azure LLM inference trace 2023 (code) generated tokens, "
+               "from data/traces/azure_2023_stats.json (CC-BY 4.0; Patel et al., Splitwise, ISCA 2024): the "
                "real trace's tail shape at a CPU-sized median"] if setup.name.startswith("Azure") else []),
             f"at most {setup.max_num_seqs} sequences in flight for every system; static batches in arrival order",
             "useful tokens/s = the trace's output tokens / wall s; 'tokens computed' includes what static "

@@ -26,9 +26,24 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.common import (Section, TokenClock, add_dtypes_option, clock_name, environment_rows, hf_model,
-                          interleaved, left_padded, mean_gap, measure_read_bandwidth, median, report, set_clock,
-                          set_threads, timed, token_times)
+from bench.common import (
+    Section,
+    TokenClock,
+    add_dtypes_option,
+    clock_name,
+    environment_rows,
+    hf_model,
+    interleaved,
+    left_padded,
+    mean_gap,
+    measure_read_bandwidth,
+    median,
+    report,
+    set_clock,
+    set_threads,
+    timed,
+    token_times,
+)
 
 TARGET_BATCH1 = 1.3     # issue 2: batch-1 decode >= 1.3x HF generate
 TARGET_BATCHED = 1.2    # issue 2: batch 16 >= 1.2x HF generate

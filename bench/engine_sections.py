@@ -77,12 +77,14 @@ def capture_top5(llm) -> dict[str, list[list[int]]]:
     runner = llm.engine.runner
     inner = type(runner).execute.__get__(runner)
 
-    def execute(scheduled, kv_manager):
-        out = inner(scheduled, kv_manager)
-        for s, logits in zip(scheduled, out):
-            if logits is not None:
-                rows[s.request.request_id].append(logits[-1].topk(5).indices.tolist())
-        return out
+    def execute(sched):
+        logits = inner(sched)
+        end = 0
+        for s in sched.scheduled:
+            if s.num_logits:
+                end += s.num_logits
+                rows[s.request_id].append(logits[end - 1].topk(5).indices.tolist())
+        return logits
 
     runner.execute = execute
     return rows

@@ -19,8 +19,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from bench.common import (Section, add_dtypes_option, interleaved, median, report, set_clock, set_threads,
-                          timed)
+from bench.common import Section, add_dtypes_option, interleaved, median, report, set_clock, set_threads, timed
 
 FORMULATIONS = {
     "F.linear(x, W)": lambda x, w: F.linear(x, w),

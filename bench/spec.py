@@ -31,7 +31,16 @@ import argparse
 
 from bench.common import Section, add_dtypes_option, clock_name, interleaved, now, report, set_clock, set_threads
 from labkit.labs.lab04_speculative.speedup import (  # noqa: F401  (re-exported: tests and callers use bench.spec.*)
-    CPU_CONFIG, Row, RunStats, Timers, acceptance_mle, acceptance_rate, aggregate, make_llm, run_one)
+    CPU_CONFIG,
+    Row,
+    RunStats,
+    Timers,
+    acceptance_mle,
+    acceptance_rate,
+    aggregate,
+    make_llm,
+    run_one,
+)
 
 WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
 METHODS = {   # --methods name: (table title, SpecConfig fields)

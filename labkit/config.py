@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
+DEFAULT_NUM_BLOCKS = 512
+DEFAULT_MAX_MODEL_LEN = 4096
 
 
 def _choice(name: str, value, allowed: tuple) -> None:
@@ -45,6 +49,11 @@ class SpecConfig:
                              f"{self.prompt_lookup_max} < {self.prompt_lookup_min}")
         if self.draft_num_blocks is not None:
             _int_range("draft_num_blocks", self.draft_num_blocks, 1)
+        if self.draft_model is not None:
+            if not isinstance(self.draft_model, (str, os.PathLike)) or not str(self.draft_model):
+                raise ValueError(f"draft_model must be None, 'target-int4' or a path, got {self.draft_model!r}")
+            if self.method != "draft":
+                raise ValueError(f"draft_model applies to method='draft' only (method is {self.method!r})")
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,9 @@ class EngineConfig:
     dtype: str = "auto"
     attention_backend: str = "auto"
     seed: int = 0
+    # The host path's one switch (lab 03 measures it): sample and verify the whole batch in one
+    # tensor call per kind of row (True), or request by request (False). Same tokens either way.
+    batched_sampling: bool = True
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -95,8 +107,18 @@ class EngineConfig:
         _choice("dtype", self.dtype, ("auto", "float32", "float16", "bfloat16"))
         _choice("attention_backend", self.attention_backend, ("auto", "reference", "cpu_batched", "triton"))
         _int_range("seed", self.seed, 0)
+        if not isinstance(self.batched_sampling, bool):
+            raise ValueError(f"batched_sampling must be a bool, got {self.batched_sampling!r}")
         if self.kv_cache == "contiguous" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "
                              "cannot share blocks)")
         if self.speculative is not None and self.scheduler == "static":
             raise ValueError("speculative decoding needs scheduler='continuous'")
+
+    def resolve_max_model_len(self, model_limit: int) -> int:
+        """``max_model_len``, or the model's limit capped at ``DEFAULT_MAX_MODEL_LEN``."""
+        if self.max_model_len is None:
+            return min(model_limit, DEFAULT_MAX_MODEL_LEN)
+        if self.max_model_len > model_limit:
+            raise ValueError(f"max_model_len must be <= the model's limit {model_limit}, got {self.max_model_len}")
+        return self.max_model_len

@@ -12,7 +12,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-
 # ----------------------------------------------------------------------------- snapshots
 
 @dataclass(frozen=True)
@@ -58,6 +57,21 @@ class BatchEntry:
 
 
 @dataclass(frozen=True)
+class KVWaste:
+    """A KV pool's waste at one step (DESIGN §5), as fractions 0..1.
+
+    ``waste`` = 1 - filled / reserved-or-allocated slots; it splits into ``reserved_unused`` (slots a
+    request will still fill) and ``internal`` (slots it never fills; paged: the tails of last blocks).
+    ``external`` is a share of the whole pool: free, but no contiguous hole fits the next request.
+    """
+
+    waste: float = 0.0
+    reserved_unused: float = 0.0
+    internal: float = 0.0
+    external: float = 0.0
+
+
+@dataclass(frozen=True)
 class StepStats:
     """Current-step values (DESIGN §5). Percentages are 0..100."""
 
@@ -73,10 +87,13 @@ class StepStats:
     batch_occupancy_perc: float
     token_budget_perc: float
     num_preemptions: int
-    scheduler_s: float
+    scheduler_s: float             # all host (CPU) time of the step outside the forward pass
     model_s: float
     step_s: float
     simulated: bool = False
+    schedule_s: float = 0.0        # of scheduler_s: deciding (scheduler.schedule())
+    sample_s: float = 0.0          # of scheduler_s: sampling and verification; the rest is update,
+                                   # bookkeeping and proposing
 
 
 # ----------------------------------------------------------------------------- events
@@ -222,7 +239,8 @@ class EventBus:
         return fn
 
     def unsubscribe(self, fn: Callable) -> None:
-        self._subs = [(f, t) for f, t in self._subs if f is not fn]
+        # ==, not is: ``obj.method`` is a new bound-method object each time it is read
+        self._subs = [(f, t) for f, t in self._subs if f != fn]
 
     @property
     def active(self) -> bool:

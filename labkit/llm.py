@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from tqdm.auto import tqdm
 
+from labkit.builder import build_engine
 from labkit.config import EngineConfig
 from labkit.engine import LLMEngine
-from labkit.model.loader import ModelConfig, resolve_model_dir
-from labkit.model.tokenizer import IncrementalDetokenizer, Tokenizer
+from labkit.model.tokenizer import IncrementalDetokenizer
 from labkit.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from labkit.sampling_params import SamplingParams
-
-# Loaded weights stay in memory: a second LLM(...) in the same kernel builds instantly.
-_WEIGHTS: dict[tuple, tuple] = {}
 
 
 @dataclass(frozen=True)
@@ -31,40 +27,6 @@ class StreamDelta:
     finish_reason: str | None
 
 
-def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for but torch sees no CUDA device")
-    return torch.device(device)
-
-
-def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, dtype)
-
-
-def load_model(model, device: torch.device, dtype: torch.dtype, progress: bool = True):
-    """(LlamaModel, ModelConfig, Tokenizer, model_dir) with the weights cached per process."""
-    from labkit.model.llama import LlamaModel
-
-    model_dir = resolve_model_dir(model, progress=progress)
-    key = (str(model_dir.resolve()), str(device), str(dtype))
-    if key not in _WEIGHTS:
-        from safetensors.torch import load_file
-
-        cfg = ModelConfig.from_hf(json.loads((model_dir / "config.json").read_text()))
-        state = {}
-        for f in sorted(model_dir.glob("*.safetensors")):
-            state.update(load_file(str(f)))
-        net = LlamaModel(cfg, dtype=dtype, device=device)
-        net.load_hf_state_dict(state)
-        _WEIGHTS[key] = (net, cfg, Tokenizer(model_dir, cfg.eos_token_id))
-    net, cfg, tok = _WEIGHTS[key]
-    return net, cfg, tok, model_dir
-
-
 class LLM:
     """``LLM()`` loads SmolLM2-135M-Instruct; ``LLM(model="path/to/hf-llama")`` any local Llama;
     ``LLM(model="sim")`` the simulated (cost-model) GPU over the same engine."""
@@ -74,18 +36,18 @@ class LLM:
         self.config = config or EngineConfig()
         if not isinstance(self.config, EngineConfig):
             raise ValueError(f"config must be an EngineConfig, got {type(self.config).__name__}")
-        from labkit.builder import build_engine
-
         self.engine: LLMEngine = build_engine(model, self.config, progress=progress, **sim_options)
         self.tokenizer = self.engine.tokenizer
 
     # -- batch --------------------------------------------------------------------------------
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
                  chat: bool = True, progress: bool = False) -> list[RequestOutput]:
-        """Run prompts to completion (all in flight together) and return outputs in input order."""
-        single = isinstance(prompts, str) or (isinstance(prompts, list) and prompts
-                                               and isinstance(prompts[0], int))
-        prompts = [prompts] if single else list(prompts)
+        """Run prompts to completion (all in flight together) and return outputs in input order.
+
+        Safe to call from several threads on one LLM: every engine step holds the engine's lock, and
+        each call collects its own requests, whoever stepped the engine.
+        """
+        prompts = as_prompt_list(prompts)
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts")
@@ -94,28 +56,28 @@ class LLM:
             for p, sp in zip(prompts, params_list):
                 ids.append(self.engine.add_request(p, sp, chat=chat))
             self._run_until_done(ids, progress)
-        except BaseException:
+            return [self._collect(rid) for rid in ids]
+        finally:
             for rid in ids:
-                self.engine.abort(rid)
-            raise
-        return [self._collect(rid) for rid in ids]
+                self.engine.abort(rid)          # a no-op for finished requests
+                self.engine.release(rid)
 
     def _run_until_done(self, ids: list[str], progress: bool) -> None:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(ids), disable=not progress, desc="generate", unit="req")
         pending = set(ids)
-        while pending and self.engine.has_unfinished_requests():
-            for out in self.engine.step():
-                if out.finished and out.request_id in pending and self._group_done(out.request_id):
-                    pending.discard(out.request_id)
-                    bar.update(1)
-            pending = {rid for rid in pending if not self._group_done(rid)}
+        while pending:
+            if not self.engine.has_unfinished_requests():
+                raise RuntimeError(f"requests {sorted(pending)} are unfinished but the engine has nothing to run")
+            self.engine.step()
+            done = {rid for rid in pending if self._group_done(rid)}
+            bar.update(len(done))
+            pending -= done
         bar.close()
 
     def _group(self, rid: str) -> list:
+        """The request and the children it forked (n > 1), in order."""
         req = self.engine.get_request(rid)
-        children = [self.engine.requests.get(f"{rid}#{i}") for i in range(1, req.sampling_params.n)]
+        children = [self.engine.requests.get(child_id) for child_id in req.child_ids]
         return [req] + [c for c in children if c is not None]
 
     def _group_done(self, rid: str) -> bool:
@@ -136,19 +98,45 @@ class LLM:
 
     # -- streaming ----------------------------------------------------------------------------
     def stream(self, prompt, params: SamplingParams | None = None, chat: bool = True) -> Iterator[StreamDelta]:
-        """Yield text deltas as tokens are produced. Closing the iterator early aborts the request."""
-        params = params or SamplingParams()
+        """Yield text deltas as tokens are produced, ending with one delta whose ``finished`` is True.
+        Every token reaches the stream whoever steps the engine (another stream, ``generate``, a
+        widget's driver). Closing the iterator early aborts the request."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         if params.n != 1:
             raise ValueError("stream() supports n=1; use generate() for parallel sampling")
-        rid = self.engine.add_request(prompt, params, chat=chat)
+        with self.engine.lock:
+            rid = self.engine.add_request(prompt, params, chat=chat)
+            queue = self.engine.open_stream(rid)
         detok = IncrementalDetokenizer(self.tokenizer)
-        req = self.engine.get_request(rid)
+        tokens: list[int] = []
+        finished = False
         try:
-            while not req.is_finished:
-                for out in self.engine.step():
-                    if out.request_id == rid and (out.new_token_ids or out.finished):
-                        text = detok.update(req.output_token_ids, final=out.finished)
-                        yield StreamDelta(rid, text, out.new_token_ids, out.finished, out.finish_reason)
+            while not finished:
+                if not queue:
+                    if not self.engine.has_unfinished_requests():
+                        raise RuntimeError(f"request {rid} is unfinished but the engine has nothing to run")
+                    self.engine.step()
+                    continue
+                out = queue.popleft()
+                tokens += out.new_token_ids
+                finished = out.finished
+                if out.new_token_ids or finished:
+                    yield StreamDelta(rid, detok.update(tokens, final=finished), out.new_token_ids, finished,
+                                      out.finish_reason)
         finally:
-            if not req.is_finished:
+            if not finished:
                 self.engine.abort(rid)
+            self.engine.release(rid)
+
+
+def as_prompt_list(prompts) -> list:
+    """One prompt (a str or a list of token ids) or a list of prompts -> a list of prompts."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)):
+        if prompts and all(isinstance(t, int) and not isinstance(t, bool) for t in prompts):
+            return [list(prompts)]
+        return list(prompts)
+    raise ValueError(f"prompts must be a str, a list of token ids, or a list of those, got {type(prompts).__name__}")

@@ -8,14 +8,15 @@
 Every step the scheduler gives a request some of the tokens it has not computed yet
 (``num_tokens_with_spec - num_computed_tokens``): a prefill chunk, one decode token, or the last
 output token plus k drafts to verify. One rule covers all three (vLLM v1).
+
+Plain bookkeeping (no tensors, no torch import): the scheduler is the one writer of a request's
+state; random generators and draft probabilities live on the sampler side, keyed by request id.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-
-import torch
 
 from labkit.hooks import RequestTimings
 from labkit.sampling_params import SamplingParams
@@ -31,8 +32,10 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH,
-                        RequestStatus.FINISHED_ABORTED)
+        return self.value in _FINISHED
+
+
+_FINISHED = frozenset(("stop", "length", "abort"))
 
 
 @dataclass(eq=False)
@@ -43,21 +46,25 @@ class Request:
     arrival_time: float
     eos_token_ids: tuple[int, ...] = ()
     output_token_ids: list[int] = field(default_factory=list)
-    spec_token_ids: list[int] = field(default_factory=list)
-    spec_probs: object = None                # [k, vocab] draft probabilities, or None
+    spec_token_ids: list[int] = field(default_factory=list)   # drafts awaiting verification
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
-    generator: torch.Generator | None = None
     num_preemptions: int = 0
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finished_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     parent_id: str | None = None             # set on forked children (parallel sampling)
-    num_forks_pending: int = 0               # children still to fork from this request (n > 1)
+    child_ids: tuple[str, ...] = ()          # n > 1: the ids its n - 1 children will have
+    forked: bool = False                     # the children exist (forked when the prompt is done)
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids) + list(self.output_token_ids)
+
+    @property
+    def num_forks_pending(self) -> int:
+        """Children still to fork from this request (n > 1); each will take a batch slot."""
+        return 0 if self.forked else len(self.child_ids)
 
     @property
     def num_prompt_tokens(self) -> int:

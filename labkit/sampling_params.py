@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+GREEDY_TEMPERATURE = 1e-5   # temperatures below this sample greedily
+
 
 def _check_number(name: str, value, lo: float, hi: float, *, integer: bool = False,
                   lo_open: bool = False, allowed: str = "") -> None:
@@ -18,7 +20,8 @@ def _check_number(name: str, value, lo: float, hi: float, *, integer: bool = Fal
 class SamplingParams:
     """How to pick each next token.
 
-    temperature == 0 means greedy (argmax). top_k == 0 or -1 disables top-k; top_p == 1 disables
+    temperature == 0 means greedy (argmax); so does any temperature below ``GREEDY_TEMPERATURE``
+    (1e-5, vLLM's floor too): dividing logits by a smaller number overflows float32. top_k == 0 or -1 disables top-k; top_p == 1 disables
     nucleus sampling. ``seed`` makes a request's random draws reproducible whatever it is batched with.
     ``n`` > 1 samples n continuations of one prompt that share the prompt's KV blocks.
     """
@@ -42,6 +45,8 @@ class SamplingParams:
             _check_number("seed", self.seed, 0, (1 << 63) - 1, integer=True, allowed="[0, 2**63)")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
+            raise ValueError(f"stop_token_ids must be a list or tuple of ints, got {self.stop_token_ids!r}")
         stops = tuple(self.stop_token_ids)
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stops):
             raise ValueError(f"stop_token_ids must be non-negative ints, got {self.stop_token_ids!r}")
@@ -49,4 +54,4 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_TEMPERATURE

@@ -38,17 +38,18 @@ class TeacherTapRunner(ModelRunner):
     so a request's row predicts the token at position ``num_tokens``)."""
 
     def __init__(self, runner: ModelRunner, top_k: int):
-        super().__init__(runner.model, runner.kv_cache, runner.device, runner.backend)
+        super().__init__(runner.model, runner.kv_cache, runner.device, runner.backend, runner.block_size)
         self.top_k = top_k
         self.rows: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
 
-    def execute(self, scheduled, kv_manager):
-        logits = super().execute(scheduled, kv_manager)
-        for s, rows in zip(scheduled, logits):
-            if rows is not None:
-                values, ids = rows[-1].float().topk(self.top_k)
-                self.rows.setdefault(s.request.request_id, {})[s.request.num_tokens] = (
-                    ids.to(torch.int32).cpu(), values.half().cpu())
+    def execute(self, sched):
+        logits = super().execute(sched)
+        end = 0
+        for s in sched.scheduled:
+            if s.num_logits:
+                end += s.num_logits
+                values, ids = logits[end - 1].float().topk(self.top_k)
+                self.rows.setdefault(s.request_id, {})[s.end] = (ids.to(torch.int32).cpu(), values.half().cpu())
         return logits
 
     def take(self, request_id: str, prompt_len: int, num_output: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,8 +22,8 @@ from collections import Counter
 
 import torch
 import torch.nn.functional as F
-
 from draft_corpus import Sample
+
 from labkit.attention import reference
 from labkit.attention.metadata import AttentionMetadata
 from labkit.kv.paged_kv import PagedKVCache

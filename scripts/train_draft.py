@@ -25,16 +25,27 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from draft_corpus import Sample, generate_corpus  # noqa: E402
-from draft_distill import (DistillData, calibrate_norm, check_dense_matches_paged,  # noqa: E402
-                           choose_vocab, dense_forward, distill_loss, lr_multiplier, param_groups)
+from draft_distill import (  # noqa: E402
+    DistillData,
+    calibrate_norm,
+    check_dense_matches_paged,
+    choose_vocab,
+    dense_forward,
+    distill_loss,
+    lr_multiplier,
+    param_groups,
+)
 from draft_prompts import make_prompts  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig  # noqa: E402
-from labkit.llm import load_model  # noqa: E402
-from labkit.model.loader import cache_root  # noqa: E402
+from labkit.model.loader import (
+    cache_root,  # noqa: E402
+    load_model,  # noqa: E402
+)
 from labkit.spec_decode.draft_model import DEFAULT_DRAFT, draft_from_target_layers, save_draft  # noqa: E402
 from labkit.traces import load_prompts  # noqa: E402
+
 
 def build_jobs(num_self_made: int, max_tokens: int, sampled_share: float, seed: int
                ) -> list[tuple[str, SamplingParams]]:

@@ -67,22 +67,26 @@ def expected_output(request_id: str, prompt: list[int], max_tokens: int, max_mod
 class ShadowRunner(SimRunner):
     """SimRunner's cost model and clock, plus a shadow KV cache that is written and read back."""
 
-    def __init__(self, base: SimRunner, num_slots: int, block_size: int):
+    def __init__(self, base: SimRunner, num_slots: int, block_size: int, requests: dict):
         super().__init__(base.model, base.hardware, base.clock)
+        self.requests = requests      # read-only, to check what the KV cache hands back
         self.slots: list[int | None] = [None] * num_slots
         self.block_size = block_size
         self.copies: list[tuple[int, int]] = []      # every (src, dst) block copy applied, in order
         self.num_checked_reads = 0
 
-    def execute(self, scheduled, kv_manager) -> list[torch.Tensor | None]:
-        self._copy_blocks(kv_manager.take_pending_copies())
-        inp = prepare_input(scheduled, kv_manager)
+    def execute(self, sched) -> list[torch.Tensor | None]:
+        self._copy_blocks(sched.block_copies)
+        scheduled = sched.scheduled
+        inp = prepare_input(scheduled)
         assert len(set(inp.slot_mapping)) == len(inp.slot_mapping), "two new tokens share one KV slot"
         for token, slot in zip(inp.input_ids, inp.slot_mapping):
             self.slots[slot] = token
         self.last_model_s = step_time(self.model, self.hardware, inp.query_lens, inp.seq_lens)
-        return [self._logits(s, table, end, kv_manager.meta_block_size, rows)
-                for s, table, end, (_, rows) in zip(scheduled, inp.block_tables, inp.seq_lens, inp.logits_rows)]
+        rows = [self._logits(s, table, end, self.block_size, n)
+                for s, table, end, (_, n) in zip(scheduled, inp.block_tables, inp.seq_lens, inp.logits_rows)]
+        rows = [r for r in rows if r is not None]
+        return torch.cat(rows) if rows else None
 
     def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         bs = self.block_size
@@ -91,7 +95,7 @@ class ShadowRunner(SimRunner):
             self.copies.append((src, dst))
 
     def _logits(self, s, table: list[int], end: int, block_size: int, rows: int) -> torch.Tensor | None:
-        req = s.request
+        req = self.requests[s.request_id]
         context = [self.slots[table[p // block_size] * block_size + p % block_size] for p in range(end)]
         expected = req.token_ids_with_spec()[:end]
         assert context == expected, (
@@ -111,5 +115,5 @@ def shadow_llm(config: EngineConfig, **sim_options) -> LLM:
     llm = LLM(model="sim", config=config, progress=False, **sim_options)
     engine = llm.engine
     num_slots = engine.kv.capacity_tokens()
-    engine.runner = ShadowRunner(engine.runner, num_slots, config.block_size)
+    engine.runner = ShadowRunner(engine.runner, num_slots, engine.kv.meta_block_size, engine.requests)
     return llm

@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labkit.labs.common.display as display
+from labkit import set_language
 from labkit.assess import MultipleChoice, Numeric, Quiz
 from labkit.labs.exercises import EXERCISES, exercise
 from labkit.labs.lab03_batching.exercises import RequestState
-from labkit import set_language
 
 
 @pytest.fixture(autouse=True)
-def chinese_by_default():
+def chinese_by_default(monkeypatch):
+    monkeypatch.setenv("LABKIT_LEARNER_ID", "test-learner")     # quizzes shuffle; never touch ~/.cache
     set_language("zh")
     yield
     set_language("zh")
@@ -43,7 +44,8 @@ def kv_loops_forever(num_layers, num_kv_heads, head_dim, dtype_bytes):
 
 
 def kv_stub(num_layers, num_kv_heads, head_dim, dtype_bytes):
-    pass
+    """Starter code: the body is still `...`."""
+    ...  # noqa: PIE790  (the starter body under test)
 
 
 def kv_no_return(num_layers, num_kv_heads, head_dim, dtype_bytes):
@@ -58,8 +60,8 @@ def kv_kills_its_process(*args):
     os._exit(7)
 
 
-def kv_returns_a_lambda(*args):
-    return lambda: 0
+def kv_correct(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
 
 
 class FirstFitFreesOneSlot:
@@ -173,7 +175,7 @@ def verify_own_draw_order(draft_token_ids, draft_probs, target_probs, rng):
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_every_reference_solution_passes_all_its_hidden_checks(name):
     ex = exercise(name)
-    result = ex.check(ex.reference_solution())
+    result = ex.self_test()
     assert result.passed, result.message
     assert result.num_passed == result.num_checks == len(ex.checks) >= 4
 
@@ -236,7 +238,7 @@ def test_an_endless_loop_is_stopped_within_the_time_limit_and_checking_goes_on()
     assert time.monotonic() - started < 3.0
     assert result.failure.kind == "timeout" and result.failure.index == 0
     assert "永远不结束的循环" in result.message
-    assert ex.check(ex.reference_solution()).passed
+    assert ex.check(kv_correct).passed
 
 
 def test_the_default_time_limit_is_about_five_seconds():
@@ -251,12 +253,6 @@ def test_exit_in_learner_code_is_reported_not_obeyed():
 def test_a_child_that_dies_is_reported_with_its_exit_code():
     result = exercise("kv_bytes_per_token").check(kv_kills_its_process)
     assert result.failure.kind == "crash" and result.failure.got == 7
-
-
-def test_an_unpicklable_return_value_is_shown_as_a_wrong_answer():
-    result = exercise("kv_bytes_per_token").check(kv_returns_a_lambda)
-    assert result.failure.kind == "wrong"
-    assert "lambda" in repr(result.failure.got)
 
 
 def test_a_wrong_allocator_is_shown_the_steps_up_to_its_first_wrong_result():
@@ -406,19 +402,20 @@ def test_a_quiz_on_screen_relabels_itself_when_the_language_changes():
     view.views[0].answer(1)
     assert "注意力权重每步重新计算" in view.views[0].feedback.value
     set_language("en")
-    assert "K and V of every layer" in view.views[0].labels[0].value
+    assert any("K and V of every layer" in label.value for label in view.views[0].labels)
     assert "recomputed every step" in view.views[0].feedback.value
     assert view.views[1].button.description == "Check"
-    assert view.score.value == "Answered 1/2, correct 0/2"
+    assert view.score.value == "Answered 1/2, right at the first attempt 0/2"
 
 
 def test_clicking_options_marks_buttons_and_updates_the_score():
     view = Quiz([KV_QUESTION, OPT_QUESTION]).view()
     view.views[0].answer(0)
     view.views[1].answer("819200")
-    assert view.views[0].buttons[0].button_style == "success"
+    choice = view.views[0]
+    assert choice.buttons[choice.order.index(0)].button_style == "success"   # the row showing option 0
     assert view.views[1].button.button_style == "success"
-    assert view.score.value == "已作答 2/2，答对 2/2"
+    assert view.score.value == "已作答 2/2，第一次就答对 2/2"
 
 
 def test_a_quiz_displays_as_an_ipywidget():

@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.attention.metadata import AttentionMetadata
 from labkit.attention import cpu_batched, reference
 from labkit.attention.backend import AttentionBackend, get_backend
+from labkit.attention.metadata import AttentionMetadata
 from labkit.attention.reference import write_kv
 
 BACKENDS = {"reference": reference, "cpu_batched": cpu_batched}

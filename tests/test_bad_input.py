@@ -128,3 +128,111 @@ def test_parallel_sampling_with_contiguous_layout_is_refused():
 def test_mismatched_params_list_is_refused(llm):
     with pytest.raises(ValueError, match="2 SamplingParams for 1 prompts"):
         llm.generate(["a"], [SamplingParams(), SamplingParams()])
+
+
+# --------------------------------------------------------------- every argument of the entry points
+
+def serves_a_good_request_after(llm) -> None:
+    assert llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2))[0].token_ids
+    assert llm.engine.kv.usage() == 0.0 and not llm.engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("kwargs, exc, field", [
+    (dict(arrival_time="now"), ValueError, "arrival_time"),
+    (dict(arrival_time=float("nan")), ValueError, "arrival_time"),
+    (dict(arrival_time=float("inf")), ValueError, "arrival_time"),
+    (dict(arrival_time=True), ValueError, "arrival_time"),
+    (dict(request_id=["a"]), ValueError, "request_id"),
+    (dict(request_id=""), ValueError, "request_id"),
+    (dict(chat="yes"), ValueError, "chat"),
+    (dict(params={"max_tokens": 3}), ValueError, "SamplingParams"),
+    (dict(prompt="bad \ud800 surrogate"), ValueError, "prompt"),
+    (dict(prompt=[1, True]), ValueError, "prompt"),
+    (dict(prompt=(1, 2.0)), ValueError, "prompt"),
+])
+def test_add_request_checks_every_argument_and_the_engine_stays_usable(llm, kwargs, exc, field):
+    args = dict(prompt="hi", params=SamplingParams(max_tokens=2))
+    args.update(kwargs)
+    with pytest.raises(exc, match=field):
+        llm.engine.add_request(args.pop("prompt"), args.pop("params"), **args)
+    serves_a_good_request_after(llm)
+
+
+@pytest.mark.parametrize("prompts, field", [(None, "prompts"), (123, "prompts"), ([None], "prompt"),
+                                            ([[]], "empty"), ({"a": 1}, "prompts")])
+def test_generate_checks_its_prompts(llm, prompts, field):
+    with pytest.raises(ValueError, match=field):
+        llm.generate(prompts, SamplingParams(max_tokens=2))
+    serves_a_good_request_after(llm)
+
+
+@pytest.mark.parametrize("params, field", [({"max_tokens": 3}, "SamplingParams"), (5, "SamplingParams"),
+                                           ([SamplingParams()], "SamplingParams")])
+def test_stream_checks_its_params(llm, params, field):
+    with pytest.raises(ValueError, match=field):
+        next(llm.stream("hi", params))
+    serves_a_good_request_after(llm)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(stop_token_ids=5), "stop_token_ids"),
+    (dict(stop_token_ids="7"), "stop_token_ids"),
+    (dict(n=1.5), "n"),
+    (dict(top_p=float("nan")), "top_p"),
+    (dict(temperature=float("inf")), "temperature"),
+    (dict(seed=2.0), "seed"),
+])
+def test_more_invalid_sampling_params_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_a_tiny_positive_temperature_is_greedy(llm):
+    greedy = llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4))[0].token_ids
+    tiny = llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4, temperature=1e-39, seed=1))[0].token_ids
+    assert tiny == greedy and SamplingParams(temperature=1e-39).greedy
+
+
+@pytest.mark.parametrize("value", [float("nan"), "0.9", -0.5, 0.0, 5.0, 500, True])
+def test_gpu_memory_utilization_is_checked_before_anything_is_built(value):
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization must be .*\(0, 1\]"):
+        LLM(model="sim", gpu_memory_utilization=value, progress=False)
+
+
+@pytest.mark.parametrize("model, exc", [(123, TypeError), (["a"], TypeError), (1.5, TypeError)])
+def test_a_model_that_is_not_a_path_is_refused(model, exc):
+    with pytest.raises(exc, match="model"):
+        LLM(model=model, progress=False)
+
+
+@pytest.mark.parametrize("kwargs, field", [(dict(method="draft", draft_model=123), "draft_model"),
+                                           (dict(method="ngram", draft_model="x"), "draft_model"),
+                                           (dict(num_speculative_tokens=2.0), "num_speculative_tokens")])
+def test_more_invalid_spec_configs_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SpecConfig(**kwargs)
+
+
+def broken_model_dir(tmp_path, model_dir, config_text: str | None, weights: bytes | None):
+    import shutil
+
+    path = tmp_path / "broken"
+    path.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(model_dir / name, path / name)
+    (path / "config.json").write_text(config_text if config_text is not None else
+                                      (model_dir / "config.json").read_text())
+    (path / "model.safetensors").write_bytes(weights if weights is not None else b"")
+    return path
+
+
+@pytest.mark.parametrize("config_text, weights, match", [
+    ("{not json", b"x", "config.json"),
+    ('{"model_type": "llama"}', b"x", "config.json.*hidden_size"),
+    ("[1, 2]", b"x", "config.json"),
+    (None, b"garbage, not safetensors", "model.safetensors"),
+])
+def test_a_broken_model_directory_names_the_file(tmp_path, model_dir, config_text, weights, match):
+    path = broken_model_dir(tmp_path, model_dir, config_text, weights)
+    with pytest.raises(ValueError, match=match):
+        LLM(model=str(path), progress=False)

@@ -382,7 +382,8 @@ def test_parallel_samples_share_prompt_blocks_and_copy_the_partial_block_on_writ
     engine.step()                                             # prefill, then fork two children
     snap = rec.of(ev.StepEnd)[-1].block_map
     tables = dict(snap.block_tables)
-    assert tables["p"] == tables["p#1"] == tables["p#2"] and len(tables["p"]) == 2
+    first, second = engine.get_request("p").child_ids
+    assert tables["p"] == tables[first] == tables[second] and len(tables["p"]) == 2
     full, shared_partial = tables["p"]
     assert snap.ref_cnt[full] == snap.ref_cnt[shared_partial] == 3
     assert engine.kv.pool.num_used_blocks() == 2

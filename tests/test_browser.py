@@ -22,9 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_util import (VOILA_FLAGS, PageErrors, block_external_requests, canvas_signature,
-                                free_port, kernel_pids, launch_chromium, missing_browser_reason,
-                                start_server, wait_for_canvas_change, wait_until)
+from tests.browser_util import (
+    VOILA_FLAGS,
+    PageErrors,
+    block_external_requests,
+    canvas_signature,
+    free_port,
+    kernel_pids,
+    launch_chromium,
+    missing_browser_reason,
+    start_server,
+    wait_for_canvas_change,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "labs" / "dashboards" / "engine_room.ipynb"

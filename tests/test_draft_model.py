@@ -105,7 +105,7 @@ def test_sampled_drafts_carry_q_over_the_full_vocabulary(draft_path):
             break
         engine.step()
     req = engine.get_request(rid)
-    q = req.spec_probs                                                # [k, vocab]
+    q = engine.sampler.draft_probs(rid)                               # [k, vocab]
     assert q.shape == (len(req.spec_token_ids), engine.vocab_size)
     assert torch.allclose(q.sum(-1), torch.ones(len(q)), atol=1e-4)
     assert all(q[i, t] > 0 for i, t in enumerate(req.spec_token_ids))

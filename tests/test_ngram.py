@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.config import SpecConfig
-from labkit.spec_decode.ngram import NgramProposer
+from labkit.request import Request
+from labkit.sampling_params import SamplingParams
+from labkit.spec_decode.ngram import NgramProposer, NgramSpecProposer
 from labkit.spec_decode.proposer import Proposal, Proposer
 
 
@@ -86,11 +88,14 @@ def test_built_from_spec_config():
     assert (proposer.k, proposer.min_n, proposer.max_n) == (5, 1, 3)
 
 
-def test_propose_batch_gives_point_mass_proposals_per_request():
-    proposer = NgramProposer(k=2)
-    batch = [[1, 2, 3, 1, 2], [4, 5, 6]]
+def test_the_engine_proposer_gives_point_mass_proposals_per_request_within_their_budget():
+    proposer = NgramSpecProposer(SpecConfig(method="ngram", num_speculative_tokens=2), max_model_len=64)
+    roomy = Request("a", [1, 2, 3, 1, 2], SamplingParams(max_tokens=10), 0.0)
+    no_match = Request("b", [4, 5, 6], SamplingParams(max_tokens=10), 0.0)
+    last_token = Request("c", [1, 2, 3, 1, 2], SamplingParams(max_tokens=1), 0.0)   # no room for a bonus
     assert isinstance(proposer, Proposer)
-    assert proposer.propose_batch(batch) == [Proposal([3, 1], None), Proposal([], None)]
+    assert proposer.propose([roomy, no_match, last_token]) == {
+        "a": Proposal([3, 1], None), "b": Proposal([], None), "c": Proposal([], None)}
 
 
 # --- properties on random sequences (small alphabets make repeats common) -----------------------

@@ -39,11 +39,13 @@ class RequestSpec:
     prompt: tuple[int, ...]
     params: SamplingParams
     abort_step: int | None = None        # absolute step at which to abort ...
-    abort_child: int = 0                 # ... the request itself (0) or its child "#i"
+    abort_child: int = 0                 # ... the request itself (0) or its i-th child
 
-    @property
-    def abort_target(self) -> str:
-        return self.request_id if self.abort_child == 0 else f"{self.request_id}#{self.abort_child}"
+    def abort_target(self, engine) -> str:
+        """The id to abort: the request's, or its child's (children have engine-chosen ids)."""
+        if self.abort_child == 0:
+            return self.request_id
+        return engine.get_request(self.request_id).child_ids[self.abort_child - 1]
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def run_trace(trace: TraceSpec, max_steps: int = 5_000) -> TraceRun:
             r = arrivals.pop(0)
             engine.add_request(list(r.prompt), r.params, request_id=r.request_id)
         while aborts and aborts[0].abort_step <= step:
-            engine.abort(aborts.pop(0).abort_target)
+            engine.abort(aborts.pop(0).abort_target(engine))
             engine.kv.check_invariants()
         engine.step()
         engine.kv.check_invariants()
@@ -156,7 +158,7 @@ def oracle(engine, req) -> list[int]:
 
 
 def assert_outputs_match_oracle(engine, trace: TraceSpec) -> None:
-    aborted = {r.abort_target for r in trace.requests if r.abort_step is not None}
+    aborted = {r.abort_target(engine) for r in trace.requests if r.abort_step is not None}
     for req in engine.requests.values():
         want = oracle(engine, req)
         got = req.output_token_ids
@@ -173,7 +175,7 @@ def assert_parallel_sampling_complete(engine, trace: TraceSpec) -> None:
     """Children exist once their parent produced its first token, and then all n - 1 of them."""
     for r in trace.requests:
         parent = engine.get_request(r.request_id)
-        children = [rid for rid in engine.requests if rid.startswith(f"{r.request_id}#")]
+        children = [rid for rid in parent.child_ids if rid in engine.requests]
         expected = r.params.n - 1 if parent.output_token_ids else 0
         assert len(children) == expected
 

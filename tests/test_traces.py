@@ -14,9 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit import traces
-from labkit.traces import (AZURE_STATS_PATH, DATA_DIR, LogNormalLengths, TraceRequest,
-                           azure_like_trace, load_azure_trace, load_prompts, scale_trace,
-                           synthetic_trace)
+from labkit.traces import (
+    AZURE_STATS_PATH,
+    DATA_DIR,
+    LogNormalLengths,
+    TraceRequest,
+    azure_like_trace,
+    load_azure_trace,
+    load_prompts,
+    scale_trace,
+    synthetic_trace,
+)
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 

@@ -21,7 +21,8 @@ if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton", reason="triton is not installed")
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from labkit.attention import reference, triton_paged  # noqa: E402
 from labkit.attention.metadata import AttentionMetadata  # noqa: E402

@@ -13,7 +13,6 @@ import json
 import random
 import shutil
 import subprocess
-import warnings
 
 import numpy as np
 import pytest
@@ -21,10 +20,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit import i18n
-from labkit.hooks import (BatchEntry, BlockMapSnapshot, EventBus, Region, RequestAdded,
-                          RequestFinished, RequestTimings, SpecVerified, StepEnd, StepStats)
-from labkit.widgets import (AcceptanceView, BatchTimeline, BlockMap, EngineViews, LatencyView,
-                            MemoryGauge, TokensAppended, TokenStream, request_color)
+from labkit.hooks import (
+    BatchEntry,
+    BlockMapSnapshot,
+    EventBus,
+    Region,
+    RequestAdded,
+    RequestFinished,
+    RequestTimings,
+    SpecVerified,
+    StepEnd,
+    StepStats,
+)
+from labkit.widgets import (
+    AcceptanceView,
+    BatchTimeline,
+    BlockMap,
+    EngineViews,
+    LatencyView,
+    MemoryGauge,
+    TokensAppended,
+    TokenStream,
+    request_color,
+)
 from labkit.widgets.acceptance_view import estimate_alpha, expected_tokens_per_step, leviathan_speedup
 from labkit.widgets.base import bundle_esm
 from labkit.widgets.detokenizer import IncrementalDetokenizer

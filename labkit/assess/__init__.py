@@ -3,8 +3,10 @@
     from labkit.assess import MultipleChoice, Numeric, Quiz, Exercise
     from labkit.labs.exercises import exercise     # the labs' exercises, by name
 
-Quizzes are ipywidgets (JupyterLab and Voila); exercises run the learner's code in a forked child
-with a time limit. Why not otter-grader or jupyterquiz: see docs/assessment.md.
+Quizzes are ipywidgets (JupyterLab and Voila), shuffled per learner and scored on first answers;
+exercises run the learner's code in a forked child with a time and a memory limit, which holds no
+expected value and sends back plain data only. Why not otter-grader or jupyterquiz, and how the
+sandbox is hardened: see docs/assessment.md.
 """
 
 from labkit.assess.exercise import CheckResult, Exercise, Hint

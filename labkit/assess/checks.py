@@ -1,8 +1,9 @@
 """Hidden test cases: a call with fixed arguments, or an operation sequence on a class.
 
-A ``Check`` knows how to run the learner's function or class on one hidden input; the exercise
-runs the reference solution the same way to get the expected value. Sequences are recorded as
-``Step(call, result)`` so a mismatch can be shown as the calls leading up to it.
+A ``Check`` knows how to run the learner's function or class on one hidden input. It runs in the
+sandbox's child, which holds no expected value; the exercise runs the reference solution the same
+way, in the kernel, after the child is gone, and compares plain data there. Sequences are recorded
+as ``Step(call, result)`` so a mismatch can be shown as the calls leading up to it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
+from labkit.assess.plain import to_plain
 from labkit.assess.text import Text
+
 
 class Step(NamedTuple):
     """One call in an operation sequence and what it returned."""
@@ -34,10 +37,13 @@ FROM_REFERENCE = object()
 class Check:
     """One hidden test case.
 
-    ``run(target, expected)`` calls the learner's function or class on the hidden input and
-    returns what it observed; ``expected`` lets a sequence stop at its first wrong step. The
-    expected value is ``run(reference, None)`` unless given. ``explain(expected, got)`` may add a
-    sentence about a typical mistake.
+    ``run(target, None)`` calls the learner's function or class on the hidden input and returns
+    what it observed (the second argument is always None: the child that runs the learner's code
+    never holds an expected value). The expected value is ``run(reference, None)`` unless given;
+    an ``expected`` given here must be something the learner may see (it is an input, like the
+    target distribution ``p``). ``compare(got, expected)`` and ``explain(expected, got)`` see plain
+    data only. ``hint`` is the index of the exercise hint this case is about (None: the next one);
+    ``trace`` marks an operation sequence (a list of ``Step``).
     """
 
     label: Text
@@ -45,6 +51,8 @@ class Check:
     expected: Any = FROM_REFERENCE
     compare: Callable[[Any, Any], bool] = operator.eq
     explain: Callable[[Any, Any], str] | None = None
+    hint: int | None = None
+    trace: bool = False
 
 
 def call_check(name: str, args: tuple, note: Text = "", **kw) -> Check:
@@ -55,28 +63,36 @@ def call_check(name: str, args: tuple, note: Text = "", **kw) -> Check:
     return Check(label=label, run=lambda fn, _expected: fn(*args), **kw)
 
 
-def run_ops(cls: Any, ctor_args: tuple, ops: Sequence[tuple], expected: Sequence[Step] | None) -> list[Step]:
+def run_ops(cls: Any, ctor_args: tuple, ops: Sequence[tuple], _expected: Any = None) -> list[Step]:
     """Build ``cls(*ctor_args)``, apply ``(method, args)`` ops in order, record each result.
 
-    Stops right after the first step that differs from ``expected``, so a wrong id returned early
-    is reported there, not as a confusing error three calls later.
+    Every result is made plain data as it comes (a non-plain one is reported with its call). On
+    an exception the steps done so far travel with it (``labkit_steps``), so the kernel can report
+    an earlier wrong step — the real mistake — rather than the error it caused three calls later.
     """
     obj, results, steps = cls(*ctor_args), [], []
-    for k, (method, args) in enumerate(ops):
+    for method, args in ops:
         real = tuple(results[a.index] if isinstance(a, Ref) else a for a in args)
         call = f"{method}({', '.join(map(repr, real))})"
         try:
-            result = getattr(obj, method)(*real)
-        except Exception as exc:
-            exc.labkit_during = call
+            result = to_plain(getattr(obj, method)(*real))
+        except BaseException as exc:                     # re-raised, with where it happened
+            exc.labkit_during, exc.labkit_steps = call, list(steps)
             raise
         results.append(result)
         steps.append(Step(call, result))
-        if expected is not None and (k >= len(expected) or expected[k] != steps[-1]):
-            break
     return steps
 
 
-def ops_check(label: Text, ctor_args: tuple, ops: Sequence[tuple]) -> Check:
+def ops_check(label: Text, ctor_args: tuple, ops: Sequence[tuple], **kw) -> Check:
     """A check that drives a class through an operation sequence (see ``run_ops``)."""
-    return Check(label=label, run=lambda cls, expected: run_ops(cls, ctor_args, ops, expected))
+    return Check(label=label, run=lambda cls, _expected: run_ops(cls, ctor_args, ops), trace=True, **kw)
+
+
+def as_trace(value: Any) -> list[Step] | None:
+    """Plain ``[(call, result), ...]`` back from the child as ``Step``s; None if it is not one."""
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str) for s in value):
+        return None
+    return [Step(*s) for s in value]

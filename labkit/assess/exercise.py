@@ -1,15 +1,16 @@
-"""A coding exercise: hidden checks, a reference solution out of sight, hints one at a time.
+"""A coding exercise: hidden checks, a reference solution out of sight, hints matched to the failure.
 
-    ex = exercise("kv_bytes_per_token")      # from labkit.assess
+    ex = exercise("kv_bytes_per_token")      # from labkit.labs.exercises
     def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes): ...
     ex.check(kv_bytes_per_token)            # → CheckResult, drawn as a coloured box
     ex.hint()                               # the next hint
 
-A ``Check`` (``checks.py``) runs the learner's function (or class) on one hidden input in a
-forked child (``sandbox.py``) and compares the result with what the reference solution in
-``labkit/assess/solutions/`` gives on the same input. The learner sees, for the first failing case
-only, its input, the expected and the actual value (or the exception at their own line, or that
-it ran out of time) and the next hint, worded in ``report.py``; never the reference code.
+``check`` runs the learner's function (or class) on every hidden input in a forked child
+(``sandbox.py``) that holds no expected value and cannot use the reference solution; results
+come back as plain data. Only then, in the kernel, does the reference solution run on the same
+inputs, and the two are compared. The learner sees, for the first failing case only, its input,
+the expected and the actual value (or the exception at their own line, or that it ran out of time
+or memory) and a hint chosen for that failure, worded in ``report.py``; never the reference code.
 """
 
 from __future__ import annotations
@@ -20,13 +21,20 @@ import importlib
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Sequence
 
-from labkit.assess.checks import FROM_REFERENCE, Check
+from labkit.assess.checks import FROM_REFERENCE, Check, as_trace
+from labkit.assess.plain import to_plain
+from labkit.assess.reference import class_dict, is_reference, kind_of
 from labkit.assess.report import CaseFailure, describe_failure
+from labkit.assess.sandbox import (
+    DEFAULT_MEMORY_LIMIT_MB,
+    GROWING_SHARE,
+    Outcome,
+    RunReport,
+    run_cases,
+)
 from labkit.assess.source import show_source
-from labkit.assess.sandbox import Outcome, RunReport, run_cases
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
 
@@ -72,34 +80,45 @@ class Hint:
 
 
 def _own_functions(target: Any) -> list:
-    if inspect.isfunction(target):
+    """The functions to look at for placeholders; nothing of the learner's runs to find them."""
+    kind = kind_of(target)
+    if kind == "function":
         return [target]
-    if inspect.isclass(target):
-        return [m for name, m in vars(target).items() if inspect.isfunction(m) and name != "__init__"]
+    if kind == "class":
+        return [m for name, m in class_dict(target).items() if kind_of(m) == "function" and name != "__init__"]
     return []
 
 
-def _is_placeholder(statement: ast.stmt) -> bool:
-    """``pass``, ``...``, a docstring, or ``raise NotImplementedError``: what a starter body holds."""
-    if isinstance(statement, ast.Pass):
-        return True
+def _is_unfinished(statement: ast.stmt) -> bool:
+    """``...`` or ``raise NotImplementedError``: what a starter body holds (``pass`` is legitimate)."""
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
-        return True
+        return statement.value.value is Ellipsis
     if isinstance(statement, ast.Raise) and statement.exc is not None:
         exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
         return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
     return False
 
 
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+        and isinstance(statement.value.value, str)
+
+
 def find_stub(target: Any) -> str | None:
-    """The name of a function or method whose body is still a placeholder (see above)."""
+    """The name of a function or method whose body is still a placeholder.
+
+    Unfinished means ``...`` or ``raise NotImplementedError``, optionally after a docstring. A
+    ``pass`` body is not: ``def free(self, start): pass`` may be the learner's real answer, and a
+    function that only passes is told it returned None by the failing case itself.
+    """
     for fn in _own_functions(target):
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
         except (OSError, TypeError, SyntaxError):
             continue
         body = getattr(tree.body[0], "body", []) if tree.body else []
-        if body and all(_is_placeholder(s) for s in body):
+        body = body[1:] if body and _is_docstring(body[0]) else body
+        if len(body) == 1 and _is_unfinished(body[0]):
             return fn.__qualname__
     return None
 
@@ -115,6 +134,7 @@ class Exercise:
     title: Text = ""
     task: Text = ""
     time_limit_s: float = 5.0
+    memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB
     hints_given: int = field(default=0, init=False)
 
     def reference_solution(self) -> Any:
@@ -122,8 +142,10 @@ class Exercise:
         return getattr(importlib.import_module(module), attribute)
 
     def expected_values(self) -> list[Any]:
+        """Plain expected values, from the reference run here in the kernel (call it after the child)."""
         solution = self.reference_solution()
-        return [c.run(solution, None) if c.expected is FROM_REFERENCE else c.expected for c in self.checks]
+        values = [to_plain(c.run(solution, None) if c.expected is FROM_REFERENCE else c.expected) for c in self.checks]
+        return [as_trace(v) if c.trace else v for c, v in zip(self.checks, values)]
 
     def hint(self) -> Hint | None:
         """The next hint (the last one repeats); None when the exercise has none."""
@@ -131,34 +153,60 @@ class Exercise:
             return None
         number = min(self.hints_given, len(self.hints) - 1) + 1
         self.hints_given += 1
-        return Hint(number, len(self.hints), localize(self.hints[number - 1]))
+        return self._hint(number - 1)
+
+    def _hint(self, index: int) -> Hint:
+        return Hint(index + 1, len(self.hints), localize(self.hints[index]))
 
     def check(self, target: Any) -> CheckResult:
         """Run every hidden check on ``target`` (a function or class) in a child process."""
         if target is None or target is Ellipsis:
             return self._early_failure(t("还没有可检查的代码：请先定义函数/类，再把它传给 check()。",
                                          "Nothing to check yet: define the function/class, then pass it to check()."))
+        reference = self.reference_solution()
+        if is_reference(target, reference):
+            return self._early_failure(t(
+                "这是参考答案（reference solution）本身，不是你的代码。请写出你自己的实现再检查；"
+                "想对照答案时可以用 .show_solution()。",
+                "This is the reference solution itself, not your code. Write your own and check that; "
+                ".show_solution() shows the reference when you want to compare."), hint=False)
         stub = find_stub(target)
         if stub is not None:
-            return self._early_failure(t(f"{stub} 还只是占位（pass / ... / NotImplementedError）：请先写出它的实现。",
-                                         f"{stub} is still a placeholder (pass / ... / NotImplementedError): "
+            return self._early_failure(t(f"{stub} 还只是占位（... / NotImplementedError）：请先写出它的实现。",
+                                         f"{stub} is still a placeholder (... / NotImplementedError): "
                                          "write its body first."))
-        expected = self.expected_values()
-        cases = [partial(_run_case, check, exp) for check, exp in zip(self.checks, expected)]
-        report = run_cases(target, cases, self.time_limit_s)
-        return self._result(report, expected)
+        report = run_cases(target, [_case_for(c) for c in self.checks], self.time_limit_s,
+                           self.memory_limit_mb, forbidden=(reference,))
+        return self._result(report, self.expected_values())   # expectations exist only after the child is gone
 
-    def _early_failure(self, text: str) -> CheckResult:
-        hint = self.hint()
-        message = f"✗ {text}" + (f"\n\n{hint}" if hint else "")
-        return CheckResult(self.name, False, message, 0, len(self.checks), hint=str(hint) if hint else None)
+    def self_test(self) -> CheckResult:
+        """Run the reference solution through the same sandbox and checks (for authors and tests)."""
+        report = run_cases(self.reference_solution(), [_case_for(c) for c in self.checks],
+                           self.time_limit_s, self.memory_limit_mb)
+        return self._result(report, self.expected_values())
+
+    def _early_failure(self, text: str, hint: bool = True) -> CheckResult:
+        shown = self._hint(0) if hint and self.hints else None    # the first hint; the count does not move
+        message = f"✗ {text}" + (f"\n\n{shown}" if shown else "")
+        return CheckResult(self.name, False, message, 0, len(self.checks), hint=str(shown) if shown else None)
+
+    def _hint_for(self, failure: CaseFailure) -> Hint | None:
+        """The hint for this failure: the one its case names, else the next; none for non-algorithmic
+        failures (time, memory, type, crash, reference), whose advice ``describe_failure`` gives."""
+        if failure.kind not in ("wrong", "error") or not self.hints:
+            return None
+        named = self.checks[failure.index].hint
+        if named is not None and 0 <= named < len(self.hints):
+            self.hints_given = max(self.hints_given, named + 1)
+            return self._hint(named)
+        return self.hint()
 
     def _result(self, report: RunReport, expected: list[Any]) -> CheckResult:
-        failure, num_passed = first_failure(self.checks, expected, report)
+        failure, num_passed = first_failure(self.checks, expected, report, self.memory_limit_mb)
         if failure is None:
             message = t(f"✓ 全部 {len(self.checks)} 个隐藏测试通过！", f"✓ All {len(self.checks)} hidden tests passed!")
             return CheckResult(self.name, True, message, num_passed, len(self.checks), elapsed_s=report.elapsed_s)
-        hint = self.hint()
+        hint = self._hint_for(failure)
         head = t(f"✗ 通过 {num_passed}/{len(self.checks)} 个隐藏测试。",
                  f"✗ {num_passed}/{len(self.checks)} hidden tests passed.")
         body = describe_failure(failure, self.checks[failure.index], self.time_limit_s)
@@ -178,11 +226,14 @@ class Exercise:
         return f"<div><b>{title}</b><br>{task}<br><i>{html.escape(more)}</i></div>"
 
 
-def _run_case(check: Check, expected: Any, target: Any) -> Any:
-    return check.run(target, expected)
+def _case_for(check: Check):
+    """The case the child runs: the learner's target on the check's input, nothing else."""
+    run = check.run
+    return lambda target: run(target, None)
 
 
-def first_failure(checks: Sequence[Check], expected: list[Any], report: RunReport) -> tuple[CaseFailure | None, int]:
+def first_failure(checks: Sequence[Check], expected: list[Any], report: RunReport,
+                  memory_limit_mb: float | None = None) -> tuple[CaseFailure | None, int]:
     """The first failing case (None if all passed) and how many cases passed."""
     failure, passed = None, 0
     for i, outcome in enumerate(report.outcomes):
@@ -194,16 +245,51 @@ def first_failure(checks: Sequence[Check], expected: list[Any], report: RunRepor
     done = len(report.outcomes)
     if failure is None and done < report.num_cases:
         kind = "timeout" if report.timed_out else "crash"
-        failure = CaseFailure(done, localize(checks[done].label), kind, got=report.exit_code)
+        grown = report.grown_mb
+        if kind == "timeout" and memory_limit_mb and grown is not None and grown > GROWING_SHARE * memory_limit_mb:
+            kind = "memory"                        # stopped on time while still allocating
+        failure = CaseFailure(done, localize(checks[done].label), kind,
+                              got=grown if kind == "memory" else report.exit_code)
     return failure, passed
 
 
+_ERROR_KINDS = {"MemoryError": "memory", "ReferenceSolutionUsed": "reference"}
+
+
 def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFailure | None:
+    """Compare plain data (``outcome`` holds nothing else), so no learner code runs here."""
     label = localize(check.label)
+    if outcome.not_plain is not None:
+        return CaseFailure(index, label, "type", not_plain=outcome.not_plain, stdout=outcome.stdout)
     if outcome.error is not None:
-        return CaseFailure(index, label, "error", error=outcome.error, stdout=outcome.stdout)
+        wrong_first = _wrong_before_error(check, expected, outcome.partial)
+        if wrong_first is not None:
+            return CaseFailure(index, label, "wrong", *wrong_first, stdout=outcome.stdout)
+        kind = _ERROR_KINDS.get(outcome.error.type_name, "error")
+        return CaseFailure(index, label, kind, error=outcome.error, stdout=outcome.stdout)
+    got = as_trace(outcome.value) if check.trace else outcome.value
+    got = outcome.value if got is None else got
     try:
-        same = bool(check.compare(outcome.value, expected))
-    except Exception:
+        same = bool(check.compare(got, expected))
+    except Exception:                          # e.g. a recursive structure
         same = False
-    return None if same else CaseFailure(index, label, "wrong", expected, outcome.value, stdout=outcome.stdout)
+    if same:
+        return None
+    return CaseFailure(index, label, "wrong", _shown_part(check, expected, got), got, stdout=outcome.stdout)
+
+
+def _shown_part(check: Check, expected: Any, got: Any) -> Any:
+    """For a sequence, the expected steps up to the first wrong one: the result keeps no more of
+    the hidden answer than the message shows (later checks' code could read it back)."""
+    if not check.trace or not isinstance(expected, list) or not isinstance(got, list):
+        return expected
+    k = next((i for i, (e, g) in enumerate(zip(expected, got)) if e != g), min(len(expected), len(got)))
+    return expected[:k + 1]
+
+
+def _wrong_before_error(check: Check, expected: Any, partial: Any) -> tuple | None:
+    """(expected shown, steps) up to an earlier wrong step, when a sequence went wrong before it raised."""
+    steps = as_trace(partial) if check.trace else None
+    if not steps or not isinstance(expected, list) or not any(e != g for e, g in zip(expected, steps)):
+        return None
+    return _shown_part(check, expected, steps), steps

@@ -9,14 +9,23 @@ click, and what tests and headless runs call directly. Drawing lives in ``quiz.p
         answer=0,
         explanations=[{"zh": "对：……", "en": "Right: ..."}, ...])
     q.check(1)  # Feedback(correct=False, message="✗ 不对。……")
+
+``check`` always addresses options by their original identity (index as written, its letter in
+that order, or its text). The widget shows them shuffled, per learner and per question
+(``MultipleChoice.order``): the same learner sees the same order after a reload, another learner
+another one, so "the answer is always A" stops working. A wrong number that is right up to a power
+of ten or of 1024 is told to check its unit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
+from labkit.assess.learner import learner_id
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
 
@@ -39,6 +48,8 @@ class MultipleChoice:
     options: Sequence[Text]
     answer: int
     explanations: Sequence[Text] = field(default_factory=tuple)
+    shuffle: bool = True               # False for options whose order means something (1×, 2×, 4×)
+    id: str | None = None              # stable key for the shuffle; default: the question's text
 
     def __post_init__(self) -> None:
         if not 2 <= len(self.options) <= len(LETTERS):
@@ -59,6 +70,20 @@ class MultipleChoice:
         verdict = t("✓ 正确。", "✓ Correct.") if correct else t("✗ 不对。", "✗ Not quite.")
         why = localize(self.explanations[index]) if self.explanations else ""
         return Feedback(correct, f"{verdict} {why}".strip())
+
+    def key(self) -> str:
+        if self.id is not None:
+            return self.id
+        texts = [self.question, *self.options]
+        return "|".join(t if isinstance(t, str) else t.get("zh") or next(iter(t.values()), "") for t in texts)
+
+    def order(self, learner: str | None = None) -> list[int]:
+        """Original option indices in the order this learner sees them (stable per learner)."""
+        indices = list(range(len(self.options)))
+        if self.shuffle:
+            seed = hashlib.sha256(f"{learner or learner_id()}|{self.key()}".encode()).digest()
+            random.Random(seed).shuffle(indices)
+        return indices
 
     def _index_of(self, choice: Union[int, str]) -> int | None:
         if isinstance(choice, int) and not isinstance(choice, bool):
@@ -107,7 +132,17 @@ class Numeric:
             return Feedback(True, f"{done} {localize(self.explanation)}".strip())
         direction = t("偏大", "too high") if x > self.answer else t("偏小", "too low")
         wrong = t(f"✗ {format_number(x)} {direction}。", f"✗ {format_number(x)} is {direction}.")
-        return Feedback(False, f"{wrong} {localize(self.hint)}".strip())
+        return Feedback(False, t("", " ").join(p for p in (wrong, self.unit_hint(x), localize(self.hint)) if p))
+
+    def unit_hint(self, x: float) -> str:
+        """A note when ``x`` is right up to a power of ten or of 1024 (a unit slip), else ""."""
+        factor = scale_factor(x, self.answer, max(self.tol, self.rel_tol * abs(self.answer)))
+        if factor is None:
+            return ""
+        unit = localize(self.unit)
+        in_unit = t(f"（答案以「{unit}」为单位）", f" (the answer is in {unit})") if unit else ""
+        return t(f"它与答案正好差了 {factor} 倍：是单位或数量级出了错吗{in_unit}？",
+                 f"It is off by exactly a factor of {factor}: did a unit or an order of magnitude slip{in_unit}?")
 
     def is_close(self, x: float) -> bool:
         allowed = max(self.tol, self.rel_tol * abs(self.answer))
@@ -134,3 +169,17 @@ def format_number(x: float) -> str:
     if abs(x) >= 100:
         return f"{x:,.1f}"
     return f"{x:.4g}"
+
+
+_SCALES = [(10 ** k, str(10 ** k) if k <= 6 else f"10^{k}") for k in range(1, 13)] + \
+          [(1024 ** k, "1024" if k == 1 else f"1024^{k}") for k in range(1, 5)]
+
+
+def scale_factor(x: float, answer: float, allowed: float) -> str | None:
+    """The power of ten or of 1024 that turns ``x`` into ``answer`` (closest fit), or None."""
+    if x == 0 or answer == 0 or (x > 0) != (answer > 0):
+        return None
+    slack = max(allowed, 0.01 * abs(answer))
+    fits = [(abs(x * f - answer) / abs(answer), name) for factor, name in _SCALES
+            for f in (factor, 1 / factor) if abs(x * f - answer) <= slack]
+    return min(fits)[1] if fits else None

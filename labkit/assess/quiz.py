@@ -2,6 +2,9 @@
 
 Each click goes to the kernel, ``question.check(...)`` decides, and the per-option explanation is
 written under the question. Text follows ``labkit.set_language``: a quiz on screen relabels itself.
+Options are shown in this learner's shuffled order (``MultipleChoice.order``); the score counts
+each question's FIRST answer (trying every option until one is green scores nothing), and a
+question answered more than once says how many attempts it took.
 
     Quiz([MultipleChoice(...), Numeric(...)])   # last expression in a cell → the quiz is shown
 """
@@ -12,7 +15,13 @@ from typing import Sequence, Union
 
 import ipywidgets as W
 
-from labkit.assess.questions import LETTERS, Feedback, MultipleChoice, Numeric
+from labkit.assess.questions import (
+    LETTERS,
+    Feedback,
+    MultipleChoice,
+    Numeric,
+    parse_number,
+)
 from labkit.assess.text import Text, localize_html, relabel_on_language_change
 from labkit.i18n import t
 
@@ -21,11 +30,26 @@ Question = Union[MultipleChoice, Numeric]
 _GREEN, _RED = "#1b7f3b", "#b3261e"
 
 
-def _feedback_html(feedback: Feedback | None) -> str:
+def _feedback_html(feedback: Feedback | None, attempts: int = 1) -> str:
     if feedback is None:
         return ""
     colour = _GREEN if feedback.correct else _RED
-    return f'<div style="color:{colour};margin:4px 0 8px 0">{localize_html(feedback.message)}</div>'
+    tries = ""
+    if attempts > 1:
+        tries = " " + t(f"（第 {attempts} 次作答；计分按第一次）", f"(attempt {attempts}; the score counts the first)")
+    return f'<div style="color:{colour};margin:4px 0 8px 0">{localize_html(feedback.message)}{tries}</div>'
+
+
+class _Attempts:
+    """How often a question was answered and whether the first answer was right."""
+
+    def __init__(self) -> None:
+        self.count, self.first_correct = 0, None
+
+    def record(self, feedback: Feedback) -> None:
+        self.count += 1
+        if self.first_correct is None:
+            self.first_correct = feedback.correct
 
 
 def _title_html(number: int, question: Text) -> str:
@@ -33,17 +57,23 @@ def _title_html(number: int, question: Text) -> str:
 
 
 class ChoiceView:
-    """Option rows (letter button + text); a click marks the button and shows its explanation."""
+    """Option rows (letter button + text) in this learner's order; a click shows the explanation.
+
+    ``order[i]`` is the original index of the option on row i; ``answer(index)`` takes an
+    original index, as ``question.check`` does.
+    """
 
     def __init__(self, question: MultipleChoice, number: int, on_answer) -> None:
         self.question, self.number, self.on_answer = question, number, on_answer
+        self.order = question.order()
         self.choice: int | None = None
+        self.attempts = _Attempts()
         self.title = W.HTML()
         self.buttons = [W.Button(description=LETTERS[i], layout=W.Layout(width="3em"))
                         for i in range(len(question.options))]
         self.labels = [W.HTML() for _ in question.options]
-        for i, button in enumerate(self.buttons):
-            button.on_click(lambda _b, i=i: self.answer(i))
+        for row, button in enumerate(self.buttons):
+            button.on_click(lambda _b, index=self.order[row]: self.answer(index))
         self.feedback = W.HTML()
         rows = [W.HBox([b, label]) for b, label in zip(self.buttons, self.labels)]
         self.box = W.VBox([self.title, *rows, self.feedback])
@@ -55,17 +85,18 @@ class ChoiceView:
 
     def answer(self, index: int) -> None:
         self.choice = index
-        correct = self.result.correct
-        for i, button in enumerate(self.buttons):
-            button.button_style = ("success" if correct else "danger") if i == index else ""
+        result = self.result
+        self.attempts.record(result)
+        for row, button in enumerate(self.buttons):
+            button.button_style = ("success" if result.correct else "danger") if self.order[row] == index else ""
         self.relabel()
         self.on_answer()
 
     def relabel(self) -> None:
         self.title.value = _title_html(self.number, self.question.question)
-        for label, option in zip(self.labels, self.question.options):
-            label.value = localize_html(option)
-        self.feedback.value = _feedback_html(self.result)
+        for label, index in zip(self.labels, self.order):
+            label.value = localize_html(self.question.options[index])
+        self.feedback.value = _feedback_html(self.result, self.attempts.count)
 
 
 class NumericView:
@@ -74,6 +105,7 @@ class NumericView:
     def __init__(self, question: Numeric, number: int, on_answer) -> None:
         self.question, self.number, self.on_answer = question, number, on_answer
         self.submitted: str | None = None
+        self.attempts = _Attempts()
         self.title = W.HTML()
         self.entry = W.Text(layout=W.Layout(width="12em"))
         self.unit = W.HTML()
@@ -89,7 +121,10 @@ class NumericView:
 
     def answer(self, value: str) -> None:
         self.submitted = value
-        self.button.button_style = "success" if self.result.correct else "danger"
+        result = self.result
+        if parse_number(value) is not None:            # a typo that is not a number is no attempt
+            self.attempts.record(result)
+        self.button.button_style = "success" if result.correct else "danger"
         self.relabel()
         self.on_answer()
 
@@ -98,7 +133,7 @@ class NumericView:
         self.entry.placeholder = t("输入一个数", "type a number")
         self.unit.value = f"&nbsp;{localize_html(self.question.unit)}&nbsp;"
         self.button.description = t("检查", "Check")
-        self.feedback.value = _feedback_html(self.result)
+        self.feedback.value = _feedback_html(self.result, self.attempts.count)
 
 
 def _view_for(question: Question, number: int, on_answer):
@@ -122,14 +157,13 @@ class QuizView:
         relabel_on_language_change(self.relabel_all)
 
     def relabel(self) -> None:
-        results = [v.result for v in self.views]
-        answered = sum(r is not None for r in results)
-        right = sum(bool(r and r.correct) for r in results)
+        answered = sum(v.attempts.count > 0 for v in self.views)
+        right = sum(bool(v.attempts.first_correct) for v in self.views)
         n = len(self.views)
         title = self.title_text if self.title_text is not None else {"zh": "概念检查", "en": "Concept check"}
         self.header.value = f"<h4 style='margin:2px 0'>{localize_html(title)}</h4>"
-        self.score.value = t(f"已作答 {answered}/{n}，答对 {right}/{n}",
-                             f"Answered {answered}/{n}, correct {right}/{n}")
+        self.score.value = t(f"已作答 {answered}/{n}，第一次就答对 {right}/{n}",
+                             f"Answered {answered}/{n}, right at the first attempt {right}/{n}")
 
     def relabel_all(self) -> None:
         for view in self.views:

@@ -5,12 +5,15 @@ Only the first failing case is described, so the hidden tests are not all reveal
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import textwrap
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.assess.checks import Check, Step
-from labkit.assess.sandbox import ErrorInfo
+from labkit.assess.sandbox import ErrorInfo, NotPlain
+from labkit.assess.text import localize
 from labkit.i18n import t
 
 
@@ -20,17 +23,67 @@ class CaseFailure:
 
     index: int
     label: str
-    kind: str                      # "wrong" | "error" | "timeout" | "crash"
+    kind: str          # "wrong" | "error" | "timeout" | "memory" | "type" | "reference" | "crash"
     expected: Any = None
     got: Any = None
     error: ErrorInfo | None = None
     stdout: str = ""
+    not_plain: NotPlain | None = None
 
+
+# What to look at for failures that are not about the algorithm: these replace the exercise's
+# hints (an endless loop is not helped by a hint about dicts), and the hint count does not move.
+# A non-plain result needs no more than its own message (describe_not_plain).
+ADVICE = {
+    "timeout": {"zh": "检查每个循环的结束条件：每一轮都在向结束靠近吗？while 循环里的变量有没有更新？",
+                "en": "Check each loop's exit condition: does every round move towards the end? "
+                      "Is the variable in the while condition updated?"},
+    "memory": {"zh": "看看哪里在不停地追加或复制列表/字符串：它们的大小应当与输入相当。",
+               "en": "Look for a list or string that keeps growing or being copied: its size should "
+                     "stay about the size of the input."},
+    "reference": {"zh": "请用你自己的代码实现；做完之后可以用 .show_solution() 对照参考答案。",
+                  "en": "Write it with your own code; afterwards, .show_solution() shows the reference to compare."},
+    "crash": {"zh": "你的代码是否调用了 os._exit、os.kill，或者让解释器崩溃的扩展？",
+              "en": "Does your code call os._exit or os.kill, or an extension that crashes the interpreter?"},
+}
 
 
 def _short(value: Any, limit: int = 300) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):       # an int with too many digits, a deeply nested list
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit] + " …"
+
+
+def _signal_name(exit_code: Any) -> str | None:
+    if isinstance(exit_code, int) and exit_code < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-exit_code).name
+    return None
+
+
+def describe_crash(exit_code: Any) -> str:
+    name = _signal_name(exit_code)
+    if name == "SIGKILL":
+        return t("运行你代码的子进程被系统强行结束（SIGKILL），通常是因为内存用得太多。",
+                 "The process running your code was killed by the system (SIGKILL), usually for using too much memory.")
+    if name is not None:
+        return t(f"运行你代码的子进程因信号 {name} 意外结束（内核没事）。",
+                 f"The process running your code ended on signal {name} (your kernel is fine).")
+    return t(f"运行你代码的子进程意外退出（退出码 {exit_code}）。",
+             f"The process running your code exited unexpectedly (exit code {exit_code}).")
+
+
+def describe_not_plain(refused: NotPlain) -> str:
+    where = t(f"（位置 {refused.path}）", f" (at {refused.path})") if refused.path else ""
+    during = t(f"调用 {refused.during} 时，", f"While calling {refused.during}, y") if refused.during else t("", "Y")
+    kind = refused.type_name
+    return t(f"{during}你的代码返回了一个 {kind} 对象{where}：{refused.text}\n"
+             "  检查程序只接收普通数据：数字、字符串、列表、元组、字典（numpy/torch 的数值会自动转换）。",
+             f"{during}our code returned a {kind} object{where}: {refused.text}\n"
+             "  The checker accepts plain data only: numbers, strings, lists, tuples, dicts "
+             "(numpy/torch values are converted).")
 
 
 def describe_failure(failure: CaseFailure, check: Check, time_limit_s: float) -> str:
@@ -40,13 +93,28 @@ def describe_failure(failure: CaseFailure, check: Check, time_limit_s: float) ->
         body = t(f"运行超过 {time_limit_s:g} 秒，已停止（内核没事）。是不是有一个永远不结束的循环？",
                  f"Still running after {time_limit_s:g} s, so it was stopped (your kernel is fine). "
                  "Is there a loop that never ends?")
+    elif failure.kind == "memory":
+        during = failure.error.during if failure.error else None
+        body = t(("在调用 " + during + " 时，" if during else "") + "你的代码用了太多内存，已停止（内核没事）。",
+                 ("While calling " + during + ", y" if during else "Y") + "our code used too much memory, "
+                 "so it was stopped (your kernel is fine).")
+        if failure.error is None and isinstance(failure.got, (int, float)):
+            body += t(f"\n  {time_limit_s:g} 秒时它已多占用约 {failure.got:,.0f} MiB，而且还在增长。",
+                      f"\n  After {time_limit_s:g} s it had taken about {failure.got:,.0f} MiB more, and was still growing.")
     elif failure.kind == "crash":
-        body = t(f"运行你代码的子进程意外退出（退出码 {failure.got}）。",
-                 f"The process running your code exited unexpectedly (exit code {failure.got}).")
+        body = describe_crash(failure.got)
+    elif failure.kind == "reference":
+        body = t("你的代码调用了参考答案（reference solution）：检查时参考答案不可用。",
+                 "Your code calls the reference solution: it is not available while your code is checked.")
+    elif failure.kind == "type":
+        body = describe_not_plain(failure.not_plain)
     elif failure.kind == "error":
         body = describe_error_info(failure.error)
     else:
         body = describe_mismatch(failure.expected, failure.got, check)
+    advice = ADVICE.get(failure.kind)
+    if advice:
+        body += "\n  " + localize(advice)
     printed = failure.stdout.strip()
     if printed:
         body += "\n" + t("你的 print 输出：\n", "What your code printed:\n") + textwrap.indent(printed[-600:], "  ")

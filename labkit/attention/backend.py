@@ -32,6 +32,6 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend | ModuleTyp
     if name == "auto":
         name = "triton" if device.type == "cuda" else "cpu_batched"
     if name == "triton":
-        from labkit.attention import triton_paged   # imports triton: only when asked for
+        from labkit.attention import triton_paged  # imports triton: only when asked for
         return triton_paged
     return {"reference": reference, "cpu_batched": cpu_batched}[name]

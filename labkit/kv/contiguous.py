@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.hooks import BlockMapSnapshot, Region
+from labkit.hooks import BlockMapSnapshot, KVWaste, Region
 
 
 @dataclass
@@ -126,7 +126,7 @@ class ContiguousKVManager:
     def usage(self) -> float:
         return sum(r.reserved for r in self.regions.values()) / self.num_slots
 
-    def waste(self, num_computed: dict[str, int], next_waiting_need: int = 0) -> dict[str, float]:
+    def waste(self, num_computed: dict[str, int], next_waiting_need: int = 0) -> KVWaste:
         """Waste split as shares of reserved slots; external fragmentation as a share of the pool."""
         reserved = sum(r.reserved for r in self.regions.values())
         used = {rid: min(num_computed.get(rid, 0), r.reserved) for rid, r in self.regions.items()}
@@ -141,9 +141,8 @@ class ContiguousKVManager:
             if free >= size and max((length for _, length in holes), default=0) < size:
                 external = free / self.num_slots
         if not reserved:
-            return {"waste": 0.0, "reserved_unused": 0.0, "internal": 0.0, "external": external}
-        return {"waste": 1.0 - filled / reserved, "reserved_unused": later / reserved,
-                "internal": internal / reserved, "external": external}
+            return KVWaste(external=external)
+        return KVWaste(1.0 - filled / reserved, later / reserved, internal / reserved, external)
 
     def snapshot(self, num_computed: dict[str, int]) -> BlockMapSnapshot:
         bs = self.block_size

@@ -13,7 +13,7 @@ raise its ``ref_cnt``; writing into a shared partly-filled block first copies it
 
 from __future__ import annotations
 
-from labkit.hooks import BlockMapSnapshot
+from labkit.hooks import BlockMapSnapshot, KVWaste
 from labkit.kv.block_pool import BlockPool
 
 
@@ -191,7 +191,7 @@ class KVCacheManager:
                     filled[block_id] = f
         return filled
 
-    def waste(self, num_computed: dict[str, int], next_waiting_need: int = 0) -> dict[str, float]:
+    def waste(self, num_computed: dict[str, int], next_waiting_need: int = 0) -> KVWaste:
         """Share of allocated token slots that hold no computed K/V (paged: the blocks' tails)."""
         allocated = self.pool.num_used_blocks() * self.block_size
         if self.pool.num_extra_refs == 0:   # no sharing: each request's filled slots are its own
@@ -200,7 +200,7 @@ class KVCacheManager:
         else:
             filled = sum(self.filled_per_block(num_computed))
         waste = 1.0 - filled / allocated if allocated else 0.0
-        return {"waste": waste, "reserved_unused": 0.0, "internal": waste, "external": 0.0}
+        return KVWaste(waste=waste, internal=waste)
 
     def snapshot(self, num_computed: dict[str, int]) -> BlockMapSnapshot:
         owner: list[str | None] = [None] * self.pool.num_blocks

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.model.loader import ModelConfig
+from labkit.model.config import ModelConfig
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T. Measured with
 # torch 2.13 (MKL/oneDNN) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`,

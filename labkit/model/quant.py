@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.model.llama import LlamaModel
+
 GROUP_SIZE = 32
 
 
@@ -103,8 +105,6 @@ def quantized_copy(target, dtype=torch.bfloat16):
     The embedding lookup reads one row per token, so it stays dense; the LM head (tied to the
     embedding in SmolLM2) is the largest matrix, so it is quantised too.
     """
-    from labkit.model.llama import LlamaModel
-
     def dense(t: torch.Tensor) -> nn.Parameter:
         return nn.Parameter(t.detach().to(dtype), requires_grad=False)
 

@@ -1,3 +1,3 @@
-from labkit.sample.sampler import sample_tokens, to_probs
+from labkit.sample.sampler import Sampler, sample_tokens, to_probs
 
-__all__ = ["sample_tokens", "to_probs"]
+__all__ = ["Sampler", "sample_tokens", "to_probs"]

@@ -9,6 +9,13 @@ from __future__ import annotations
 import torch
 
 from labkit.sampling_params import SamplingParams
+from labkit.scheduler_output import SampledTokens, ScheduledRequest
+from labkit.spec_decode.rejection_sampler import (
+    greedy_verify,
+    greedy_verify_batch,
+    rejection_sample,
+    rejection_sample_batch,
+)
 
 
 def to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -41,3 +48,126 @@ def sample_tokens(logits: torch.Tensor, params: list[SamplingParams],
             probs = to_probs(logits[i:i + 1], p)
             tokens[i] = int(torch.multinomial(probs[0].cpu(), 1, generator=gen).item())
     return tokens
+
+
+class Sampler:
+    """The torch side of a step's decisions, keyed by request id: each request's sampling params and
+    random generator, and the draft probabilities q its drafts were drawn from. ``sample`` turns the
+    runner's logits into plain token ids for ``scheduler.update_from_output``.
+
+    One batched call per kind of row: plain rows share one argmax (and one multinomial per sampled
+    request); verification rows go through the rejection sampler's batch form, which draws exactly
+    the numbers the one-request form would (``rejection_sampler.py``).
+    """
+
+    def __init__(self, seed: int = 0, batched: bool = True):
+        self.seed, self.batched = seed, batched
+        self._params: dict[str, SamplingParams] = {}
+        self._generators: dict[str, torch.Generator | None] = {}
+        self._pending_forks: dict[str, tuple[str, ...]] = {}
+        self._draft_probs: dict[str, torch.Tensor | None] = {}
+        self._num_added = 0
+
+    # -- per-request state ----------------------------------------------------------------------
+    def add(self, request_id: str, params: SamplingParams, child_ids: tuple[str, ...] = ()) -> None:
+        """Register a request (and the children it will fork into, n > 1) with their generators."""
+        base = params.seed if params.seed is not None else self.seed * 1_000_003 + self._num_added
+        self._num_added += 1
+        for index, rid in enumerate((request_id, *child_ids)):
+            self._params[rid] = params
+            self._generators[rid] = None if params.greedy else torch.Generator().manual_seed(base + index)
+        if child_ids:
+            self._pending_forks[request_id] = tuple(child_ids)
+
+    def remove(self, request_id: str) -> None:
+        for store in (self._params, self._generators, self._pending_forks, self._draft_probs):
+            store.pop(request_id, None)
+
+    def generator(self, request_id: str) -> torch.Generator | None:
+        return self._generators[request_id]
+
+    def set_draft_probs(self, request_id: str, probs: torch.Tensor | None) -> None:
+        """q for the drafts just proposed for ``request_id`` ([k, vocab]), or None (point masses)."""
+        self._draft_probs[request_id] = probs
+
+    def draft_probs(self, request_id: str) -> torch.Tensor | None:
+        return self._draft_probs.get(request_id)
+
+    # -- one step -------------------------------------------------------------------------------
+    def sample(self, scheduled: list[ScheduledRequest], logits: torch.Tensor | None) -> SampledTokens:
+        """logits: [sum of num_logits, vocab], scheduled[i]'s rows back to back (a prefill chunk has
+        none); None when no request has rows this step."""
+        out = SampledTokens()
+        if logits is None:
+            return out
+        rows, start = [], 0
+        for s in scheduled:
+            if s.num_logits:
+                rows.append((s, start, start + s.num_logits))
+                start += s.num_logits
+        if self.batched:
+            self._sample_plain([r for r in rows if not r[0].num_spec_tokens], logits, out)
+            self._verify([(s, logits[a:b]) for s, a, b in rows if s.num_spec_tokens], out)
+        else:
+            self._one_by_one(rows, logits, out)
+        for s, _, end in rows:
+            children = self._pending_forks.pop(s.request_id, None)
+            if children:
+                params = self._params[s.request_id]
+                out.fork_token_ids[s.request_id] = [
+                    sample_tokens(logits[end - 1:end], [params], [self._generators[c]])[0] for c in children]
+        return out
+
+    def _sample_plain(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
+        """Every plain row in one call: one gather, one argmax (one multinomial per sampled request)."""
+        if not rows:
+            return
+        last = torch.tensor([end - 1 for _, _, end in rows], device=logits.device)
+        tokens = sample_tokens(logits.index_select(0, last), [self._params[s.request_id] for s, _, _ in rows],
+                               [self._generators[s.request_id] for s, _, _ in rows])
+        out.token_ids.update((s.request_id, [t]) for (s, _, _), t in zip(rows, tokens))
+
+    def _one_by_one(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
+        """The unbatched host path (``EngineConfig(batched_sampling=False)``): one call per request.
+        Same tokens as the batched path; kept to measure what batching saves."""
+        for s, a, b in rows:
+            rid, r = s.request_id, logits[a:b]
+            params, gen = self._params[rid], self._generators[rid]
+            if not s.num_spec_tokens:
+                out.token_ids[rid] = sample_tokens(r[-1:], [params], [gen])
+            elif params.greedy:
+                out.token_ids[rid] = greedy_verify(self._drafts(s), r)
+            else:
+                q = self._draft_probs.get(rid)
+                out.token_ids[rid] = rejection_sample(self._drafts(s), None if q is None else q[:s.num_spec_tokens],
+                                                      to_probs(r, params), generator=gen)
+            self._draft_probs.pop(rid, None)
+
+    def _verify(self, batch: list, out: SampledTokens) -> None:
+        """Greedy requests: accept while draft == argmax. Others: rejection sampling, in two groups
+        (drafts with a distribution q, and point-mass drafts such as n-gram lookup)."""
+        groups: dict[str, list] = {"greedy": [], "q": [], "point": []}
+        for s, rows in batch:
+            rid = s.request_id
+            kind = "greedy" if self._params[rid].greedy else "q" if self._draft_probs.get(rid) is not None else "point"
+            groups[kind].append((s, rows))
+        greedy, with_q, point = groups["greedy"], groups["q"], groups["point"]
+        if not batch:
+            return
+        if greedy:
+            tokens = greedy_verify_batch([self._drafts(s) for s, _ in greedy], torch.cat([r for _, r in greedy]))
+            out.token_ids.update((s.request_id, t) for (s, _), t in zip(greedy, tokens))
+        for group, use_q in ((with_q, True), (point, False)):
+            if not group:
+                continue
+            target = torch.cat([to_probs(r, self._params[s.request_id]) for s, r in group])   # [sum k+1, vocab]
+            q = torch.cat([self._draft_probs[s.request_id][:s.num_spec_tokens] for s, _ in group]) if use_q else None
+            tokens = rejection_sample_batch([self._drafts(s) for s, _ in group], q, target,
+                                            [self._generators[s.request_id] for s, _ in group])
+            out.token_ids.update((s.request_id, t) for (s, _), t in zip(group, tokens))
+        for s, _ in batch:
+            self._draft_probs.pop(s.request_id, None)
+
+    @staticmethod
+    def _drafts(s: ScheduledRequest) -> list[int]:
+        return list(s.token_ids[len(s.token_ids) - s.num_spec_tokens:])

@@ -6,38 +6,24 @@ a verification run); then waiting requests join as long as there is budget, a fr
 KV space. A request finishing frees its slot for a new one at the very next step (Yu et al., Orca,
 OSDI'22). When the pool runs dry, the most recently admitted running request is preempted: its blocks
 are freed and it is recomputed later (its generated tokens are kept).
+
+The scheduler owns the requests and the KV manager: ``schedule()`` decides and allocates;
+``update_from_output()`` applies what the model and sampler produced (accepted tokens, rollback of
+rejected drafts, prefix-cache registration, forks of parallel samples, finishing). Nothing else
+writes either.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from dataclasses import dataclass, field
+from typing import Callable
 
+from labkit import hooks as ev
 from labkit.config import EngineConfig
+from labkit.outputs import StepOutput
 from labkit.request import Request, RequestStatus
-
-
-@dataclass
-class ScheduledRequest:
-    request: Request
-    num_new_tokens: int       # tokens whose K/V this step computes (drafts included)
-    num_spec_tokens: int      # how many of them are draft tokens being verified
-    kind: str                 # prefill | decode | verify
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled: list[ScheduledRequest] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    new_blocks: dict[str, list[int]] = field(default_factory=dict)
-    prefix_hits: dict[str, int] = field(default_factory=dict)
-    idle: list[Request] = field(default_factory=list)   # static batching: slots held by finished requests
-    freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
-    lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
-
-    @property
-    def num_scheduled_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
+from labkit.scheduler_output import SampledTokens, ScheduledRequest, SchedulerOutput, StepUpdate
 
 
 def step_kind(req: Request, num_new: int, num_spec: int) -> str:
@@ -49,35 +35,61 @@ def step_kind(req: Request, num_new: int, num_spec: int) -> str:
 
 
 class ContinuousScheduler:
-    def __init__(self, config: EngineConfig, kv_manager, max_model_len: int):
+    def __init__(self, config: EngineConfig, kv_manager, max_model_len: int,
+                 clock: Callable[[], float] = time.perf_counter):
         self.config = config
         self.kv = kv_manager
         self.max_model_len = max_model_len
+        self.clock = clock
+        self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
 
     # -- queue management -------------------------------------------------------------------
     def add(self, req: Request) -> None:
+        self.requests[req.request_id] = req
         self.waiting.append(req)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def finish(self, req: Request) -> list[int]:
-        """Remove a finished/aborted request and free its KV; returns the freed block ids."""
+    def drop(self, request_id: str) -> None:
+        """Forget a finished request (its output has been delivered)."""
+        req = self.requests.get(request_id)
+        if req is not None and req.is_finished:
+            del self.requests[request_id]
+
+    def set_drafts(self, drafts: dict[str, list[int]]) -> None:
+        """Draft tokens the proposer made for running requests, verified at the next step."""
+        for rid, token_ids in drafts.items():
+            self.requests[rid].spec_token_ids = list(token_ids)
+
+    def finish_request(self, req: Request, status: RequestStatus, update: StepUpdate) -> None:
+        """End a request (stopped, length or aborted): free its slot and KV, record it in ``update``."""
+        req.status, req.finished_time, req.spec_token_ids = status, self.clock(), []
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
-        return self.kv.free(req.request_id)
+        freed = self.kv.free(req.request_id)
+        if freed:
+            update.events.append(ev.BlocksFreed(req.request_id, tuple(freed)))
+        update.events.append(ev.RequestFinished(req.request_id, status.value, req.timings()))
+        update.finished.append(req)
 
-    # -- one step ---------------------------------------------------------------------------
+    # -- one step: decide ---------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted:
             self._schedule_waiting(out, budget)
+        now = self.clock()
+        for s in out.scheduled:
+            req = self.requests[s.request_id]
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+        out.block_copies = self.kv.take_pending_copies()
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
@@ -91,11 +103,20 @@ class ContinuousScheduler:
                 continue
             if not self._allocate_or_preempt(req, num_new, out):
                 break                         # req itself was preempted (it was the last one)
-            num_spec = self._trim_spec(req, num_new)
-            out.scheduled.append(ScheduledRequest(req, num_new, num_spec, step_kind(req, num_new, num_spec)))
+            out.scheduled.append(self._scheduled(req, num_new, self._trim_spec(req, num_new)))
             budget -= num_new
             i += 1
         return budget
+
+    def _scheduled(self, req: Request, num_new: int, num_spec: int) -> ScheduledRequest:
+        """This step's share of ``req``, with everything the runner needs to compute it."""
+        start, rid = req.num_computed_tokens, req.request_id
+        end = start + num_new
+        tokens = req.token_ids_with_spec()[start:end]
+        num_logits = 1 + num_spec if end == req.num_tokens_with_spec else 0
+        return ScheduledRequest(rid, tuple(tokens), start, num_spec, step_kind(req, num_new, num_spec),
+                                tuple(self.kv.block_table(rid)), tuple(self.kv.slot_mapping(rid, start, end)),
+                                num_logits)
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         while True:
@@ -115,29 +136,26 @@ class ContinuousScheduler:
         out.lost_tokens[req.request_id] = req.num_computed_tokens
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
-        req.spec_token_ids, req.spec_probs = [], None
+        req.spec_token_ids = []
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
-        out.preempted.append(req)
+        out.preempted.append(req.request_id)
 
     @staticmethod
     def _trim_spec(req: Request, num_new: int) -> int:
         """If the budget cut into the drafts, verify only the drafts that fit."""
         num_spec = max(0, num_new - (req.num_tokens - req.num_computed_tokens))
-        if num_spec < len(req.spec_token_ids):
-            req.spec_token_ids = req.spec_token_ids[:num_spec]
-            if req.spec_probs is not None:
-                req.spec_probs = req.spec_probs[:num_spec]
+        del req.spec_token_ids[num_spec:]
         return num_spec
 
-    def _may_admit(self, req: Request) -> bool:
+    def _may_admit(self, req: Request, num_seqs: int) -> bool:
         """A request with n > 1 needs a slot for each sequence it will fork into."""
-        num_seqs = sum(1 + r.num_forks_pending for r in self.running)
         return num_seqs + 1 + req.num_forks_pending <= self.config.max_num_seqs
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
-        while self.waiting and budget > 0 and self._may_admit(self.waiting[0]):
+        num_seqs = sum(1 + r.num_forks_pending for r in self.running)   # slots taken, counted once
+        while self.waiting and budget > 0 and self._may_admit(self.waiting[0], num_seqs):
             req = self.waiting[0]
             hits, num_cached = self.kv.get_computed_blocks(req.request_id, req.all_token_ids)
             num_new = req.num_tokens - num_cached
@@ -153,9 +171,81 @@ class ContinuousScheduler:
             req.num_computed_tokens = num_cached
             req.status = RequestStatus.RUNNING
             self.running.append(req)
+            num_seqs += 1 + req.num_forks_pending
             if blocks:
                 out.new_blocks.setdefault(req.request_id, []).extend(blocks)
             if num_cached:
                 out.prefix_hits[req.request_id] = num_cached
-            out.scheduled.append(ScheduledRequest(req, num_new, 0, step_kind(req, num_new, 0)))
+            out.scheduled.append(self._scheduled(req, num_new, 0))
             budget -= num_new
+
+    # -- one step: apply what the model produced ----------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, sampled: SampledTokens) -> StepUpdate:
+        """The single place requests and KV change after the forward pass, request by request:
+        count the computed tokens; roll back rejected drafts (and trim their blocks); fork the
+        children of an n > 1 request; append tokens up to a stop; register full blocks in the
+        prefix cache; finish what stopped."""
+        update, now = StepUpdate(), self.clock()
+        for s in out.scheduled:
+            req = self.requests[s.request_id]
+            req.num_computed_tokens += s.num_new_tokens
+            tokens = sampled.token_ids.get(s.request_id)
+            if tokens is None or req.is_finished:
+                continue
+            num_draft = self._verify(req, s.num_spec_tokens, len(tokens) - 1, update) if s.num_spec_tokens else 0
+            if s.request_id in sampled.fork_token_ids:
+                self._fork(req, sampled.fork_token_ids[s.request_id], now, update)
+            update.outputs.append(self._append(req, tokens, now, num_draft, update))
+        return update
+
+    def _verify(self, req: Request, num_spec: int, num_accepted: int, update: StepUpdate) -> int:
+        """Roll back the rejected drafts: their K/V was computed, but they are not the sequence.
+        Returns how many drafts were accepted (they lead the tokens appended this step)."""
+        req.num_computed_tokens -= num_spec - num_accepted
+        req.spec_token_ids = []
+        dropped = self.kv.trim(req.request_id, req.num_computed_tokens)
+        if dropped:
+            update.events.append(ev.BlocksFreed(req.request_id, tuple(dropped)))
+        flags = tuple(i < num_accepted for i in range(num_spec))
+        update.events.append(ev.SpecVerified(req.request_id, num_spec, num_accepted, flags))
+        return num_accepted
+
+    def _fork(self, parent: Request, first_tokens: list[int], now: float, update: StepUpdate) -> None:
+        """Parallel sampling: children share the parent's blocks (copy-on-write when one writes a
+        shared block) and start from their own first token, sampled from the parent's last row."""
+        for child_id, token in zip(parent.child_ids, first_tokens):
+            child = Request(child_id, parent.prompt_token_ids, parent.sampling_params, parent.arrival_time,
+                            eos_token_ids=parent.eos_token_ids, status=RequestStatus.RUNNING,
+                            parent_id=parent.request_id, num_computed_tokens=parent.num_computed_tokens,
+                            first_scheduled_time=parent.first_scheduled_time)
+            self.requests[child_id] = child
+            self.kv.fork(parent.request_id, child_id)
+            self.running.append(child)
+            update.forked.append(child)
+            update.outputs.append(self._append(child, [token], now, 0, update))
+        parent.forked = True
+
+    def _append(self, req: Request, tokens: list[int], now: float, num_draft: int,
+                update: StepUpdate) -> StepOutput:
+        """Append tokens, stopping at EOS / stop tokens / max_tokens / max_model_len."""
+        added, status = [], None
+        for token in tokens:
+            req.append_output(token, now)
+            added.append(token)
+            status = self._stop_status(req, token)
+            if status is not None:
+                break
+        update.events.append(ev.TokensAppended(req.request_id, tuple(added), min(num_draft, len(added))))
+        if self.config.enable_prefix_caching:   # before finishing frees them: full blocks stay reusable
+            self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
+        if status is not None:
+            self.finish_request(req, status, update)
+        return StepOutput(req.request_id, tuple(added), req.is_finished,
+                          req.status.value if req.is_finished else None)
+
+    def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
+        if token in req.eos_token_ids or token in req.sampling_params.stop_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if len(req.output_token_ids) >= req.sampling_params.max_tokens or req.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None

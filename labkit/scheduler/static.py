@@ -11,7 +11,8 @@ Prompts are not padded (attention is ragged), so the comparison isolates the sch
 from __future__ import annotations
 
 from labkit.request import Request
-from labkit.scheduler.continuous import ContinuousScheduler, SchedulerOutput
+from labkit.scheduler.continuous import ContinuousScheduler
+from labkit.scheduler_output import SchedulerOutput
 
 
 class StaticScheduler(ContinuousScheduler):
@@ -26,7 +27,7 @@ class StaticScheduler(ContinuousScheduler):
         if not self.batch:
             self.batch = self._next_batch()
         out = super().schedule()
-        out.idle = [r for r in self.batch if r.is_finished]
+        out.idle = [r.request_id for r in self.batch if r.is_finished]
         return out
 
     def _next_batch(self) -> list[Request]:
@@ -47,5 +48,5 @@ class StaticScheduler(ContinuousScheduler):
                 self.batch.append(req)
                 members.add(req.request_id)
 
-    def _may_admit(self, req: Request) -> bool:
+    def _may_admit(self, req: Request, num_seqs: int) -> bool:
         return any(req is member for member in self.batch)

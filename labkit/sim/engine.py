@@ -15,7 +15,12 @@ import torch
 
 from labkit.config import EngineConfig
 from labkit.engine import LLMEngine
+from labkit.kv import make_kv_manager
+from labkit.sample.sampler import Sampler
+from labkit.scheduler import make_scheduler
+from labkit.scheduler_output import SchedulerOutput
 from labkit.sim.cost import HARDWARE, MODELS, HardwareProfile, ModelProfile, step_time
+from labkit.spec_decode.factory import make_proposer
 
 SIM_VOCAB = 256
 SIM_EOS = 0
@@ -50,31 +55,25 @@ class SimTokenizer:
 
 
 class SimRunner:
-    """Pretends to run the model: returns one-hot logits on a deterministic next byte and records
-    the simulated step time in ``last_model_s``."""
+    """Pretends to run the model: returns one-hot logits on a deterministic next byte (all rows in
+    one tensor, as the real runner) and records the simulated step time in ``last_model_s``."""
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock):
         self.model, self.hardware, self.clock = model, hardware, clock
         self.last_model_s = 0.0
 
-    def execute(self, scheduled, kv_manager) -> list[torch.Tensor | None]:
-        kv_manager.take_pending_copies()
-        query_lens = [s.num_new_tokens for s in scheduled]
-        seq_lens = [s.request.num_computed_tokens + s.num_new_tokens for s in scheduled]
-        self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
+    def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
+        scheduled = sched.scheduled
+        self.last_model_s = step_time(self.model, self.hardware, [s.num_new_tokens for s in scheduled],
+                                      [s.end for s in scheduled])
         self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
-        out = []
-        for s, end in zip(scheduled, seq_lens):
-            req = s.request
-            if end < req.num_tokens_with_spec:
-                out.append(None)
-                continue
-            rows = 1 + s.num_spec_tokens
-            logits = torch.full((rows, SIM_VOCAB), -1e4)
-            for i in range(rows):
-                logits[i, self.next_byte(req.request_id, end - rows + i + 1)] = 0.0
-            out.append(logits)
-        return out
+        best = [self.next_byte(s.request_id, s.end - s.num_logits + i + 1)
+                for s in scheduled for i in range(s.num_logits)]
+        if not best:
+            return None
+        logits = torch.full((len(best), SIM_VOCAB), -1e4)
+        logits[torch.arange(len(best)), torch.tensor(best)] = 0.0
+        return logits
 
     @staticmethod
     def next_byte(request_id: str, position: int) -> int:
@@ -84,6 +83,14 @@ class SimRunner:
 
 class SimEngine(LLMEngine):
     """An LLMEngine on the virtual clock: each step advances it by scheduler CPU + simulated model time."""
+
+    @property
+    def model_profile(self) -> ModelProfile:
+        return self.runner.model
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        return self.runner.hardware
 
     def step(self):
         t0 = time.perf_counter()
@@ -97,8 +104,9 @@ class SimEngine(LLMEngine):
 
 def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", hardware: str = "a100-80gb",
                      gpu_memory_utilization: float = 0.9) -> SimEngine:
-    from labkit.builder import make_kv_manager, make_scheduler, resolve_max_model_len
-
+    u = gpu_memory_utilization
+    if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:   # NaN fails too
+        raise ValueError(f"gpu_memory_utilization must be a number in (0, 1], got {u!r}")
     if model_profile not in MODELS:
         raise ValueError(f"model_profile must be one of {sorted(MODELS)}, got {model_profile!r}")
     if hardware not in HARDWARE:
@@ -106,7 +114,7 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", ha
     if config.speculative is not None and config.speculative.method == "draft":
         raise ValueError("the simulated model has no draft model; use SpecConfig(method='ngram')")
     model, hw = MODELS[model_profile], HARDWARE[hardware]
-    max_model_len = resolve_max_model_len(config, 1 << 20)
+    max_model_len = config.resolve_max_model_len(1 << 20)
     bytes_per_block = model.kv_bytes_per_token * config.block_size
     if config.num_blocks is not None:
         num_blocks = config.num_blocks
@@ -118,11 +126,8 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", ha
         raise ValueError(f"{model.name} does not fit on {hw.name} with room for a KV cache")
     clock = SimClock()
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
-    engine = SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock),
-                       kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len),
-                       max_model_len=max_model_len, vocab_size=SIM_VOCAB, clock=clock, simulated=True)
-    engine.model_profile, engine.hardware = model, hw
-    if config.speculative is not None:
-        from labkit.spec_decode.factory import make_proposer
-        engine.proposer = make_proposer(config.speculative, engine)
-    return engine
+    proposer = None if config.speculative is None else make_proposer(config.speculative, config, max_model_len)
+    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock),
+                     kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len, clock),
+                     sampler=Sampler(config.seed, config.batched_sampling), proposer=proposer, max_model_len=max_model_len,
+                     vocab_size=SIM_VOCAB, clock=clock, simulated=True)

@@ -21,7 +21,8 @@ After verification the target keeps a accepted drafts and one new token, so draf
 
 Drafts are greedy for greedy requests; otherwise d_i ~ q_i, where q_i is the draft's logits after
 the *same* temperature / top-k / top-p transform as the target's (``labkit.sample.sampler.to_probs``),
-drawn with the request's own generator; q_i goes to the rejection sampler as ``req.spec_probs``.
+drawn with the request's own generator (the sampler's); q_i is handed back in the ``Proposal`` and the
+engine gives it to the sampler, which verifies with it.
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ import torch
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.config import SpecConfig
+from labkit.config import EngineConfig, SpecConfig
 from labkit.kv.kv_cache_manager import KVCacheManager
 from labkit.kv.paged_kv import PagedKVCache
+from labkit.model.config import ModelConfig
 from labkit.model.llama import LlamaLayer, LlamaModel
-from labkit.model.loader import ModelConfig
+from labkit.model.loader import load_model
+from labkit.model.quant import quantized_copy
 from labkit.request import Request
-from labkit.sample.sampler import to_probs
-from labkit.spec_decode.factory import draft_budget
+from labkit.sample.sampler import Sampler, to_probs
+from labkit.spec_decode.proposer import Proposal, draft_budget
 
 DRAFT_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 DEFAULT_DRAFT = DRAFT_DIR / "smollm2-135m-draft.safetensors"
@@ -132,8 +135,6 @@ def load_draft(path: str | Path | None, target: LlamaModel) -> DraftLlama | Llam
     file; or a local HF Llama directory (a full model with its own embedding; it must use the
     target's tokenizer/vocabulary)."""
     if path == TARGET_INT4:
-        from labkit.model.quant import quantized_copy
-
         return quantized_copy(target)
     path = DEFAULT_DRAFT if path is None else Path(path).expanduser()
     if not path.exists():
@@ -154,8 +155,6 @@ def load_draft(path: str | Path | None, target: LlamaModel) -> DraftLlama | Llam
 
 
 def _load_hf_draft(path: Path, target: LlamaModel) -> LlamaModel:
-    from labkit.llm import load_model
-
     model, cfg, _, _ = load_model(str(path), target.embed_tokens.device, target.embed_tokens.dtype,
                                   progress=False)
     if cfg.vocab_size != target.config.vocab_size:
@@ -189,45 +188,44 @@ class _Slot:
 class DraftModelProposer:
     """Proposes up to k tokens per decoding request with a small draft model (see module doc)."""
 
-    def __init__(self, spec: SpecConfig, engine):
-        runner = engine.runner
-        self.k, self.max_model_len = spec.num_speculative_tokens, engine.max_model_len
-        self.device, self.backend = runner.device, runner.backend
+    def __init__(self, spec: SpecConfig, config: EngineConfig, runner, target_kv, sampler: Sampler,
+                 max_model_len: int, vocab_size: int):
+        self.k, self.max_model_len = spec.num_speculative_tokens, max_model_len
+        self.device, self.backend, self.sampler = runner.device, runner.backend, sampler
         self.model = load_draft(spec.draft_model, runner.model)
         self.vocab_ids = getattr(self.model, "vocab_ids", None)   # None: full vocabulary
-        self.vocab_size = engine.vocab_size
-        cfg, block_size = self.model.config, engine.config.block_size
-        num_blocks = spec.draft_num_blocks or self.default_num_blocks(engine)
+        self.vocab_size = vocab_size
+        cfg, block_size = self.model.config, config.block_size
+        num_blocks = spec.draft_num_blocks or self.default_num_blocks(config, target_kv.capacity_tokens())
         self.kv = KVCacheManager(num_blocks, block_size)
         self.kv_cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
                                      cfg.head_dim, self.model.embed_tokens.dtype, self.device)
         self.num_computed: dict[str, int] = {}
         self.stats = DraftStats()
 
-    def default_num_blocks(self, engine) -> int:
+    def default_num_blocks(self, config: EngineConfig, target_capacity_tokens: int) -> int:
         """As many token slots as the target's pool, plus per sequence the k - 1 draft tokens the
         draft holds beyond the target and a partly filled block."""
-        bs = engine.config.block_size
+        bs = config.block_size
         per_seq = 1 + -(-self.k // bs)
-        return -(-engine.kv.capacity_tokens() // bs) + engine.config.max_num_seqs * per_seq
+        return -(-target_capacity_tokens // bs) + config.max_num_seqs * per_seq
 
     def forget(self, request_id: str) -> None:
         """Release a request's draft K/V (finished, aborted or preempted by the target)."""
         self.kv.free(request_id)
         self.num_computed.pop(request_id, None)
 
-    def propose(self, requests: list[Request]) -> None:
+    def propose(self, requests: list[Request]) -> dict[str, Proposal]:
         t0 = time.perf_counter()
         slots = []
         for req in requests:
-            req.spec_token_ids, req.spec_probs = [], None
             slot = self._catch_up_slot(req, draft_budget(req, self.k, self.max_model_len))
             if slot is not None:
                 slots.append(slot)
-        if slots:
-            self._draft(slots)
+        proposals = self._draft(slots) if slots else {}
         self.stats.num_calls += 1
         self.stats.time_s += time.perf_counter() - t0
+        return proposals
 
     def _catch_up_slot(self, req: Request, k: int) -> _Slot | None:
         """Roll back to K/V the target confirmed, reserve room for the catch-up tokens plus k - 1
@@ -243,8 +241,9 @@ class DraftModelProposer:
         self.num_computed[rid] = start
         return _Slot(req, start, req.all_token_ids[start:], k)
 
-    def _draft(self, slots: list[_Slot]) -> None:
+    def _draft(self, slots: list[_Slot]) -> dict[str, Proposal]:
         """k_max forwards: the ragged catch-up pass, then one token per still-drafting request."""
+        drafts: dict[str, list[int]] = {s.request.request_id: [] for s in slots}
         probs: dict[str, list[torch.Tensor]] = {s.request.request_id: [] for s in slots}
         for i in range(max(s.num_drafts for s in slots)):
             live = [s for s in slots if s.num_drafts > i]
@@ -253,15 +252,14 @@ class DraftModelProposer:
             for slot, row, best in zip(live, logits, argmax):
                 req = slot.request
                 token, q = (best, None) if req.sampling_params.greedy else self._sample(req, row)
-                req.spec_token_ids.append(token)
+                drafts[req.request_id].append(token)
                 if q is not None:
                     probs[req.request_id].append(q)
                 self.num_computed[req.request_id] = slot.start + len(slot.token_ids)
                 slot.start, slot.token_ids = slot.start + len(slot.token_ids), [token]
-        for slot in slots:
-            rows = probs[slot.request.request_id]
-            slot.request.spec_probs = torch.stack(rows) if rows else None   # [k, vocab]
-            self.stats.num_drafted += slot.num_drafts
+        self.stats.num_drafted += sum(slot.num_drafts for slot in slots)
+        return {rid: Proposal(tokens, torch.stack(probs[rid]) if probs[rid] else None)   # q: [k, vocab]
+                for rid, tokens in drafts.items()}
 
     def _forward(self, slots: list[_Slot]) -> torch.Tensor:
         """One ragged forward of the draft; logits of each slot's last token."""
@@ -291,5 +289,5 @@ class DraftModelProposer:
         full = row if self.vocab_ids is None else (
             row.new_full((self.vocab_size,), float("-inf")).index_copy_(0, self.vocab_ids, row))
         q = to_probs(full[None], req.sampling_params)[0]      # [vocab]
-        token = int(torch.multinomial(q.cpu(), 1, generator=req.generator))
+        token = int(torch.multinomial(q.cpu(), 1, generator=self.sampler.generator(req.request_id)))
         return token, q

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from labkit.config import SpecConfig
-from labkit.spec_decode.proposer import Proposal
+from labkit.request import Request
+from labkit.spec_decode.proposer import Proposal, draft_budget
 
 
 class NgramProposer:
@@ -53,9 +54,6 @@ class NgramProposer:
         end = int(np.flatnonzero(match_len == match_len.max())[-1])  # most recent longest match
         return tokens[end + 1:end + 1 + self.k].tolist()
 
-    def propose_batch(self, token_ids: Sequence[Sequence[int]]) -> list[Proposal]:
-        """The ``Proposer`` protocol: one point-mass ``Proposal`` per request."""
-        return [Proposal(self.propose(ids), probs=None) for ids in token_ids]
 
 
 def suffix_match_lengths(tokens: np.ndarray, max_n: int) -> np.ndarray:
@@ -76,3 +74,23 @@ def suffix_match_lengths(tokens: np.ndarray, max_n: int) -> np.ndarray:
             break
         match += still_matching
     return match
+
+
+class NgramSpecProposer:
+    """The engine's n-gram proposer (the ``Proposer`` protocol): drafts are copied from each
+    request's own history (no model, no probabilities: point masses for the rejection sampler)."""
+
+    def __init__(self, spec: SpecConfig, max_model_len: int):
+        self.k = spec.num_speculative_tokens
+        self.max_model_len = max_model_len
+        self.ngram = NgramProposer.from_config(spec)
+
+    def propose(self, requests: Sequence[Request]) -> dict[str, Proposal]:
+        proposals = {}
+        for req in requests:
+            k = draft_budget(req, self.k, self.max_model_len)
+            proposals[req.request_id] = Proposal(self.ngram.propose(req.all_token_ids)[:k] if k else [])
+        return proposals
+
+    def forget(self, request_id: str) -> None:
+        """Nothing per request to release."""

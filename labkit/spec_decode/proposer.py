@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from labkit.request import Request
+
 
 @dataclass(frozen=True)
 class Proposal:
@@ -40,11 +42,21 @@ class Proposal:
 
 @runtime_checkable
 class Proposer(Protocol):
-    """Anything that drafts tokens for a batch of requests in one call.
+    """What the engine asks of a proposer, once per step for every request in decode.
 
-    ``token_ids[r]`` is request r's full sequence so far (prompt + output). The result has one
-    ``Proposal`` per request, in order; a proposal may be shorter than k, or empty when the
-    proposer has no guess (the request then decodes normally this step).
+    ``propose`` returns one ``Proposal`` per request id it drafted for (a request it has no guess
+    for may be left out); it never writes the requests: the scheduler stores the token ids, the
+    sampler keeps the probabilities for verification. ``forget`` releases a request's state
+    (finished, aborted or preempted).
     """
 
-    def propose_batch(self, token_ids: Sequence[Sequence[int]]) -> list[Proposal]: ...
+    def propose(self, requests: Sequence[Request]) -> dict[str, Proposal]: ...
+
+    def forget(self, request_id: str) -> None: ...
+
+
+def draft_budget(req: Request, k: int, max_model_len: int) -> int:
+    """How many drafts are worth proposing: room for the drafts plus the bonus token, within
+    ``max_tokens`` and ``max_model_len``."""
+    remaining = min(req.sampling_params.max_tokens - len(req.output_token_ids), max_model_len - req.num_tokens)
+    return max(0, min(k, remaining - 1))

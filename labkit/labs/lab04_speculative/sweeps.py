@@ -13,8 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.labs.lab04_speculative.speedup import (Clock, Row, RunStats, Timers, aggregate, default_clock, make_llm,
-                                                   run_batch)
+from labkit.labs.lab04_speculative.speedup import (
+    Clock,
+    Row,
+    RunStats,
+    Timers,
+    aggregate,
+    default_clock,
+    make_llm,
+    run_batch,
+)
 from labkit.spec_decode.theory import optimal_k
 
 METHODS = {   # name: SpecConfig fields

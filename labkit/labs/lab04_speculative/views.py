@@ -215,7 +215,7 @@ def histogram_figure(test: SampleTest, decode) -> go.Figure:
                                  test.spec_counts, COLORS["verify"])):
         fig.add_trace(go.Bar(x=labels, y=[c / sum(counts) for c in counts], name=f"{name}, n = {sum(counts)}",
                              marker_color=color))
-    return style(fig, t(f"第 2 个输出 token 的分布：卡方检验 p = {test.p_value:.2f}", 
+    return style(fig, t(f"第 2 个输出 token 的分布：卡方检验 p = {test.p_value:.2f}",
                         f"Second output token: chi-square p = {test.p_value:.2f}"),
                  t("token", "token"), t("频率", "frequency"))
 

@@ -1,0 +1,16 @@
+"""``labkit bench``: a client for any OpenAI-compatible server, with ``vllm bench serve``'s load
+model and metrics (DESIGN §5, §8). Notebooks load its result files with ``load_results``."""
+
+from labkit.benchmark.metrics import BenchMetrics, RequestRecord, compute_metrics
+from labkit.benchmark.results import BenchResult, load_result, load_results, results_table
+
+__all__ = ["BenchMetrics", "BenchResult", "RequestRecord", "compute_metrics", "load_result", "load_results",
+           "results_table", "latency_cdf", "ttft_vs_rate"]
+
+
+def __getattr__(name):
+    # plotly is imported only when a figure is asked for.
+    if name in ("latency_cdf", "ttft_vs_rate"):
+        from labkit.benchmark import figures
+        return getattr(figures, name)
+    raise AttributeError(f"module 'labkit.benchmark' has no attribute {name!r}")

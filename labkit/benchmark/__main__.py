@@ -1,0 +1,6 @@
+"""``python -m labkit.benchmark`` = ``labkit bench``."""
+
+from labkit.benchmark.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""What crosses the boundaries of one engine step, as small typed values (vLLM v1's split).
+
+    scheduler.schedule()           -> SchedulerOutput   the whole decision: who runs which tokens,
+                                                        where their K/V go, which blocks to copy
+    runner.execute(SchedulerOutput) -> logits           computed from that value alone
+    sampler.sample(...)            -> SampledTokens     plain token ids per request
+    scheduler.update_from_output(SchedulerOutput, SampledTokens) -> StepUpdate
+                                                        the one place that changes requests and KV
+                                                        after the model ran
+
+All of it is plain Python (ints, lists, tuples): importable and testable without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from labkit.outputs import StepOutput
+from labkit.request import Request
+
+
+@dataclass(frozen=True)
+class ScheduledRequest:
+    """One request's share of a step. The runner needs nothing else to compute it.
+
+        positions  start ........... start + len(token_ids) - 1
+        token_ids  the tokens whose K/V this step computes (prefill chunk, 1 decode token, or the
+                   last output token followed by num_spec_tokens drafts to verify)
+        slot_mapping[i]  where token i's K/V is written; block_table  where the context is read
+    """
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    start: int                     # num_computed_tokens before this step
+    num_spec_tokens: int           # how many of token_ids are draft tokens being verified
+    kind: str                      # prefill | decode | verify
+    block_table: tuple[int, ...]
+    slot_mapping: tuple[int, ...]
+    num_logits: int                # logits rows wanted: 0 mid-prompt, 1 at the end, 1 + k when verifying
+
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    block_copies: list[tuple[int, int]] = field(default_factory=list)   # (src, dst): copy-on-write, before the step
+    preempted: list[str] = field(default_factory=list)
+    new_blocks: dict[str, list[int]] = field(default_factory=dict)
+    prefix_hits: dict[str, int] = field(default_factory=dict)
+    idle: list[str] = field(default_factory=list)        # static batching: slots held by finished requests
+    freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
+    lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+@dataclass(frozen=True)
+class SampledTokens:
+    """What the sampler / verifier decided, as plain token ids.
+
+    ``token_ids[rid]``: the tokens request rid gains this step (1 sampled token; or the accepted
+    drafts followed by one recovered or bonus token). ``fork_token_ids[rid]``: for a request with
+    n > 1 that reached the end of its prompt, the first token of each child it forks, sampled from
+    the same logits row with the child's own generator.
+    """
+
+    token_ids: dict[str, list[int]] = field(default_factory=dict)
+    fork_token_ids: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class StepUpdate:
+    """What ``update_from_output`` changed: outputs for the caller, events for observers, the
+    requests that finished and the children that were forked (in order)."""
+
+    outputs: list[StepOutput] = field(default_factory=list)
+    events: list = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+    forked: list[Request] = field(default_factory=list)

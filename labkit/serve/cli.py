@@ -1,0 +1,74 @@
+"""``labkit serve`` options: where to listen, which model, and the EngineConfig switches."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from labkit.config import EngineConfig, SpecConfig
+
+DEFAULT_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", default=None,
+                        help="a local HF Llama directory, 'sim' (the cost model), or omit for SmolLM2-135M-Instruct")
+    parser.add_argument("--served-model-name", default=None, help="the name clients send as `model`")
+    parser.add_argument("--log-level", default="info")
+    engine = parser.add_argument_group("engine (EngineConfig)")
+    engine.add_argument("--block-size", type=int, default=16)
+    engine.add_argument("--num-blocks", type=int, default=None)
+    engine.add_argument("--kv-cache-bytes", type=int, default=None)
+    engine.add_argument("--max-num-seqs", type=int, default=32)
+    engine.add_argument("--max-num-batched-tokens", type=int, default=1024)
+    engine.add_argument("--max-model-len", type=int, default=None)
+    engine.add_argument("--scheduler", choices=("continuous", "static"), default="continuous")
+    engine.add_argument("--kv-cache", choices=("paged", "contiguous"), default="paged")
+    engine.add_argument("--enable-prefix-caching", action="store_true")
+    engine.add_argument("--no-chunked-prefill", action="store_true")
+    engine.add_argument("--speculative", choices=("ngram", "draft"), default=None)
+    engine.add_argument("--num-speculative-tokens", type=int, default=4)
+    engine.add_argument("--draft-model", default=None)
+    engine.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    engine.add_argument("--dtype", choices=("auto", "float32", "float16", "bfloat16"), default="auto")
+    engine.add_argument("--seed", type=int, default=0)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    spec = None
+    if args.speculative is not None:
+        spec = SpecConfig(method=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+                          draft_model=args.draft_model)
+    return EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks, kv_cache_bytes=args.kv_cache_bytes,
+                        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                        max_model_len=args.max_model_len, scheduler=args.scheduler, kv_cache=args.kv_cache,
+                        enable_prefix_caching=args.enable_prefix_caching,
+                        enable_chunked_prefill=not args.no_chunked_prefill, speculative=spec,
+                        device=args.device, dtype=args.dtype, seed=args.seed)
+
+
+def served_model_name(args: argparse.Namespace) -> str:
+    if args.served_model_name:
+        return args.served_model_name
+    if args.model is None:
+        return DEFAULT_MODEL_NAME
+    return "sim" if args.model == "sim" else Path(args.model).name
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="labkit serve", description="OpenAI-compatible server over labkit")
+    add_serve_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = engine_config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    from labkit.llm import LLM
+    from labkit.serve.app import ServedModel
+    from labkit.serve.server import run_foreground
+
+    llm = LLM(model=args.model, config=config)
+    print(f"labkit serve: {served_model_name(args)} on http://{args.host}:{args.port}/v1", flush=True)
+    run_foreground(ServedModel(llm.engine, served_model_name(args)), args.host, args.port, args.log_level)

@@ -1,0 +1,165 @@
+"""labkit bench: metric arithmetic on known timings, the load model, result files, and a run
+against labkit serve whose counts and token totals must agree with the server's /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import httpx
+import pytest
+
+from labkit.benchmark import BenchResult, compute_metrics, latency_cdf, load_results, results_table, ttft_vs_rate
+from labkit.benchmark.cli import format_report
+from labkit.benchmark.cli import main as bench_main
+from labkit.benchmark.client import Target
+from labkit.benchmark.metrics import RequestRecord, parse_goodput
+from labkit.benchmark.runner import LoadShape, arrival_gaps, run_load
+from labkit.benchmark.workload import BenchRequest, build_workload
+from tests.serve_util import scrape, serving, sim_llm
+
+pytestmark = pytest.mark.timeout(180)     # a stuck run fails its test with every thread's stack
+
+# ------------------------------------------------------------------------ a scripted fake server
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ScriptedStream(httpx.AsyncByteStream):
+    """Server-sent events of an OpenAI completion; the clock moves by ``delays[i]`` before chunk i."""
+
+    def __init__(self, clock: FakeClock, texts: list[str], delays: list[float], usage: dict):
+        self.clock, self.texts, self.delays, self.usage = clock, texts, delays, usage
+
+    async def __aiter__(self):
+        for text, delay in zip(self.texts, self.delays):
+            self.clock.now += delay
+            chunk = {"choices": [{"index": 0, "text": text, "finish_reason": None}]}
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        self.clock.now += self.delays[len(self.texts)]       # the gap before the stream ends
+        yield f"data: {json.dumps({'choices': [], 'usage': self.usage})}\n\ndata: [DONE]\n\n".encode()
+
+
+class ScriptedServer(httpx.AsyncBaseTransport):
+    """Answers request i with ``scripts[i]`` = (delays, output tokens); records the bodies sent."""
+
+    def __init__(self, clock: FakeClock, scripts: list[tuple[list[float], int]]):
+        self.clock, self.scripts, self.bodies = clock, list(scripts), []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.bodies.append(json.loads(request.content))
+        delays, num_tokens = self.scripts[len(self.bodies) - 1]
+        texts = [f"t{i} " for i in range(len(delays) - 1)]
+        usage = {"prompt_tokens": 5, "completion_tokens": num_tokens, "total_tokens": 5 + num_tokens}
+        return httpx.Response(200, stream=ScriptedStream(self.clock, texts, delays, usage),
+                              headers={"content-type": "text/event-stream"})
+
+
+def test_ttft_tpot_itl_e2el_and_goodput_from_scripted_timings_are_exact():
+    # request: delays before each chunk, then before the end; chunks carry 1 token except the last run
+    scripts = [([0.100, 0.020, 0.030, 0.050, 0.000], 4),
+               ([0.200, 0.010, 0.010, 0.010, 0.070], 4),
+               ([0.300, 0.040, 0.000], 6)]              # 6 tokens in 2 chunks (e.g. speculative decoding)
+    clock = FakeClock()
+    server = ScriptedServer(clock, scripts)
+    target = Target("http://fake", "m", "completions")
+    outcome = asyncio.run(run_load(target, [BenchRequest("p", 4)] * 3, LoadShape(max_concurrency=1),
+                                   progress=False, transport=server, clock=clock))
+    m = compute_metrics(outcome.records, outcome.duration_s, parse_goodput(["ttft:250", "tpot:30"]))
+    approx = lambda x: pytest.approx(x, rel=1e-9, abs=1e-9)   # noqa: E731
+    assert [r.ttft_s for r in outcome.records] == [approx(0.1), approx(0.2), approx(0.3)]
+    assert [r.e2el_s for r in outcome.records] == [approx(0.2), approx(0.3), approx(0.34)]
+    assert [r.tpot_s for r in outcome.records] == [approx(0.1 / 3), approx(0.1 / 3), approx(0.04 / 5)]
+    assert outcome.duration_s == approx(0.84) and m.completed == 3 and m.total_output_tokens == 14
+    itl_ms = sorted([20, 30, 50, 10, 10, 10, 40])
+    assert m.itl.mean_ms == approx(sum(itl_ms) / 7) and m.itl.median_ms == approx(20)
+    assert m.itl.p99_ms == approx(50 - 0.06 * 10)               # linear interpolation between 40 and 50
+    assert m.ttft.mean_ms == approx(200) and m.ttft.p90_ms == approx(280)
+    assert m.e2el.median_ms == approx(300)
+    assert m.request_throughput == approx(3 / 0.84) and m.output_throughput == approx(14 / 0.84)
+    # TPOT 33.3 ms misses 30 ms for the first two; the third misses TTFT 250 ms: nobody meets both.
+    assert m.goodput == 0.0
+    assert compute_metrics(outcome.records, 0.84, {"ttft": 250}).goodput == approx(2 / 0.84)
+    assert server.bodies[0]["stream"] is True and server.bodies[0]["ignore_eos"] is True
+    assert server.bodies[0]["stream_options"] == {"include_usage": True} and server.bodies[0]["max_tokens"] == 4
+
+
+def test_a_failed_request_is_counted_not_averaged():
+    ok = RequestRecord(success=True, ttft_s=0.1, e2el_s=0.5, output_tokens=5, itl_s=[0.1] * 4)
+    m = compute_metrics([ok, RequestRecord(error="HTTP 500")], duration_s=1.0)
+    assert (m.completed, m.failed, m.goodput) == (1, 1, None) and m.tpot.mean_ms == pytest.approx(100)
+
+
+def test_goodput_objectives_are_checked():
+    assert parse_goodput(["ttft:500", "e2el:2000"]) == {"ttft": 500.0, "e2el": 2000.0}
+    for bad in (["ttfb:5"], ["ttft"], ["tpot:fast"], ["e2el:-1"]):
+        with pytest.raises(ValueError, match="goodput"):
+            parse_goodput(bad)
+
+
+# ------------------------------------------------------------------------------- the load model
+
+def test_gaps_are_gamma_distributed_with_mean_one_over_the_rate():
+    for burstiness in (0.5, 1.0, 4.0):
+        gaps = arrival_gaps(20_000, LoadShape(request_rate=8.0, burstiness=burstiness, seed=1))
+        mean = sum(gaps) / len(gaps)
+        var = sum((g - mean) ** 2 for g in gaps) / len(gaps)
+        assert mean == pytest.approx(1 / 8, rel=0.03)
+        assert var / mean**2 == pytest.approx(1 / burstiness, rel=0.08)     # gamma: CV² = 1 / shape
+    assert arrival_gaps(3, LoadShape()) == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="request_rate"):
+        LoadShape(request_rate=0)
+
+
+def test_workloads_come_from_prompt_sets_traces_and_jsonl(tmp_path):
+    assert len(build_workload("chat", 40)) == 40
+    trace = build_workload("azure-code", 20, seed=2, max_prompt_len=64, max_output_len=16)
+    assert all(len(r.prompt.split()) <= 64 and 1 <= r.output_len <= 16 for r in trace)
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a", "output_len": 3}\n{"prompt": "b"}\n')
+    assert build_workload(str(path), 3, output_len=7) == [BenchRequest("a", 3), BenchRequest("b", 7),
+                                                          BenchRequest("a", 3)]
+    with pytest.raises(ValueError, match="dataset"):
+        build_workload("nope", 3)
+
+
+# ------------------------------------------------------------------------------ against labkit serve
+
+def test_bench_against_labkit_serve_agrees_with_the_servers_metrics(tmp_path, capsys):
+    with serving(sim_llm(num_blocks=256, max_num_seqs=16), "sim") as server:
+        before = scrape(server.base_url)
+        result_file = tmp_path / "run.json"
+        bench_main(["--base-url", server.base_url, "--model", "sim", "--dataset", "synthetic",
+                    "--num-prompts", "24", "--request-rate", "60", "--max-output-len", "24",
+                    "--goodput", "ttft:60000", "--result-file", str(result_file), "--no-progress",
+                    "--request-timeout", "60", "--max-duration", "120"])
+        after = scrape(server.base_url)
+    result = load_results(tmp_path / "*.json")[0]
+    m = result.metrics
+    delta = lambda name: after.get(name, 0) - before.get(name, 0)   # noqa: E731
+    assert (m.completed, m.failed) == (24, 0) and m.goodput == pytest.approx(m.request_throughput)
+    assert m.completed == delta("labkit:request_success_total")
+    assert m.total_output_tokens == delta("labkit:generation_tokens_total")
+    assert m.total_input_tokens == delta("labkit:prompt_tokens_total")
+    assert m.total_output_tokens == sum(r.output_tokens for r in result.requests)
+    assert "Serving Benchmark Result" in capsys.readouterr().out
+
+
+def test_result_files_load_into_a_table_and_figures(tmp_path):
+    for rate in (2.0, math.inf):
+        rec = RequestRecord(success=True, ttft_s=0.2 if rate == 2 else 0.5, e2el_s=1.0, output_tokens=3,
+                            itl_s=[0.3, 0.5])
+        BenchResult({"model": "m", "request_rate": rate}, compute_metrics([rec], 1.0), [rec]).save(
+            tmp_path / f"r{rate}.json")
+    results = load_results(tmp_path / "*.json")
+    assert [r.request_rate for r in results] == [2.0, math.inf]
+    assert "TTFT" in results_table(results)._repr_html_()
+    assert len(latency_cdf(results, "itl").data) == 2 and len(ttft_vs_rate(results).data) == 2
+    assert "Mean TTFT (ms)" in format_report(results[0].metrics, results[0].settings)

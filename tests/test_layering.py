@@ -1,0 +1,119 @@
+"""The engine's layering, held by a test (DESIGN §2, STYLE): no import cycles; the runner and the
+model never import the scheduler; the engine core never imports widgets; widgets never reach into the
+scheduler or the KV manager; the bookkeeping modules import without torch.
+
+Imports are read from the source with ``ast`` (function-local imports included, so a local import
+that only dodges a cycle shows up as the cycle it dodges).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "labkit"
+TORCH_FREE = ["labkit.request", "labkit.scheduler", "labkit.scheduler.continuous", "labkit.scheduler.static",
+              "labkit.scheduler_output", "labkit.kv", "labkit.kv.block_pool", "labkit.kv.kv_cache_manager",
+              "labkit.kv.contiguous", "labkit.kv.breakdown", "labkit.hooks", "labkit.metrics", "labkit.traces",
+              "labkit.outputs", "labkit.config", "labkit.sampling_params", "labkit.input_processor"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(name: str) -> set[str]:
+    """labkit modules that module ``name`` imports (``from pkg import sub`` counts as ``pkg.sub``)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES}
+            found |= subs or {base}
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imported_modules(name) for name in MODULES}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}          # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def violations(importers: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [f"{m} imports {dep}" for m, deps in sorted(GRAPH.items())
+            if m == importers or m.startswith(importers + ".")
+            for dep in sorted(deps) if any(dep == f or dep.startswith(f + ".") for f in forbidden)]
+
+
+def test_the_parser_sees_the_engine_wiring():
+    # guards the test itself: a parser that found nothing would make every check below pass
+    assert "labkit.scheduler" in GRAPH["labkit.builder"] and "labkit.engine" in GRAPH["labkit.builder"]
+    assert "labkit.hooks" in GRAPH["labkit.engine"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_there_are_no_import_cycles_inside_labkit():
+    assert find_cycle(GRAPH) is None
+
+
+@pytest.mark.parametrize("importers", ["labkit.model", "labkit.attention", "labkit.sample"])
+def test_the_compute_side_never_imports_the_scheduler(importers):
+    assert violations(importers, ("labkit.scheduler",)) == []
+
+
+@pytest.mark.parametrize("importers", ["labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model",
+                                       "labkit.attention", "labkit.sample", "labkit.spec_decode", "labkit.llm",
+                                       "labkit.builder", "labkit.sim", "labkit.hooks", "labkit.metrics"])
+def test_the_engine_never_imports_widgets_or_labs(importers):
+    assert violations(importers, ("labkit.widgets", "labkit.labs", "labkit.assess")) == []
+
+
+def test_widgets_only_observe():
+    assert violations("labkit.widgets", ("labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model")) == []
+
+
+def test_the_bookkeeping_imports_without_torch():
+    blocker = ("import sys\n"
+               "class NoTorch:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name == 'torch' or name.startswith('torch.'):\n"
+               "            raise ImportError('torch is blocked in this test')\n"
+               "sys.meta_path.insert(0, NoTorch())\n"
+               f"import {', '.join(TORCH_FREE)}\n"
+               "assert 'torch' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
