@@ -185,7 +185,8 @@ def test_reference_solutions_agree_with_the_engine():
 
 @pytest.mark.parametrize("name", ["expected_tokens_per_step", "best_k", "ngram_propose", "rejection_verify"])
 def test_exercise_passes_its_reference_solution(name):
-    assert exercise(name).check(getattr(solutions, name)).passed
+    result = exercise(name).self_test()
+    assert result.passed, result.message
 
 
 def test_exercises_reject_typical_mistakes():
@@ -251,7 +252,19 @@ def test_notebook_uses_registered_exercises_and_existing_sources():
     source = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"])
     for name in ("rejection_verify", "expected_tokens_per_step", "best_k", "ngram_propose"):
         assert f'exercise("{name}")' in source
-    assert "show_source(rejection_sample)" in source
+    for shown in ("rejection_sample", "Sampler._verify", "ContinuousScheduler._verify"):
+        assert f"show_source({shown})" in source
+
+
+def test_the_sources_the_notebook_shows_are_where_verification_and_rollback_happen():
+    import inspect
+
+    from labkit.sample.sampler import Sampler
+    from labkit.scheduler.continuous import ContinuousScheduler
+
+    assert "rejection_sample_batch" in inspect.getsource(Sampler._verify)
+    rollback = inspect.getsource(ContinuousScheduler._verify)
+    assert "num_computed_tokens -=" in rollback and "kv.trim" in rollback
 
 
 def test_batch_verdict_calls_a_change_within_noise_about_the_same():
