@@ -291,3 +291,9 @@ def test_live_demo_runs_one_request_and_draws_every_token(engines):
     assert sum(len(s.emitted) for s in steps) == 8
     assert demo.stream.value.count("<span style=\"background") == sum(len(s.tokens) for s in steps)
     assert "\ufffd" not in demo.stream.value and demo.acceptance.children
+
+
+def test_batch_one_and_batch_two_serve_the_same_requests(engines):
+    rows = sweeps.batch_effect(engines, "ngram", 2, "copy", [1, 2], max_tokens=4, min_requests=2)
+    assert [(b.batch, b.row.identical) for b in rows] == [(1, "2/2"), (2, "1/1")]
+    assert rows[0].row.steps == rows[1].row.steps      # the same two requests, the same request-steps

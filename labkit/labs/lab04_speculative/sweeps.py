@@ -143,16 +143,22 @@ class BatchRow:
 
 
 def batch_effect(engines: Engines, method: str, k: int, workload: str, batch_sizes: list[int],
-                 max_tokens: int) -> list[BatchRow]:
-    """Speed-up at several batch sizes: ``batch`` requests of the workload served together."""
+                 max_tokens: int, min_requests: int = 4) -> list[BatchRow]:
+    """Speed-up at several batch sizes. Batch size b serves the first max(b, ``min_requests``)
+    prompts of the workload in groups of b, so small batches see the same requests (batch 1 and
+    batch 4 both serve prompts 0-3: one at a time, or all four together)."""
     names = ["plain", engine_name(method, k)]
     out = []
     for b in batch_sizes:
-        rounds = measure_rounds(engines, names, [engines.encode(workload, b, split=None)], max_tokens)
-        plain, spec = rounds[0]["plain"], rounds[0][names[1]]
-        out.append(BatchRow(b, aggregate(f"batch {b}", names[1], rounds),
-                            plain.decode_s / max(plain.decode_steps, 1), spec.decode_s / max(spec.decode_steps, 1)))
+        prompts = engines.encode(workload, max(b, min_requests), split=None)
+        rounds = measure_rounds(engines, names, [prompts[i:i + b] for i in range(0, len(prompts), b)], max_tokens)
+        plain, spec = [r["plain"] for r in rounds], [r[names[1]] for r in rounds]
+        out.append(BatchRow(b, aggregate(f"batch {b}", names[1], rounds), _mean_step(plain), _mean_step(spec)))
     return out
+
+
+def _mean_step(runs: list[RunStats]) -> float:
+    return sum(r.decode_s for r in runs) / max(sum(r.decode_steps for r in runs), 1)
 
 
 # ----------------------------------------------------------------------------- reading a k sweep
