@@ -291,6 +291,8 @@ def test_live_demo_runs_one_request_and_draws_every_token(engines):
     assert sum(len(s.emitted) for s in steps) == 8
     assert demo.stream.value.count("<span style=\"background") == sum(len(s.tokens) for s in steps)
     assert "\ufffd" not in demo.stream.value and demo.acceptance.children
+    view = demo.acceptance.children[0]
+    assert not view.attached and view.num_drafts == sum(s.drafted > 0 for s in steps)
 
 
 def test_batch_one_and_batch_two_serve_the_same_requests(engines):

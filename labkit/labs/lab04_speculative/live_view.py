@@ -68,7 +68,7 @@ def steps_html(steps: list[SpecStep], decode) -> str:
     for step in steps:
         for tok in step.tokens:
             piece = text.peek(tok.token_id) if tok.kind == "rejected" else text.push(tok.token_id)
-            parts.append(f'<span style="{KIND_STYLE[tok.kind]};border-radius:3px" title="{tok.kind}">'
+            parts.append(f'<span style="{KIND_STYLE[tok.kind]};border-radius:3px;margin-right:1px" title="{tok.kind}">'
                          f'{html.escape(piece) or "·"}</span>')
         parts.append('<span style="color:#bbb">│</span>')
     return ('<div style="font-family:monospace;white-space:pre-wrap;line-height:1.9;max-width:900px">'
@@ -128,8 +128,11 @@ class LiveSpecDemo:
                 self.stream.value = steps_html(self.steps, decode)
                 self.status.value = html.escape(summary_line(self.steps))
 
-            trace_request(llm, prompt, SamplingParams(temperature=0.0, max_tokens=self.max_tokens.value), show)
-            view.flush()
+            try:
+                trace_request(llm, prompt, SamplingParams(temperature=0.0, max_tokens=self.max_tokens.value), show)
+            finally:
+                view.flush()
+                view.detach()      # the engine serves later experiments: this view shows this run only
         finally:
             self.button.disabled = False
         return self.steps
