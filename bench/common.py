@@ -108,22 +108,6 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return now() - t0, result
 
 
-def timed_method(obj, name: str) -> list[float]:
-    """Wrap ``obj.name`` (on the instance) so each call appends its duration to the returned list."""
-    durations: list[float] = []
-    inner = getattr(type(obj), name).__get__(obj)
-
-    def wrapper(*args, **kwargs):
-        t0 = now()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            durations.append(now() - t0)
-
-    setattr(obj, name, wrapper)
-    return durations
-
-
 def token_times(engine) -> tuple[list[float], Callable]:
     """A list that gets ``now()`` each time the engine appends tokens, and the subscriber (to
     unsubscribe). One entry per engine step that produced tokens."""

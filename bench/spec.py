@@ -20,41 +20,26 @@ that ends the prefill step (it drafts for the first decode step): prefill is the
 either way. Times are on the process CPU clock with one thread (see
 ``bench/common.py``: on this shared machine wall time mostly measures the neighbours).
 
-Estimating α. Leviathan et al. (2023, §3.1) define α as the probability that one draft token is
-accepted, the same at every position. The engine reports ``spec_decode_acceptance_rate`` =
-accepted / drafted (vLLM's definition), which is *not* α: a step stops comparing at the first
-rejection, so later drafts are counted as drafted but were never tried. With k full drafts,
-accepted / drafted = (α + α² + … + α^k) / k, e.g. 0.23 for α = 0.5, k = 4. Each draft position
-that *was* compared is one Bernoulli(α) trial, so the maximum-likelihood estimate is::
-
-    α̂ = Σ accepted / Σ trials,   trials per step = accepted + (1 if a draft was rejected else 0)
-
-which does not depend on k or on how many drafts a step had. Both are printed.
-
-Estimating c (Definition 3.7: one draft step's time over one target step's time). The proposer's
-time per engine step is measured around ``propose``; per draft token that is
-c = proposer time per step / (k · plain decode step time), so that k·c is the proposer's share of
-a speculative step, as in the formula's k·c + 1. For n-gram lookup c is the lookup's cost.
-
-Why measurement and formula differ (the table shows the pieces): the formula assumes every step
-drafts k tokens (n-gram proposes nothing when no n-gram matches: see "proposal rate"), and that
-verifying k + 1 tokens costs one plain step (on a CPU it costs more: see "verify cost").
+How α (per-token acceptance, maximum likelihood), c (draft cost per token) and the verify cost are
+measured, and why the measurement and the textbook formula differ, is written once, next to the
+code that measures them (shared with lab 04): ``labkit/labs/lab04_speculative/speedup.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 
-from bench.common import (
-    Section,
-    add_dtypes_option,
-    clock_name,
-    interleaved,
-    report,
-    set_clock,
-    set_threads,
-    timed_method,
+from bench.common import Section, add_dtypes_option, clock_name, interleaved, now, report, set_clock, set_threads
+from labkit.labs.lab04_speculative.speedup import (  # noqa: F401  (re-exported: tests and callers use bench.spec.*)
+    CPU_CONFIG,
+    Row,
+    RunStats,
+    Timers,
+    acceptance_mle,
+    acceptance_rate,
+    aggregate,
+    make_llm,
+    run_one,
 )
 
 WORKLOADS = (("copy", "copy-heavy editing"), ("code", "code"), ("chat", "open chat"))
@@ -68,46 +53,7 @@ TARGET_SPEEDUP = 1.5     # issue 4: >= 1.5x on one realistic workload at the bes
 PREDICTION_TOLERANCE = 0.15
 
 
-@dataclass
-class RunStats:
-    """One request's run: decode time and what the speculative steps did."""
-
-    decode_s: float
-    token_ids: list[int]
-    decode_steps: int = 0                  # target steps after the prefill step
-    propose_s: float = 0.0                 # proposer time over those steps
-    drafted: list[int] = field(default_factory=list)    # per verification step
-    accepted: list[int] = field(default_factory=list)
-
-    @property
-    def decode_tokens(self) -> int:
-        return max(len(self.token_ids) - 1, 0)
-
-
-# ----------------------------------------------------------------------------- estimators
-
-def acceptance_mle(drafted: list[int], accepted: list[int]) -> float | None:
-    """α̂ = Σ accepted / Σ trials (see the module docstring); None without any trial."""
-    trials = sum(a + (1 if a < d else 0) for d, a in zip(drafted, accepted))
-    return sum(accepted) / trials if trials else None
-
-
-def acceptance_rate(drafted: list[int], accepted: list[int]) -> float | None:
-    """The engine's (and vLLM's) accepted / drafted."""
-    return sum(accepted) / sum(drafted) if sum(drafted) else None
-
-
 # ----------------------------------------------------------------------------- engines
-
-CPU_CONFIG = {"device": "cpu", "dtype": "float32", "num_blocks": 64}
-
-
-def make_llm(model: str | None, spec, config: dict | None = None):
-    """An LLM with ``speculative=spec``; ``config`` overrides EngineConfig fields (CPU fp32 default)."""
-    from labkit import LLM, EngineConfig
-
-    return LLM(model=model, config=EngineConfig(**(config or CPU_CONFIG), speculative=spec), progress=False)
-
 
 def make_engines(model: str | None, methods: list[str], ks: list[int],
                  config: dict | None = None) -> tuple[dict, list[str]]:
@@ -124,112 +70,6 @@ def make_engines(model: str | None, methods: list[str], ks: list[int],
             engines = {n: e for n, e in engines.items() if not n.startswith(method)}
             skipped.append(f"{method}: skipped ({type(exc).__name__}: {exc})")
     return engines, skipped
-
-
-@dataclass
-class Timers:
-    """Durations of every ``engine.step`` and ``proposer.propose`` call of one engine."""
-
-    steps: list[float]
-    proposals: list[float]
-
-    @classmethod
-    def attach(cls, engine) -> "Timers":
-        proposals = timed_method(engine.proposer, "propose") if engine.proposer is not None else []
-        return cls(timed_method(engine, "step"), proposals)
-
-    def clear(self) -> None:
-        self.steps.clear()
-        self.proposals.clear()
-
-
-def run_one(llm, prompt: list[int], max_tokens: int, timers: Timers) -> RunStats:
-    """Serve one prompt (prefill fits one step); decode time, steps, drafts and proposer time."""
-    from labkit import SamplingParams
-    from labkit.hooks import SpecVerified
-
-    verified = []
-    on_verify = llm.engine.hooks.subscribe(verified.append, SpecVerified)
-    timers.clear()
-    try:
-        out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=max_tokens))[0]
-    finally:
-        llm.engine.hooks.unsubscribe(on_verify)
-    # Step 1 is the prefill; its last act is the proposer call that drafts for step 2.
-    decode_s = sum(timers.steps[1:]) + sum(timers.proposals[:1])
-    return RunStats(decode_s, out.token_ids, len(timers.steps) - 1, sum(timers.proposals),
-                    [v.drafted for v in verified], [v.accepted for v in verified])
-
-
-# ----------------------------------------------------------------------------- rows
-
-@dataclass(frozen=True)
-class Row:
-    """One (workload, method, k) aggregated over the workload's prompts."""
-
-    workload: str
-    name: str
-    k: int
-    alpha: float | None
-    accepted_over_drafted: float | None
-    proposal_rate: float
-    c: float
-    tokens_per_step: float
-    verify_cost: float
-    speedup: float
-    identical: str
-    drafted: tuple = ()      # drafts per verification step
-    steps: int = 0           # decode steps
-
-    @property
-    def adjusted_tokens_per_step(self) -> float | None:
-        """E[tokens per step] from α when only the measured share of steps verify, each with the number
-        of drafts it actually had: steps without drafts emit one token."""
-        from labkit.spec_decode.theory import expected_tokens_per_step
-
-        if self.alpha is None or not self.steps:
-            return None
-        verified = sum(expected_tokens_per_step(self.alpha, d) for d in self.drafted)
-        return (verified + (self.steps - len(self.drafted))) / self.steps
-
-    @property
-    def adjusted_prediction(self) -> float | None:
-        """Leviathan's model with the two CPU facts the textbook formula leaves out: the measured proposal
-        rate (drafts per step) and the measured verify cost (a k+1-token step costs more than one plain
-        step on a CPU). Reduces to the textbook formula when every step drafts k and verify cost is 1."""
-        tokens = self.adjusted_tokens_per_step
-        return None if tokens is None else tokens / (self.verify_cost + self.k * self.c)
-
-    @property
-    def prediction(self) -> float | None:
-        from labkit.spec_decode.theory import expected_speedup
-
-        return expected_speedup(self.alpha, self.k, self.c) if self.alpha is not None else None
-
-    @property
-    def predicted_tokens_per_step(self) -> float | None:
-        from labkit.spec_decode.theory import expected_tokens_per_step
-
-        return expected_tokens_per_step(self.alpha, self.k) if self.alpha is not None else None
-
-
-def aggregate(workload: str, name: str, rounds: list[dict[str, RunStats]]) -> Row:
-    """Sum a (method, k) over its prompts, against the plain runs of the same rounds."""
-    k = int(name.split("k=")[1])
-    runs, plain = [r[name] for r in rounds], [r["plain"] for r in rounds]
-    drafted = [d for r in runs for d in r.drafted]
-    accepted = [a for r in runs for a in r.accepted]
-    steps = sum(r.decode_steps for r in runs)
-    plain_step_s = sum(p.decode_s for p in plain) / max(sum(p.decode_tokens for p in plain), 1)
-    spec_step_s = sum(r.decode_s for r in runs) / max(steps, 1)
-    propose_step_s = sum(r.propose_s for r in runs) / max(steps, 1)
-    same = sum(r.token_ids == p.token_ids for r, p in zip(runs, plain))
-    return Row(workload, name, k, acceptance_mle(drafted, accepted), acceptance_rate(drafted, accepted),
-               len(drafted) / max(steps, 1), propose_step_s / (k * plain_step_s),
-               sum(r.decode_tokens for r in runs) / max(steps, 1),
-               (spec_step_s - propose_step_s) / plain_step_s,
-               sum(p.decode_s for p in plain) / max(sum(r.decode_s for r in runs), 1e-9), f"{same}/{len(runs)}",
-               tuple(drafted), steps)
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:
@@ -348,7 +188,7 @@ def spec_sections(model: str | None, methods: list[str], ks: list[int], workload
                   num_prompts: int, max_tokens: int, config: dict | None = None) -> list[Section]:
     """Build the engines, warm them up, measure every workload; one table per method."""
     engines, skipped = make_engines(model, methods, ks, config)
-    timers = {name: Timers.attach(llm.engine) for name, llm in engines.items()}
+    timers = {name: Timers.attach(llm.engine, now) for name, llm in engines.items()}
     tokenizer = engines["plain"].tokenizer
     measure(engines, timers, workload_prompts(tokenizer, "chat", 1), 4, start=0)      # warm-up
     rows: dict[str, list[Row]] = {}

@@ -24,7 +24,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
 AZURE_DEFAULT_DIR = REPO_ROOT.parent / "shared" / "data" / "azure-llm-2023"
-PROMPT_SETS = ("chat", "code", "copy")
+PROMPT_SETS = ("chat", "code", "copy", "json")
 SPLITS = ("train", "heldout")
 AZURE_KINDS = ("conv", "code")
 AZURE_STATS_PATH = DATA_DIR / "traces" / "azure_2023_stats.json"
@@ -56,10 +56,11 @@ class LogNormalLengths(NamedTuple):
 # ---------------------------------------------------------------------------------------- prompts
 
 def load_prompts(name: str, split: str | None = None) -> list[str]:
-    """Prompts of set ``name`` ("chat", "code" or "copy"); ``split`` "train", "heldout" or None (all).
+    """Prompts of set ``name`` ("chat", "code", "copy" or "json"); ``split`` "train", "heldout" or None (all).
 
-    chat is in-domain traffic for the draft model, code is mismatched traffic, copy repeats much of its
-    prompt in the answer (where n-gram prompt lookup shines). See data/prompts/README.md.
+    chat is in-domain traffic for the draft model, code and json (strict format, fixed keys) are
+    mismatched traffic, copy repeats much of its prompt in the answer (where n-gram prompt lookup
+    shines). See data/prompts/README.md.
     """
     _check_choice("name", name, PROMPT_SETS)
     if split is not None:

@@ -29,6 +29,9 @@ EXERCISES: dict[str, Callable[[], Exercise]] = {
     "preemption_victims": batching.preemption_victims_exercise,      # lab 03
     "greedy_verify": speculative.greedy_verify_exercise,             # lab 04
     "rejection_verify": speculative.rejection_verify_exercise,       # lab 04
+    "expected_tokens_per_step": speculative.expected_tokens_exercise,  # lab 04
+    "best_k": speculative.best_k_exercise,                           # lab 04
+    "ngram_propose": speculative.ngram_propose_exercise,             # lab 04 (optional)
 }
 
 

@@ -114,3 +114,83 @@ def rejection_verify_exercise() -> Exercise:
                {"zh": "拒绝时的权重是 [max(0, p_i - q_i) for p_i, q_i in zip(p, q)]；加入这个 token 后立刻 return。",
                 "en": "On rejection the weights are [max(0, pi - qi) for pi, qi in zip(p, q)]; append that token and return at once."}],
     )
+
+
+# ----------------------------------------------------------------------------- Leviathan's formulas
+
+def _close(got, expected) -> bool:
+    return isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
+
+
+def _explain_tokens(expected, got) -> str:
+    if isinstance(got, (int, float)) and abs(got + 1 - expected) < 1e-6:
+        return t("少了 1：即使第一个草稿就被拒绝，这一步也会产出目标模型的 1 个 token（i = 0 那一项）。",
+                 "Off by one: even when the first draft is rejected the step emits the target's own token (the i = 0 term).")
+    return ""
+
+
+def expected_tokens_exercise() -> Exercise:
+    cases = [((0.0, 4), "α = 0"), ((0.5, 1), "α = 0.5, k = 1"), ((0.8, 4), "α = 0.8, k = 4"),
+             ((0.6, 8), "α = 0.6, k = 8"), ((1.0, 5), {"zh": "α = 1：不能除以 0", "en": "α = 1: no division by zero"}),
+             ((0.3, 0), {"zh": "k = 0：不投机", "en": "k = 0: no speculation"})]
+    return Exercise(
+        name="expected_tokens_per_step",
+        title={"zh": "练习：每步期望产出的 token 数", "en": "Exercise: expected tokens per step"},
+        task={"zh": "实现 expected_tokens_per_step(alpha, k)：每个草稿以概率 alpha 被接受（相互独立），每步起草 k 个，"
+                    "返回一次验证步期望产出的 token 数（Leviathan 等 2023，式 (1)），alpha = 1 时也要正确。",
+              "en": "Write expected_tokens_per_step(alpha, k): each draft is accepted with probability alpha (independently), "
+                    "k drafts per step; return the expected tokens one verification step emits (Leviathan et al. 2023, "
+                    "Eq. 1), correct for alpha = 1 too."},
+        checks=[call_check("expected_tokens_per_step", args, note, compare=_close, explain=_explain_tokens)
+                for args, note in cases],
+        reference="labkit.labs.lab04_speculative.solutions:expected_tokens_per_step",
+        hints=[{"zh": "第 i+1 个 token 被产出，当且仅当前 i 个草稿都被接受，概率 alpha**i。",
+                "en": "Token i+1 is emitted iff the first i drafts were all accepted: probability alpha**i."},
+               {"zh": "所以答案是 sum(alpha ** i for i in range(k + 1))。",
+                "en": "So the answer is sum(alpha ** i for i in range(k + 1))."}],
+    )
+
+
+def best_k_exercise() -> Exercise:
+    cases = [((0.8, 0.05), "α = 0.8, c = 0.05"), ((0.9, 0.0), {"zh": "c = 0（n-gram）：越大越好，到 k_max 为止",
+                                                              "en": "c = 0 (n-gram): larger is better, up to k_max"}),
+             ((0.5, 0.2), "α = 0.5, c = 0.2"), ((0.3, 0.5), {"zh": "α < c：不投机最好（k = 0）", "en": "α < c: best not to speculate (k = 0)"}),
+             ((0.6, 0.1), "α = 0.6, c = 0.1"), ((0.95, 0.02), "α = 0.95, c = 0.02")]
+    return Exercise(
+        name="best_k",
+        title={"zh": "练习：由 α 和 c 选出最好的 k", "en": "Exercise: the best k from α and c"},
+        task={"zh": "实现 best_k(alpha, c, k_max=16)：在 k = 0…k_max 中返回期望加速比 E[token/步] / (k·c + 1) 最大的 k"
+                    "（Leviathan 定理 3.8；并列时取较小的 k）。可以调用你上一题的思路。",
+              "en": "Write best_k(alpha, c, k_max=16): among k = 0..k_max return the k with the largest expected speed-up "
+                    "E[tokens/step] / (k·c + 1) (Leviathan, Theorem 3.8; the smaller k on ties)."},
+        checks=[call_check("best_k", args, note) for args, note in cases],
+        reference="labkit.labs.lab04_speculative.solutions:best_k",
+        hints=[{"zh": "先写出每个 k 的加速比 (1 + α + … + α^k) / (k·c + 1)，再取最大。",
+                "en": "Write each k's speed-up (1 + α + … + α^k) / (k·c + 1), then take the largest."},
+               {"zh": "max(range(k_max + 1), key=lambda k: (speedup(k), -k)) 在并列时选较小的 k。",
+                "en": "max(range(k_max + 1), key=lambda k: (speedup(k), -k)) picks the smaller k on ties."}],
+    )
+
+
+# ----------------------------------------------------------------------------- optional: prompt lookup
+
+def ngram_propose_exercise() -> Exercise:
+    cases = [(([1, 2, 3, 4, 5, 1, 2], 3, 2), {"zh": "后缀 [1, 2] 之前出现过，后面跟着 3 4 5", "en": "suffix [1, 2] seen before, followed by 3 4 5"}),
+             (([1, 2, 3, 9, 1, 2, 7, 1, 2], 2, 2), {"zh": "出现多次：取最近的一次", "en": "several matches: take the most recent"}),
+             (([5, 6, 7, 8], 2, 2), {"zh": "没有匹配：返回 []", "en": "no match: return []"}),
+             (([1, 2, 3, 1, 2], 5, 2), {"zh": "后面不足 k 个 token：有几个给几个", "en": "fewer than k tokens follow: return what there is"}),
+             (([4, 4, 4, 4], 2, 3), {"zh": "重叠的匹配也算", "en": "overlapping matches count"}),
+             (([3, 1, 2], 2, 3), {"zh": "序列不比 n 长：返回 []", "en": "sequence not longer than n: return []"})]
+    return Exercise(
+        name="ngram_propose",
+        title={"zh": "选做练习：提示查找（n-gram）提议器", "en": "Optional exercise: a prompt-lookup (n-gram) proposer"},
+        task={"zh": "实现 ngram_propose(token_ids, k, n)：取最后 n 个 token 作为后缀，在它之前的位置里找最近一次出现，"
+                    "返回紧跟其后的至多 k 个 token；找不到返回 []。",
+              "en": "Write ngram_propose(token_ids, k, n): take the last n tokens as the suffix, find its most recent "
+                    "earlier occurrence, and return up to k tokens that followed it; [] if there is none."},
+        checks=[call_check("ngram_propose", args, note) for args, note in cases],
+        reference="labkit.labs.lab04_speculative.solutions:ngram_propose",
+        hints=[{"zh": "从 len(token_ids) - n - 1 往回扫到 0，比较 token_ids[start:start + n] 和后缀。",
+                "en": "Scan start from len(token_ids) - n - 1 down to 0, comparing token_ids[start:start + n] with the suffix."},
+               {"zh": "找到就返回 token_ids[start + n:start + n + k]。", "en": "On a match return token_ids[start + n:start + n + k]."}],
+    )

@@ -44,3 +44,30 @@ def rejection_verify(draft_token_ids: list[int], draft_probs: list[list[float]],
         return output
     output.append(_sample(target_probs[len(draft_token_ids)], rng))
     return output
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Leviathan et al. 2023, Eq. (1): 1 + α + α² + … + α^k = (1 − α^(k+1)) / (1 − α).
+
+    Token i + 1 of a step is emitted iff the first i drafts were all accepted (probability α^i);
+    the sum form also covers α = 1 (k + 1 tokens) without dividing by zero.
+    """
+    return sum(alpha ** i for i in range(k + 1))
+
+
+def best_k(alpha: float, c: float, k_max: int = 16) -> int:
+    """The k in 0..k_max with the largest expected speed-up E[tokens] / (k·c + 1) (Theorem 3.8);
+    the smallest such k on ties. k = 0 means: do not speculate."""
+    return max(range(k_max + 1), key=lambda k: (expected_tokens_per_step(alpha, k) / (k * c + 1), -k))
+
+
+def ngram_propose(token_ids: list[int], k: int, n: int) -> list[int]:
+    """Prompt lookup: if the last n tokens occurred earlier, propose up to k tokens that followed
+    their most recent earlier occurrence; else []."""
+    if len(token_ids) <= n:
+        return []
+    suffix = token_ids[-n:]
+    for start in range(len(token_ids) - n - 1, -1, -1):    # most recent first, never the suffix itself
+        if token_ids[start:start + n] == suffix:
+            return token_ids[start + n:start + n + k]
+    return []

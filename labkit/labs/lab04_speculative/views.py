@@ -1,0 +1,283 @@
+"""Lab 04 tables, figures and the sentences that read them. Nothing here measures.
+
+Every verdict is computed from the numbers it describes, so it stays true whichever way a noisy
+measurement falls.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from labkit.i18n import t
+from labkit.labs.common.figures import COLORS, axis_titles, style
+from labkit.labs.common.tables import Table
+from labkit.labs.lab04_speculative.latency import StreamTimes
+from labkit.labs.lab04_speculative.lossless import OTHER, SampleTest
+from labkit.labs.lab04_speculative.speedup import Row
+from labkit.labs.lab04_speculative.sweeps import METHOD_LABELS, BatchRow, OptimalK
+
+WORKLOAD_LABELS = {"copy": ("抄写式编辑", "copy-heavy editing"), "chat": ("开放对话", "open chat"),
+                   "code": ("代码", "code"), "json": ("固定键 JSON", "JSON with fixed keys")}
+NOISE = 0.05   # single runs on a shared machine move by several percent: closer than this is "about the same"
+LINE_COLORS = {"measured": COLORS["accepted"], "textbook": COLORS["predicted"], "adjusted": "#4C78A8"}
+
+
+def method_label(method: str) -> str:
+    return t(*METHOD_LABELS[method])
+
+
+def workload_label(workload: str) -> str:
+    return t(*WORKLOAD_LABELS[workload]) if workload in WORKLOAD_LABELS else workload
+
+
+def _x(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}×"
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- speed-up vs k
+
+def sweep_table(rows: list[Row]) -> Table:
+    headers = ["k", t("α（逐 token 接受概率）", "α (per-token)"), t("接受/草稿", "accepted/drafted"),
+               t("提议率", "proposal rate"), "c", t("验证代价（普通步）", "verify cost (plain steps)"),
+               t("token/步 实测", "tokens/step measured"), t("实测加速比", "measured speed-up"),
+               t("Leviathan 预测", "Leviathan prediction"), t("预测（实测验证代价+提议率）", "prediction (measured verify cost + proposal rate)"),
+               t("输出与普通贪心相同", "output = plain greedy")]
+    body = [[r.k, _f(r.alpha), _f(r.accepted_over_drafted), f"{100 * r.proposal_rate:.0f}%", _f(r.c, 3),
+             _f(r.verify_cost), _f(r.tokens_per_step), _x(r.speedup), _x(r.prediction), _x(r.adjusted_prediction),
+             r.identical] for r in rows]
+    r0 = rows[0]
+    return Table(headers, body, caption=t(f"{method_label(r0.method)}，{workload_label(r0.workload)}：加速比 vs k（本机实测）",
+                                          f"{method_label(r0.method)}, {workload_label(r0.workload)}: speed-up vs k (measured here)"))
+
+
+def sweep_figure(rows: list[Row]) -> go.Figure:
+    ks = [r.k for r in rows]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    for key, name, ys in (("measured", t("实测", "measured"), [r.speedup for r in rows]),
+                          ("textbook", t("Leviathan 公式（α、c 实测）", "Leviathan formula (measured α, c)"),
+                           [r.prediction for r in rows]),
+                          ("adjusted", t("公式 + 实测验证代价与提议率", "formula + measured verify cost, proposal rate"),
+                           [r.adjusted_prediction for r in rows])):
+        fig.add_trace(go.Scatter(x=ks, y=ys, name=name, mode="lines+markers", line=dict(color=LINE_COLORS[key])),
+                      row=1, col=1)
+    fig.add_hline(y=1.0, line=dict(color=COLORS["ink"], dash="dot"), row=1, col=1)
+    fig.add_trace(go.Bar(x=ks, y=[r.verify_cost for r in rows], name=t("验证一步的代价", "cost of a verify step"),
+                         marker_color=COLORS["verify"]), row=1, col=2)
+    fig.add_hline(y=1.0, line=dict(color=COLORS["ink"], dash="dot"), row=1, col=2)
+    fig.update_xaxes(dtick=1)
+    r0 = rows[0]
+    style(fig, t(f"加速比与验证代价 vs k：{method_label(r0.method)}，{workload_label(r0.workload)}（本机实测）",
+                 f"Speed-up and verify cost vs k: {method_label(r0.method)}, {workload_label(r0.workload)} (measured)"))
+    return axis_titles(fig, [(t("k（每步草稿 token 数）", "k (draft tokens per step)"),
+                              t("加速比（×，普通解码 = 1）", "speed-up (×, plain decoding = 1)")),
+                             (t("k（每步草稿 token 数）", "k (draft tokens per step)"),
+                              t("验证步耗时 / 普通解码步耗时（×）", "verify step / plain step time (×)"))])
+
+
+def gap_table(rows: list[Row]) -> Table:
+    """From the textbook prediction to the measurement, one assumption at a time."""
+    headers = ["k", t("Leviathan 预测", "Leviathan"), t("× 提议率修正", "× proposal-rate factor"),
+               t("× 验证代价修正", "× verify-cost factor"), t("= 修正后预测", "= adjusted"), t("实测", "measured")]
+    body = []
+    for r in rows:
+        if r.prediction is None or r.adjusted_tokens_per_step is None:
+            continue
+        proposal = r.adjusted_tokens_per_step / r.predicted_tokens_per_step
+        verify = (1 + r.k * r.c) / (r.verify_cost + r.k * r.c)
+        body.append([r.k, _x(r.prediction), _f(proposal), _f(verify), _x(r.adjusted_prediction), _x(r.speedup)])
+    return Table(headers, body, caption=t("教科书预测与实测之间差在哪里（各因子都由本次测量算出）",
+                                          "Where the textbook prediction and the measurement part (every factor measured in this run)"))
+
+
+def sweep_verdict(opt: OptimalK, rows: list[Row]) -> str:
+    worst = max(rows, key=lambda r: r.verify_cost)
+    ties = sorted(r.k for r in rows if r.speedup >= opt.measured_speedup * (1 - NOISE))
+    lines = [t(f"实测最优 k = {opt.measured_k}（加速比 {opt.measured_speedup:.2f}×）；Leviathan 公式在 α = {opt.alpha:.2f}、"
+               f"c = {opt.c:.3f} 下选 k = {opt.textbook_k}（预测 {opt.textbook_speedup:.2f}×）；代入实测验证代价后选 k = {opt.adjusted_k}。",
+               f"Best measured k = {opt.measured_k} ({opt.measured_speedup:.2f}×); Leviathan's formula at α = {opt.alpha:.2f}, "
+               f"c = {opt.c:.3f} picks k = {opt.textbook_k} (predicts {opt.textbook_speedup:.2f}×); with the measured verify "
+               f"cost it picks k = {opt.adjusted_k}.")]
+    if len(ties) > 1:
+        lines.append(t(f"k = {', '.join(map(str, ties))} 的实测加速比相差不到 {NOISE:.0%}，在单次测量的噪声范围内：把它们看作一样好。",
+                       f"k = {', '.join(map(str, ties))} are within {NOISE:.0%} of each other, within one run's noise: "
+                       "treat them as equally good."))
+    if worst.verify_cost > 1.1:
+        lines.append(t(f"教科书假设“验证 k+1 个 token 只花一个普通步”在这台 CPU 上不成立：k = {worst.k} 时验证一步是普通解码步的 "
+                       f"{worst.verify_cost:.2f} 倍。",
+                       f"The textbook assumption 'verifying k+1 tokens costs one plain step' fails on this CPU: at k = {worst.k} "
+                       f"a verify step costs {worst.verify_cost:.2f} plain steps."))
+    else:
+        lines.append(t(f"在这台机器上验证一步最多是普通解码步的 {worst.verify_cost:.2f} 倍：教科书假设（1 倍）在这里大致成立。",
+                       f"Here a verify step costs at most {worst.verify_cost:.2f} plain steps: the textbook assumption (1) "
+                       "roughly holds on this machine."))
+    return " ".join(lines)
+
+
+# ----------------------------------------------------------------------------- workloads
+
+def matrix_table(rows: list[Row]) -> Table:
+    headers = [t("方法", "method"), t("流量", "workload"), "k", "α", t("接受/草稿", "accepted/drafted"),
+               t("提议率", "proposal rate"), "c", t("验证代价", "verify cost"), t("实测加速比", "measured speed-up"),
+               t("Leviathan 预测", "Leviathan"), t("修正后预测", "adjusted"), t("输出相同", "identical")]
+    body = [[method_label(r.method), workload_label(r.workload), r.k, _f(r.alpha), _f(r.accepted_over_drafted),
+             f"{100 * r.proposal_rate:.0f}%", _f(r.c, 3), _f(r.verify_cost),
+             _x(r.speedup) + (t("（更慢）", " (slower)") if r.speedup < 1 else ""), _x(r.prediction),
+             _x(r.adjusted_prediction), r.identical] for r in rows]
+    return Table(headers, body, caption=t("各方法 × 各类流量的接受率与加速比（单请求，贪心，本机实测）",
+                                          "Acceptance and speed-up per method and workload (single stream, greedy, measured)"))
+
+
+def matrix_figure(rows: list[Row]) -> go.Figure:
+    fig = go.Figure()
+    for method in dict.fromkeys(r.method for r in rows):
+        mine = [r for r in rows if r.method == method]
+        fig.add_trace(go.Bar(x=[workload_label(r.workload) for r in mine], y=[r.speedup for r in mine],
+                             name=method_label(method), text=[f"{r.speedup:.2f}×" for r in mine], textposition="outside"))
+    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash"),
+                  annotation_text=t("低于此线 = 比普通解码慢", "below = slower than plain decoding"))
+    k = rows[0].k
+    return style(fig, t(f"各类流量上的加速比（k = {k}，本机实测）", f"Speed-up per workload (k = {k}, measured here)"),
+                 t("流量", "workload"), t("加速比（×，普通解码 = 1）", "speed-up (×, plain = 1)"))
+
+
+def matrix_verdict(rows: list[Row]) -> str:
+    slower = [r for r in rows if r.speedup < 1]
+    best = max(rows, key=lambda r: r.speedup)
+    text = t(f"最好的组合：{method_label(best.method)} 在{workload_label(best.workload)}上，{best.speedup:.2f}×（α = {_f(best.alpha)}）。",
+             f"Best pair: {method_label(best.method)} on {workload_label(best.workload)}, {best.speedup:.2f}× (α = {_f(best.alpha)}).")
+    if slower:
+        worst = min(slower, key=lambda r: r.speedup)
+        text += t(f" {len(slower)}/{len(rows)} 个组合比普通解码更慢，最慢的是 {method_label(worst.method)} 在{workload_label(worst.workload)}上："
+                  f"{worst.speedup:.2f}×（α = {_f(worst.alpha)}）——草稿猜错时，起草和验证的代价白花了。",
+                  f" {len(slower)}/{len(rows)} pairs are slower than plain decoding; the slowest is {method_label(worst.method)} on "
+                  f"{workload_label(worst.workload)}: {worst.speedup:.2f}× (α = {_f(worst.alpha)}): when drafts are wrong, "
+                  "drafting and verifying are paid for nothing.")
+    else:
+        text += t(" 这次没有组合比普通解码更慢；降低 α 的流量（或更大的 k）会把它推到 1 以下，见上面的预测公式。",
+                  " No pair was slower this time; traffic with a lower α (or a larger k) pushes it below 1, as the formula says.")
+    return text
+
+
+# ----------------------------------------------------------------------------- batch size
+
+def batch_table(rows: list[BatchRow]) -> Table:
+    headers = [t("批大小", "batch"), t("普通解码步（毫秒）", "plain step (ms)"), t("投机步（毫秒）", "speculative step (ms)"),
+               "α", t("验证代价", "verify cost"), t("实测加速比", "measured speed-up"), t("输出相同", "identical")]
+    body = [[b.batch, f"{1000 * b.plain_step_s:.0f}", f"{1000 * b.spec_step_s:.0f}", _f(b.row.alpha),
+             _f(b.row.verify_cost), _x(b.row.speedup), b.row.identical] for b in rows]
+    return Table(headers, body, caption=t(f"批大小的影响：{method_label(rows[0].row.method)}，k = {rows[0].row.k}（本机实测）",
+                                          f"Batch size: {method_label(rows[0].row.method)}, k = {rows[0].row.k} (measured)"))
+
+
+def batch_figure(rows: list[BatchRow]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    x = [str(b.batch) for b in rows]
+    fig.add_trace(go.Bar(x=x, y=[b.row.speedup for b in rows], name=t("实测加速比", "measured speed-up"),
+                         marker_color=COLORS["accepted"]), row=1, col=1)
+    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[1000 * b.plain_step_s for b in rows], name=t("普通解码步", "plain step"),
+                             mode="lines+markers", line=dict(color=COLORS["decode"])), row=1, col=2)
+    fig.add_trace(go.Scatter(x=x, y=[1000 * b.spec_step_s for b in rows], name=t("投机步（起草+验证）", "speculative step"),
+                             mode="lines+markers", line=dict(color=COLORS["verify"])), row=1, col=2)
+    style(fig, t("批越大，投机越不划算（本机实测）", "The larger the batch, the less speculation buys (measured)"))
+    return axis_titles(fig, [(t("批大小（请求数）", "batch size (requests)"), t("加速比（×）", "speed-up (×)")),
+                             (t("批大小（请求数）", "batch size (requests)"), t("每步耗时（毫秒）", "time per step (ms)"))])
+
+
+def batch_verdict(rows: list[BatchRow]) -> str:
+    first, last = rows[0], rows[-1]
+    growth = last.plain_step_s / first.plain_step_s
+    delta = last.row.speedup / first.row.speedup - 1
+    change = (t("几乎不变：差别在单次测量的噪声范围内", "about the same: within one run's noise") if abs(delta) < NOISE
+              else t("下降", "falls") if delta < 0 else t("反而上升：单次测量有噪声，重跑这几格看看", "rises: one run is noisy, rerun these cells"))
+    busy = growth > 1.2
+    why_zh = "：这台机器的算力已经在忙，验证多出来的行不再免费" if busy else "：每步耗时几乎没变，算力还有富余"
+    why_en = ": the machine's compute is busy, extra verify rows are no longer free" if busy else \
+        ": the step time barely changed, compute is still spare"
+    return t(f"批大小从 {first.batch} 到 {last.batch}：普通解码一步的耗时变成原来的 {growth:.2f} 倍{why_zh}；"
+             f"加速比从 {first.row.speedup:.2f}× 变为 {last.row.speedup:.2f}×（{change}）。",
+             f"From batch {first.batch} to {last.batch}: a plain step takes {growth:.2f}× as long{why_en}; "
+             f"the speed-up goes from {first.row.speedup:.2f}× to {last.row.speedup:.2f}× ({change}).")
+
+
+# ----------------------------------------------------------------------------- lossless
+
+def histogram_figure(test: SampleTest, decode) -> go.Figure:
+    labels = [t("其他", "other") if c == OTHER else repr(decode([c])) for c in test.categories]
+    fig = go.Figure()
+    for name, counts, color in ((t("不投机（普通采样）", "plain sampling"), test.plain_counts, COLORS["decode"]),
+                                (t("投机（草稿模型 + 拒绝采样）", "speculative (draft + rejection sampling)"),
+                                 test.spec_counts, COLORS["verify"])):
+        fig.add_trace(go.Bar(x=labels, y=[c / sum(counts) for c in counts], name=f"{name}, n = {sum(counts)}",
+                             marker_color=color))
+    return style(fig, t(f"第 2 个输出 token 的分布：卡方检验 p = {test.p_value:.2f}",
+                        f"Second output token: chi-square p = {test.p_value:.2f}"),
+                 t("token", "token"), t("频率", "frequency"))
+
+
+def test_verdict(test: SampleTest) -> str:
+    base = t(f"卡方 = {test.chi2:.2f}，自由度 {test.dof}，p = {test.p_value:.3f}。",
+             f"chi-square = {test.chi2:.2f}, {test.dof} degrees of freedom, p = {test.p_value:.3f}. ")
+    if test.p_value >= 0.01:
+        return base + t("两组样本的差异在抽样噪声范围内：没有证据表明投机改变了分布（这不是证明；样本越多，检验越灵敏）。",
+                        "The two samples differ by no more than sampling noise: no evidence that speculation changed the "
+                        "distribution (not a proof; more samples make the test more sensitive).")
+    return base + t("两组样本差异显著（p < 0.01）。如果两者同分布，这种结果大约 100 次里才出现 1 次：换种子重跑；若仍如此，拒绝采样器有 bug。",
+                    "The samples differ significantly (p < 0.01). If they were the same distribution this would happen about "
+                    "once in 100 runs: rerun with other seeds; if it persists, the rejection sampler has a bug.")
+
+
+# ----------------------------------------------------------------------------- latency
+
+def latency_table(plain: StreamTimes, spec: StreamTimes) -> Table:
+    headers = ["", t("token 数", "tokens"), t("块数", "chunks"), t("每块 token（首块之后）", "tokens per chunk (after first)"),
+               "TPOT (ms)", t("ITL 均值，vLLM 定义 (ms)", "ITL mean, vLLM (ms)"), "ITL P50 (ms)", t("AIPerf 的 ITL (ms)", "AIPerf ITL (ms)")]
+    body = [[name, s.num_tokens, len(s.chunk_sizes), _f(s.tokens_per_chunk), _f(1000 * (s.tpot_s or 0), 1),
+             _f(1000 * (s.itl_mean_s or 0), 1), _f(1000 * (s.itl_p50_s or 0), 1), _f(1000 * (s.tpot_s or 0), 1)]
+            for name, s in ((t("普通解码", "plain"), plain), (t("投机解码", "speculative"), spec))]
+    return Table(headers, body, caption=t("同一个请求的 TPOT 与 ITL（流式客户端计时，墙钟时间）",
+                                          "TPOT and ITL of one request (timed by the streaming client, wall clock)"))
+
+
+def latency_verdict(spec: StreamTimes) -> str:
+    if spec.tpot_s is None or spec.itl_mean_s is None:
+        return ""
+    ratio = spec.itl_mean_s / spec.tpot_s
+    return t(f"投机解码时 ITL 均值是 TPOT 的 {ratio:.2f} 倍：每块平均带 {spec.tokens_per_chunk:.2f} 个 token，"
+             f"(token 数 − 1) / (块数 − 1) = {(spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1):.2f}。"
+             "报告里写“ITL”时，先问是哪一种定义。",
+             f"With speculation mean ITL is {ratio:.2f}× TPOT: a chunk carries {spec.tokens_per_chunk:.2f} tokens on "
+             f"average, (tokens − 1) / (chunks − 1) = {(spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1):.2f}. "
+             "When a report says 'ITL', ask which definition.")
+
+
+# ----------------------------------------------------------------------------- summary
+
+def identical_summary(rows: list[Row]) -> tuple[int, int]:
+    """(runs whose greedy output equals plain greedy, runs) over every row measured."""
+    pairs = [tuple(map(int, r.identical.split("/"))) for r in rows]
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def summary_table(opt: OptimalK, sweep: list[Row], matrix: list[Row], batches: list[BatchRow]) -> Table:
+    slowest = min(matrix, key=lambda r: r.speedup)
+    worst_verify = max(sweep, key=lambda r: r.verify_cost)
+    first, last = batches[0], batches[-1]
+    rows = [[t("最好的实测加速比", "best measured speed-up"),
+             f"{opt.measured_speedup:.2f}×",
+             t(f"{method_label(sweep[0].method)}，{workload_label(sweep[0].workload)}，k = {opt.measured_k}",
+               f"{method_label(sweep[0].method)}, {workload_label(sweep[0].workload)}, k = {opt.measured_k}")],
+            [t("最差的组合（误解 2）", "worst pair (misreading 2)"), f"{slowest.speedup:.2f}×",
+             t(f"{method_label(slowest.method)}，{workload_label(slowest.workload)}，α = {_f(slowest.alpha)}",
+               f"{method_label(slowest.method)}, {workload_label(slowest.workload)}, α = {_f(slowest.alpha)}")],
+            [t("验证一步 / 普通一步", "verify step / plain step"), f"{worst_verify.verify_cost:.2f}×",
+             t(f"k = {worst_verify.k}（教科书假设 1×）", f"k = {worst_verify.k} (the textbook assumes 1×)")],
+            [t("批大小的影响", "batch size"), f"{first.row.speedup:.2f}× → {last.row.speedup:.2f}×",
+             t(f"批 {first.batch} → 批 {last.batch}", f"batch {first.batch} → batch {last.batch}")]]
+    return Table([t("要记住的数", "number to remember"), t("本次实测", "measured here"), t("条件", "conditions")], rows,
+                 caption=t("小结：本次运行测得", "Summary: measured in this run"))
