@@ -144,6 +144,7 @@ class SpecVerified:
     drafted: int
     accepted: int
     per_position: tuple[bool, ...]
+    draft_token_ids: tuple[int, ...] = ()     # the drafts verified (rejected ones included)
 
 
 @dataclass(frozen=True)

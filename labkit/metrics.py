@@ -1,7 +1,7 @@
 """Run-level statistics (DESIGN §5), accumulated from each step's ``StepStats`` and finished requests.
 
 Means are over engine steps, each step weighted equally. Latencies come from request timestamps:
-TTFT = first token - arrival; ITL = gaps between consecutive output tokens of one request;
+TTFT = first token - arrival; ITL = gaps between the steps that gave one request tokens (tokens one speculative step appends count once);
 TPOT = (finish - first token) / (output tokens - 1); e2e = finish - arrival.
 """
 
@@ -70,7 +70,9 @@ class MetricsCollector:
                             ("queue", timings.queue_s)):
             if value is not None:
                 getattr(self, name).append(value)
-        self.itl.extend(b - a for a, b in zip(token_times, token_times[1:]))
+        # One gap per step that gave the request tokens (vLLM's per-iteration ITL): the tokens one
+        # speculative step appends share its timestamp and are one chunk, not zero-second gaps.
+        self.itl.extend(b - a for a, b in zip(token_times, token_times[1:]) if b != a)
         if timings.finished_time is not None:
             self.last_finish = max(self.last_finish or timings.finished_time, timings.finished_time)
 

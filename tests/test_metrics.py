@@ -268,3 +268,13 @@ def test_speculative_counters_follow_their_definitions():
     per_pos = [sum(1 for e in verified if e.accepted > i) for i in range(3)]
     assert s["spec_decode_num_accepted_tokens_per_pos"] == per_pos
     assert 0 < accepted < drafted
+
+
+def test_tokens_one_speculative_step_appends_together_make_one_itl_gap():
+    # vLLM's ITL is per iteration: three tokens accepted in one step are one chunk, not two 0 s gaps
+    from labkit.hooks import RequestTimings
+    from labkit.metrics import MetricsCollector
+
+    m = MetricsCollector()
+    m.record_finished(RequestTimings(0.0, 0.5, 1.0, 3.0, 6, 0), [1.0, 1.0, 1.0, 2.0, 3.0, 3.0])
+    assert m.itl == [1.0, 1.0]

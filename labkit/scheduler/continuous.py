@@ -198,12 +198,12 @@ class ContinuousScheduler:
         """Roll back the rejected drafts: their K/V was computed, but they are not the sequence.
         Returns how many drafts were accepted (they lead the tokens appended this step)."""
         req.num_computed_tokens -= num_spec - num_accepted
-        req.spec_token_ids = []
+        drafts, req.spec_token_ids = tuple(req.spec_token_ids[:num_spec]), []
         dropped = self.kv.trim(req.request_id, req.num_computed_tokens)
         if dropped:
             update.events.append(ev.BlocksFreed(req.request_id, tuple(dropped)))
         flags = tuple(i < num_accepted for i in range(num_spec))
-        update.events.append(ev.SpecVerified(req.request_id, num_spec, num_accepted, flags))
+        update.events.append(ev.SpecVerified(req.request_id, num_spec, num_accepted, flags, drafts))
         return num_accepted
 
     def _fork(self, parent: Request, first_tokens: list[int], now: float, update: StepUpdate) -> None:

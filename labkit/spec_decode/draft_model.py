@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,7 @@ DRAFT_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 DEFAULT_DRAFT = DRAFT_DIR / "smollm2-135m-draft.safetensors"
 DRAFT_FORMAT = "labkit-draft-v1"
 TARGET_INT4 = "target-int4"   # draft_model name: the target itself, re-quantised to 4 bits (quant.py)
+_INT4_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # target model -> its 4-bit copy
 
 
 class DraftLlama(LlamaModel):
@@ -135,7 +137,9 @@ def load_draft(path: str | Path | None, target: LlamaModel) -> DraftLlama | Llam
     file; or a local HF Llama directory (a full model with its own embedding; it must use the
     target's tokenizer/vocabulary)."""
     if path == TARGET_INT4:
-        return quantized_copy(target)
+        if target not in _INT4_COPIES:       # quantising takes seconds: once per target per process
+            _INT4_COPIES[target] = quantized_copy(target)
+        return _INT4_COPIES[target]
     path = DEFAULT_DRAFT if path is None else Path(path).expanduser()
     if not path.exists():
         hint = " (run scripts/train_draft.py to rebuild the default)" if path == DEFAULT_DRAFT else ""
