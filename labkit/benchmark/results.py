@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary
-from labkit.labs.tables import Table
+from labkit.labs.common.tables import Table
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 
