@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -29,10 +30,19 @@ from labkit.benchmark.runner import LoadShape, run_load
 from labkit.benchmark.workload import BenchRequest
 from labkit.config import EngineConfig, SpecConfig
 from labkit.hooks import StepEnd
+from labkit.llm import LLM
+from labkit.sampling_params import SamplingParams
 from labkit.serve import BackgroundServer, ServedModel
 from labkit.traces import load_prompts
 
 SERVED_NAME = "labkit-lab05"
+
+
+def run_blocking(coro):
+    """Run a coroutine to completion from sync code, also inside Jupyter (whose thread already runs
+    an event loop, where ``asyncio.run`` refuses): on a fresh thread with its own loop."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab05-bench") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 @dataclass(frozen=True)
@@ -73,8 +83,9 @@ def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
                 "labkit 还没有目标模型的 4 位权重模式（另有 issue 在做）；这里不给数字。",
                 "labkit has no 4-bit mode for the target yet (another issue adds it); no number here."),
         Variant("compile", "torch.compile 解码步（“编译型引擎”的类比）", "torch.compile of the decode step (the compiled-engine analogue)",
-                None, "labkit 的引擎还没有 torch.compile 选项；编译时间与步长收益见第 2.3 节的单独测量（若已运行）。",
-                "labkit's engine has no torch.compile option; see the separate measurement in section 2.3 (if run)."),
+                None, "labkit 的引擎还没有 torch.compile 选项；编译时间与省下的步长还没有测，这里不给数字。",
+                "labkit's engine has no torch.compile option; compile time and step time saved are not measured yet; "
+                "no number here."),
     ]
     return out
 
@@ -99,6 +110,8 @@ SHARED_RULES = ("You are the copy desk of a small newspaper. House rules: keep t
 
 def chat_workload(num_prompts: int, min_out: int, max_out: int, seed: int = 0) -> Workload:
     """Distinct short chat questions with output lengths drawn uniformly in [min_out, max_out]."""
+    if not 1 <= min_out <= max_out:
+        raise ValueError(f"output lengths need 1 <= min_out <= max_out, got min_out={min_out}, max_out={max_out}")
     rng = random.Random(seed)
     prompts = load_prompts("chat")
     reqs = tuple(BenchRequest(prompts[i % len(prompts)], rng.randint(min_out, max_out)) for i in range(num_prompts))
@@ -171,8 +184,8 @@ def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str,
     with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
         target = Target(server.base_url, SERVED_NAME, "chat")
         cpu0 = time.process_time()
-        outcome = asyncio.run(run_load(target, list(workload.requests), shape, request_timeout_s=timeout_s,
-                                       max_duration_s=timeout_s, progress=False))
+        outcome = run_blocking(run_load(target, list(workload.requests), shape, request_timeout_s=timeout_s,
+                                   max_duration_s=timeout_s, progress=False))
         cpu_s = time.process_time() - cpu0
     metrics = compute_metrics(outcome.records, outcome.duration_s, slo_ms)
     settings = {"base_url": server.base_url, "model": SERVED_NAME, "endpoint": "chat", "dataset": workload.name,
@@ -194,8 +207,6 @@ def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
                 results_dir: Path | None = None) -> AblationRow:
     if variant.config is None:
         return AblationRow(workload.name, variant)
-    from labkit.llm import LLM
-
     llm = LLM(config=variant.config, progress=False)
     llm.generate(["Hi"], _warmup_params())              # first-step costs are not the variant's
     llm.engine.reset_metrics()
@@ -207,8 +218,7 @@ def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
     return AblationRow(workload.name, variant, result.metrics, cpu_s, _weights_bytes(llm), peak_kv, totals, path)
 
 
-def _warmup_params():
-    from labkit.sampling_params import SamplingParams
+def _warmup_params() -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=2)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from labkit.config import EngineConfig
 from labkit.labs.lab05_engine_choice.facts import find
+from labkit.llm import LLM
 from labkit.sampling_params import SamplingParams
 from labkit.traces import LogNormalLengths, synthetic_trace
 
@@ -35,8 +36,6 @@ class Stage:
 
 def _sim_throughput(config: EngineConfig, num_requests: int, seed: int = 0) -> float:
     """Output tokens per simulated second for one trace, all requests at once."""
-    from labkit.llm import LLM
-
     trace = synthetic_trace(num_requests, seed=seed, prompt_len=LogNormalLengths(96, 1.0, 8, 512),
                             output_len=LogNormalLengths(128, 1.0, 8, 512))
     llm = LLM(model="sim", config=config, model_profile=SIM_MODEL)

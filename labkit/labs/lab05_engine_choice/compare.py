@@ -65,3 +65,19 @@ def plain_table(rows: list[AblationRow], workload: str) -> list[dict]:
              "tpot_p99_ms": None if r.metrics.tpot.p99_ms is None else round(r.metrics.tpot.p99_ms, 3),
              "memory_mib": round(r.memory_bytes / 2**20, 3)}
             for r in rows if r.workload == workload and r.available]
+
+
+def gain_of(rows: list[AblationRow], workload: str, variant: str) -> float | None:
+    """Throughput gain (tokens per CPU second ÷ the baseline's) of one variant; None if not measured."""
+    found = [g for g in gains(rows, workload) if g.variant == variant]
+    return found[0].throughput_x if found else None
+
+
+def gain_sentence(name: str, gain: float | None) -> str:
+    """"X 是基线的 1.23 倍" — and what a value below 1 means."""
+    if gain is None:
+        return t(f"{name}：本次没有测。", f"{name}: not measured in this run.")
+    if gain >= 1.0:
+        return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍。", f"{name} yields {gain:.2f}× the baseline's tokens per CPU second.")
+    return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍——在这个负载上它是负收益（付出代价而没有换来吞吐）。",
+             f"{name} yields {gain:.2f}× the baseline's tokens per CPU second: on this workload it costs more than it buys.")

@@ -15,7 +15,6 @@ candidates per quantity, first match wins.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from labkit.benchmark.client import Target
 from labkit.benchmark.metrics import compute_metrics
 from labkit.benchmark.runner import LoadShape, run_load
 from labkit.hooks import StepEnd
-from labkit.labs.lab05_engine_choice.ablation import SERVED_NAME, StepTotals, Workload
+from labkit.i18n import t
+from labkit.labs.lab05_engine_choice.ablation import SERVED_NAME, StepTotals, Workload, run_blocking
+from labkit.llm import LLM
 from labkit.serve import BackgroundServer, ServedModel
 
 NAMES = {
@@ -132,8 +133,6 @@ class LoadPoint:
 
 def diagnose_labkit(config, workload: Workload, concurrencies: list[int]) -> list[LoadPoint]:
     """Serve one labkit engine (a fresh one per load level) and sweep the concurrency."""
-    from labkit.llm import LLM      # torch and the weights: only when a measurement runs
-
     points = []
     for c in concurrencies:
         llm = LLM(config=config, progress=False)
@@ -141,9 +140,32 @@ def diagnose_labkit(config, workload: Workload, concurrencies: list[int]) -> lis
         llm.engine.hooks.subscribe(totals.on_step, StepEnd)
         with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
             with MetricsSampler(server.base_url) as sampler:
-                out = asyncio.run(run_load(Target(server.base_url, SERVED_NAME, "chat"), list(workload.requests),
+                out = run_blocking(run_load(Target(server.base_url, SERVED_NAME, "chat"), list(workload.requests),
                                            LoadShape(max_concurrency=c), 120.0, 120.0, progress=False))
         m = compute_metrics(out.records, out.duration_s)
         points.append(LoadPoint(c, sampler.peak("kv_usage"), totals.preemptions, sampler.peak("waiting"),
                                 totals.host_s, totals.model_s, m.output_throughput, tuple(sampler.samples)))
     return points
+
+
+def diagnosis_sentences(points: list[LoadPoint]) -> list[str]:
+    """The two answers, computed from the numbers: where memory goes, and whether host time grows."""
+    lo, hi = points[0], points[-1]
+    kv = "—" if hi.peak_kv_usage is None else f"{100 * hi.peak_kv_usage:.0f}%"
+    pre = 0 if hi.preemptions is None else int(hi.preemptions)
+    memory = (t(f"内存：并发 {hi.concurrency} 时 KV 使用峰值 {kv}，抢占 {pre} 次——KV 池是先到顶的资源。",
+                f"Memory: at concurrency {hi.concurrency} KV usage peaks at {kv} with {pre} preemptions: the KV pool "
+                "saturates first.")
+              if pre > 0 or (hi.peak_kv_usage or 0) >= 0.95 else
+              t(f"内存：并发 {hi.concurrency} 时 KV 使用峰值 {kv}，没有抢占——这个负载下内存还没到顶。",
+                f"Memory: at concurrency {hi.concurrency} KV usage peaks at {kv}, no preemptions: memory is not the limit here."))
+    grows = hi.host_share > lo.host_share
+    host = t(f"调度：主机时间占每步 {100 * lo.host_share:.1f}%（并发 {lo.concurrency}）→ {100 * hi.host_share:.1f}%"
+             f"（并发 {hi.concurrency}）。" + ("随并发上升；" if grows else "没有随并发上升；") +
+             ("但仍远小于模型时间：在这台 CPU 上模型先饱和，调度器没有先饱和。" if hi.host_share < 0.2 else
+              "已占相当比例：调度器开销值得优化（vLLM V1、重叠调度就是为此）。"),
+             f"Scheduler: host time is {100 * lo.host_share:.1f}% of a step at concurrency {lo.concurrency} and "
+             f"{100 * hi.host_share:.1f}% at {hi.concurrency}" + (", rising with load; " if grows else ", not rising with load; ") +
+             ("still far below model time: on this CPU the model saturates first, not the scheduler." if hi.host_share < 0.2
+              else "a real share: scheduler overhead is worth attacking (what vLLM V1 and overlap scheduling do)."))
+    return [memory, host]

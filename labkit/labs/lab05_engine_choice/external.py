@@ -7,7 +7,6 @@ start commands of each engine (see each project's docs; the flags shown are the 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ from labkit.benchmark.client import Target
 from labkit.benchmark.metrics import compute_metrics
 from labkit.benchmark.results import BenchResult
 from labkit.benchmark.runner import run_load
-from labkit.labs.lab05_engine_choice.ablation import Workload
+from labkit.labs.lab05_engine_choice.ablation import Workload, run_blocking
 from labkit.labs.lab05_engine_choice.diagnose import MetricsSampler
 
 COMMANDS = {
@@ -54,7 +53,7 @@ def bench_external(target: EngineTarget, workload: Workload, slo_ms: dict[str, f
     """Run ``workload`` against the learner's server, scraping its /metrics meanwhile."""
     prefix = METRIC_PREFIX.get(target.engine, "vllm")
     with MetricsSampler(target.base_url, prefix, interval_s=1.0) as sampler:
-        out = asyncio.run(run_load(Target(target.base_url, target.model, "chat"), list(workload.requests),
+        out = run_blocking(run_load(Target(target.base_url, target.model, "chat"), list(workload.requests),
                                    workload.shape(), timeout_s, timeout_s, progress=True))
     settings = {"base_url": target.base_url, "model": target.model, "endpoint": "chat", "dataset": workload.name,
                 "num_prompts": len(workload.requests), "request_rate": float("inf"), "goodput_slo_ms": slo_ms}

@@ -163,3 +163,17 @@ def scenarios_table() -> Table:
         rows.append([name, rec.engine, rec.runner_up or "—", " / ".join(t(r.text_zh, r.text_en)[:60] for r in top)])
     return Table([t("场景", "scenario"), t("推荐", "recommendation"), t("次选", "runner-up"), t("主要理由", "key reasons")],
                  rows, caption=t("命名场景与建议", "Named scenarios and their recommendation"))
+
+
+def summary_table(rows: list[AblationRow], workloads: list[str], points: list[LoadPoint]) -> Table:
+    body = []
+    for w in workloads:
+        best = max(gains(rows, w), key=lambda g: g.throughput_x)
+        body.append([t(f"负载 {w} 上收益最大的开关", f"biggest gain on workload {w}"), f"{best.variant}: {best.throughput_x:.2f}×",
+                     t("本次实测（每 CPU 秒输出 token）", "measured here (output tokens per CPU s)")])
+    hi = points[-1]
+    body.append([t(f"并发 {hi.concurrency} 时 KV 使用峰值 / 主机时间占比", f"peak KV usage / host share at concurrency {hi.concurrency}"),
+                 f"{fmt(None if hi.peak_kv_usage is None else 100 * hi.peak_kv_usage, 0)}% / {100 * hi.host_share:.1f}%",
+                 t("本次实测（/metrics 与每步事件）", "measured here (/metrics and step events)")])
+    return Table([t("要记住的数", "number to remember"), t("数值", "value"), t("来源", "source")], body,
+                 caption=t("小结", "Summary"))
