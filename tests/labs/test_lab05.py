@@ -102,6 +102,8 @@ def test_bad_scenario_field_is_named():
         advisor.Scenario(hardware="tpu")
     with pytest.raises(ValueError, match="model_churn"):
         advisor.Scenario(model_churn="daily")
+    with pytest.raises(ValueError, match="operations"):
+        advisor.Scenario(operations="cloud")
 
 
 # ------------------------------------------------------------------------------------ comparisons
@@ -125,7 +127,9 @@ def test_gains_rankings_and_the_sentence_follow_the_numbers():
     assert "x" in compare.ranking_sentence(rows, "a", "b")
     same = [r for r in rows if r.workload == "a"] + [_row("c", "baseline", 1.0), _row("c", "x", 0.5), _row("c", "y", 2.0)]
     assert compare.ranking(same, "c") == compare.ranking(same, "a")
-    assert "0.50" in compare.gain_sentence("y", 0.5) or "0.50" in compare.gain_sentence("y", 0.5).replace(" ", "")
+    assert "0.50" in compare.gain_sentence("y", 0.5)
+    level, worse = compare.gain_sentence("y", 0.995), compare.gain_sentence("y", 0.9)
+    assert ("持平" in level or "level" in level) and not ("持平" in worse or "level" in worse)
 
 
 def test_gains_without_a_baseline_raise():

@@ -24,6 +24,7 @@ LEVELS = ("low", "medium", "high")
 CHURN = ("stable", "monthly", "weekly")
 QUANT = ("none", "fp8", "nvfp4", "int4")
 TEAMS = ("small-python", "platform", "nvidia-experts")
+OPERATIONS = ("cluster", "single-server", "edge")
 ENGINES = ("vLLM", "TensorRT-LLM", "SGLang", "llama.cpp")
 
 
@@ -37,10 +38,12 @@ class Scenario:
     structured_output: bool = False
     multi_lora: bool = False
     team: str = "platform"
+    operations: str = "cluster"          # where it runs: a GPU cluster, one server, or edge devices
 
     def __post_init__(self) -> None:
         for name, allowed in (("hardware", HARDWARE), ("latency_slo", LEVELS), ("throughput", LEVELS),
-                              ("model_churn", CHURN), ("quantization", QUANT), ("team", TEAMS)):
+                              ("model_churn", CHURN), ("quantization", QUANT), ("team", TEAMS),
+                              ("operations", OPERATIONS)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -159,6 +162,10 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("小型 Python 团队：vLLM 的调度器是 Python 写的、可读可改（V1 的引擎核心进程）。",
                           "Small Python team: vLLM's scheduler is Python, readable and patchable (V1's engine-core process).",
                           "vLLM V1 vs V0 throughput", "vLLM", 2))
+    if s.operations == "edge":
+        reasons.append(_r("边缘设备：llama.cpp 是没有依赖的 C/C++ 程序，一个二进制加一个 GGUF 文件即可部署。",
+                          "Edge devices: llama.cpp is plain C/C++ without dependencies; one binary and one GGUF file deploy.",
+                          "llama.cpp hardware and quantization", "llama.cpp", 2))
     if s.team == "nvidia-experts" and s.nvidia:
         reasons.append(_r("熟悉 NVIDIA 工具链的团队能承担量化与调参的工程成本。", "A team fluent in NVIDIA's toolchain can "
                           "carry the quantization and tuning work.", "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 2))
@@ -185,7 +192,7 @@ SCENARIOS: dict[str, Scenario] = {
     "mixed AMD + NVIDIA fleet, weekly new models": Scenario(
         hardware="mixed-amd-nvidia", model_churn="weekly", team="platform"),
     "CPU-only laptop": Scenario(hardware="cpu", throughput="low", latency_slo="low", quantization="int4",
-                                team="small-python"),
+                                team="small-python", operations="edge"),
     "MacBook (Apple silicon), local assistant": Scenario(hardware="apple", throughput="low", quantization="int4"),
     "H100 chat product, strict TTFT, many LoRA adapters": Scenario(
         hardware="nvidia-hopper", latency_slo="high", multi_lora=True, throughput="medium"),

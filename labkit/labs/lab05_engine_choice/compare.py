@@ -73,10 +73,16 @@ def gain_of(rows: list[AblationRow], workload: str, variant: str) -> float | Non
     return found[0].throughput_x if found else None
 
 
+NOISE_BAND = 0.03       # ±3 %: repeated runs of one configuration differ by about this much here
+
+
 def gain_sentence(name: str, gain: float | None) -> str:
     """"X 是基线的 1.23 倍" — and what a value below 1 means."""
     if gain is None:
         return t(f"{name}：本次没有测。", f"{name}: not measured in this run.")
+    if abs(gain - 1.0) < NOISE_BAND:
+        return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍：与基线持平，差别在这台机器的噪声之内。",
+                 f"{name} yields {gain:.2f}× the baseline's tokens per CPU second: level with it, within this machine's noise.")
     if gain >= 1.0:
         return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍。", f"{name} yields {gain:.2f}× the baseline's tokens per CPU second.")
     return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍——在这个负载上它是负收益（付出代价而没有换来吞吐）。",

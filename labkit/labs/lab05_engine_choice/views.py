@@ -140,6 +140,7 @@ def advisor_widget(initial: adv.Scenario | None = None) -> W.VBox:
         "model_churn": W.Dropdown(options=adv.CHURN, value=s.model_churn, description=t("换模型", "model churn")),
         "quantization": W.Dropdown(options=adv.QUANT, value=s.quantization, description=t("量化", "quantization")),
         "team": W.Dropdown(options=adv.TEAMS, value=s.team, description=t("团队", "team")),
+        "operations": W.Dropdown(options=adv.OPERATIONS, value=s.operations, description=t("运维", "operations")),
         "structured_output": W.Checkbox(value=s.structured_output, description=t("结构化输出", "structured output")),
         "multi_lora": W.Checkbox(value=s.multi_lora, description="multi-LoRA"),
     }
