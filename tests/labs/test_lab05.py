@@ -251,3 +251,19 @@ def test_simulated_chapter_stages_are_labelled_and_cite_the_engine_steps():
     kinds = {s.name: s.kind for s in stages}
     assert kinds["continuous"] == kinds["paged"] == "simulated" and kinds["engine-v1"] == "cited"
     assert all(s.gain is None or (s.gain > 0 and math.isfinite(s.gain)) for s in stages)
+
+
+def test_views_draw_measured_and_unavailable_rows_and_the_widget_follows_its_controls():
+    from labkit.labs.lab05_engine_choice import views
+
+    missing = ablation.AblationRow("a", ablation.Variant("int4", "4 位", "4-bit", None, "没有", "not yet"))
+    rows = [_row("a", "baseline", 1.0), _row("a", "x", 0.5), missing, _row("b", "baseline", 1.0), _row("b", "x", 2.0)]
+    html = views.ablation_table(rows, "a")._repr_html_()
+    assert "—" in html and ("没有" in html or "not yet" in html)
+    fig = views.ablation_figure(rows, ["a", "b"])
+    assert len(fig.data) == 6 and fig.data[0].y[0] == pytest.approx(2.0)
+    box = views.advisor_widget(advisor.SCENARIOS["CPU-only laptop"])
+    out = box.children[-1]
+    assert "llama.cpp" in out.value
+    box.children[0].children[0].value = "nvidia-hopper"          # hardware
+    assert "TensorRT-LLM 只支持" not in out.value and "runs on NVIDIA GPUs only" not in out.value

@@ -6,6 +6,7 @@ import html
 
 import ipywidgets as W
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.labs.common.figures import style
@@ -73,15 +74,25 @@ def ablation_table(rows: list[AblationRow], workload: str) -> Table:
 
 
 def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
-    fig = go.Figure()
-    for w in workloads:
+    """Three panels, each against the baseline (= 1): throughput, TPOT P99 and memory."""
+    titles = [t("输出 token / CPU 秒（越高越好）", "output tokens per CPU s (higher is better)"),
+              t("TPOT P99（越低越好）", "TPOT P99 (lower is better)"), t("内存（越低越好）", "memory (lower is better)")]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
+    colors = ["#3182bd", "#e6550d", "#31a354", "#756bb1"]
+    for i, w in enumerate(workloads):
         g = gains(rows, w)
-        fig.add_trace(go.Bar(name=w, x=[x.variant for x in g], y=[x.throughput_x for x in g],
-                             customdata=[[x.memory_x] for x in g],
-                             hovertemplate="%{x}: %{y:.2f}× tok/CPU-s, memory %{customdata[0]:.2f}×<extra></extra>"))
+        x = [v.variant for v in g]
+        base = next(r for r in rows if r.workload == w and r.variant.name == "baseline").metrics.tpot.p99_ms
+        tpot = [None if r.metrics.tpot.p99_ms is None or not base else r.metrics.tpot.p99_ms / base
+                for r in rows if r.workload == w and r.available and r.variant.name != "baseline"]
+        for col, y in enumerate(([v.throughput_x for v in g], tpot, [v.memory_x for v in g]), start=1):
+            fig.add_trace(go.Bar(name=w, x=x, y=y, marker_color=colors[i % len(colors)], legendgroup=w,
+                                 showlegend=col == 1), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot")
-    return style(fig, t("每个开关的收益（相对基线，同一负载）", "What each switch buys (vs the baseline, same workload)"),
-                 t("开关", "switch"), t("输出 token / CPU 秒，基线 = 1（倍）", "output tokens per CPU s, baseline = 1 (×)"))
+    style(fig, t("每个开关的代价与收益（相对基线 = 1，同一负载）", "What each switch costs and buys (baseline = 1, same workload)"),
+          height=420)
+    fig.update_yaxes(title_text=t("相对基线（倍）", "relative to the baseline (×)"), row=1, col=1)
+    return fig
 
 
 def diagnosis_table(points: list[LoadPoint]) -> Table:
