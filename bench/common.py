@@ -31,6 +31,8 @@ from typing import Callable
 
 import torch
 
+from labkit.model.cpu_features import describe_cpu
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # ``python bench/gpu.py`` from a checkout, uninstalled
     sys.path.insert(0, str(REPO))
@@ -190,7 +192,7 @@ def environment_rows(threads: int) -> list[list[str]]:
     return [["python", platform.python_version()], ["torch", torch.__version__],
             ["transformers", transformers.__version__], ["intra-op threads", str(threads)],
             ["clock", f"{clock_name()} ({'time.process_time' if clock_name() == 'cpu' else 'time.perf_counter'})"],
-            ["load average at start", load_average()], ["cpu", platform.processor() or platform.machine()]]
+            ["load average at start", load_average()], ["cpu", describe_cpu()]]
 
 
 def measure_read_bandwidth(num_bytes: int, repeats: int = 5) -> float:

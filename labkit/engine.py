@@ -103,7 +103,7 @@ class LLMEngine:
             if req is None or req.is_finished:
                 return
             update = StepUpdate()
-            self.scheduler.finish_request(req, RequestStatus.FINISHED_ABORTED, update)
+            self.scheduler.finish_request(req, RequestStatus.FINISHED_ABORTED, self.clock(), update)
             self._apply(update)
             self._flush_events()
 
@@ -140,14 +140,14 @@ class LLMEngine:
 
     def _step(self) -> list[StepOutput]:
         t0 = time.perf_counter()
-        decision = self.scheduler.schedule()
+        decision = self.scheduler.schedule(self.clock())
         self._forget_drafts(decision.preempted)
         t1 = time.perf_counter()
         logits = self.runner.execute(decision) if decision.scheduled else None
         t2 = time.perf_counter()
         sampled = self.sampler.sample(decision.scheduled, logits)
         t_sampled = time.perf_counter()
-        update = self.scheduler.update_from_output(decision, sampled)
+        update = self.scheduler.update_from_output(decision, sampled, self.clock())
         self._reserved_ids.difference_update(r.request_id for r in update.forked)
         self._apply(update)
         self._propose()

@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from tqdm.auto import tqdm
+
 from labkit.sampling_params import SamplingParams
-from labkit.traces import TraceRequest
+from labkit.traces import TraceRequest, load_prompts
 
 
 @dataclass
@@ -45,16 +47,12 @@ def prompt_tokens(engine, length: int, index: int, corpus: list[int] | None) -> 
 def text_corpus(engine) -> list[int] | None:
     if engine.simulated:
         return None
-    from labkit.traces import load_prompts
-
     text = "\n\n".join(load_prompts("chat") + load_prompts("copy") + load_prompts("code"))
     return engine.tokenizer.encode(text)
 
 
 def replay(engine, trace: list[TraceRequest], *, max_steps: int | None = None, keep_outputs: bool = False,
            progress: bool = False, on_step=None) -> ReplayResult:
-    from tqdm.auto import tqdm
-
     corpus = text_corpus(engine)
     order = sorted(range(len(trace)), key=lambda i: trace[i].arrival_s)
     t_start, wall0 = engine.clock(), time.perf_counter()

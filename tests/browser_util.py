@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,9 +32,18 @@ LOOPBACK_HOSTS = {"127.0.0.1", "localhost"}
 #   an unguessable kernel id, so the check is switched off for it to work.
 # - Culling is the backstop for pages that vanish without the beacon (a crashed tab): a kernel with
 #   no page connected is shut down after 60 s without activity.
-VOILA_FLAGS = ["--Voila.ip=127.0.0.1", "--no-browser",
-               "--Voila.tornado_settings={'disable_check_xsrf': True}",
+# - A dict trait takes ``key=value`` on the command line (the ``{...}`` literal is deprecated in
+#   traitlets 5); jupyter_server tests the value only for truth.
+# - ``jupyter trust`` signs the notebook first (``trust_notebook``), so Voila does not warn that it is
+#   untrusted (it has no outputs to trust; Voila executes it afresh).
+VOILA_FLAGS = ["--Voila.ip=127.0.0.1", "--no-browser", "--Voila.tornado_settings=disable_check_xsrf=True",
                "--MappingKernelManager.cull_interval=10", "--MappingKernelManager.cull_idle_timeout=60"]
+
+
+def trust_notebook(path: Path, env: dict[str, str]) -> None:
+    """``jupyter trust path`` in ``env`` (the signature goes to that environment's Jupyter data dir)."""
+    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(path)], env=env, check=True,
+                   capture_output=True, timeout=120)
 
 
 def missing_browser_reason() -> str | None:

@@ -3,12 +3,13 @@
 What a learner sees is checked where it happens — in the page: the dashboard renders from a live
 kernel, Run makes the block map and the batch timeline redraw, the page logs no errors, and a
 viewer who leaves mid-run takes the kernel (and its engine thread) down with the page. Then the
-JupyterLab path once: open a lab and run all until its first widget renders, then run the
-dashboard notebook and watch its block map redraw on Step.
+JupyterLab path once: lab 01 under Run All to its end (its block map must still show the run, at
+the peak step, and scrub back), then the dashboard notebook, whose block map redraws on Step.
 
 Debian's chromium through Python playwright (``/usr/bin/chromium``; never ``playwright install``);
 the page cannot reach any host but loopback. Servers run with ``LABKIT_FAST=1``. Screenshots:
-``test-artifacts/engine_room.png`` (Voila, mid-run) and ``test-artifacts/jupyterlab.png``.
+``test-artifacts/engine_room.png`` (Voila, mid-run), ``test-artifacts/jupyterlab.png`` and
+``test-artifacts/lab01_block_map_after_run_all.png``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tests.browser_util import (
     launch_chromium,
     missing_browser_reason,
     start_server,
+    trust_notebook,
     wait_for_canvas_change,
     wait_until,
 )
@@ -44,7 +46,6 @@ TIMELINE = ".lk-batch-timeline canvas"
 STEP_AT_LEAST = "(n) => Number(document.querySelector('.lk-panel-status')?.dataset.step || 0) >= n"
 RENDER_TIMEOUT_S = 240    # the kernel loads the model before the first widget appears
 LIVE_TIMEOUT_S = 120
-LAB_TIMEOUT_S = 600       # a lab loads the model and may measure before its first widget
 
 _reason = missing_browser_reason()
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
@@ -56,7 +57,7 @@ def server_env(tmp_path: Path) -> dict[str, str]:
     """The servers' (and so the kernels') environment: fast mode, private Jupyter state dirs."""
     env = dict(os.environ, LABKIT_FAST="1", PYTHONPATH=str(REPO),
                JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               IPYTHONDIR=str(tmp_path / "ipython"))
+               JUPYTER_DATA_DIR=str(tmp_path / "data"), IPYTHONDIR=str(tmp_path / "ipython"))
     env.pop("JUPYTER_TOKEN", None)
     return env
 
@@ -74,6 +75,7 @@ def browser():
 @pytest.fixture
 def voila(tmp_path):
     port = free_port()
+    trust_notebook(DASHBOARD, server_env(tmp_path))
     cmd = [sys.executable, "-m", "voila", str(DASHBOARD.relative_to(REPO)), f"--port={port}", *VOILA_FLAGS,
            "--show_tracebacks=True"]
     server = start_server("voila", cmd, f"http://127.0.0.1:{port}/", tmp_path / "voila.log", server_env(tmp_path),
@@ -142,6 +144,8 @@ def test_voila_engine_room_redraws_live_on_run_and_logs_no_errors(voila, page_in
     assert errors.errors == [], "the page logged errors:\n" + "\n".join(errors.errors)
     assert page.locator(".lk-panel-error").count() == 0, page.locator(".lk-panel-status").inner_text()
     assert all("fontawesome" in url for url in errors.aborted), f"fetches from the internet: {errors.aborted}"
+    for warning in ("is not trusted", "for dict-traits is deprecated"):
+        assert warning not in voila.log(), f"Voila warned {warning!r}:\n{voila.log()[-3000:]}"
     print(f"\nvoila: rendered, ran and redrew in {time.monotonic() - started:.1f} s; "
           f"refused (external): {errors.aborted}")
 
@@ -162,19 +166,15 @@ def test_leaving_the_voila_page_mid_run_shuts_its_kernel_down(voila, page_in):
     assert voila.process.poll() is None, "the Voila server must survive a viewer leaving"
 
 
-def first_lab() -> Path | None:
-    """The first lab (labs/0N_*.ipynb), if any exists yet."""
-    labs = sorted((REPO / "labs").glob("0*.ipynb"))
-    return labs[0] if labs else None
-
-
-OPEN_AND_RUN_ALL_JS = """async (path) => {
+LAB01 = REPO / "labs" / "01_kv_cache.ipynb"
+OPEN_AND_RUN_ALL_JS = """async ([path, wait]) => {
     const app = window.jupyterapp;
     const panel = await app.commands.execute("docmanager:open", {path, factory: "Notebook"});
     await panel.context.ready;
     await panel.sessionContext.ready;
     app.shell.activateById(panel.id);
-    void app.commands.execute("notebook:run-all-cells");   // resolves only when every cell is done
+    const done = app.commands.execute("notebook:run-all-cells");   // resolves when every cell has run
+    if (wait) await done;
 }"""
 CLOSE_AND_SHUTDOWN_JS = """async (path) => {
     const app = window.jupyterapp;
@@ -185,11 +185,16 @@ CLOSE_AND_SHUTDOWN_JS = """async (path) => {
         }
     }
 }"""
-LIVE_WIDGET = ".jp-OutputArea .jupyter-widgets:not(.jupyter-widgets-disconnected)"
+STATUS_OF = "(el) => el.querySelector('.lk-status').textContent"
+SCRUB_AWAY_JS = """(el) => {   // to the other end of the run from the step shown now
+    const slider = el.querySelector('.lk-scrub-slider');
+    slider.value = slider.value === "0" ? slider.max : "0";
+    slider.dispatchEvent(new Event('input'));
+}"""
 
 
-def open_and_run_all(page, notebook: Path) -> None:
-    page.evaluate(OPEN_AND_RUN_ALL_JS, notebook.relative_to(REPO).as_posix())
+def open_and_run_all(page, notebook: Path, wait: bool = False) -> None:
+    page.evaluate(OPEN_AND_RUN_ALL_JS, [notebook.relative_to(REPO).as_posix(), wait])
 
 
 def assert_no_tracebacks_or_broken_widgets(page) -> None:
@@ -198,26 +203,43 @@ def assert_no_tracebacks_or_broken_widgets(page) -> None:
     assert "Error displaying widget" not in text, text
 
 
-def test_jupyterlab_runs_a_lab_and_the_dashboard_with_live_widgets(lab, page_in):
-    """JupyterLab, once: a lab's first widget, then the engine room's views redrawing on Step.
+def check_lab01_block_map_after_run_all(page) -> str:
+    """§4.1's block map shows the run's peak (not the empty final pool) and its slider scrubs back
+    through the live kernel. Returns the status line it showed."""
+    block_map = page.locator(".jp-OutputArea .lk-block-map").first
+    block_map.scroll_into_view_if_needed()
+    status = block_map.evaluate(STATUS_OF)
+    usage = float(re.search(r"(?:KV 使用率|KV usage) ([\d.]+)%", status).group(1))
+    assert usage > 0, f"the block map after Run All shows an empty pool: {status!r}"
+    assert "峰值" in block_map.locator(".lk-scrub-where").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    block_map.screenshot(path=str(ARTIFACTS / "lab01_block_map_after_run_all.png"))
+    block_map.evaluate(SCRUB_AWAY_JS)
+    page.wait_for_function(f"(el) => ({STATUS_OF})(el) !== {json.dumps(status)}", arg=block_map.element_handle(),
+                           timeout=LIVE_TIMEOUT_S * 1000)
+    assert "已固定" in block_map.locator(".lk-scrub-where").inner_text()
+    return status
+
+
+def test_jupyterlab_runs_lab01_to_its_end_and_the_dashboard_with_live_widgets(lab, page_in):
+    """JupyterLab, once: lab 01 under *Run All* to its last cell, then the engine room's views
+    redrawing on Step.
 
     Notebooks are committed without outputs or widget state, so a rendered widget can only come
-    from the running kernel through the widget comm. Running a lab to its end is
-    test_notebooks.py's job (headless); here the lab runs until its first widget is up, and its
-    kernel is then shut down so the dashboard gets the CPU.
+    from the running kernel through the widget comm. After *Run All* the block map of §4.1 must
+    still show its run (the peak step) and scrub back; lab 01's kernel is then shut down so the
+    dashboard gets the CPU. Nothing may be saved into the tracked notebooks.
     """
     started = time.monotonic()
     page, errors = page_in(lab)
     page.goto(f"{lab.url}lab", wait_until="domcontentloaded")
     page.wait_for_function("() => window.jupyterapp", timeout=RENDER_TIMEOUT_S * 1000)
     page.evaluate("async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }")
-    notebook = first_lab()
-    if notebook is not None:
-        open_and_run_all(page, notebook)
-        page.locator(LIVE_WIDGET).first.wait_for(timeout=LAB_TIMEOUT_S * 1000)
-        assert_no_tracebacks_or_broken_widgets(page)
-        page.evaluate(CLOSE_AND_SHUTDOWN_JS, notebook.relative_to(REPO).as_posix())
-        lab_s = time.monotonic() - started
+    open_and_run_all(page, LAB01, wait=True)
+    lab_s = time.monotonic() - started
+    assert_no_tracebacks_or_broken_widgets(page)
+    status = check_lab01_block_map_after_run_all(page)
+    page.evaluate(CLOSE_AND_SHUTDOWN_JS, LAB01.relative_to(REPO).as_posix())
 
     open_and_run_all(page, DASHBOARD)
     page.wait_for_selector(f".jp-OutputArea {BLOCK_MAP}", timeout=RENDER_TIMEOUT_S * 1000)
@@ -229,8 +251,8 @@ def test_jupyterlab_runs_a_lab_and_the_dashboard_with_live_widgets(lab, page_in)
 
     assert_no_tracebacks_or_broken_widgets(page)
     assert errors.errors == [], "JupyterLab logged errors:\n" + "\n".join(errors.errors)
-    for path in filter(None, (notebook, DASHBOARD)):
+    for path in (LAB01, DASHBOARD):
         saved = json.loads(path.read_text(encoding="utf-8"))
         assert not any(cell.get("outputs") for cell in saved["cells"]), f"JupyterLab saved outputs into {path}"
-    lab_note = f"{notebook.name}: first widget after {lab_s:.1f} s; " if notebook else ""
-    print(f"\njupyterlab: {lab_note}whole test {time.monotonic() - started:.1f} s")
+    print(f"\njupyterlab: lab 01 Run All {lab_s:.1f} s, block map at its peak: {status}; "
+          f"whole test {time.monotonic() - started:.1f} s")

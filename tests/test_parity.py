@@ -1,15 +1,25 @@
-"""Greedy output equals transformers' generate(do_sample=False), token for token, fp32 on CPU."""
+"""Greedy output equals transformers' generate(do_sample=False), token for token, fp32 on CPU.
+
+transformers' outputs come from ``tests/data/parity_reference.json`` when its entry was made with the
+same weights (sha256), transformers and torch versions, prompts and token count; otherwise they are
+generated here (the slowest set-up of the suite) and written back (``tests/reference_cache.py``).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams
 from tests.prompts import PARITY_PROMPTS
+from tests.reference_cache import cached_reference, reference_key
 
 NEW_TOKENS = 48
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+REFERENCE = Path(__file__).parent / "data" / "parity_reference.json"
+HF_SETTINGS = {"dtype": "float32", "attn_implementation": "sdpa", "device": "cpu"}   # as conftest.hf_model
 
 
 @pytest.fixture(scope="module")
@@ -17,18 +27,27 @@ def prompt_ids(tokenizer):
     return [tokenizer.encode_prompt(p) for p in PARITY_PROMPTS]
 
 
-@pytest.fixture(scope="module")
-def hf_tokens(hf_model, prompt_ids):
+def hf_greedy(model, prompt_ids: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """transformers' greedy continuation of each prompt, alone (batch 1)."""
     out = []
     for ids in prompt_ids:
         x = torch.tensor([ids])
         # An explicit mask matters: SmolLM2's pad id equals <|im_end|>, which the chat template puts in
         # every prompt; without a mask transformers would treat those tokens as padding.
         with torch.inference_mode():
-            seq = hf_model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW_TOKENS,
-                                    do_sample=False)
+            seq = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens,
+                                 do_sample=False)
         out.append(seq[0, len(ids):].tolist())
-    assert all(len(t) == NEW_TOKENS for t in out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_tokens(request, model_dir, prompt_ids):
+    key = reference_key(model_dir, prompt_ids, NEW_TOKENS, **HF_SETTINGS)
+    out, hit = cached_reference(REFERENCE, key,
+                                lambda: hf_greedy(request.getfixturevalue("hf_model"), prompt_ids, NEW_TOKENS))
+    print(f"\ntransformers reference: {'cached' if hit else 'generated and stored'} ({REFERENCE.name})")
+    assert len(out) == len(prompt_ids) and all(len(t) == NEW_TOKENS for t in out)
     return out
 
 
@@ -40,12 +59,15 @@ def _generate(config: EngineConfig, prompt_ids, batch: int) -> list[list[int]]:
     return tokens, llm
 
 
-@pytest.mark.parametrize("batch", [1, 8])
+# Batch 8 (7 s) stays in `make test-fast`; batch 1 (384 sequential steps) and the two stress variants
+# (~15-40 s each on 2 busy cores) run in `make test`.
+@pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.slow), 8])
 def test_greedy_matches_transformers(prompt_ids, hf_tokens, batch):
     tokens, _ = _generate(EngineConfig(), prompt_ids, batch)
     assert tokens == hf_tokens
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_under_forced_preemption(prompt_ids, hf_tokens):
     # 8 requests of up to ~100 tokens in 16 blocks of 16 slots: they cannot all stay resident.
     tokens, llm = _generate(EngineConfig(num_blocks=16, block_size=16), prompt_ids, 8)
@@ -53,7 +75,48 @@ def test_greedy_matches_transformers_under_forced_preemption(prompt_ids, hf_toke
     assert tokens == hf_tokens
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_with_chunked_prefill(prompt_ids, hf_tokens):
     tokens, llm = _generate(EngineConfig(max_num_batched_tokens=16), prompt_ids, 8)
     assert max(len(p) for p in prompt_ids) > 16          # every prompt needs several chunks
     assert tokens == hf_tokens
+
+
+def test_the_reference_cache_answers_only_the_question_it_stored(tmp_path):
+    """On a tiny random Llama: generated on a miss (and equal to transformers), reused on a hit,
+    regenerated when the token count or the weights change."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    def tiny(seed: int) -> tuple[Path, LlamaForCausalLM]:
+        torch.manual_seed(seed)
+        cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        model = LlamaForCausalLM(cfg).eval()
+        model.generation_config.eos_token_id = None
+        model.save_pretrained(tmp_path / f"tiny-{seed}")
+        return tmp_path / f"tiny-{seed}", model
+
+    path, model = tiny(0)
+    prompts, cache = [[1, 5, 9, 14], [3, 3, 70]], tmp_path / "reference.json"
+    key = reference_key(path, prompts, 6, dtype="float32")
+    calls = []
+
+    def compute(m=model, n=6):
+        calls.append(n)
+        return hf_greedy(m, prompts, n)
+
+    first, hit = cached_reference(cache, key, compute)
+    assert not hit and calls == [6] and first == hf_greedy(model, prompts, 6) and cache.exists()
+    again, hit = cached_reference(cache, key, compute)
+    assert hit and again == first and calls == [6]
+
+    longer, hit = cached_reference(cache, reference_key(path, prompts, 7, dtype="float32"), lambda: compute(n=7))
+    assert not hit and calls == [6, 7] and [t[:6] for t in longer] == first
+    other_path, other = tiny(1)
+    assert reference_key(other_path, prompts, 6, dtype="float32") != key        # other weights, other key
+    _, hit = cached_reference(cache, reference_key(other_path, prompts, 6, dtype="float32"), lambda: compute(other))
+    assert not hit and calls == [6, 7, 6]
+    assert cached_reference(cache, key, compute) == (first, True)             # earlier entries are kept

@@ -243,7 +243,7 @@ def paths_taken(run: TraceRun, trace: TraceSpec) -> set[str]:
 def test_the_random_traces_reach_every_path_they_are_meant_to_check():
     seen: set[str] = set()
 
-    @settings(max_examples=100, database=None, derandomize=True, **SETTINGS)
+    @settings(max_examples=400, database=None, derandomize=True, **SETTINGS)
     @given(traces())
     def run(trace):
         seen.update(paths_taken(check_trace(trace), trace))

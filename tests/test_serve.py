@@ -6,13 +6,17 @@ the simulated model keep the suite fast; one test uses the real SmolLM2 model.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 import httpx
 import openai
 import pytest
 
-from labkit import LLM, EngineConfig, SamplingParams
+from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from labkit.serve.cli import add_serve_args, engine_config, served_model_name
+from labkit.serve.detokenize import SequenceText
+from labkit.sim.engine import SimTokenizer
 from tests.serve_util import make_tiny_llama, scrape, serving, sim_llm, wait_until
 
 TINY = "tiny-llama"
@@ -20,14 +24,24 @@ pytestmark = pytest.mark.timeout(180)     # a stuck server fails its test with e
 
 
 @pytest.fixture(scope="module")
-def tiny_llm(tmp_path_factory, model_dir):
-    path = make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), model_dir)
+def tiny_dir(tmp_path_factory, model_dir):
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), model_dir)
+
+
+def tiny_engine_llm(path) -> LLM:
     return LLM(model=str(path), config=EngineConfig(num_blocks=512, max_num_seqs=64), progress=False)
 
 
 @pytest.fixture(scope="module")
-def tiny_server(tiny_llm):
-    with serving(tiny_llm, TINY) as server:
+def tiny_llm(tiny_dir):
+    """For expected outputs. A served engine belongs to its server's loop thread alone, so the server
+    gets its own engine over the same (shared, read-only) weights."""
+    return tiny_engine_llm(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_dir):
+    with serving(tiny_engine_llm(tiny_dir), TINY) as server:
         yield server
 
 
@@ -103,9 +117,6 @@ def test_a_stop_string_cuts_the_text_before_it_and_finishes_with_stop(tiny_serve
 
 
 def test_a_stop_string_split_over_two_tokens_is_held_back_until_it_completes():
-    from labkit.serve.detokenize import SequenceText
-    from labkit.sim.engine import SimTokenizer
-
     text = SequenceText(SimTokenizer(), stop=["cd"])
     ids = list(b"abcde")
     updates = [text.update(ids[:i], final=False) for i in range(1, 5)]
@@ -118,7 +129,7 @@ def test_greedy_output_over_http_equals_llm_generate_on_the_real_model(llm):
     prompts = ["Name three colours.", "用中文写一句问候语。"]
     params = SamplingParams(max_tokens=12)
     expected = [o.text for o in llm.generate(prompts, params)]
-    with serving(llm, "smollm2") as server:
+    with serving(LLM(progress=False), "smollm2") as server:      # its own engine, the same weights
         c = client(server)
         got = [c.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": p}],
                                          max_tokens=12, temperature=0).choices[0].message.content for p in prompts]
@@ -242,8 +253,6 @@ def test_health_models_and_metrics_use_vllm_names_under_the_labkit_prefix(sim_se
 
 
 def test_speculative_decoding_counters_reach_metrics():
-    from labkit import SpecConfig
-
     llm = sim_llm(num_blocks=64, speculative=SpecConfig(method="ngram", num_speculative_tokens=3))
     with serving(llm, "sim") as server:
         client(server).completions.create(model="sim", prompt="abcabcabc", max_tokens=300,
@@ -264,10 +273,6 @@ def test_a_client_that_gives_up_on_a_plain_request_aborts_it(tiny_server):
 
 
 def test_serve_options_mirror_engine_config():
-    import argparse
-
-    from labkit.serve.cli import add_serve_args, engine_config, served_model_name
-
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
     args = parser.parse_args(["--model", "sim", "--max-num-seqs", "8", "--num-blocks", "99", "--kv-cache",
@@ -280,3 +285,18 @@ def test_serve_options_mirror_engine_config():
     assert (spec.speculative.method, spec.speculative.num_speculative_tokens) == ("draft", 2)
     with pytest.raises(ValueError, match="max_num_seqs"):
         engine_config(parser.parse_args(["--max-num-seqs", "0"]))
+
+
+def test_a_long_running_server_forgets_delivered_requests():
+    llm = sim_llm(num_blocks=64)
+    if not hasattr(llm.engine, "release"):
+        pytest.skip("this engine keeps every finished request (it has no LLMEngine.release)")
+    with serving(llm, "sim") as server:
+        c = client(server)
+        c.completions.create(model="sim", prompt="one", max_tokens=4)
+        c.completions.create(model="sim", prompt="two", max_tokens=4, n=3)
+        with httpx.stream("POST", server.base_url + "/v1/completions", timeout=30,
+                          json={"model": "sim", "prompt": "three", "max_tokens": 500, "stream": True}) as resp:
+            next(resp.iter_lines())                   # then hang up
+        assert wait_until(lambda: scrape(server.base_url)["labkit:num_requests_running"] == 0)
+        assert wait_until(lambda: not llm.engine.requests), list(llm.engine.requests)

@@ -134,12 +134,14 @@ def joint_probabilities(llm, prompt, first_tokens) -> dict[tuple[int, int], floa
         captured = {}
         original = eng.runner.execute
 
-        def execute(scheduled, kv):
-            rows = original(scheduled, kv)
-            for s, r in zip(scheduled, rows):
-                if s.request.request_id == rid and r is not None:
-                    captured["p"] = F.softmax(r[-1].double(), -1)
-            return rows
+        def execute(sched):
+            logits = original(sched)
+            end = 0
+            for s in sched.scheduled:
+                end += s.num_logits
+                if s.request_id == rid and s.num_logits:
+                    captured["p"] = F.softmax(logits[end - 1].double(), -1)
+            return logits
 
         eng.runner.execute = execute
         try:

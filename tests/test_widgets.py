@@ -46,6 +46,7 @@ from labkit.widgets import (
 from labkit.widgets.acceptance_view import estimate_alpha, expected_tokens_per_step, leviathan_speedup
 from labkit.widgets.base import bundle_esm
 from labkit.widgets.detokenizer import IncrementalDetokenizer
+from labkit.widgets.history import StepHistory
 from labkit.widgets.throttle import Throttle
 
 ALL_VIEW_CLASSES = (BlockMap, BatchTimeline, AcceptanceView, MemoryGauge, TokenStream, LatencyView)
@@ -536,3 +537,164 @@ def test_widget_modules_are_self_contained():
         source = bundle_esm(f"{name}.js")
         assert "import " not in source.replace("import(", "") and "http" not in source
         assert source.count("export default") == 1
+
+
+# ----------------------------------------------------------------------------- step history and slider
+
+def run_that_rises_and_ends(bus: EventBus, peak_at: int = 3, num_steps: int = 6) -> None:
+    """Usage rises to a peak then drains; after the last step nothing runs (the run has ended)."""
+    for step in range(num_steps):
+        holders = max(0, 1 + peak_at - abs(step - peak_at)) if step < num_steps - 1 else 0
+        requests = {f"r{i}": ([i], 4) for i in range(holders)}
+        last = step == num_steps - 1
+        bus.emit(step_end(step, requests, kv_cache_usage_perc=100.0 * holders / 8,
+                          num_requests_running=0 if last else max(holders, 1)))
+
+
+def test_block_map_after_a_finished_run_shows_its_peak_not_the_empty_pool():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=3)
+    view.flush()
+    assert view.history_steps == [0, 1, 2, 3, 4, 5]
+    assert view.step == 3 and view.cursor == view.peak_index == 3 and not view.running
+    assert sum(owner is not None for owner in view.owner) == 4          # the pool at its fullest
+
+
+def test_block_map_follows_the_newest_step_while_the_engine_runs():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    for step in range(4):
+        bus.emit(step_end(step, {"a": ([0], 4)} if step < 2 else {}, kv_cache_usage_perc=50.0 if step < 2 else 0.0))
+    view.flush()
+    assert view.running and view.step == 3 and view.cursor == 3 and view.peak_index == 0
+
+
+def test_the_slider_scrubs_back_and_stays_pinned_until_follow():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=3)
+    view.flush()
+    view.set_state({"pinned": True, "cursor": 1})                       # what the front end sends
+    assert view.step == 1 and sum(o is not None for o in view.owner) == 2
+    view.show_step(5)
+    assert view.step == 5 and all(o is None for o in view.owner)
+    bus.emit(step_end(6, {"z": ([7], 4)}, kv_cache_usage_perc=12.5))  # a new run starts
+    view.flush()
+    assert view.step == 5, "a pinned view must not jump"
+    view.follow()
+    assert not view.pinned and view.step == 6 and view.owner[7] == "z"
+
+
+def test_memory_gauge_scrubs_the_same_way_and_marks_the_shown_step():
+    bus = EventBus()
+    gauge = MemoryGauge(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=2, num_steps=5)
+    gauge.flush()
+    assert gauge.step == 2 and gauge.usage_perc == 100.0 * 3 / 8
+    assert gauge.history["step"] == [0, 1, 2, 3, 4]                     # the trend keeps every step
+    gauge.set_state({"pinned": True, "cursor": 4})
+    assert gauge.step == 4 and gauge.usage_perc == 0.0
+
+
+def test_step_history_is_bounded_covers_the_whole_run_and_keeps_the_peak():
+    history = StepHistory(max_steps=50)
+    for step in range(10_000):
+        usage = 99.0 if step == 4_321 else float(step % 7)
+        history.add(step_end(step, kv_cache_usage_perc=usage))
+    steps = [e.step for e in history.entries()]
+    assert len(steps) <= 52 and steps == sorted(set(steps))
+    assert steps[0] == 0 and steps[-1] == 9_999 and 4_321 in steps
+    gaps = [b - a for a, b in zip(steps, steps[1:])]
+    assert max(gaps) <= 2 * history.stride, "kept steps must spread over the whole run"
+
+
+def test_step_history_keeps_fewer_steps_of_a_bigger_pool():
+    history = StepHistory(max_steps=500, max_cells=4 * 8 * 10 + 100)   # room for ~10 snapshots of 8 blocks
+    for step in range(200):
+        history.add(step_end(step))
+    assert 5 <= len(history.entries()) <= 13
+    with pytest.raises(ValueError, match="max_steps"):
+        StepHistory(max_steps=1)
+
+
+def test_block_map_keeps_its_public_constructor():
+    from labkit import LLM
+
+    view = BlockMap(LLM(model="sim", progress=False))
+    assert view.attached and view.history_steps == [] and view.cursor == -1
+    view.close()
+
+
+RECORDING_DOM = FAKE_DOM.replace(
+    """    const ctx = new Proxy({}, { get: (t, p) => p in t ? t[p] : p === "measureText" ? () => ({ width: 20 })
+                                                                 : () => undefined,
+                                set: (t, p, v) => { t[p] = v; return true; } });""",
+    """    // A recording context: every fillRect and fillText of the last frame, in CSS pixels.
+    const ctx = new Proxy({ ops: [] }, { get: (t, p) => {
+        if (p in t) return t[p];
+        if (p === "measureText") return (s) => ({ width: 6 * String(s).length });   // 10px sans ~ 6 px/char
+        if (p === "clearRect") return () => { t.ops = []; globalThis.lastOps = t; };
+        if (p === "fillRect") return (x, y, w, h) => t.ops.push({ op: "rect", x, y, w, h, style: t.fillStyle });
+        if (p === "fillText") return (text, x, y) => t.ops.push({ op: "text", text: String(text), x, y,
+                                                                  align: t.textAlign, baseline: t.textBaseline });
+        return () => undefined; },
+      set: (t, p, v) => { t[p] = v; return true; } });""").replace(
+    """  cleanup();
+  console.log("rendered");""",
+    """  cleanup();
+  console.log(JSON.stringify(globalThis.lastOps.ops));""")
+assert RECORDING_DOM != FAKE_DOM and "lastOps.ops" in RECORDING_DOM
+
+
+def drawn(view, tmp_path) -> list[dict]:
+    """The fillRect/fillText calls of the view's last frame (node, recording canvas)."""
+    module, state, harness = tmp_path / "widget.mjs", tmp_path / "state.json", tmp_path / "harness.cjs"
+    module.write_text(view._esm)
+    state.write_text(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
+    harness.write_text(RECORDING_DOM)
+    run = subprocess.run(["node", str(harness), str(module), str(state)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def text_box(op: dict, height: float = 11.0) -> tuple[float, float, float, float]:
+    width = 6 * len(op["text"])
+    x0 = {"left": op["x"], "right": op["x"] - width, "center": op["x"] - width / 2}.get(op["align"], op["x"])
+    y0 = {"top": op["y"], "bottom": op["y"] - height, "middle": op["y"] - height / 2}.get(op["baseline"], op["y"] - height)
+    return x0, y0, x0 + width, y0 + height
+
+
+def overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.parametrize("spread", [1.0, 1.02, 8.0])       # P99 = spread × P50: equal, close, far apart
+def test_latency_percentile_labels_touch_neither_the_bars_nor_each_other(tmp_path, spread):
+    bus = EventBus()
+    view = LatencyView(hooks=bus)
+    for i in range(40):
+        bus.emit(finished(f"r{i}", ttft=0.05 * (spread if i == 39 else 1.0) + 0.0001 * i, tpot=0.02))
+    view.flush()
+    ops = drawn(view, tmp_path)
+    labels = [text_box(op) for op in ops if op["op"] == "text" and op["text"].startswith(("P50", "P99"))]
+    bars = [(op["x"], op["y"], op["x"] + op["w"], op["y"] + op["h"]) for op in ops
+            if op["op"] == "rect" and op["h"] > 0 and str(op["style"]).startswith("rgba")]
+    assert len(labels) == 4 and bars, (labels, len(bars))        # P50 and P99 in both panels
+    for i, label in enumerate(labels):
+        assert not any(overlap(label, bar) for bar in bars), f"label {label} covers a bar"
+        assert not any(overlap(label, other) for other in labels[i + 1:]), f"labels overlap: {labels}"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_batch_timeline_fills_its_width_before_the_window_is_full(tmp_path):
+    bus = EventBus()
+    view = BatchTimeline(hooks=bus, window=120)
+    for step in range(30):
+        bus.emit(step_end(step, {"a": ([0], 4)}, [BatchEntry("a", 0, 1, "decode")]))
+    view.flush()
+    cells = [op for op in drawn(view, tmp_path) if op["op"] == "rect" and op["y"] < 20]
+    left, right = min(op["x"] for op in cells), max(op["x"] + op["w"] for op in cells)
+    width = 900 - 18                                          # the harness's element width, less padding
+    assert left < 40 + 0.05 * width and right > 0.9 * width, (left, right)

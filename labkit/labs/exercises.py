@@ -23,6 +23,8 @@ EXERCISES: dict[str, Callable[[], Exercise]] = {
     "kv_bytes_per_token": kv_cache.kv_bytes_per_token_exercise,      # lab 01
     "first_fit_allocator": kv_cache.first_fit_allocator_exercise,    # lab 01
     "block_allocator": paged.block_allocator_exercise,               # lab 02
+    "slot_mapping": paged.slot_mapping_exercise,                     # lab 02
+    "prefix_hash": paged.prefix_hash_exercise,                       # lab 02
     "schedule_step": batching.schedule_step_exercise,                # lab 03
     "greedy_verify": speculative.greedy_verify_exercise,             # lab 04
     "rejection_verify": speculative.rejection_verify_exercise,       # lab 04

@@ -20,14 +20,18 @@ from torch import nn
 from labkit.attention.metadata import AttentionMetadata
 from labkit.model.config import ModelConfig
 
-# Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T. Measured with
-# torch 2.13 (MKL/oneDNN) on the 2-core lab machine, whole-model passes (`python -m bench.linear_rows`,
-# which prints both dtypes; on this shared VM the bf16 figures move by up to 2x between runs).
+# Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
+# measures both dtypes and prints the CPU it ran on).
 # fp32: F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14
 # rows (W @ xᵀ)ᵀ was 1.1-1.7x faster (about equal at 16); above 16 rows both cost the same.
-# bf16 (AMX): (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (25-28 ms a sweep, quiet) where F.linear takes 39-47 ms,
-# while one row through either form takes 38-63 ms: so a single bf16 row is computed as two copies
-# of itself (the duplicate costs nothing; each output row is bit-identical whatever the row count).
+# bf16 with AMX: (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (25-28 ms a sweep) where F.linear takes 39-47 ms,
+# and one row through either form takes 38-63 ms: so a single bf16 row is computed as two copies of
+# itself (the duplicate costs nothing; each output row is bit-identical whatever the row count).
+# bf16 without AMX (AVX-512 only) that trick costs: one padded row took 1.1 ms per 1536x576 matrix
+# against 0.1 ms with F.linear. It is kept on every CPU because speculative decoding's bf16 output
+# must equal plain bf16 greedy output bit for bit, and F.linear is not row-invariant there (a K=1536
+# product differs at 7, 8, 9, 11, 12, 14, 15 and 17 rows from the same row alone; with F.linear
+# everywhere a k=4 speculative run left plain greedy output at token 42).
 _MM_ROWS = {torch.float32: range(7, 17), torch.bfloat16: range(2, 17)}
 _MM_PAD_ONE_ROW = {torch.bfloat16}
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import time
-from typing import Callable
-
 from labkit.config import EngineConfig
 from labkit.scheduler.continuous import ContinuousScheduler
 from labkit.scheduler.static import StaticScheduler
 
 
-def make_scheduler(config: EngineConfig, kv_manager, max_model_len: int,
-                   clock: Callable[[], float] = time.perf_counter) -> ContinuousScheduler:
+def make_scheduler(config: EngineConfig, kv_manager, max_model_len: int) -> ContinuousScheduler:
     cls = StaticScheduler if config.scheduler == "static" else ContinuousScheduler
-    return cls(config, kv_manager, max_model_len, clock)
+    return cls(config, kv_manager, max_model_len)

@@ -15,9 +15,7 @@ writes either.
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from typing import Callable
 
 from labkit import hooks as ev
 from labkit.config import EngineConfig
@@ -35,12 +33,10 @@ def step_kind(req: Request, num_new: int, num_spec: int) -> str:
 
 
 class ContinuousScheduler:
-    def __init__(self, config: EngineConfig, kv_manager, max_model_len: int,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, config: EngineConfig, kv_manager, max_model_len: int):
         self.config = config
         self.kv = kv_manager
         self.max_model_len = max_model_len
-        self.clock = clock
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -65,9 +61,9 @@ class ContinuousScheduler:
         for rid, token_ids in drafts.items():
             self.requests[rid].spec_token_ids = list(token_ids)
 
-    def finish_request(self, req: Request, status: RequestStatus, update: StepUpdate) -> None:
+    def finish_request(self, req: Request, status: RequestStatus, now: float, update: StepUpdate) -> None:
         """End a request (stopped, length or aborted): free its slot and KV, record it in ``update``."""
-        req.status, req.finished_time, req.spec_token_ids = status, self.clock(), []
+        req.status, req.finished_time, req.spec_token_ids = status, now, []
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
@@ -79,12 +75,12 @@ class ContinuousScheduler:
         update.finished.append(req)
 
     # -- one step: decide ---------------------------------------------------------------------
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, now: float) -> SchedulerOutput:
+        """This step's decision (``now``: the engine's clock, stamped on first-scheduled requests)."""
         out = SchedulerOutput()
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted:
             self._schedule_waiting(out, budget)
-        now = self.clock()
         for s in out.scheduled:
             req = self.requests[s.request_id]
             if req.first_scheduled_time is None:
@@ -180,12 +176,12 @@ class ContinuousScheduler:
             budget -= num_new
 
     # -- one step: apply what the model produced ----------------------------------------------
-    def update_from_output(self, out: SchedulerOutput, sampled: SampledTokens) -> StepUpdate:
+    def update_from_output(self, out: SchedulerOutput, sampled: SampledTokens, now: float) -> StepUpdate:
         """The single place requests and KV change after the forward pass, request by request:
         count the computed tokens; roll back rejected drafts (and trim their blocks); fork the
         children of an n > 1 request; append tokens up to a stop; register full blocks in the
         prefix cache; finish what stopped."""
-        update, now = StepUpdate(), self.clock()
+        update = StepUpdate()
         for s in out.scheduled:
             req = self.requests[s.request_id]
             req.num_computed_tokens += s.num_new_tokens
@@ -239,7 +235,7 @@ class ContinuousScheduler:
         if self.config.enable_prefix_caching:   # before finishing frees them: full blocks stay reusable
             self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
         if status is not None:
-            self.finish_request(req, status, update)
+            self.finish_request(req, status, now, update)
         return StepOutput(req.request_id, tuple(added), req.is_finished,
                           req.status.value if req.is_finished else None)
 

@@ -20,13 +20,13 @@ class StaticScheduler(ContinuousScheduler):
         super().__init__(*args, **kwargs)
         self.batch: list[Request] = []
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, now: float) -> SchedulerOutput:
         self._adopt_forks()
         if self.batch and all(r.is_finished for r in self.batch):
             self.batch = []
         if not self.batch:
             self.batch = self._next_batch()
-        out = super().schedule()
+        out = super().schedule(now)
         out.idle = [r.request_id for r in self.batch if r.is_finished]
         return out
 

@@ -128,6 +128,6 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b", ha
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     proposer = None if config.speculative is None else make_proposer(config.speculative, config, max_model_len)
     return SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock),
-                     kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len, clock),
+                     kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len),
                      sampler=Sampler(config.seed, config.batched_sampling), proposer=proposer, max_model_len=max_model_len,
                      vocab_size=SIM_VOCAB, clock=clock, simulated=True)

@@ -168,3 +168,38 @@ function lkHeader(el) {
   el.appendChild(header);
   return { title, status };
 }
+
+// The step slider of a scrubbable view (labkit/widgets/history.py): scrub the recorded steps,
+// jump to the peak, or follow the engine again. Returns a refresh() to call from draw().
+function lkStepSlider(el, model, L) {
+  const row = lkEl("div", "lk-controls lk-scrub");
+  const label = lkEl("span", "", "");
+  const slider = lkEl("input");
+  slider.type = "range"; slider.min = "0"; slider.step = "1";
+  slider.className = "lk-scrub-slider";
+  const where = lkEl("span", "lk-scrub-where lk-mono");
+  const peak = lkEl("button", "lk-scrub-peak");
+  const follow = lkEl("button", "lk-scrub-follow");
+  row.append(label, slider, where, peak, follow);
+  el.appendChild(row);
+  const pin = (index) => {
+    model.set("pinned", true); model.set("cursor", index); model.save_changes();
+  };
+  slider.addEventListener("input", () => pin(Number(slider.value)));
+  peak.addEventListener("click", () => pin(model.get("peak_index")));
+  follow.addEventListener("click", () => { model.set("pinned", false); model.save_changes(); });
+  return function refresh() {
+    const steps = model.get("history_steps") || [];
+    const cursor = model.get("cursor");
+    row.style.display = steps.length > 1 ? "" : "none";
+    label.textContent = L("scrub");
+    peak.textContent = L("peak");
+    follow.textContent = L("follow");
+    follow.disabled = !model.get("pinned");
+    slider.max = String(Math.max(0, steps.length - 1));
+    if (document.activeElement !== slider) slider.value = String(Math.max(0, cursor));
+    const state = model.get("pinned") ? L("pinned") : (model.get("running") ? L("live") : L("ended"));
+    const onPeak = cursor === model.get("peak_index") ? ` (${L("peak")})` : "";
+    where.textContent = cursor >= 0 ? `${steps[cursor]}${onPeak} · ${state}` : "";
+  };
+}

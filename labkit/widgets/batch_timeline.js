@@ -1,14 +1,21 @@
 // BatchTimeline front end (labkit/widgets/batch_timeline.py): slots × steps grid, newest step at
 // the right edge, with batch occupancy and token-budget lines underneath on the same step axis.
+// Until `window` steps have run, the steps kept so far fill the whole width (at least TL_MIN_COLS
+// columns, so the first steps are not drawn as huge blocks); after that the grid scrolls.
 
 const KIND_NAMES = { p: "prefill", d: "decode", v: "verify", i: "idle" };
-const TL_LEFT = 40, TL_CHART_H = 90, TL_GAP = 10;
+const TL_LEFT = 40, TL_CHART_H = 90, TL_GAP = 10, TL_MIN_COLS = 12;
+
+// How many step columns the width is divided into: the kept steps, within [TL_MIN_COLS, window].
+function shownColumns(window, n) {
+  return Math.max(1, Math.min(window, Math.max(n, TL_MIN_COLS)));
+}
 
 function timelineGeometry(width, window, numSlots) {
   const plotW = Math.max(50, width - TL_LEFT - 6);
   const cellH = Math.max(3, Math.min(14, Math.floor(220 / Math.max(numSlots, 1))));
   const gridH = Math.max(numSlots, 1) * cellH;
-  return { plotW, colW: plotW / Math.max(window, 1), cellH, gridH,
+  return { plotW, cols: Math.max(window, 1), colW: plotW / Math.max(window, 1), cellH, gridH,
            chartY: gridH + TL_GAP, height: gridH + TL_GAP + TL_CHART_H + 14 };
 }
 
@@ -20,7 +27,7 @@ function columnX(geo, window, n, i) {
 function drawGrid(ctx, m, geo) {
   const n = m.kinds.length;
   for (let i = 0; i < n; i++) {
-    const x = columnX(geo, m.window, n, i);
+    const x = columnX(geo, geo.cols, n, i);
     const code = m.kinds[i];
     for (let slot = 0; slot < code.length; slot++) {
       const kind = KIND_NAMES[code[slot]];
@@ -42,7 +49,7 @@ function drawLines(ctx, m, geo, label) {
   const n = m.kinds.length;
   const box = { x: TL_LEFT, y: geo.chartY, w: geo.plotW, h: TL_CHART_H };
   const axes = lkAxes(ctx, box, 2, 100, [0, 50, 100], m.palette, "%");
-  const x = (i) => columnX(geo, m.window, n, i) + geo.colW / 2;
+  const x = (i) => columnX(geo, geo.cols, n, i) + geo.colW / 2;
   lkPolyline(ctx, m.occupancy_perc.map((v, i) => [x(i), axes.py(v)]), m.palette.ink, false);
   lkPolyline(ctx, m.token_budget_perc.map((v, i) => [x(i), axes.py(v)]), m.palette.ink, true);
   ctx.textAlign = "left"; ctx.textBaseline = "top"; ctx.fillStyle = m.palette.ink;
@@ -97,7 +104,7 @@ function render({ model, el }) {
       { color: p.ink, label: L("occupancy"), kind: "line" },
       { color: p.ink, label: L("token_budget"), kind: "dash" }]));
     const width = lkWidth(el) - 18;
-    geo = timelineGeometry(width, m.window, m.num_slots);
+    geo = timelineGeometry(width, shownColumns(m.window, n), m.num_slots);
     const ctx = lkSize(canvas, width, geo.height);
     drawGrid(ctx, m, geo);
     drawLines(ctx, m, geo, L("step"));
@@ -106,7 +113,7 @@ function render({ model, el }) {
   function pick(x, y) {
     const m = readState();
     const n = m.kinds.length;
-    const i = Math.floor((x - TL_LEFT) / geo.colW) - (m.window - n);
+    const i = Math.floor((x - TL_LEFT) / geo.colW) - (geo.cols - n);
     if (i < 0 || i >= n) return null;
     if (y >= geo.chartY) {
       return [`${L("step")} ${m.steps[i]}`, `${L("occupancy")}: ${lkFmt(m.occupancy_perc[i])}%`,

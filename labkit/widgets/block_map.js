@@ -137,11 +137,12 @@ function render({ model, el }) {
   const canvas = lkEl("canvas");
   const info = lkEl("div", "lk-info lk-mono");
   el.append(legendBox, canvas, info);
+  const L = (key) => (model.get("labels") || {})[key] || key;
+  const refreshSlider = lkStepSlider(el, model, L);
   const tip = lkTooltip(el);
   let geo = null;
   let hovered = "";
 
-  const L = (key) => (model.get("labels") || {})[key] || key;
   const active = () => model.get("selected") || hovered;
 
   function statusText() {
@@ -188,6 +189,7 @@ function render({ model, el }) {
   }
 
   function draw() {
+    refreshSlider();
     header.title.textContent = L("title");
     header.status.textContent = statusText();
     legendBox.replaceChildren(lkLegend(legendItems()));
@@ -250,7 +252,7 @@ function render({ model, el }) {
 
   return lkWatch(model, el, ["step", "kv_layout", "block_size", "num_blocks", "owner", "filled",
     "ref_cnt", "cached", "block_tables", "regions", "colors", "summary", "selected", "labels",
-    "palette"], draw);
+    "palette", "history_steps", "cursor", "peak_index", "pinned", "running"], draw);
 }
 
 export default { render };

@@ -13,7 +13,9 @@ each region's used slots, the slots it will still fill, the slots it never fills
 fragmentation) and the free holes between regions (external fragmentation).
 
 Hovering a cell shows the block; clicking pins its request and lists its block table
-(logical → physical) below the map. Only ``StepEnd.block_map`` and ``StepEnd.stats`` are read.
+(logical → physical) below the map. A slider scrubs back through the run's recorded steps
+(``labkit.widgets.history``); once the engine is idle the map shows the step of peak usage, so a
+finished run still shows its picture. Only ``StepEnd.block_map`` and ``StepEnd.stats`` are read.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import traitlets
 
 from labkit.hooks import BlockMapSnapshot, StepEnd, StepStats
 from labkit.i18n import t
-from labkit.widgets.base import LiveView, bundle_esm
+from labkit.widgets.base import bundle_esm
+from labkit.widgets.history import ScrubbableView
 from labkit.widgets.palette import colors_for
 
 
@@ -42,7 +45,7 @@ def block_summary(snapshot: BlockMapSnapshot, stats: StepStats) -> dict[str, flo
     }
 
 
-class BlockMap(LiveView):
+class BlockMap(ScrubbableView):
     """Live map of the KV pool (see the module docstring). ``BlockMap(engine)`` or ``hooks=bus``."""
 
     _esm = bundle_esm("block_map.js")
@@ -62,29 +65,21 @@ class BlockMap(LiveView):
     summary = traitlets.Dict().tag(sync=True)             # block_summary()
     selected = traitlets.Unicode("").tag(sync=True)       # pinned request id, set by a click too
 
-    def __init__(self, engine: object | None = None, **kwargs) -> None:
-        self._last: StepEnd | None = None
-        super().__init__(engine, **kwargs)
-
-    def ingest(self, event: StepEnd) -> None:
-        self._last = event   # a snapshot is immutable: keeping the newest is all the work
-
-    def sync(self) -> None:
-        if self._last is None:
-            return
-        snap = self._last.block_map
+    def show(self, event: StepEnd) -> None:
+        snap = event.block_map
         tables = {rid: list(blocks) for rid, blocks in snap.block_tables}
-        self.step = self._last.step
+        self.step = event.step
         self.kv_layout, self.block_size, self.num_blocks = snap.layout, snap.block_size, snap.num_blocks
         self.owner, self.filled = list(snap.owner), list(snap.filled)
         self.ref_cnt, self.cached = list(snap.ref_cnt), list(snap.cached)
         self.block_tables = tables
         self.regions = [dataclasses.asdict(region) for region in snap.regions]
         self.colors = colors_for([*snap.owner, *tables, *(r.request_id for r in snap.regions)])
-        self.summary = block_summary(snap, self._last.stats)
+        self.summary = block_summary(snap, event.stats)
 
     def make_labels(self) -> dict[str, str]:
         return {
+            **self.scrub_labels(),
             "title": t("KV 块映射", "KV block map"),
             "waiting": t("等待第一个引擎步…", "Waiting for the first engine step…"),
             "step": t("步", "step"),

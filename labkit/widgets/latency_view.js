@@ -1,7 +1,8 @@
 // LatencyView front end (labkit/widgets/latency_view.py): one histogram per metric (ms on x,
-// requests on y) with P50 (solid) and P99 (dashed) markers.
+// requests on y) with P50 (solid) and P99 (dashed) markers. The percentile values are written in a
+// row of their own above the plot, never on the bars (nor on each other when P50 ≈ P99).
 
-const LV_H = 170, LV_PAD = { left: 34, right: 10, top: 22, bottom: 30 }, LV_BINS = 20;
+const LV_H = 184, LV_PAD = { left: 34, right: 10, top: 36, bottom: 30 }, LV_BINS = 20;
 
 function histogram(values, bins, max) {
   const counts = new Array(bins).fill(0);
@@ -9,18 +10,28 @@ function histogram(values, bins, max) {
   return counts;
 }
 
-function drawMarker(ctx, box, x, color, dashed, text) {
+// A percentile line across the plot with a small flag on top (the value is in the row above).
+function drawMarker(ctx, box, x, color, dashed) {
   lkPolyline(ctx, [[x, box.y], [x, box.y + box.h]], color, dashed);
-  ctx.fillStyle = color; ctx.font = "10px sans-serif"; ctx.textBaseline = "top";
-  const right = x + 3 + ctx.measureText(text).width <= box.x + box.w;   // else label left of the line
-  ctx.textAlign = right ? "left" : "right";
-  ctx.fillText(text, right ? x + 3 : x - 3, box.y + (dashed ? 12 : 0));
+  ctx.fillStyle = color;
+  ctx.beginPath(); ctx.moveTo(x - 4, box.y - 5); ctx.lineTo(x + 4, box.y - 5); ctx.lineTo(x, box.y); ctx.fill();
+}
+
+// "P50 12.3 ms   P99 45.6 ms", right-aligned in the row above the plot, each in its marker's colour.
+function drawPercentileRow(ctx, box, items) {
+  ctx.font = "10px sans-serif"; ctx.textBaseline = "bottom"; ctx.textAlign = "right";
+  let x = box.x + box.w;
+  for (const item of items.slice().reverse()) {
+    ctx.fillStyle = item.color;
+    ctx.fillText(item.text, x, box.y - 7);
+    x -= ctx.measureText(item.text).width + 12;
+  }
 }
 
 function drawHistogram(ctx, box, samplesS, pct, palette, L, name) {
   ctx.font = "11px sans-serif"; ctx.fillStyle = palette.ink;
   ctx.textAlign = "left"; ctx.textBaseline = "bottom";
-  ctx.fillText(`${L(name)} · n=${samplesS.length}`, box.x - LV_PAD.left + 4, box.y - 6);
+  ctx.fillText(`${L(name)} · n=${samplesS.length}`, box.x - LV_PAD.left + 4, box.y - 21);
   if (samplesS.length === 0) return;
   const ms = samplesS.map((s) => s * 1000);
   const max = Math.max(...ms) * 1.05 || 1;
@@ -37,8 +48,11 @@ function drawHistogram(ctx, box, samplesS, pct, palette, L, name) {
   ctx.textAlign = "left"; ctx.fillText("0", box.x, box.y + box.h + 2);
   ctx.textAlign = "right"; ctx.fillText(lkFmt(max, 1), box.x + box.w, box.y + box.h + 2);
   if (pct) {
-    drawMarker(ctx, box, xOf(pct.p50 * 1000), palette.ink, false, `P50 ${lkFmt(pct.p50 * 1000, 1)}`);
-    drawMarker(ctx, box, xOf(pct.p99 * 1000), palette.internal_frag, true, `P99 ${lkFmt(pct.p99 * 1000, 1)}`);
+    drawMarker(ctx, box, xOf(pct.p50 * 1000), palette.ink, false);
+    drawMarker(ctx, box, xOf(pct.p99 * 1000), palette.internal_frag, true);
+    drawPercentileRow(ctx, box, [
+      { color: palette.ink, text: `P50 ${lkFmt(pct.p50 * 1000, 1)} ms` },
+      { color: palette.internal_frag, text: `P99 ${lkFmt(pct.p99 * 1000, 1)} ms` }]);
   }
 }
 

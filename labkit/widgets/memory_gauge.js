@@ -56,6 +56,12 @@ function drawTrend(ctx, model, box, p, caption, stepLabel) {
   line("usage", p.ink, false);
   line("waste", p.internal_frag, false);
   line("external_frag", p.external_frag, true);
+  const shown = steps.indexOf(model.get("step"));
+  if (shown >= 0 && steps.length > 1) {   // the step the bars show (slider, peak or newest)
+    ctx.strokeStyle = lkAlpha(p.ink, 0.5); ctx.lineWidth = 1; ctx.setLineDash([3, 3]);
+    ctx.beginPath(); ctx.moveTo(axes.px(shown), box.y); ctx.lineTo(axes.px(shown), box.y + box.h); ctx.stroke();
+    ctx.setLineDash([]);
+  }
   if (steps.length > 0) {
     ctx.fillStyle = p.ink; ctx.textBaseline = "top";
     ctx.textAlign = "left"; ctx.fillText(`${stepLabel} ${steps[0]}`, box.x, box.y + box.h + 2);
@@ -70,6 +76,7 @@ function render({ model, el }) {
   const canvas = lkEl("canvas");
   el.append(legendBox, canvas);
   const L = (key) => (model.get("labels") || {})[key] || key;
+  const refreshSlider = lkStepSlider(el, model, L);
 
   function statusText() {
     if (model.get("step") < 0) return L("waiting");
@@ -80,6 +87,7 @@ function render({ model, el }) {
   }
 
   function draw() {
+    refreshSlider();
     const p = model.get("palette");
     header.title.textContent = L("title");
     header.status.textContent = statusText();
@@ -100,7 +108,8 @@ function render({ model, el }) {
 
   return lkWatch(model, el, ["step", "usage_perc", "waste_perc", "reserved_unused_perc",
     "internal_frag_perc", "external_frag_perc", "num_requests_running", "num_requests_waiting",
-    "num_preemptions", "simulated", "history", "labels", "palette"], draw);
+    "num_preemptions", "simulated", "history", "labels", "palette", "history_steps", "cursor",
+    "peak_index", "pinned", "running"], draw);
 }
 
 export default { render };

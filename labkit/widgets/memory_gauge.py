@@ -13,7 +13,9 @@
 
 Paged KV wastes only the unfilled tail of each request's last block; a contiguous (max-length)
 reservation wastes the rest of the reservation. Values come from ``StepEnd.stats``; a bounded
-history (``window`` steps) feeds the small trend chart.
+history (``window`` steps) feeds the small trend chart. The bars show one step: the newest while the
+engine runs, the peak-usage step once it is idle, or the step picked on the slider
+(``labkit.widgets.history``), marked on the trend.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import traitlets
 
 from labkit.hooks import StepEnd, StepStats
 from labkit.i18n import t
-from labkit.widgets.base import LiveView, bundle_esm
+from labkit.widgets.base import bundle_esm
+from labkit.widgets.history import ScrubbableView
 
 HISTORY_FIELDS = {    # history key -> StepStats field
     "usage": "kv_cache_usage_perc",
@@ -35,7 +38,7 @@ HISTORY_FIELDS = {    # history key -> StepStats field
 }
 
 
-class MemoryGauge(LiveView):
+class MemoryGauge(ScrubbableView):
     """KV usage and the waste split, now and over the last ``window`` steps."""
 
     _esm = bundle_esm("memory_gauge.js")
@@ -59,12 +62,18 @@ class MemoryGauge(LiveView):
         super().__init__(engine, window=window, **kwargs)
 
     def ingest(self, event: StepEnd) -> None:
+        super().ingest(event)
         self._stats.append(event.stats)
 
     def sync(self) -> None:
         if not self._stats:
             return
-        now = self._stats[-1]
+        history = {key: [getattr(s, name) for s in self._stats] for key, name in HISTORY_FIELDS.items()}
+        self.history = {"step": [s.step for s in self._stats], **history}
+        super().sync()
+
+    def show(self, event: StepEnd) -> None:
+        now = event.stats
         self.step = now.step
         self.usage_perc, self.waste_perc = now.kv_cache_usage_perc, now.kv_waste_perc
         self.reserved_unused_perc = now.kv_reserved_unused_perc
@@ -72,8 +81,6 @@ class MemoryGauge(LiveView):
         self.external_frag_perc = now.kv_external_frag_perc
         self.num_requests_running, self.num_requests_waiting = now.num_requests_running, now.num_requests_waiting
         self.num_preemptions, self.simulated = now.num_preemptions, now.simulated
-        history = {key: [getattr(s, name) for s in self._stats] for key, name in HISTORY_FIELDS.items()}
-        self.history = {"step": [s.step for s in self._stats], **history}
 
     @traitlets.observe("window")
     def _resize_window(self, change: dict) -> None:
@@ -81,6 +88,7 @@ class MemoryGauge(LiveView):
 
     def make_labels(self) -> dict[str, str]:
         return {
+            **self.scrub_labels(),
             "title": t("KV 显存", "KV memory"),
             "waiting": t("等待第一个引擎步…", "Waiting for the first engine step…"),
             "step": t("步", "step"),

@@ -17,7 +17,12 @@ The price is memory: every token keeps one K and one V vector per KV head in eve
 
 from __future__ import annotations
 
+import os
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+import torch
 
 from labkit.metrics import StepRecorder, StepRow
 from labkit.replay import prompt_tokens, text_corpus
@@ -28,6 +33,10 @@ GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
 # ----------------------------------------------------------------------- cache vs recompute
+#
+# Costs are compared in CPU seconds of one thread: another program on the machine then takes turns
+# with us (our wall time grows) but does not add to our CPU time, so the comparison measures the
+# work of each mode. Wall seconds are kept alongside, and the load seen is reported.
 
 @dataclass(frozen=True)
 class TokenCost:
@@ -36,7 +45,29 @@ class TokenCost:
     mode: str               # "cache" (normal decode) | "recompute" (no KV cache: forward everything)
     context_len: int
     tokens_processed: int   # tokens the model ran its layers on for this one new token
-    seconds: float
+    seconds: float          # CPU seconds (one thread) of the engine steps that produced it
+    wall_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """How a timing was taken: threads, clock, and how busy the machine was meanwhile."""
+
+    threads: int
+    clock: str
+    load_before: float | None   # 1-minute load average (None where the OS has none)
+    load_after: float | None
+    num_cpus: int
+
+    @property
+    def load(self) -> float | None:
+        loads = [x for x in (self.load_before, self.load_after) if x is not None]
+        return max(loads) if loads else None
+
+    @property
+    def busy(self) -> bool:
+        """More runnable work than one core per other program leaves us: timings may be disturbed."""
+        return self.load is not None and self.load > max(1, self.num_cpus - 1)
 
 
 @dataclass(frozen=True)
@@ -48,6 +79,7 @@ class CacheComparison:
     recompute: tuple[TokenCost, ...]
     cache_output: tuple[int, ...]
     recompute_output: tuple[int, ...]
+    conditions: Conditions | None = None
 
     @property
     def same_output(self) -> bool:
@@ -58,7 +90,14 @@ class CacheComparison:
         return sum(c.tokens_processed for c in getattr(self, mode))
 
     def total_seconds(self, mode: str) -> float:
+        """CPU seconds (one thread) over the whole answer in ``mode``."""
         return sum(c.seconds for c in getattr(self, mode))
+
+    def token_ratio(self) -> float:
+        return self.total_tokens("recompute") / self.total_tokens("cache")
+
+    def total_time_ratio(self) -> float:
+        return self.total_seconds("recompute") / self.total_seconds("cache")
 
     def time_ratio(self) -> float:
         """Seconds per new token, recompute ÷ cache, each the best (least disturbed) of tokens 2..N;
@@ -66,25 +105,62 @@ class CacheComparison:
         return best_seconds(after_first(self.recompute)) / best_seconds(after_first(self.cache))
 
 
-def run_alone(llm, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], list[StepRow]]:
-    """Run one greedy request to its end on an otherwise idle engine: (output ids, step rows)."""
+@contextmanager
+def one_thread():
+    """Run torch on one thread inside the block (the thread count is restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):     # not every OS has one
+        return None
+
+
+@contextmanager
+def measured_conditions(box: list):
+    """One thread inside the block; afterwards ``box`` holds the ``Conditions`` it ran under."""
+    before = load_average()
+    with one_thread():
+        yield
+    box.append(Conditions(1, "CPU time (time.process_time)", before, load_average(), os.cpu_count() or 1))
+
+
+def run_alone(llm, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], list[StepRow], list[float]]:
+    """Run one greedy request to its end on an otherwise idle engine: (output ids, step rows, CPU
+    seconds of each step)."""
     engine = llm.engine
     if engine.has_unfinished_requests():
         raise RuntimeError("the engine is busy; these measurements need it to themselves")
+    cpu = []
     with StepRecorder(engine) as rec:
         rid = engine.add_request(list(prompt_ids), SamplingParams(max_tokens=max_tokens, **GREEDY))
         while engine.has_unfinished_requests():
+            started = time.process_time()
             engine.step()
-    return list(engine.get_request(rid).output_token_ids), rec.rows
+            cpu.append(time.process_time() - started)
+    if len(cpu) != len(rec.rows):
+        raise RuntimeError(f"{len(rec.rows)} StepEnd events for {len(cpu)} engine steps")
+    return list(engine.get_request(rid).output_token_ids), rec.rows, cpu
+
+
+def _cost(mode: str, context_len: int, rows: list[StepRow], cpu: list[float]) -> TokenCost:
+    return TokenCost(mode, context_len, sum(r.num_tokens for r in rows), sum(cpu), sum(r.step_s for r in rows))
 
 
 def with_cache(llm, prompt_ids: list[int], num_new_tokens: int) -> tuple[list[int], list[TokenCost]]:
     """Normal generation: one prefill (first token), then one decode step per further token."""
-    output, rows = run_alone(llm, prompt_ids, num_new_tokens)
-    prefill = [r for r in rows if r.prefill_tokens]
-    costs = [TokenCost("cache", len(prompt_ids), sum(r.num_tokens for r in prefill), sum(r.step_s for r in prefill))]
-    decodes = [r for r in rows if not r.prefill_tokens]
-    costs += [TokenCost("cache", len(prompt_ids) + i, r.num_tokens, r.step_s) for i, r in enumerate(decodes, 1)]
+    output, rows, cpu = run_alone(llm, prompt_ids, num_new_tokens)
+    prefill = [i for i, r in enumerate(rows) if r.prefill_tokens]
+    costs = [_cost("cache", len(prompt_ids), [rows[i] for i in prefill], [cpu[i] for i in prefill])]
+    decodes = [i for i, r in enumerate(rows) if not r.prefill_tokens]
+    costs += [_cost("cache", len(prompt_ids) + n, [rows[i]], [cpu[i]]) for n, i in enumerate(decodes, 1)]
     return output, costs
 
 
@@ -95,17 +171,20 @@ def without_cache(llm, prompt_ids: list[int], num_new_tokens: int) -> tuple[list
     costs = []
     for _ in range(num_new_tokens):
         sequence = list(prompt_ids) + output
-        token, rows = run_alone(llm, sequence, 1)
+        token, rows, cpu = run_alone(llm, sequence, 1)
         output += token
-        costs.append(TokenCost("recompute", len(sequence), sum(r.num_tokens for r in rows),
-                               sum(r.step_s for r in rows)))
+        costs.append(_cost("recompute", len(sequence), rows, cpu))
     return output, costs
 
 
 def compare_cache_recompute(llm, prompt_ids: list[int], num_new_tokens: int) -> CacheComparison:
-    cache_out, cache = with_cache(llm, prompt_ids, num_new_tokens)
-    recompute_out, recompute = without_cache(llm, prompt_ids, num_new_tokens)
-    return CacheComparison(len(prompt_ids), tuple(cache), tuple(recompute), tuple(cache_out), tuple(recompute_out))
+    """Both ways, on one thread, timed in CPU seconds; the load seen is kept in ``conditions``."""
+    box: list[Conditions] = []
+    with measured_conditions(box):
+        cache_out, cache = with_cache(llm, prompt_ids, num_new_tokens)
+        recompute_out, recompute = without_cache(llm, prompt_ids, num_new_tokens)
+    return CacheComparison(len(prompt_ids), tuple(cache), tuple(recompute), tuple(cache_out),
+                           tuple(recompute_out), box[0])
 
 
 def text_prompt(llm, num_tokens: int, index: int = 0) -> list[int]:

@@ -10,15 +10,23 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.kv.breakdown import PARTS, PoolBreakdown
-from labkit.labs.lab01_kv_cache.fragmentation import FragmentationReport
-from labkit.labs.lab01_kv_cache.measure import (CacheComparison, KVBudgetRow, KVShape, KVTensorFacts, TokenCost, after_first,
-                                  best_seconds)
+from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.labs.common.machine import MemoryBudget
+from labkit.labs.common.tables import Table, human_bytes
+from labkit.labs.lab01_kv_cache.fragmentation import FragmentationReport
+from labkit.labs.lab01_kv_cache.measure import (
+    CacheComparison,
+    Conditions,
+    KVBudgetRow,
+    KVShape,
+    KVTensorFacts,
+    TokenCost,
+    after_first,
+    best_seconds,
+)
 from labkit.labs.lab01_kv_cache.preemption import PoolRun
 from labkit.metrics import StepRow
-from labkit.labs.common.tables import Table, human_bytes
 
 MODE_COLORS = {"cache": COLORS["decode"], "recompute": COLORS["prefill"]}
 
@@ -49,7 +57,7 @@ def cache_vs_recompute_figure(comparisons: list[CacheComparison]) -> go.Figure:
     return axis_titles(fig, [(t("上下文长度（token）", "context length (tokens)"),
                               t("处理的 token 数（个/新 token）", "tokens processed per new token")),
                              (t("上下文长度（token）", "context length (tokens)"),
-                              t("时间（毫秒/新 token）", "time per new token (ms)"))])
+                              t("CPU 时间（毫秒/新 token，单线程）", "CPU time per new token (ms, one thread)"))])
 
 
 def cumulative_figure(comparison: CacheComparison) -> go.Figure:
@@ -66,7 +74,7 @@ def cumulative_figure(comparison: CacheComparison) -> go.Figure:
     style(fig, t(f"生成一个回答的累计代价（提示 {comparison.prompt_len} 个 token，本机实测）",
                  f"Running cost of one answer (prompt of {comparison.prompt_len} tokens, measured here)"))
     return axis_titles(fig, [(t("已生成的 token 数", "tokens generated"), t("累计处理的 token 数", "tokens processed so far")),
-                             (t("已生成的 token 数", "tokens generated"), t("累计时间（秒）", "time so far (s)"))])
+                             (t("已生成的 token 数", "tokens generated"), t("累计 CPU 时间（秒，单线程）", "CPU time so far (s, one thread)"))])
 
 
 def prefill_decode_figure(rows: list[StepRow]) -> go.Figure:
@@ -137,22 +145,81 @@ def preemption_figure(kept: PoolRun, dropped: PoolRun) -> go.Figure:
                              ("", t("时间（秒）", "time (s)"))])
 
 
+# ----------------------------------------------------------------------------------- sentences
+# A printed conclusion is computed from the numbers, so it stays true whichever way a noisy
+# measurement falls; a reversed result says what it means and what to do.
+
+SAME_BAND = 0.1     # within ±10 %: "about the same"
+
+
+def conditions_note(c: Conditions | None) -> str:
+    """How the times were taken and how busy the machine was meanwhile."""
+    if c is None:
+        return ""
+    if c.load is None:
+        load = t("读不到系统负载", "no load average on this OS")
+    else:
+        load = t(f"测量期间 1 分钟平均负载 {c.load_before:.1f} → {c.load_after:.1f}（本机 {c.num_cpus} 个核）",
+                 f"1-minute load average {c.load_before:.1f} → {c.load_after:.1f} while measuring ({c.num_cpus} cores)")
+    busy = t("；机器较忙，时间可能被干扰", "; the machine was busy, times may be disturbed") if c.busy else ""
+    return t(f"计时：单线程、CPU 时间；{load}{busy}。", f"Timing: one thread, CPU time; {load}{busy}.")
+
+
+def time_comparison(ratio: float, conditions: Conditions | None, subject: str = "") -> str:
+    """``recompute ÷ cache`` as a sentence that is true for any value of ``ratio``."""
+    subject = subject or t("无缓存用的 CPU 时间", "CPU time without the cache")
+    if ratio >= 1 + SAME_BAND:
+        return t(f"{subject}是有缓存的 {ratio:.1f} 倍。", f"{subject} is {ratio:.1f} × that with the cache.")
+    if ratio > 1 - SAME_BAND:
+        return t(f"{subject}和有缓存几乎一样（是有缓存的 {ratio:.2f} 倍）：上下文这么短时，每次前向的时间主要花在"
+                 "读一遍全部权重上，多处理几个 token 几乎不多花时间。",
+                 f"{subject} is about the same as with the cache ({ratio:.2f} ×): at such short contexts a "
+                 "forward pass mostly reads all the weights once, and a few more tokens cost little extra.")
+    load = f"{conditions.load:.1f}" if conditions and conditions.load is not None else "?"
+    return t(f"这次{subject}反而更少（只是有缓存的 {ratio:.2f} 倍）。无缓存做的计算更多，所以这不是真实的代价："
+             f"测量被干扰了，多半是机器同时在忙别的事（负载 {load}）。关掉其他程序，重新运行做测量的那一格再看。",
+             f"This time {subject} came out lower ({ratio:.2f} × that with the cache). Without the cache the model "
+             f"does more work, so this is not the real cost: the measurement was disturbed, most likely by other "
+             f"programs on this machine (load {load}). Close them and rerun the measuring cell.")
+
+
+def comparison_lines(c: CacheComparison) -> list[str]:
+    """What cell 1.1 prints: both totals, the token count ratio (exact) and the time ratio (measured)."""
+    lines = [t(f"有缓存：共处理 {c.total_tokens('cache'):,} 个 token，CPU 时间 {c.total_seconds('cache'):.2f} 秒",
+               f"with the cache: {c.total_tokens('cache'):,} tokens processed, {c.total_seconds('cache'):.2f} s of CPU time"),
+             t(f"无缓存：共处理 {c.total_tokens('recompute'):,} 个 token，CPU 时间 {c.total_seconds('recompute'):.2f} 秒",
+               f"without: {c.total_tokens('recompute'):,} tokens processed, {c.total_seconds('recompute'):.2f} s of CPU time"),
+             t(f"两种方式生成的 token 完全相同：{c.same_output}", f"both produced the same tokens: {c.same_output}"),
+             t(f"无缓存处理的 token 数是有缓存的 {c.token_ratio():.1f} 倍（计数，不受机器忙闲影响）。",
+               f"Without the cache the model processed {c.token_ratio():.1f} × as many tokens (a count: load cannot change it)."),
+             time_comparison(c.total_time_ratio(), c.conditions)]
+    return lines + [conditions_note(c.conditions)]
+
+
 # ----------------------------------------------------------------------------------- tables
 
 def context_table(comparisons: list[CacheComparison]) -> Table:
-    """Per context length: tokens and the fastest milliseconds per new token (tokens 2..N), both ways."""
+    """Per context length: tokens and the fastest CPU milliseconds per new token (tokens 2..N), both ways."""
     rows = []
     for c in comparisons:
         cache, recompute = after_first(c.cache), after_first(c.recompute)
+        ratio = c.time_ratio()
+        flag = t("（反了：被干扰）", " (reversed: disturbed)") if ratio < 1 - SAME_BAND else ""
         rows.append([c.prompt_len, cache[0].tokens_processed, recompute[0].tokens_processed,
-                     1000 * best_seconds(cache), 1000 * best_seconds(recompute), c.time_ratio(),
+                     1000 * best_seconds(cache), 1000 * best_seconds(recompute), f"{ratio:.2f}{flag}",
                      t("是", "yes") if c.same_output else t("否", "no")])
+    notes = [conditions_note(comparisons[0].conditions)] if comparisons and comparisons[0].conditions else []
+    if any(c.time_ratio() < 1 - SAME_BAND for c in comparisons):
+        notes.append(t("有一行重算比缓存还快：重算做的计算更多，这说明那次测量被机器上的其他程序干扰了；关掉它们后重新运行测量格。",
+                       "A row where recomputing beat the cache: it does more work, so that measurement was disturbed "
+                       "by other programs; close them and rerun the measuring cell."))
     return Table([t("提示长度", "prompt tokens"), t("有缓存：处理 token", "cache: tokens"),
-                  t("重算：处理 token", "recompute: tokens"), t("有缓存：毫秒/token", "cache: ms/token"),
-                  t("重算：毫秒/token", "recompute: ms/token"), t("重算 ÷ 缓存（时间）", "recompute ÷ cache (time)"),
+                  t("重算：处理 token", "recompute: tokens"), t("有缓存：CPU 毫秒/token", "cache: CPU ms/token"),
+                  t("重算：CPU 毫秒/token", "recompute: CPU ms/token"), t("重算 ÷ 缓存（CPU 时间）", "recompute ÷ cache (CPU time)"),
                   t("输出相同", "same output")], rows,
-                 caption=t("每个新 token 的代价（第 2 个 token 起取最快的一次，本机实测）",
-                           "Cost per new token (fastest from the 2nd token on, measured here)"))
+                 caption=t("每个新 token 的代价（第 2 个 token 起取最快的一次，单线程 CPU 时间，本机实测）",
+                           "Cost per new token (fastest from the 2nd token on, one-thread CPU time, measured here)"),
+                 notes=notes)
 
 
 def shapes_table(shapes: list[KVShape]) -> Table:
@@ -200,8 +267,11 @@ def preemption_table(kept: PoolRun, dropped: PoolRun) -> Table:
 def summary_table(comparison: CacheComparison, facts: KVTensorFacts, report: FragmentationReport) -> Table:
     """The three numbers to remember, each from this run."""
     rows = [
-        [t("不用 KV 缓存，上下文 {n} 时每个新 token 慢几倍", "slower per new token without the KV cache, at context {n}")
-         .format(n=comparison.prompt_len), f"{comparison.time_ratio():.1f} ×",
+        [t("上下文 {n} 时，不用 KV 缓存每个新 token 的 CPU 时间是用缓存的几倍",
+           "CPU time per new token without the KV cache ÷ with it, at context {n}")
+         .format(n=comparison.prompt_len), f"{comparison.time_ratio():.1f} ×" + (
+             t("（反了：测量被干扰，见第 1 节）", " (reversed: disturbed, see section 1)")
+             if comparison.time_ratio() < 1 - SAME_BAND else ""),
          t("第 1 节，真实模型", "section 1, real model")],
         [t("SmolLM2-135M 每个 token 的 KV 字节（{d}）", "SmolLM2-135M KV bytes per token ({d})").format(d=facts.dtype),
          f"{facts.bytes_per_token:,.0f} B", t("第 3 节，引擎的 K/V 张量", "section 3, the engine's K/V tensor")],

@@ -1,11 +1,13 @@
-"""Lab 02 exercise: a paged KV block allocator with a FIFO free list and reference counts."""
+"""Lab 02 exercises: slot mapping, a paged KV block allocator (free list, reference counts,
+copy-on-write), and chained prefix hashes (optional)."""
 
 from __future__ import annotations
 
 import random
 
-from labkit.assess.checks import Ref, ops_check
+from labkit.assess.checks import Check, Ref, call_check, ops_check
 from labkit.assess.exercise import Exercise
+from labkit.i18n import t
 
 # Ref(i) is the block id returned by op i (an allocate).
 _BLOCK_SEQUENCES = [
@@ -19,28 +21,49 @@ _BLOCK_SEQUENCES = [
      4, [("allocate", ()), ("share", (Ref(0),)), ("ref_count", (Ref(0),)), ("free", (Ref(0),)),
          ("ref_count", (Ref(0),)), ("num_free_blocks", ()), ("free", (Ref(0),)), ("ref_count", (Ref(0),)),
          ("num_free_blocks", ()), ("allocate", ()), ("allocate", ()), ("allocate", ()), ("allocate", ())]),
+    ({"zh": "写时复制：只有自己持有的块原地写", "en": "copy-on-write: a block held once is written in place"},
+     3, [("allocate", ()), ("copy_on_write", (Ref(0),)), ("ref_count", (Ref(0),)), ("num_free_blocks", ())]),
+    ({"zh": "写时复制：共享块先复制，旧块少一个引用", "en": "copy-on-write: a shared block is copied first; the old one loses a holder"},
+     4, [("allocate", ()), ("share", (Ref(0),)), ("share", (Ref(0),)), ("copy_on_write", (Ref(0),)),
+         ("ref_count", (Ref(0),)), ("ref_count", (Ref(3),)), ("copy_on_write", (Ref(0),)), ("ref_count", (Ref(0),)),
+         ("copy_on_write", (Ref(0),)), ("ref_count", (Ref(0),)), ("num_free_blocks", ())]),
+    ({"zh": "写时复制：没有空闲块时返回 None，共享块保持不变", "en": "copy-on-write with no free block: None, the shared block unchanged"},
+     1, [("allocate", ()), ("share", (Ref(0),)), ("copy_on_write", (Ref(0),)), ("ref_count", (Ref(0),)),
+         ("free", (Ref(0),)), ("copy_on_write", (Ref(0),)), ("num_free_blocks", ())]),
 ]
 
 
-def _random_block_ops(seed: int, num_blocks: int, num_ops: int) -> list[tuple]:
-    """Random allocate/share/free with counts checked often; only live handles are shared or freed."""
-    rng, ops, live = random.Random(seed), [], {}      # allocate op index → references it holds
+def _random_block_ops(seed: int, num_blocks: int, num_ops: int, cow: bool = False) -> list[tuple]:
+    """Random allocate/share/free (and copy_on_write) with counts checked often, simulated on the
+    reference so only references really held are shared, freed or written. A handle is the index
+    of the op whose result is the block id (an allocate, or a copy_on_write that returned a copy)."""
+    from labkit.labs.lab02_paged_attention.solutions import BlockAllocator
+
+    rng, sim, ops, held = random.Random(seed), BlockAllocator(num_blocks), [], []   # held: (handle, block)
     for _ in range(num_ops):
         roll = rng.random()
-        if live and roll < 0.3:
-            handle = rng.choice(sorted(live))
-            live[handle] -= 1
+        if held and roll < 0.3:
+            handle, block = held.pop(rng.randrange(len(held)))
+            sim.free(block)
             ops.append(("free", (Ref(handle),)))
-            if live[handle] == 0:
-                del live[handle]
-        elif live and roll < 0.45:
-            handle = rng.choice(sorted(live))
-            live[handle] += 1
+        elif held and roll < 0.45:
+            handle, block = rng.choice(held)
+            sim.share(block)
+            held.append((handle, block))
             ops += [("share", (Ref(handle),)), ("ref_count", (Ref(handle),))]
+        elif cow and held and roll < 0.6:
+            index = rng.randrange(len(held))
+            handle, block = held[index]
+            new = sim.copy_on_write(block)
+            ops.append(("copy_on_write", (Ref(handle),)))
+            if new is not None and new != block:
+                held[index] = (len(ops) - 1, new)
+            ops.append(("ref_count", (Ref(handle),)))
         else:
-            if len(live) < num_blocks:
-                live[len(ops)] = 1
+            block = sim.allocate()
             ops.append(("allocate", ()))
+            if block is not None:
+                held.append((len(ops) - 1, block))
         ops.append(("num_free_blocks", ()))
     return ops
 
@@ -50,20 +73,131 @@ def block_allocator_exercise() -> Exercise:
               for note, n, ops in _BLOCK_SEQUENCES]
     checks += [ops_check({"zh": f"BlockAllocator(6)：随机序列 {s}", "en": f"BlockAllocator(6): random sequence {s}"},
                          (6,), _random_block_ops(s, 6, 40)) for s in range(3)]
+    checks += [ops_check({"zh": f"BlockAllocator(6)：含写时复制的随机序列 {s}",
+                          "en": f"BlockAllocator(6): random sequence with copy-on-write {s}"},
+                         (6,), _random_block_ops(10 + s, 6, 50, cow=True)) for s in range(3)]
     return Exercise(
         name="block_allocator",
-        title={"zh": "练习：分页 KV 块分配器（空闲队列 + 引用计数）", "en": "Exercise: a paged KV block allocator (free list + ref counts)"},
+        title={"zh": "练习：分页 KV 块分配器（空闲队列 + 引用计数 + 写时复制）",
+               "en": "Exercise: a paged KV block allocator (free list + ref counts + copy-on-write)"},
         task={"zh": "实现类 BlockAllocator(num_blocks)：空闲队列初始为 0…num_blocks-1。allocate() 取队首的块、"
                     "引用计数置 1，没有空闲块时返回 None；share(block_id) 计数 +1；free(block_id) 计数 -1，"
-                    "归零时块排到队尾；num_free_blocks() 与 ref_count(block_id) 返回当前值。",
+                    "归零时块排到队尾；num_free_blocks() 与 ref_count(block_id) 返回当前值；copy_on_write(block_id) "
+                    "在写入 block_id 之前调用：只有一个持有者时原地写、返回 block_id；被共享时分配一个新块（计数 1）、"
+                    "旧块计数 -1、返回新块（没有空闲块时返回 None，旧块不变）。",
               "en": "Write class BlockAllocator(num_blocks): the free list starts as 0…num_blocks-1. allocate() takes "
                     "the block at the front and sets its count to 1, or returns None when none is free; "
                     "share(block_id) adds 1; free(block_id) subtracts 1 and at 0 puts the block at the back; "
-                    "num_free_blocks() and ref_count(block_id) report the current values."},
+                    "num_free_blocks() and ref_count(block_id) report the current values; copy_on_write(block_id) is called "
+                    "before writing into block_id: with one holder it is written in place (return block_id); when shared, "
+                    "allocate a fresh block (count 1), drop one holder from the old one and return the new id (None, "
+                    "old block untouched, when nothing is free)."},
         checks=checks,
         reference="labkit.labs.lab02_paged_attention.solutions:BlockAllocator",
         hints=[{"zh": "collections.deque 很适合做空闲队列：popleft() 取队首，append() 放队尾。",
                 "en": "collections.deque suits the free list: popleft() takes the front, append() adds at the back."},
                {"zh": "用一个列表 ref_counts[block_id] 记录计数；free 只在计数变成 0 时才把块放回空闲队列。",
-                "en": "Keep ref_counts[block_id] in a list; free returns the block to the free list only when the count hits 0."}],
+                "en": "Keep ref_counts[block_id] in a list; free returns the block to the free list only when the count hits 0."},
+               {"zh": "copy_on_write 可以复用你已有的方法：计数为 1 直接返回；否则 new = allocate()，成功时 free(旧块)。"
+                      "（真实引擎还要把旧块的 K/V 复制到新块：labkit.kv.paged_kv.PagedKVCache.copy_blocks。）",
+                "en": "copy_on_write can reuse your methods: count 1 → return it; else new = allocate() and, if that "
+                      "worked, free(old). (A real engine also copies the K/V: labkit.kv.paged_kv.PagedKVCache.copy_blocks.)"}],
+    )
+
+
+# ------------------------------------------------------------------------------ slot mapping
+
+# (block_tables, seq_ids, positions, block_size), note
+_SLOT_CASES = [
+    (([[7, 2, 9]], [0, 0, 0, 0], [0, 15, 16, 40], 16), {"zh": "一个序列，块表 [7, 2, 9]", "en": "one sequence, table [7, 2, 9]"}),
+    (([[3], [0, 5]], [1, 0, 1], [17, 2, 3], 16), {"zh": "两个序列交错", "en": "two sequences, interleaved"}),
+    (([[4, 1, 6, 0]], [0] * 8, list(range(8)), 2), {"zh": "块大小 2", "en": "block size 2"}),
+    (([[5, 3, 8]], [0, 0, 0], [0, 1, 2], 1), {"zh": "块大小 1：每个 token 一个块", "en": "block size 1: one block per token"}),
+    (([[12, 30], [30, 4]], [0, 1, 1], [31, 0, 20], 16), {"zh": "两个块表指向同一个物理块（共享）", "en": "two tables point at one physical block (shared)"}),
+    (([[2, 0, 1]], [0, 0], [47, 32], 16), {"zh": "最后一个块的第一个和最后一个槽位", "en": "first and last slot of the last block"}),
+]
+
+
+def _as_int_list(value) -> list[int] | None:
+    """A list, tuple, numpy array or tensor of ints as a plain list (None if it is none of these)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    return None
+
+
+def _explain_slots(expected, got) -> str:
+    got = _as_int_list(got)
+    if got is None:
+        return t("请返回一个整数列表（也可以是张量），每个 token 一个槽位。",
+                 "Return a list of ints (a tensor works too), one slot per token.")
+    if len(got) != len(expected):
+        return t(f"应当每个 token 返回一个槽位：期望 {len(expected)} 个，得到 {len(got)} 个。",
+                 f"One slot per token: expected {len(expected)}, got {len(got)}.")
+    return t("对照公式：slot = block_table[pos // block_size] * block_size + pos % block_size。"
+             "块表给出的是物理块号，还要乘以块大小、加上块内偏移。",
+             "Check the formula: slot = block_table[pos // block_size] * block_size + pos % block_size; "
+             "the table gives a physical block number, times the block size, plus the offset inside it.")
+
+
+def _slot_check(args: tuple, note: dict) -> Check:
+    """The sandbox hands back plain data (a tensor arrives as a list); a tuple is fine too."""
+    return call_check("slot_mapping", args, note, compare=lambda got, expected: _as_int_list(got) == expected,
+                      explain=_explain_slots)
+
+
+def slot_mapping_exercise() -> Exercise:
+    checks = [_slot_check(args, note) for args, note in _SLOT_CASES]
+    return Exercise(
+        name="slot_mapping",
+        title={"zh": "练习：槽位映射（slot mapping）", "en": "Exercise: slot mapping"},
+        task={"zh": "实现 slot_mapping(block_tables, seq_ids, positions, block_size)：第 i 个 token 属于序列 "
+                    "seq_ids[i]，位于它的第 positions[i] 个位置；返回每个 token 在 KV 池里的物理槽位（列表，"
+                    "也可以是张量）。block_tables[s] 是序列 s 的块表。",
+              "en": "Write slot_mapping(block_tables, seq_ids, positions, block_size): token i belongs to sequence "
+                    "seq_ids[i] at position positions[i]; return each token's physical slot in the KV pool (a list, "
+                    "or a tensor). block_tables[s] is sequence s's block table."},
+        checks=checks,
+        reference="labkit.labs.lab02_paged_attention.solutions:slot_mapping",
+        hints=[{"zh": "位置 pos 在第 pos // block_size 个逻辑块里，块内偏移是 pos % block_size。",
+                "en": "Position pos is in logical block pos // block_size, at offset pos % block_size."},
+               {"zh": "逻辑块号查块表得到物理块号 b；物理槽位 = b * block_size + 偏移。",
+                "en": "The table maps the logical block to a physical block b; the slot is b * block_size + offset."}],
+    )
+
+
+# ------------------------------------------------------------------------------ prefix hashes
+
+_HASH_CASES = [
+    ((list(range(40)), 16), {"zh": "40 个 token：两个满块，最后 8 个不算", "en": "40 tokens: two full blocks, the last 8 not hashed"}),
+    ((list(range(32)), 16), {"zh": "正好两个满块", "en": "exactly two full blocks"}),
+    (([5] * 15, 16), {"zh": "不满一块：没有键", "en": "under one block: no key"}),
+    (([1, 2, 3, 4, 1, 2, 3, 4], 4), {"zh": "内容相同的两块，键不同（前缀不同）", "en": "two blocks with equal tokens get different keys (different prefixes)"}),
+    (([9, 8, 7, 6, 5, 4], 1), {"zh": "块大小 1", "en": "block size 1"}),
+]
+
+
+def _explain_hashes(expected, got) -> str:
+    if isinstance(got, list) and len(got) == len(expected) + 1:
+        return t("最后一个不满的块还在填充，不能进入前缀缓存。", "The trailing partial block is still filling; it gets no key.")
+    if isinstance(got, list) and len(got) == len(expected) and got and got[0] == expected[0]:
+        return t("第一块对了，后面的块要把父块的键串进来：hash((上一块的键, 本块的 token 元组))。",
+                 "Block 0 is right; later blocks must chain their parent's key: hash((parent key, tuple of tokens)).")
+    return ""
+
+
+def prefix_hash_exercise() -> Exercise:
+    return Exercise(
+        name="prefix_hash",
+        title={"zh": "练习（选做）：链式前缀哈希", "en": "Exercise (optional): chained prefix hashes"},
+        task={"zh": "实现 block_hashes(token_ids, block_size)：只为满块计算键，第 i 块的键是 "
+                    "hash((第 i-1 块的键, 第 i 块 token 组成的元组))，第 0 块的父键是 None。返回键的列表。",
+              "en": "Write block_hashes(token_ids, block_size): keys for full blocks only; block i's key is "
+                    "hash((key of block i-1, tuple of block i's tokens)), with parent None for block 0. Return the list."},
+        checks=[call_check("block_hashes", args, note, explain=_explain_hashes) for args, note in _HASH_CASES],
+        reference="labkit.labs.lab02_paged_attention.solutions:block_hashes",
+        hints=[{"zh": "满块的个数是 len(token_ids) // block_size。", "en": "There are len(token_ids) // block_size full blocks."},
+               {"zh": "token 切片要转成 tuple 才能哈希；父键从 None 开始，每算出一个就作为下一块的父键。",
+                "en": "Turn each slice into a tuple to hash it; the parent starts as None and each key becomes the next parent."}],
     )

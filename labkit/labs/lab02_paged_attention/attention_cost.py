@@ -1,0 +1,151 @@
+"""Lab 02, sections 6 and 7: what the indirection costs. Paged attention vs dense attention over
+the very same K/V, timed on this CPU.
+
+Paged attention first translates every context position to a cache slot and gathers K/V from
+blocks scattered over the pool; dense attention reads one contiguous tensor::
+
+    paged   slots = table[pos // B] * B + pos % B   →   gather K/V rows   →   SDPA
+    dense   K/V already [seqs, kv_heads, L, D]                          →   SDPA
+
+The paper measures its CUDA kernel 20–26 % slower than FasterTransformer's contiguous attention
+(Kwon et al., SOSP'23, §7.1, Fig. 18a). Here both run in one process, one thread, in interleaved
+rounds (so a busy machine slows both alike); each figure is the fastest round, the least
+disturbed estimate. One "decode step" is ``num_layers`` attention calls of ``num_seqs`` single-token
+queries: the engine plans the gather once per step and reuses it in every layer, and so does this.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from labkit.attention.backend import get_backend
+from labkit.attention.metadata import AttentionMetadata
+
+# SmolLM2-135M's attention shape (config.json): 9 query heads, 3 KV heads, head_dim 64, 30 layers.
+SHAPE = dict(num_heads=9, num_kv_heads=3, head_dim=64, num_layers=30)
+
+
+@contextmanager
+def one_thread():
+    """Time with one thread: the lab's machine is shared, and torch's threads would fight for it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """``num_seqs`` decode queries over contexts of ``context_len`` tokens, stored two ways."""
+
+    query: torch.Tensor           # [num_seqs, heads, D]
+    key_cache: torch.Tensor       # [num_blocks, B, kv_heads, D], blocks in shuffled order
+    value_cache: torch.Tensor
+    dense_k: torch.Tensor         # [num_seqs, kv_heads, L, D], the same numbers, contiguous
+    dense_v: torch.Tensor
+    block_tables: list[list[int]]
+    context_len: int
+    block_size: int
+
+    def metadata(self) -> AttentionMetadata:
+        n, L, B = len(self.block_tables), self.context_len, self.block_size
+        slots = [t[(L - 1) // B] * B + (L - 1) % B for t in self.block_tables]
+        return AttentionMetadata.build([1] * n, [L] * n, self.block_tables, slots, B)
+
+
+def make_case(num_seqs: int, context_len: int, block_size: int, seed: int = 0,
+              num_heads: int = SHAPE["num_heads"], num_kv_heads: int = SHAPE["num_kv_heads"],
+              head_dim: int = SHAPE["head_dim"]) -> AttentionCase:
+    """Random K/V for each sequence, written into a pool whose blocks are handed out in random order."""
+    g = torch.Generator().manual_seed(seed)
+    per_seq = -(-context_len // block_size)
+    order = torch.randperm(num_seqs * per_seq, generator=g).tolist()
+    tables = [order[s * per_seq:(s + 1) * per_seq] for s in range(num_seqs)]
+    dense_k = torch.randn(num_seqs, num_kv_heads, context_len, head_dim, generator=g)
+    dense_v = torch.randn(num_seqs, num_kv_heads, context_len, head_dim, generator=g)
+    caches = [torch.zeros(num_seqs * per_seq * block_size, num_kv_heads, head_dim) for _ in range(2)]
+    pos = torch.arange(context_len)
+    for s, table in enumerate(tables):
+        slots = torch.tensor(table)[pos // block_size] * block_size + pos % block_size
+        caches[0][slots] = dense_k[s].transpose(0, 1)
+        caches[1][slots] = dense_v[s].transpose(0, 1)
+    query = torch.randn(num_seqs, num_heads, head_dim, generator=g)
+    shape = (-1, block_size, num_kv_heads, head_dim)
+    return AttentionCase(query, caches[0].view(shape), caches[1].view(shape), dense_k, dense_v, tables,
+                         context_len, block_size)
+
+
+def paged_step(case: AttentionCase, backend, num_layers: int) -> torch.Tensor:
+    meta, scale = case.metadata(), case.query.shape[-1] ** -0.5
+    for _ in range(num_layers):
+        out = backend.paged_attention(case.query, case.key_cache, case.value_cache, meta, scale)
+    return out
+
+
+def dense_step(case: AttentionCase, num_layers: int) -> torch.Tensor:
+    q = case.query.unsqueeze(2)                                   # [num_seqs, heads, 1, D]
+    for _ in range(num_layers):
+        out = F.scaled_dot_product_attention(q, case.dense_k, case.dense_v, enable_gqa=True)
+    return out.squeeze(2)
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class IndirectionCost:
+    context_len: int
+    block_size: int
+    num_seqs: int
+    paged_s: float          # fastest round, one decode step (all layers)
+    dense_s: float
+    max_abs_diff: float     # paged vs dense output: the same attention, up to rounding
+
+    @property
+    def overhead(self) -> float:
+        """% slower than dense (negative: faster)."""
+        return 100.0 * (self.paged_s / self.dense_s - 1.0)
+
+
+def measure_indirection(case: AttentionCase, rounds: int = 7, num_layers: int = SHAPE["num_layers"],
+                        backend=None) -> IndirectionCost:
+    """Paged (the engine's CPU backend unless given) vs dense SDPA, interleaved rounds, one thread."""
+    backend = backend or get_backend("auto", torch.device("cpu"))
+    paged, dense = [], []
+    with one_thread(), torch.inference_mode():
+        diff = (paged_step(case, backend, 1) - dense_step(case, 1)).abs().max().item()
+        for r in range(rounds):
+            pair = [("p", lambda: paged_step(case, backend, num_layers)), ("d", lambda: dense_step(case, num_layers))]
+            for name, fn in (pair if r % 2 == 0 else pair[::-1]):
+                (paged if name == "p" else dense).append(_seconds(fn))
+    return IndirectionCost(case.context_len, case.block_size, len(case.block_tables), min(paged), min(dense), diff)
+
+
+def indirection_sweep(context_lens: list[int], num_seqs: int = 8, block_size: int = 16,
+                      rounds: int = 7) -> list[IndirectionCost]:
+    return [measure_indirection(make_case(num_seqs, L, block_size, seed=i), rounds)
+            for i, L in enumerate(context_lens)]
+
+
+def block_size_attention(block_sizes: list[int], num_seqs: int, context_len: int,
+                         rounds: int = 5) -> dict[int, float]:
+    """Fastest seconds per decode step (all layers) of the engine's paged attention, per block size,
+    the block sizes interleaved round by round."""
+    backend = get_backend("auto", torch.device("cpu"))
+    cases = {B: make_case(num_seqs, context_len, B, seed=1) for B in block_sizes}
+    best = dict.fromkeys(block_sizes, float("inf"))
+    with one_thread(), torch.inference_mode():
+        for r in range(rounds):
+            for B in (block_sizes if r % 2 == 0 else block_sizes[::-1]):
+                best[B] = min(best[B], _seconds(lambda: paged_step(cases[B], backend, SHAPE["num_layers"])))
+    return best

@@ -1,0 +1,231 @@
+"""Lab 02, section 5: sharing blocks. Prefix caching, and parallel sampling with copy-on-write.
+
+Prefix caching (vLLM's automatic prefix caching). A full block's key chains on its parent's key,
+``key_i = hash((key_{i-1}, tokens of block i))``, so a hit on block i means the whole prefix up to
+its end matches. Only full blocks are keyed, and the block holding the prompt's last token is never
+taken from the cache: its logits are needed to sample the first output token::
+
+    prompt (B = 16, 50 tokens)   |block 0 |block 1 |block 2 |bl 3: 2 tokens|
+    cached blocks may cover       0 .. 47 (at most (50 - 1) // 16 = 3 full blocks)
+    a 48-token prompt             hits at most (48 - 1) // 16 = 2 blocks: token 47 is recomputed
+
+Parallel sampling (n > 1). The children fork the parent's block table: every prompt block is held
+``n`` times (ref count n). The first write into a shared, partly filled block copies it first::
+
+    after fork       A:[3 7 9*]  A#1:[3 7 9*]  A#2:[3 7 9*]      9* shared, ref count 3
+    A#1 writes 9     A#1:[3 7 12]  (block 9 copied to 12; 9's ref count 3 -> 2)
+
+Memory saved against no sharing = 1 - (distinct physical blocks) / (sum of block-table lengths):
+each extra holder of a block is one block that need not exist (Kwon et al., SOSP'23, §4.4, §6.3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from labkit.config import EngineConfig
+from labkit.labs.common.references import cite
+from labkit.hooks import BlockMapSnapshot, PrefixHit, RequestFinished, StepEnd
+from labkit.metrics import StepRecorder
+from labkit.replay import text_corpus
+from labkit.sampling_params import SamplingParams
+from labkit.traces import LogNormalLengths, TraceRequest, load_prompts, synthetic_trace
+
+
+# ----------------------------------------------------------------------------- prefix caching
+
+@dataclass(frozen=True)
+class PrefixRun:
+    """The same requests served one after another, prefix caching on or off."""
+
+    caching: bool
+    prefix_len: int                 # tokens shared by every prompt
+    prompt_lens: tuple[int, ...]
+    ttft_s: tuple[float, ...]       # per request, in order
+    prefill_tokens: int             # prompt tokens the model computed
+    hit_tokens: int                 # prompt tokens taken from the cache (Σ PrefixHit)
+    queries: int                    # engine.stats()["prefix_cache_queries"]
+    hits: int                       # engine.stats()["prefix_cache_hits"]
+
+    @property
+    def hit_rate(self) -> float:
+        return 100.0 * self.hits / self.queries if self.queries else 0.0
+
+    def mean_ttft_after_first(self) -> float:
+        """Mean TTFT of requests 2..N: the first one finds an empty cache either way."""
+        later = self.ttft_s[1:] or self.ttft_s
+        return sum(later) / len(later)
+
+
+def few_shot_prefix(llm, num_shots: int) -> list[int]:
+    """A system instruction and ``num_shots`` example questions (the shipped chat prompts), as ids."""
+    examples = load_prompts("chat", "train")[:num_shots]
+    text = "You are a helpful assistant. Answer like the examples.\n\n" + "".join(
+        f"Example {i + 1}:\n{q}\nAnswer: (a short, clear answer)\n\n" for i, q in enumerate(examples))
+    return llm.tokenizer.encode(text)
+
+
+def shared_prefix_prompts(llm, prefix: list[int], num_requests: int, question_len: int = 12) -> list[list[int]]:
+    """``prefix`` followed by a different real-text question for each request."""
+    corpus = text_corpus(llm.engine)
+    return [prefix + corpus[(997 * (i + 1)) % (len(corpus) - question_len):][:question_len]
+            for i in range(num_requests)]
+
+
+def prefix_server(caching: bool, num_blocks: int = 256, block_size: int = 16):
+    from labkit import LLM
+
+    return LLM(progress=False, config=EngineConfig(num_blocks=num_blocks, block_size=block_size,
+                                                   enable_prefix_caching=caching))
+
+
+def serve_one_by_one(llm, prompts: list[list[int]], prefix_len: int, max_tokens: int = 1) -> PrefixRun:
+    """Each prompt alone on the engine, in order (its TTFT is then its own prefill time)."""
+    engine = llm.engine
+    ttft: dict[str, float] = {}
+    hit = [0]
+
+    def on_event(event) -> None:
+        if isinstance(event, RequestFinished):
+            ttft[event.request_id] = event.timings.ttft_s
+        elif isinstance(event, PrefixHit):
+            hit[0] += event.num_cached_tokens
+
+    engine.hooks.subscribe(on_event, RequestFinished, PrefixHit)
+    before = engine.stats()
+    ids = []
+    try:
+        with StepRecorder(engine) as rec:
+            for prompt in prompts:
+                ids.append(engine.add_request(list(prompt), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+                while engine.has_unfinished_requests():
+                    engine.step()
+    finally:
+        engine.hooks.unsubscribe(on_event)
+    after = engine.stats()
+    return PrefixRun(engine.config.enable_prefix_caching, prefix_len, tuple(len(p) for p in prompts),
+                     tuple(ttft[rid] for rid in ids), sum(r.prefill_tokens for r in rec.rows), hit[0],
+                     after["prefix_cache_queries"] - before["prefix_cache_queries"],
+                     after["prefix_cache_hits"] - before["prefix_cache_hits"])
+
+
+def compare_prefix_caching(prompts: list[list[int]], prefix_len: int, block_size: int = 16) -> tuple[PrefixRun, PrefixRun]:
+    """(off, on) on fresh engines, same prompts, same order."""
+    return (serve_one_by_one(prefix_server(False, block_size=block_size), prompts, prefix_len),
+            serve_one_by_one(prefix_server(True, block_size=block_size), prompts, prefix_len))
+
+
+def cacheable_tokens(prompt_len: int, block_size: int) -> int:
+    """The most prompt tokens a hit can cover: full blocks before the block of the last token."""
+    return (prompt_len - 1) // block_size * block_size
+
+
+def repeat_prompt_hits(prompt: list[int], block_size: int = 16) -> tuple[int, int]:
+    """Send ``prompt`` twice to a fresh caching engine: (tokens the 2nd send took from the cache,
+    prompt tokens the model computed for the 2nd send)."""
+    llm = prefix_server(True, num_blocks=64, block_size=block_size)
+    serve_one_by_one(llm, [prompt], 0)
+    second = serve_one_by_one(llm, [prompt], 0)
+    return second.hit_tokens, second.prefill_tokens
+
+
+# ----------------------------------------------------------------------------- parallel sampling
+
+@dataclass(frozen=True)
+class ForkStep:
+    """One step of a parallel-sampling run, counted from the block tables of the snapshot."""
+
+    step: int
+    table_blocks: int        # Σ len(block table): blocks needed with no sharing
+    distinct_blocks: int     # physical blocks held
+    shared_blocks: int       # blocks with ref count > 1
+    copies: int              # copy-on-write this step: a table entry replaced at the same index
+
+    @property
+    def saved_blocks(self) -> int:
+        return self.table_blocks - self.distinct_blocks
+
+    @property
+    def saving(self) -> float:
+        return 100.0 * self.saved_blocks / self.table_blocks if self.table_blocks else 0.0
+
+
+@dataclass(frozen=True)
+class ForkRun:
+    n: int
+    prompt_len: int
+    max_tokens: int
+    block_size: int
+    steps: tuple[ForkStep, ...]
+    events: tuple[StepEnd, ...]
+
+    @property
+    def num_copies(self) -> int:
+        return sum(s.copies for s in self.steps)
+
+    def mean_saving(self) -> float:
+        """Memory saved against no sharing, averaged over steps where the sequences held blocks."""
+        held = [s for s in self.steps if s.table_blocks]
+        return sum(s.saving for s in held) / len(held) if held else 0.0
+
+    def peak_shared(self) -> int:
+        return max((s.shared_blocks for s in self.steps), default=0)
+
+
+def fork_step(prev: BlockMapSnapshot | None, snap: BlockMapSnapshot, step: int) -> ForkStep:
+    tables = dict(snap.block_tables)
+    before = dict(prev.block_tables) if prev is not None else {}
+    copies = sum(1 for rid, table in tables.items() for i, b in enumerate(before.get(rid, ())[:len(table)])
+                 if table[i] != b)
+    distinct = len({b for table in tables.values() for b in table})
+    return ForkStep(step, sum(len(t) for t in tables.values()), distinct,
+                    sum(1 for r in snap.ref_cnt if r > 1), copies)
+
+
+def _run_recorded(engine, requests: list[tuple[list[int], SamplingParams]]) -> tuple[list[ForkStep], list[StepEnd]]:
+    """Add ``requests`` at once, run them to the end, count every step's block tables."""
+    events: list[StepEnd] = []
+    handler = events.append          # one bound method: unsubscribe compares by identity
+    engine.hooks.subscribe(handler, StepEnd)
+    try:
+        for prompt, params in requests:
+            engine.add_request(list(prompt), params)
+        while engine.has_unfinished_requests():
+            engine.step()
+    finally:
+        engine.hooks.unsubscribe(handler)
+    steps, prev = [], None
+    for event in events:
+        steps.append(fork_step(prev, event.block_map, event.step))
+        prev = event.block_map
+    return steps, events
+
+
+def parallel_sampling(llm, prompt: list[int], n: int, max_tokens: int, temperature: float = 0.8,
+                      seed: int = 0) -> ForkRun:
+    """One request with ``n`` samples; every step's block tables recorded."""
+    params = SamplingParams(n=n, temperature=temperature, seed=seed, max_tokens=max_tokens, ignore_eos=True)
+    steps, events = _run_recorded(llm.engine, [(prompt, params)])
+    return ForkRun(n, len(prompt), max_tokens, llm.engine.config.block_size, tuple(steps), tuple(events))
+
+
+def alpaca_like_trace(num_requests: int, seed: int = 0) -> list[TraceRequest]:
+    """Log-normal lengths (sigma 1) whose means are Alpaca's (the cited row, Kwon et al. Fig. 11b):
+    for a log-normal, mean = median * e^(sigma^2 / 2)."""
+    prompt_mean, output_mean = (float(x) for x in cite("Alpaca mean input/output").value.split("/"))
+    median = lambda mean: mean / math.exp(0.5)
+    return synthetic_trace(num_requests, seed=seed, prompt_len=LogNormalLengths(median(prompt_mean), 1.0, 1, 1024),
+                           output_len=LogNormalLengths(median(output_mean), 1.0, 1, 1024))
+
+
+def parallel_sampling_trace(llm, trace: list[TraceRequest], n: int) -> ForkRun:
+    """Every request of ``trace`` sampled ``n`` ways at once (exact lengths); ``prompt_len`` and
+    ``max_tokens`` of the result are the trace's means. Simulated model: token ids are bytes."""
+    requests = [([97 + (i + j) % 26 for j in range(r.prompt_len)],
+                 SamplingParams(n=n, temperature=1.0, seed=i, max_tokens=r.output_len, ignore_eos=True))
+                for i, r in enumerate(trace)]
+    steps, events = _run_recorded(llm.engine, requests)
+    mean = lambda values: round(sum(values) / len(values))
+    return ForkRun(n, mean([r.prompt_len for r in trace]), mean([r.output_len for r in trace]),
+                   llm.engine.config.block_size, tuple(steps), tuple(events))

@@ -1,0 +1,144 @@
+"""Lab 02 tables. Each takes a measured result and returns a ``Table``; nothing here measures.
+Figures are in ``figures.py``."""
+
+from __future__ import annotations
+
+from labkit.i18n import t
+from labkit.labs.common.references import cite
+from labkit.labs.common.tables import Table
+from labkit.labs.lab02_paged_attention.attention_cost import IndirectionCost
+from labkit.labs.lab02_paged_attention.block_map import BlockMapRun, is_consecutive
+from labkit.labs.lab02_paged_attention.block_size import BlockSizePoint
+from labkit.labs.lab02_paged_attention.layouts import LayoutRun, fit_ratio
+from labkit.labs.lab02_paged_attention.sharing import ForkRun, PrefixRun
+
+
+def _model(simulated: bool) -> str:
+    return t("模拟", "simulated") if simulated else t("真实模型", "real model")
+
+
+def _yes(value: bool) -> str:
+    return t("是", "yes") if value else t("否", "no")
+
+
+def block_tables_table(run: BlockMapRun, index: int) -> Table:
+    """Every request's block table at recorded step ``index``, and whether its blocks are consecutive."""
+    event = run.steps[index]
+    rows = [[rid, len(table), str(list(table)), _yes(is_consecutive(table))]
+            for rid, table in event.block_map.block_tables]
+    return Table([t("请求", "request"), t("块数", "blocks"), t("块表（逻辑块 0,1,2… → 物理块）", "block table (logical 0,1,2… → physical)"),
+                  t("物理上连续", "physically consecutive")], rows,
+                 caption=t(f"第 {event.step} 步的块表（本次运行记录）", f"Block tables at step {event.step} (recorded in this run)"))
+
+
+def layout_table(runs: list[LayoutRun]) -> Table:
+    rows = [[r.label, r.num_requests, r.num_steps, r.mean_running, r.max_running, r.breakdown.used,
+             r.breakdown.reserved_later, r.breakdown.internal, r.breakdown.external, r.breakdown.free, r.waste,
+             r.effective_use, _model(r.simulated)] for r in runs]
+    return Table([t("设置", "setting"), t("请求数", "requests"), t("步数", "steps"), t("平均并发", "mean running"),
+                  t("最大并发", "max running"), t("存有 K/V %", "holds K/V %"), t("预留待用 %", "reserved later %"),
+                  t("内部碎片 %", "internal %"), t("外部碎片 %", "external %"), t("空闲 %", "free %"),
+                  t("浪费 %", "waste %"), t("有效利用 %", "effective use %"), t("模型", "model")], rows,
+                 caption=t("KV 池各部分占比（各步平均，本次运行实测）", "KV pool split (mean over steps, measured in this run)"),
+                 notes=[t("浪费 = 请求占用的槽位里没有存 K/V 的比例；有效利用 = 100 − 浪费（论文图 2 的口径）。",
+                          "waste = share of the slots requests hold that hold no K/V; effective use = 100 − waste "
+                          "(the paper's Fig. 2 measure).")])
+
+
+def paper_fit_ratios() -> tuple[float, float]:
+    """(vLLM ÷ Orca(Oracle), vLLM ÷ Orca(Max)) average batched requests, from the Fig. 13a row."""
+    values = [float(x) for x in cite("Avg batched requests OPT-13B ShareGPT").value.split("/")]
+    orca_max, _, oracle, vllm = values
+    return vllm / oracle, vllm / orca_max
+
+
+def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
+    """(paged, contiguous) pairs: requests running at once and output tokens per second."""
+    rows = []
+    for paged, contiguous in pairs:
+        speed = paged.tokens_per_s / contiguous.tokens_per_s if contiguous.tokens_per_s else float("nan")
+        rows.append([paged.label, contiguous.label, contiguous.max_running, paged.max_running,
+                     contiguous.mean_running, paged.mean_running, fit_ratio(paged, contiguous),
+                     contiguous.tokens_per_s, paged.tokens_per_s, speed, _model(paged.simulated)])
+    oracle, orca_max = paper_fit_ratios()
+    c = cite("Avg batched requests OPT-13B ShareGPT")
+    return Table([t("分页", "paged"), t("连续", "contiguous"), t("连续：最大并发", "contiguous: max running"),
+                  t("分页：最大并发", "paged: max running"), t("连续：平均并发", "contiguous: mean running"),
+                  t("分页：平均并发", "paged: mean running"), t("平均并发倍数", "mean running ratio"),
+                  t("连续：token/秒", "contiguous: tokens/s"), t("分页：token/秒", "paged: tokens/s"),
+                  t("吞吐倍数", "throughput ratio"), t("模型", "model")], rows,
+                 caption=t("同一个池、同一条轨迹：同时运行的请求数与吞吐（本次运行实测；模拟的时间是虚拟时间）",
+                           "Same pool, same trace: requests running at once and throughput (measured in this run; "
+                           "simulated times are virtual)"),
+                 notes=[t(f"论文（{c.source}）：平均批大小 {c.value}（Orca(Max)/Pow2/Oracle/vLLM），即 vLLM 是 "
+                          f"Orca(Oracle) 的 {oracle:.1f} 倍、Orca(Max) 的 {orca_max:.1f} 倍。",
+                          f"Paper ({c.source}): mean batch {c.value} (Orca(Max)/Pow2/Oracle/vLLM), i.e. vLLM batches "
+                          f"{oracle:.1f}x Orca(Oracle) and {orca_max:.1f}x Orca(Max).")])
+
+
+def prefix_table(pairs: list[tuple[str, PrefixRun, PrefixRun]]) -> Table:
+    rows = []
+    for name, off, on in pairs:
+        rows.append([name, off.prefix_len, on.hit_rate, off.prefill_tokens, on.prefill_tokens,
+                     1000 * off.mean_ttft_after_first(), 1000 * on.mean_ttft_after_first(),
+                     off.mean_ttft_after_first() / on.mean_ttft_after_first()])
+    return Table([t("共享前缀", "shared prefix"), t("前缀 token", "prefix tokens"), t("命中率 %", "hit rate %"),
+                  t("预填充 token（关）", "prefill tokens (off)"), t("预填充 token（开）", "prefill tokens (on)"),
+                  t("TTFT 毫秒（关）", "TTFT ms (off)"), t("TTFT 毫秒（开）", "TTFT ms (on)"),
+                  t("TTFT 关 ÷ 开", "TTFT off ÷ on")], rows,
+                 caption=t("前缀缓存关与开：同样的请求，一个接一个（真实模型，本次运行实测；TTFT 取第 2 个请求起的平均）",
+                           "Prefix caching off and on: the same requests, one after another (real model, measured "
+                           "in this run; TTFT is the mean from the 2nd request on)"))
+
+
+def fork_table(run: ForkRun) -> Table:
+    rows = [[s.step, s.table_blocks, s.distinct_blocks, s.shared_blocks, s.copies, s.saving]
+            for s in run.steps if s.table_blocks]
+    return Table([t("步", "step"), t("块表长度之和（不共享时要的块）", "Σ table lengths (blocks without sharing)"),
+                  t("实际占用的物理块", "physical blocks held"), t("共享块（引用数>1）", "shared blocks (ref>1)"),
+                  t("本步写时复制", "copy-on-write this step"), t("节省 %", "saved %")], rows,
+                 caption=t(f"并行采样 n={run.n}：提示 {run.prompt_len} 个 token，块大小 {run.block_size}（真实模型，本次运行）",
+                           f"Parallel sampling n={run.n}: prompt of {run.prompt_len} tokens, block size "
+                           f"{run.block_size} (real model, this run)"))
+
+
+def block_size_table(points: list[BlockSizePoint]) -> Table:
+    rows = [[p.block_size, p.waste, p.mean_running, p.attention_ms, p.prefix_hit_rate] for p in points]
+    return Table([t("块大小 B", "block size B"), t("KV 浪费 %（模拟）", "KV waste % (simulated)"),
+                  t("平均并发（模拟）", "mean running (simulated)"), t("注意力 毫秒/解码步（本机）", "attention ms per decode step (here)"),
+                  t("前缀命中率 %（模拟）", "prefix hit rate % (simulated)")], rows,
+                 caption=t("块大小的权衡（同一次运行里测得）", "The block-size trade-off (measured in one run)"))
+
+
+def indirection_table(costs: list[IndirectionCost]) -> Table:
+    rows = [[c.num_seqs, c.context_len, c.block_size, 1000 * c.dense_s, 1000 * c.paged_s, c.overhead, f"{c.max_abs_diff:.1e}"]
+            for c in costs]
+    c = cite("PagedAttention kernel overhead")
+    return Table([t("序列数", "sequences"), t("上下文", "context"), t("块大小", "block size"),
+                  t("连续 SDPA 毫秒/步", "dense SDPA ms/step"), t("分页 毫秒/步", "paged ms/step"),
+                  t("分页慢了 %", "paged slower by %"), t("输出最大差", "max output difference")], rows,
+                 caption=t("间接寻址的代价：同样的 K/V，一个线程，交替多轮取最快（本机 CPU 实测）",
+                           "The price of indirection: same K/V, one thread, interleaved rounds, fastest kept "
+                           "(measured on this CPU)"),
+                 notes=[t(f"论文：{c.value}（{c.source}，CUDA 内核对 FasterTransformer）。",
+                          f"Paper: {c.value} ({c.source}, CUDA kernel vs FasterTransformer).")])
+
+
+def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixRun, PrefixRun], fork: ForkRun,
+                  paper_like: tuple[LayoutRun, LayoutRun] | None = None) -> Table:
+    """The numbers to remember; ``paper_like`` (paged, max-length contiguous) on the paper's workload."""
+    off, on = prefix
+    rows = [] if paper_like is None else [
+        [t("论文的负载：有效 KV 利用，连续（最大长度预留）→ 分页", "the paper's workload: effective KV use, contiguous (max-length) → paged"),
+         f"{paper_like[1].effective_use:.1f} % → {paper_like[0].effective_use:.1f} %", paper_like[0].label]]
+    rows += [
+        [t("KV 浪费：连续（最大长度预留）→ 分页", "KV waste: contiguous (max-length reservation) → paged"),
+         f"{contiguous.waste:.1f} % → {paged.waste:.1f} %", paged.label],
+        [t("同一个池里同时运行的请求数（分页 ÷ 连续）", "requests running at once in one pool (paged ÷ contiguous)"),
+         f"{fit_ratio(paged, contiguous):.1f} ×", paged.label],
+        [t("共享前缀：TTFT 关 ÷ 开", "shared prefix: TTFT off ÷ on"),
+         f"{off.mean_ttft_after_first() / on.mean_ttft_after_first():.1f} ×", t("真实模型", "real model")],
+        [t(f"并行采样 n={fork.n}：写时复制省下的 KV 块", f"parallel sampling n={fork.n}: KV blocks saved by sharing"),
+         f"{fork.mean_saving():.0f} %", t("真实模型", "real model")],
+    ]
+    return Table([t("要记住的数", "number to remember"), t("本次测得", "measured here"), t("来自", "from")], rows)
