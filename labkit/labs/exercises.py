@@ -17,6 +17,7 @@ from labkit.labs.lab01_kv_cache import exercises as kv_cache
 from labkit.labs.lab02_paged_attention import exercises as paged
 from labkit.labs.lab03_batching import exercises as batching
 from labkit.labs.lab04_speculative import exercises as speculative
+from labkit.labs.lab05_engine_choice import exercises as engine_choice
 
 EXERCISES: dict[str, Callable[[], Exercise]] = {
     "kv_bytes_per_token": kv_cache.kv_bytes_per_token_exercise,      # lab 01
@@ -32,10 +33,13 @@ EXERCISES: dict[str, Callable[[], Exercise]] = {
     "expected_tokens_per_step": speculative.expected_tokens_exercise,  # lab 04
     "best_k": speculative.best_k_exercise,                           # lab 04
     "ngram_propose": speculative.ngram_propose_exercise,             # lab 04 (optional)
+    "goodput_p99": engine_choice.goodput_exercise,                   # lab 05 (result_path=...)
+    "pick_config": engine_choice.pick_config_exercise,               # lab 05 (table=...)
 }
 
 
-def exercise(name: str) -> Exercise:
+def exercise(name: str, **inputs) -> Exercise:
+    """``inputs`` hand the learner's own data to exercises that check against it (lab 05)."""
     if name not in EXERCISES:
         raise ValueError(f"exercise must be one of {sorted(EXERCISES)}, got {name!r}")
-    return EXERCISES[name]()
+    return EXERCISES[name](**inputs)

@@ -1,0 +1,228 @@
+"""What each optimisation costs and buys: one switch at a time, the same workload, served by
+``labkit serve`` and measured by ``labkit bench`` (in this process: a background server on a free
+loopback port per configuration; the weights are loaded once per process and shared).
+
+    baseline ─┬─ KV: paged → contiguous           (take paging away)
+              ├─ scheduler: continuous → static   (take continuous batching away)
+              ├─ + prefix caching
+              ├─ − chunked prefill
+              ├─ + speculative: n-gram / draft model
+              ├─ dtype: float32 → bfloat16
+              └─ 4-bit weights, torch.compile     (not in labkit yet: shown as rows without numbers)
+
+Every variant gets the same KV pool (``num_blocks``), ``max_model_len`` and batch limits, so the
+memory column compares like with like: weights + the peak KV bytes the variant allocated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from labkit.benchmark.client import Target
+from labkit.benchmark.metrics import BenchMetrics, compute_metrics
+from labkit.benchmark.results import BenchResult
+from labkit.benchmark.runner import LoadShape, run_load
+from labkit.benchmark.workload import BenchRequest
+from labkit.config import EngineConfig, SpecConfig
+from labkit.hooks import StepEnd
+from labkit.llm import LLM
+from labkit.sampling_params import SamplingParams
+from labkit.serve import BackgroundServer, ServedModel
+from labkit.traces import load_prompts
+
+SERVED_NAME = "labkit-lab05"
+
+
+def run_blocking(coro):
+    """Run a coroutine to completion from sync code, also inside Jupyter (whose thread already runs
+    an event loop, where ``asyncio.run`` refuses): on a fresh thread with its own loop."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab05-bench") as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    zh: str
+    en: str
+    config: EngineConfig | None           # None: not available in labkit (see ``why_not``)
+    why_not_zh: str = ""
+    why_not_en: str = ""
+
+
+def base_config(num_blocks: int = 160, max_model_len: int = 640) -> EngineConfig:
+    """The reference point: paged KV, continuous batching, chunked prefill, fp32, no prefix cache."""
+    return EngineConfig(num_blocks=num_blocks, max_model_len=max_model_len, max_num_seqs=16,
+                        max_num_batched_tokens=512, enable_prefix_caching=False)
+
+
+def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
+    """The switches, one at a time against ``base``; ``full=False`` keeps the five cheapest."""
+    out = [
+        Variant("baseline", "基线：分页 + 连续批处理 + 分块预填充", "baseline: paged + continuous + chunked prefill", base),
+        Variant("contiguous", "KV：分页 → 连续预留", "KV: paged → contiguous reservation", replace(base, kv_cache="contiguous")),
+        Variant("static", "调度：连续 → 静态批处理", "scheduler: continuous → static", replace(base, scheduler="static")),
+        Variant("prefix", "+ 前缀缓存", "+ prefix caching", replace(base, enable_prefix_caching=True)),
+        Variant("ngram", "+ 投机解码：n-gram，k=4", "+ speculative: n-gram, k=4",
+                replace(base, speculative=SpecConfig(method="ngram", num_speculative_tokens=4))),
+    ]
+    if full:
+        out += [
+            Variant("no-chunked", "− 分块预填充", "− chunked prefill", replace(base, enable_chunked_prefill=False)),
+            Variant("draft", "+ 投机解码：草稿模型，k=4", "+ speculative: draft model, k=4",
+                    replace(base, speculative=SpecConfig(method="draft", num_speculative_tokens=4))),
+            Variant("bf16", "权重与 KV：float32 → bfloat16", "weights and KV: float32 → bfloat16", replace(base, dtype="bfloat16")),
+        ]
+    out += [
+        Variant("int4", "目标模型 4 位权重", "4-bit target weights", None,
+                "labkit 还没有目标模型的 4 位权重模式（另有 issue 在做）；这里不给数字。",
+                "labkit has no 4-bit mode for the target yet (another issue adds it); no number here."),
+        Variant("compile", "torch.compile 解码步（“编译型引擎”的类比）", "torch.compile of the decode step (the compiled-engine analogue)",
+                None, "labkit 的引擎还没有 torch.compile 选项；编译时间与省下的步长还没有测，这里不给数字。",
+                "labkit's engine has no torch.compile option; compile time and step time saved are not measured yet; "
+                "no number here."),
+    ]
+    return out
+
+
+# ------------------------------------------------------------------------------------ workloads
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    zh: str
+    en: str
+    requests: tuple[BenchRequest, ...]
+    max_concurrency: int | None = None     # None: every request at once
+
+    def shape(self) -> LoadShape:
+        return LoadShape(max_concurrency=self.max_concurrency)
+
+
+SHARED_RULES = ("You are the copy desk of a small newspaper. House rules: keep the author's meaning, keep every "
+                "name and number exactly as written, do not add commentary, answer with the corrected text only. ")
+
+
+def chat_workload(num_prompts: int, min_out: int, max_out: int, seed: int = 0) -> Workload:
+    """Distinct short chat questions with output lengths drawn uniformly in [min_out, max_out]."""
+    if not 1 <= min_out <= max_out:
+        raise ValueError(f"output lengths need 1 <= min_out <= max_out, got min_out={min_out}, max_out={max_out}")
+    rng = random.Random(seed)
+    prompts = load_prompts("chat")
+    reqs = tuple(BenchRequest(prompts[i % len(prompts)], rng.randint(min_out, max_out)) for i in range(num_prompts))
+    return Workload("chat", "批量对话：各不相同的短问题、输出长短不一，同时到达",
+                    "batch chat: distinct short questions, varied output lengths, all at once", reqs)
+
+
+def copy_workload(num_prompts: int, output_len: int) -> Workload:
+    """One editor at a time: copy-editing requests that share an instruction prefix, sent one after
+    another (concurrency 1); answers repeat much of the prompt."""
+    prompts = load_prompts("copy")
+    reqs = tuple(BenchRequest(SHARED_RULES + prompts[i % len(prompts)], output_len) for i in range(num_prompts))
+    return Workload("copy", "单人改稿：共享指令前缀，回答大段照抄输入，一次一个请求",
+                    "one editor: shared instruction prefix, answers repeat the input, one request at a time", reqs,
+                    max_concurrency=1)
+
+
+# ------------------------------------------------------------------------------------ one run
+
+@dataclass
+class StepTotals:
+    """Summed from ``StepEnd`` events while a run is served (the loop thread emits them)."""
+
+    steps: int = 0
+    host_s: float = 0.0
+    model_s: float = 0.0
+    peak_kv_perc: float = 0.0
+    preemptions: int = 0
+
+    def on_step(self, event: StepEnd) -> None:
+        s = event.stats
+        self.steps += 1
+        self.host_s += s.scheduler_s
+        self.model_s += s.model_s
+        self.peak_kv_perc = max(self.peak_kv_perc, s.kv_cache_usage_perc)
+        self.preemptions = max(self.preemptions, s.num_preemptions)
+
+
+@dataclass(frozen=True)
+class AblationRow:
+    workload: str
+    variant: Variant
+    metrics: BenchMetrics | None = None
+    cpu_s: float = 0.0                 # CPU time of this process (server + client) during the run
+    weights_bytes: int = 0
+    peak_kv_bytes: int = 0
+    steps: StepTotals = field(default_factory=StepTotals)
+    result_file: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.metrics is not None
+
+    @property
+    def tokens_per_cpu_s(self) -> float | None:
+        if not self.available or self.cpu_s <= 0:
+            return None
+        return self.metrics.total_output_tokens / self.cpu_s
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.weights_bytes + self.peak_kv_bytes
+
+
+def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str, float],
+                    timeout_s: float = 120.0) -> tuple[BenchResult, float, StepTotals]:
+    """Serve ``llm`` on a free loopback port, run ``labkit bench``'s load against it, stop the server."""
+    totals = StepTotals()
+    llm.engine.hooks.subscribe(totals.on_step, StepEnd)
+    with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
+        target = Target(server.base_url, SERVED_NAME, "chat")
+        cpu0 = time.process_time()
+        outcome = run_blocking(run_load(target, list(workload.requests), shape, request_timeout_s=timeout_s,
+                                   max_duration_s=timeout_s, progress=False))
+        cpu_s = time.process_time() - cpu0
+    metrics = compute_metrics(outcome.records, outcome.duration_s, slo_ms)
+    settings = {"base_url": server.base_url, "model": SERVED_NAME, "endpoint": "chat", "dataset": workload.name,
+                "num_prompts": len(workload.requests), "request_rate": shape.request_rate,
+                "max_concurrency": shape.max_concurrency, "goodput_slo_ms": slo_ms}
+    return BenchResult(settings, metrics, outcome.records), cpu_s, totals
+
+
+def _weights_bytes(llm) -> int:
+    return sum(p.numel() * p.element_size() for p in llm.engine.runner.model.parameters())
+
+
+def _kv_bytes(llm) -> int:
+    tensor = llm.engine.kv_cache.tensor
+    return tensor.numel() * tensor.element_size()
+
+
+def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
+                results_dir: Path | None = None) -> AblationRow:
+    if variant.config is None:
+        return AblationRow(workload.name, variant)
+    llm = LLM(config=variant.config, progress=False)
+    llm.generate(["Hi"], _warmup_params())              # first-step costs are not the variant's
+    llm.engine.reset_metrics()
+    result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms)
+    path = None
+    if results_dir is not None:
+        path = str(result.save(Path(results_dir) / f"{workload.name}_{variant.name}.json"))
+    peak_kv = int(totals.peak_kv_perc / 100.0 * _kv_bytes(llm))
+    return AblationRow(workload.name, variant, result.metrics, cpu_s, _weights_bytes(llm), peak_kv, totals, path)
+
+
+def _warmup_params() -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=2)
+
+
+def run_ablation(variant_list: list[Variant], workloads: list[Workload], slo_ms: dict[str, float],
+                 results_dir: Path | None = None) -> list[AblationRow]:
+    """Every variant on every workload (workload-major, so one workload's rows are close in time)."""
+    return [run_variant(v, w, slo_ms, results_dir) for w in workloads for v in variant_list]

@@ -1,0 +1,120 @@
+"""Lab 05 exercises: goodput and P99 TPOT from a ``labkit bench`` result file, and picking a
+configuration for a budget and an objective from the table the learner measured.
+
+Both take the learner's own data when given (``result_path``, ``table``): the expected values come
+from the reference solution run on that same data, never from a typed-in answer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from labkit.assess.checks import Check
+from labkit.assess.exercise import Exercise
+
+_REQ = ("success", "ttft_s", "e2el_s", "output_tokens")
+
+
+def _close(got, expected, rel: float = 1e-6) -> bool:
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return False
+    for g, e in zip(got, expected):
+        if e is None or g is None:
+            if g is not e:
+                return False
+        elif not isinstance(g, (int, float)) or abs(g - e) > rel * max(1.0, abs(e)):
+            return False
+    return True
+
+
+def _case(label: dict, args: tuple) -> Check:
+    return Check(label=label, run=lambda fn, _e: tuple(fn(*args)), compare=_close)
+
+
+def _r(ok: bool, ttft: float, e2el: float, n: int) -> dict:
+    return {"success": ok, "ttft_s": ttft, "e2el_s": e2el, "output_tokens": n}
+
+
+_HAND = [
+    ({"zh": "三个请求，一个 TTFT 超标", "en": "three requests, one misses TTFT"},
+     ([_r(True, 0.1, 1.1, 11), _r(True, 0.3, 1.3, 11), _r(True, 0.1, 2.1, 11)], 4.0, 200.0, 150.0)),
+    ({"zh": "失败的请求不算", "en": "failed requests do not count"},
+     ([_r(True, 0.1, 0.5, 5), _r(False, 0.0, 0.0, 0)], 2.0, 500.0, 500.0)),
+    ({"zh": "只有 1 个输出 token：没有 TPOT，但满足 TPOT 目标", "en": "one output token: no TPOT, but meets the TPOT objective"},
+     ([_r(True, 0.05, 0.05, 1)], 1.0, 100.0, 10.0)),
+    ({"zh": "P99 在两个值之间插值", "en": "P99 interpolates between two values"},
+     ([_r(True, 0.0, 0.1 * (i + 1) + 0.0, 2) for i in range(10)], 5.0, 1000.0, 550.0)),
+]
+
+
+def _file_requests(path: str | Path) -> tuple[list[dict], float]:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [{k: r[k] for k in _REQ} for r in data["requests"]], float(data["metrics"]["duration_s"])
+
+
+def goodput_exercise(result_path: str | Path | None = None, ttft_ms: float = 2000.0,
+                     tpot_ms: float = 300.0) -> Exercise:
+    checks = [_case(label, args) for label, args in _HAND]
+    if result_path is not None:
+        reqs, duration = _file_requests(result_path)
+        name = Path(result_path).name
+        checks.append(_case({"zh": f"你的结果文件 {name}，目标 TTFT ≤ {ttft_ms:g} ms、TPOT ≤ {tpot_ms:g} ms",
+                             "en": f"your result file {name}, objectives TTFT ≤ {ttft_ms:g} ms, TPOT ≤ {tpot_ms:g} ms"},
+                            (reqs, duration, ttft_ms, tpot_ms)))
+    return Exercise(
+        name="goodput_p99",
+        title={"zh": "练习：从结果文件算 goodput 与 P99 TPOT", "en": "Exercise: goodput and P99 TPOT from a result file"},
+        task={"zh": "实现 goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms)，返回 (goodput 请求/秒, P99 TPOT 毫秒)。"
+                    "requests 是结果文件里的请求记录（success, ttft_s, e2el_s, output_tokens）。",
+              "en": "Write goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms) returning (goodput in requests/s, "
+                    "P99 TPOT in ms). requests are the result file's records (success, ttft_s, e2el_s, output_tokens)."},
+        checks=checks,
+        reference="labkit.labs.lab05_engine_choice.solutions:goodput_and_p99_tpot",
+        hints=[{"zh": "只数 success 为真的请求；TPOT = (e2el − ttft) / (输出 token 数 − 1)，换成毫秒。",
+                "en": "Count only successful requests; TPOT = (e2el − ttft) / (output tokens − 1), in milliseconds."},
+               {"zh": "只有 1 个 token 的回复没有 TPOT（不进 P99），但算作满足 TPOT 目标。",
+                "en": "A one-token reply has no TPOT (not in the P99) but meets the TPOT objective."},
+               {"zh": "P99：排序后位置 (n−1)×0.99，在相邻两个值之间线性插值。goodput 除以 duration_s。",
+                "en": "P99: sort, position (n−1)×0.99, interpolate linearly between neighbours. Divide goodput by duration_s."}],
+    )
+
+
+def _t(*rows) -> list[dict]:
+    return [{"variant": v, "tokens_per_cpu_s": x, "tpot_p99_ms": p, "memory_mib": m} for v, x, p, m in rows]
+
+
+_HAND_TABLE = _t(("baseline", 30.0, 400.0, 540.0), ("bf16", 27.0, 450.0, 270.0), ("ngram", 33.0, 900.0, 540.0),
+                 ("contiguous", 25.0, 700.0, 630.0))
+
+
+def _budgets(table: list[dict]) -> list[tuple[float, float]]:
+    """Budgets that cut the learner's table in different places: every memory and TPOT value seen."""
+    mems = sorted({r["memory_mib"] for r in table})
+    tpots = sorted({r["tpot_p99_ms"] for r in table if r["tpot_p99_ms"] is not None})
+    if not mems or not tpots:
+        return []
+    return [(mems[0], tpots[-1]), (mems[-1], tpots[0]), (mems[-1], tpots[len(tpots) // 2]), (mems[0] - 1, tpots[-1])]
+
+
+def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
+    cases = [(_HAND_TABLE, 600.0, 500.0), (_HAND_TABLE, 300.0, 1000.0), (_HAND_TABLE, 100.0, 1000.0),
+             (_HAND_TABLE, 1000.0, 1000.0)]
+    cases += [(table, m, p) for m, p in _budgets(table or [])]
+    checks = [Check(label={"zh": f"预算 {m:g} MiB，TPOT P99 ≤ {p:g} ms" + ("（你的表）" if tab is table else ""),
+                           "en": f"budget {m:g} MiB, TPOT P99 ≤ {p:g} ms" + (" (your table)" if tab is table else "")},
+                    run=lambda fn, _e, a=(tab, m, p): fn(*a)) for tab, m, p in cases]
+    return Exercise(
+        name="pick_config",
+        title={"zh": "练习：按预算和 SLO 从实测表中选配置", "en": "Exercise: pick a configuration for a budget and an SLO"},
+        task={"zh": "实现 pick_config(table, max_memory_mib, max_tpot_p99_ms)：在内存不超预算且 TPOT P99 满足目标的行中，"
+                    "返回每 CPU 秒输出 token 最多的 variant；没有满足的返回 None。",
+              "en": "Write pick_config(table, max_memory_mib, max_tpot_p99_ms): among rows within the memory budget whose "
+                    "TPOT P99 meets the objective, return the variant with the most output tokens per CPU second; None if none fits."},
+        checks=checks,
+        reference="labkit.labs.lab05_engine_choice.solutions:pick_config",
+        hints=[{"zh": "先过滤：memory_mib ≤ 预算，且 tpot_p99_ms 不是 None 并且 ≤ 目标。",
+                "en": "Filter first: memory_mib ≤ budget, and tpot_p99_ms is not None and ≤ the objective."},
+               {"zh": "过滤后为空就返回 None；否则按 tokens_per_cpu_s 取最大的那一行的 variant。",
+                "en": "Return None if nothing is left; otherwise the variant of the row with the largest tokens_per_cpu_s."}],
+    )

@@ -1,0 +1,184 @@
+"""Lab 05's cited facts: the published comparisons, the engineering cost of each engine, and the
+cost-per-token arithmetic. Every value comes from ``data/reference/published-numbers.csv``.
+
+A ``Published`` row keeps the number as the lab uses it (``value``) next to the citation it came
+from; ``tests/labs/test_lab05.py`` checks that each number appears, digit for digit, in the
+cited row, so the table cannot drift from its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.labs.common.references import Citation, all_citations
+
+
+def find(claim_contains: str, value_contains: str = "") -> Citation:
+    """The one row whose claim contains ``claim_contains`` and value contains ``value_contains``
+    (two rows may share a claim, e.g. one TRT-LLM table at two versions)."""
+    hits = [c for c in all_citations()
+            if claim_contains.lower() in c.claim.lower() and value_contains in c.value]
+    if len(hits) != 1:
+        raise KeyError(f"expected one reference row for {claim_contains!r} / {value_contains!r}, found {len(hits)}")
+    return hits[0]
+
+
+def lookup(source: str) -> Citation:
+    """A reason's ``source``: ``"claim words"`` or ``"claim words @ value words"``."""
+    claim, _, value = source.partition(" @ ")
+    return find(claim, value)
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published measurement: engine, version, model, hardware, metric, value, source."""
+
+    engine: str
+    version: str
+    model: str
+    hardware: str
+    metric: str
+    value: float
+    shown: str             # the value as the source writes it (must appear in the citation)
+    claim: str             # the citation's claim words (``find``)
+    value_key: str = ""    # disambiguates rows that share a claim
+    num_gpus: int = 1
+    output_tokens_only: bool = True    # False: the source counts input + output tokens
+
+    @property
+    def citation(self) -> Citation:
+        return find(self.claim, self.value_key)
+
+
+_TRT_8B = "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 H200/H100"
+_OSS = "gpt-oss-120b H100 total tok/s"
+_QWEN = "qwen3-8b H100 concurrency 4 TTFT"
+
+PUBLISHED: tuple[Published, ...] = (
+    Published("TensorRT-LLM", "v0.17", "Llama-3.1-8B FP8, 128 in / 128 out", "1× H100", "throughput (tok/s)",
+              28837, "28,837", _TRT_8B, "v0.17"),
+    Published("TensorRT-LLM", "v0.17", "Llama-3.1-8B FP8, 128 in / 128 out", "1× H200", "throughput (tok/s)",
+              29526, "29,526", _TRT_8B, "v0.17"),
+    Published("TensorRT-LLM", "v1.0", "Llama-3.1-8B FP8, 128 in / 128 out", "1× H100", "throughput (tok/s)",
+              28312, "28,312", _TRT_8B, "v1.0"),
+    Published("vLLM", "0.10.2", "gpt-oss-120b, default settings", "H100 (count taken as 1)", "total throughput (tok/s)",
+              6095, "6,095", _OSS, output_tokens_only=False),
+    Published("TensorRT-LLM", "1.0.0", "gpt-oss-120b, default settings", "H100 (count taken as 1)", "total throughput (tok/s)",
+              2140, "2,140", _OSS, output_tokens_only=False),
+    Published("SGLang", "0.5.3rc0", "gpt-oss-120b, default settings", "H100 (count taken as 1)", "total throughput (tok/s)",
+              1814, "1,814", _OSS, output_tokens_only=False),
+    Published("SGLang", "(GPUStack lab)", "Qwen3-8B, concurrency 4", "1× H100", "TTFT (ms)", 27.7, "27.7", _QWEN),
+    Published("TensorRT-LLM", "(GPUStack lab)", "Qwen3-8B, concurrency 4", "1× H100", "TTFT (ms)", 51.6, "51.6", _QWEN),
+    Published("vLLM", "(GPUStack lab)", "Qwen3-8B, concurrency 4", "1× H100", "TTFT (ms)", 64.0, "64.0", _QWEN),
+    Published("vLLM", "v0.6.0 vs v0.5.3", "Llama 8B", "1× H100", "throughput gain (×)", 2.7, "2.7x",
+              "vLLM v0.6.0 vs v0.5.3 Llama 8B"),
+    Published("vLLM", "V1 vs V0", "(blog)", "—", "throughput gain (×)", 1.7, "1.7x", "vLLM V1 vs V0 throughput"),
+    Published("LMDeploy", "0.4.0", "Llama-3-8B, 100 users", "1× A100-80GB", "throughput (tok/s)", 4000, "4000",
+              "BentoML Llama-3-8B A100-80GB"),
+)
+
+
+def throughput_rows() -> list[Published]:
+    """The rows a cost per token can be computed from (a throughput in tokens per second)."""
+    return [p for p in PUBLISHED if "throughput (tok/s)" in p.metric]
+
+
+def cost_per_million_tokens(tokens_per_s: float, usd_per_gpu_hour: float, num_gpus: int = 1) -> float:
+    """Dollars per million tokens at a sustained throughput:
+
+        cost = price per hour × GPUs / (tokens per second × 3600) × 10^6
+    """
+    if not tokens_per_s > 0:
+        raise ValueError(f"tokens_per_s must be > 0, got {tokens_per_s!r}")
+    if not usd_per_gpu_hour >= 0:
+        raise ValueError(f"usd_per_gpu_hour must be >= 0, got {usd_per_gpu_hour!r}")
+    if num_gpus < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {num_gpus!r}")
+    return usd_per_gpu_hour * num_gpus / (tokens_per_s * 3600.0) * 1e6
+
+
+@dataclass(frozen=True)
+class CostRow:
+    row: Published
+    usd_per_million: float
+
+
+def cost_table(usd_per_gpu_hour: float) -> list[CostRow]:
+    """Every cited throughput turned into $ per million tokens at the learner's GPU price."""
+    return [CostRow(p, cost_per_million_tokens(p.value, usd_per_gpu_hour, p.num_gpus)) for p in throughput_rows()]
+
+
+# ---------------------------------------------------------------- philosophies and engineering cost
+
+@dataclass(frozen=True)
+class Fact:
+    """One sentence of the side-by-side, with the reference row that backs it."""
+
+    zh: str
+    en: str
+    claim: str
+    value_key: str = ""
+
+    @property
+    def citation(self) -> Citation:
+        return find(self.claim, self.value_key)
+
+
+PHILOSOPHY: dict[str, tuple[Fact, ...]] = {
+    "vLLM": (
+        Fact("Python 优先的调度器：v0.6.0 之前的剖析中，API 服务器占 33%、调度占 29%，GPU 只占 38%",
+             "Python-first scheduler: a pre-0.6 profile spent 33% in the API server, 29% scheduling, 38% on the GPU",
+             "vLLM (pre-0.6) time split"),
+        Fact("V1 重写把调度放进独立的引擎核心进程，吞吐最高为 V0 的 1.7 倍",
+             "The V1 rewrite moved scheduling into its own engine-core process: up to 1.7x V0's throughput",
+             "vLLM V1 vs V0 throughput"),
+        Fact("硬件覆盖面广：NVIDIA、AMD、Intel GPU，x86/ARM/Apple CPU，TPU、Gaudi 等",
+             "Broad hardware: NVIDIA, AMD and Intel GPUs; x86/ARM/Apple CPUs; TPU, Gaudi and more",
+             "vLLM supported hardware platforms"),
+    ),
+    "TensorRT-LLM": (
+        Fact("只支持 NVIDIA GPU（Blackwell、Hopper、Ada、Ampere），Linux", "NVIDIA GPUs only (Blackwell, Hopper, Ada, "
+             "Ampere), on Linux", "TensorRT-LLM supported hardware"),
+        Fact("FP8 / FP4（NVFP4）量化：Hopper 与 Blackwell", "FP8 / FP4 (NVFP4) quantization on Hopper and Blackwell",
+             "TensorRT-LLM FP8 / FP4 quantization"),
+        Fact("1.x 起 PyTorch 是唯一的执行后端，TensorRT 引擎后端已移除：两种哲学在靠拢",
+             "Since 1.x PyTorch is the sole execution backend and the TensorRT engine backend is gone: the "
+             "philosophies converge", "TRT-LLM 1.4 execution backend"),
+        Fact("重叠调度器（overlap scheduler）默认开启：第 n 步的 CPU 工作与第 n+1 步的 GPU 工作重叠",
+             "The overlap scheduler is on by default: CPU work of step n overlaps GPU work of step n+1",
+             "TRT-LLM overlap scheduler"),
+    ),
+    "SGLang": (
+        Fact("零开销批调度器（zero-overhead batch scheduler）带来 1.1 倍吞吐", "Zero-overhead batch scheduler: 1.1x throughput",
+             "SGLang zero-overhead batch scheduler"),
+        Fact("同一批次内为不同序列使用不同的 LoRA 适配器", "Different LoRA adapters for different sequences in one batch",
+             "SGLang multi-LoRA serving"),
+    ),
+    "LMDeploy": (
+        Fact("厂商自称请求吞吐最高为 vLLM 的 1.8 倍（厂商说法）", "Vendor claim: up to 1.8x vLLM's request throughput",
+             "LMDeploy request throughput claim"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class EngineeringCost:
+    engine: str
+    steps_zh: str
+    steps_en: str
+    hardware_claim: str
+
+
+ENGINEERING: tuple[EngineeringCost, ...] = (
+    EngineeringCost("vLLM", "pip 安装后直接加载 Hugging Face 检查点，无需构建或转换（`vllm serve MODEL`）",
+                    "pip install, then load the Hugging Face checkpoint as is; no build or conversion (`vllm serve MODEL`)",
+                    "vLLM supported hardware platforms"),
+    EngineeringCost("TensorRT-LLM", "旧版须先把检查点转换并编译成 TensorRT 引擎；1.x 的 PyTorch 后端免构建，"
+                    "FP8/FP4 需 Model Optimizer 预量化的检查点（`trtllm-serve MODEL`）",
+                    "Older releases convert the checkpoint and build a TensorRT engine; 1.x's PyTorch backend needs no "
+                    "build; FP8/FP4 want a checkpoint pre-quantized with Model Optimizer (`trtllm-serve MODEL`)",
+                    "TensorRT-LLM supported hardware"),
+    EngineeringCost("llama.cpp", "C/C++ 编译（或下载二进制），模型先转换为 GGUF 并量化（`llama-server -m model.gguf`）",
+                    "Compile C/C++ (or take a binary); convert the model to GGUF and quantize it (`llama-server -m model.gguf`)",
+                    "llama.cpp hardware and quantization"),
+)

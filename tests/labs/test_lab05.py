@@ -1,0 +1,269 @@
+"""Lab 05: the cited table matches its sources, the cost arithmetic, the advisor's named scenarios,
+the comparison sentences, the /metrics reader, the exercises' references, and one tiny served run
+(the ablation and the diagnosis end to end through labkit serve and labkit bench)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from labkit import EngineConfig
+from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary, compute_metrics
+from labkit.labs.exercises import exercise
+from labkit.labs.lab05_engine_choice import ablation, advisor, chapter, compare, diagnose, facts
+from labkit.labs.lab05_engine_choice.quiz import questions
+from labkit.labs.lab05_engine_choice.solutions import goodput_and_p99_tpot, pick_config
+from labkit.metrics import percentile
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# ------------------------------------------------------------------------------------ facts
+
+def test_every_published_number_appears_in_its_cited_row():
+    for row in facts.PUBLISHED:
+        citation = row.citation
+        assert row.shown in citation.value, (row, citation)
+        assert float(row.shown.replace(",", "").rstrip("x")) == pytest.approx(row.value)
+
+
+def test_every_philosophy_and_engineering_fact_has_exactly_one_source_row():
+    for engine_facts in facts.PHILOSOPHY.values():
+        for fact in engine_facts:
+            assert fact.citation.source
+    for cost in facts.ENGINEERING:
+        assert facts.find(cost.hardware_claim).source
+
+
+def test_cost_per_million_tokens_is_price_over_tokens_per_hour():
+    # 3600 tok/s for one hour is 12.96 M tokens; at $3.6 per GPU-hour that is $0.2777... per M
+    assert facts.cost_per_million_tokens(3600.0, 3.6) == pytest.approx(3.6 / (3600 * 3600) * 1e6)
+    assert facts.cost_per_million_tokens(1000.0, 2.0, num_gpus=4) == pytest.approx(4 * facts.cost_per_million_tokens(1000.0, 2.0))
+    with pytest.raises(ValueError, match="tokens_per_s"):
+        facts.cost_per_million_tokens(0.0, 2.0)
+    with pytest.raises(ValueError, match="usd_per_gpu_hour"):
+        facts.cost_per_million_tokens(10.0, -1.0)
+
+
+def test_cost_table_scales_linearly_with_the_learners_price():
+    cheap, dear = facts.cost_table(1.0), facts.cost_table(3.0)
+    assert [c.row for c in cheap] == [c.row for c in dear] and cheap
+    assert all(d.usd_per_million == pytest.approx(3 * c.usd_per_million) for c, d in zip(cheap, dear))
+
+
+# ------------------------------------------------------------------------------------ advisor
+
+EXPECTED = {
+    "H100, stable Llama model, max throughput, FP8": ("TensorRT-LLM", "TensorRT-LLM FP8 / FP4 quantization"),
+    "mixed AMD + NVIDIA fleet, weekly new models": ("vLLM", "vLLM supported hardware platforms"),
+    "CPU-only laptop": ("llama.cpp", "llama.cpp hardware and quantization"),
+    "MacBook (Apple silicon), local assistant": ("llama.cpp", "llama.cpp hardware and quantization"),
+    "H100 chat product, strict TTFT, many LoRA adapters": ("SGLang", "qwen3-8b H100 concurrency 4 TTFT"),
+    "small Python team on A100s, weekly new models": ("vLLM", "vLLM supported hardware platforms"),
+    "B200, stable model, NVFP4, max throughput": ("TensorRT-LLM", "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 @ v0.17"),
+    "AMD MI300X, stable model": ("vLLM", "vLLM supported hardware platforms"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_named_scenario_gets_its_engine_with_the_key_reason(name):
+    engine, key_source = EXPECTED[name]
+    rec = advisor.recommend(advisor.SCENARIOS[name])
+    assert rec.engine == engine
+    assert any(r.source == key_source and r.engine == engine and r.weight > 0 for r in rec.reasons)
+
+
+def test_tensorrt_llm_is_never_recommended_off_nvidia():
+    for hw in ("amd", "mixed-amd-nvidia", "cpu", "apple"):
+        for throughput in advisor.LEVELS:
+            rec = advisor.recommend(advisor.Scenario(hardware=hw, throughput=throughput, quantization="fp8",
+                                                     team="nvidia-experts"))
+            assert rec.engine != "TensorRT-LLM" and "TensorRT-LLM" in rec.excluded
+
+
+def test_ampere_fp8_and_non_blackwell_nvfp4_are_flagged():
+    ampere = advisor.recommend(advisor.Scenario(hardware="nvidia-ampere", quantization="fp8"))
+    assert any(r.source == "TensorRT-LLM precision by architecture" for r in ampere.reasons)
+    hopper = advisor.recommend(advisor.Scenario(hardware="nvidia-hopper", quantization="nvfp4"))
+    assert any("NVFP4" in r.text_en and "Blackwell" in r.text_en for r in hopper.reasons)
+
+
+def test_every_reason_cites_a_row_or_names_a_measurement():
+    for scenario in advisor.SCENARIOS.values():
+        for reason in advisor.recommend(scenario).reasons:
+            if not reason.source.startswith("measured:"):
+                assert facts.lookup(reason.source).source
+
+
+def test_bad_scenario_field_is_named():
+    with pytest.raises(ValueError, match="hardware"):
+        advisor.Scenario(hardware="tpu")
+    with pytest.raises(ValueError, match="model_churn"):
+        advisor.Scenario(model_churn="daily")
+    with pytest.raises(ValueError, match="operations"):
+        advisor.Scenario(operations="cloud")
+
+
+# ------------------------------------------------------------------------------------ comparisons
+
+def _metrics(tpot_p99: float | None, ttft_p99: float = 100.0, tokens: int = 100) -> BenchMetrics:
+    s = Summary(1.0, 1.0, 1.0, 1.0)
+    return BenchMetrics(2, 0, 1.0, 10, tokens, 2.0, float(tokens), float(tokens + 10), None,
+                        Summary(ttft_p99, ttft_p99, ttft_p99, ttft_p99), Summary(tpot_p99, tpot_p99, tpot_p99, tpot_p99), s, s)
+
+
+def _row(workload: str, name: str, cpu_s: float, memory: int = 100) -> ablation.AblationRow:
+    variant = ablation.Variant(name, name, name, EngineConfig())
+    return ablation.AblationRow(workload, variant, _metrics(50.0), cpu_s, weights_bytes=memory, peak_kv_bytes=0)
+
+
+def test_gains_rankings_and_the_sentence_follow_the_numbers():
+    rows = [_row("a", "baseline", 1.0), _row("a", "x", 0.5), _row("a", "y", 2.0),
+            _row("b", "baseline", 1.0), _row("b", "x", 2.0), _row("b", "y", 0.5)]
+    assert compare.gain_of(rows, "a", "x") == pytest.approx(2.0)      # half the CPU for the same tokens
+    assert compare.ranking(rows, "a") == ["x", "y"] and compare.ranking(rows, "b") == ["y", "x"]
+    assert "x" in compare.ranking_sentence(rows, "a", "b")
+    same = [r for r in rows if r.workload == "a"] + [_row("c", "baseline", 1.0), _row("c", "x", 0.5), _row("c", "y", 2.0)]
+    assert compare.ranking(same, "c") == compare.ranking(same, "a")
+    assert "0.50" in compare.gain_sentence("y", 0.5)
+    level, worse = compare.gain_sentence("y", 0.995), compare.gain_sentence("y", 0.9)
+    assert ("持平" in level or "level" in level) and not ("持平" in worse or "level" in worse)
+
+
+def test_gains_without_a_baseline_raise():
+    with pytest.raises(ValueError, match="baseline"):
+        compare.gains([_row("a", "x", 1.0)], "a")
+
+
+# ------------------------------------------------------------------------------------ /metrics
+
+def test_prometheus_reader_picks_labkit_and_vllm_names():
+    text = ('# HELP x\nlabkit:kv_cache_usage_perc{model_name="m"} 0.5\nlabkit:num_preemptions_total{model_name="m"} 3.0\n'
+            'vllm:gpu_cache_usage_perc{model_name="v",engine="0"} 0.25\nvllm:gpu_cache_usage_perc{model_name="v",engine="1"} 0.5\n')
+    values = diagnose.parse_prometheus(text)
+    assert diagnose.pick(values, "labkit", "kv_usage") == 0.5
+    assert diagnose.pick(values, "labkit", "preemptions") == 3.0
+    assert diagnose.pick(values, "vllm", "kv_usage") == 0.75     # summed over label sets
+    assert diagnose.pick(values, "vllm", "preemptions") is None
+
+
+def test_diagnosis_sentences_say_which_resource_saturates():
+    lo = diagnose.LoadPoint(1, 0.3, 0, 0, host_s=0.1, model_s=9.9, output_tok_s=5.0)
+    full = diagnose.LoadPoint(8, 1.0, 2, 5, host_s=0.5, model_s=9.5, output_tok_s=9.0)
+    roomy = diagnose.LoadPoint(8, 0.5, 0, 0, host_s=3.0, model_s=7.0, output_tok_s=9.0)
+    memory, host = diagnose.diagnosis_sentences([lo, full])
+    assert "2" in memory and ("saturates first" in memory or "先到顶" in memory)
+    memory, host = diagnose.diagnosis_sentences([lo, roomy])
+    assert "not the limit" in memory or "还没到顶" in memory
+    assert "30.0" in host
+
+
+# ------------------------------------------------------------------------------------ exercises
+
+def test_goodput_solution_agrees_with_labkit_bench_metrics():
+    records = [RequestRecord(True, 0, 0.1, [], 1.1, 5, 11), RequestRecord(True, 0, 0.4, [], 1.0, 5, 4),
+               RequestRecord(True, 0, 0.05, [], 0.05, 5, 1), RequestRecord(False)]
+    slo = {"ttft": 300.0, "tpot": 150.0}
+    m = compute_metrics(records, 2.0, slo)
+    plain = [{"success": r.success, "ttft_s": r.ttft_s, "e2el_s": r.e2el_s, "output_tokens": r.output_tokens} for r in records]
+    goodput, p99 = goodput_and_p99_tpot(plain, 2.0, slo["ttft"], slo["tpot"])
+    assert goodput == pytest.approx(m.goodput) and p99 == pytest.approx(m.tpot.p99_ms)
+    assert p99 == pytest.approx(percentile([100.0, 200.0], 99))
+
+
+def test_pick_config_filters_then_maximises():
+    table = [{"variant": "a", "tokens_per_cpu_s": 5.0, "tpot_p99_ms": 100.0, "memory_mib": 500.0},
+             {"variant": "b", "tokens_per_cpu_s": 9.0, "tpot_p99_ms": 400.0, "memory_mib": 500.0},
+             {"variant": "c", "tokens_per_cpu_s": 7.0, "tpot_p99_ms": 100.0, "memory_mib": 900.0},
+             {"variant": "d", "tokens_per_cpu_s": 99.0, "tpot_p99_ms": None, "memory_mib": 10.0}]
+    assert pick_config(table, 1000.0, 200.0) == "c"
+    assert pick_config(table, 600.0, 200.0) == "a"
+    assert pick_config(table, 600.0, 500.0) == "b"
+    assert pick_config(table, 100.0, 500.0) is None
+
+
+def test_exercises_pass_their_reference_and_catch_a_wrong_answer(tmp_path):
+    result = {"metrics": {"duration_s": 2.0},
+              "requests": [{"success": True, "ttft_s": 0.2, "e2el_s": 1.2, "output_tokens": 11, "start_s": 0.0},
+                           {"success": True, "ttft_s": 0.9, "e2el_s": 1.9, "output_tokens": 6, "start_s": 0.1}]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(result))
+    ex = exercise("goodput_p99", result_path=path, ttft_ms=500.0, tpot_ms=150.0)
+    assert ex.self_test().passed
+
+    def no_tpot_objective(requests, duration_s, ttft_ms, tpot_ms):
+        ok = [r for r in requests if r["success"]]
+        return sum(r["ttft_s"] * 1000 <= ttft_ms for r in ok) / duration_s, 0.0
+
+    assert not ex.check(no_tpot_objective).passed
+    table = [{"variant": "a", "tokens_per_cpu_s": 5.0, "tpot_p99_ms": 100.0, "memory_mib": 500.0},
+             {"variant": "b", "tokens_per_cpu_s": 9.0, "tpot_p99_ms": 400.0, "memory_mib": 600.0}]
+    ex2 = exercise("pick_config", table=table)
+    assert ex2.self_test().passed
+    assert not ex2.check(lambda t, m, p: max(t, key=lambda r: r["tokens_per_cpu_s"])["variant"]).passed
+
+
+def test_quiz_has_at_least_eight_questions_with_explanations():
+    qs = questions()
+    assert len(qs) >= 8
+    for q in qs:
+        if hasattr(q, "explanations"):
+            assert len(q.explanations) == len(q.options) and all(e["zh"] and e["en"] for e in q.explanations)
+
+
+def test_chat_workload_rejects_bad_lengths():
+    with pytest.raises(ValueError, match="min_out"):
+        ablation.chat_workload(3, 9, 4)
+
+
+# ------------------------------------------------------------------------------------ served runs
+
+def test_a_served_ablation_row_measures_memory_and_saves_a_result_file(tmp_path):
+    base = ablation.base_config(num_blocks=64, max_model_len=256)
+    wl = ablation.chat_workload(2, 2, 3)
+    picked = [v for v in ablation.variants(base, full=False) if v.name in ("baseline", "contiguous", "int4")]
+    rows = ablation.run_ablation(picked, [wl], {"ttft": 60_000.0, "tpot": 60_000.0}, tmp_path)
+    by = {r.variant.name: r for r in rows}
+    assert not by["int4"].available and by["int4"].variant.why_not_en
+    for name in ("baseline", "contiguous"):
+        m = by[name].metrics
+        assert m.completed == 2 and m.failed == 0 and m.total_output_tokens == sum(r.output_len for r in wl.requests)
+        assert by[name].weights_bytes > 0 and by[name].peak_kv_bytes > 0
+    # contiguous reserves max_model_len per request: more KV than paged for the same two requests
+    assert by["contiguous"].peak_kv_bytes > by["baseline"].peak_kv_bytes
+    saved = json.loads((tmp_path / "chat_baseline.json").read_text())
+    assert len(saved["requests"]) == 2
+
+
+def test_diagnosis_sees_the_kv_pool_fill_under_load():
+    config = EngineConfig(num_blocks=12, max_model_len=160, max_num_seqs=8, max_num_batched_tokens=256)
+    points = diagnose.diagnose_labkit(config, ablation.chat_workload(4, 6, 6), [1, 4])
+    assert [p.concurrency for p in points] == [1, 4]
+    assert all(p.samples and p.model_s > 0 for p in points)
+    assert points[1].peak_kv_usage >= points[0].peak_kv_usage
+
+
+def test_simulated_chapter_stages_are_labelled_and_cite_the_engine_steps():
+    gains = chapter.simulated_gains(12)
+    stages = chapter.chapter_stages(gains, 1.1)
+    kinds = {s.name: s.kind for s in stages}
+    assert kinds["continuous"] == kinds["paged"] == "simulated" and kinds["engine-v1"] == "cited"
+    assert all(s.gain is None or (s.gain > 0 and math.isfinite(s.gain)) for s in stages)
+
+
+def test_views_draw_measured_and_unavailable_rows_and_the_widget_follows_its_controls():
+    from labkit.labs.lab05_engine_choice import views
+
+    missing = ablation.AblationRow("a", ablation.Variant("int4", "4 位", "4-bit", None, "没有", "not yet"))
+    rows = [_row("a", "baseline", 1.0), _row("a", "x", 0.5), missing, _row("b", "baseline", 1.0), _row("b", "x", 2.0)]
+    html = views.ablation_table(rows, "a")._repr_html_()
+    assert "—" in html and ("没有" in html or "not yet" in html)
+    fig = views.ablation_figure(rows, ["a", "b"])
+    assert len(fig.data) == 6 and fig.data[0].y[0] == pytest.approx(2.0)
+    box = views.advisor_widget(advisor.SCENARIOS["CPU-only laptop"])
+    out = box.children[-1]
+    assert "llama.cpp" in out.value
+    box.children[0].children[0].value = "nvidia-hopper"          # hardware
+    assert "TensorRT-LLM 只支持" not in out.value and "runs on NVIDIA GPUs only" not in out.value
