@@ -1,4 +1,5 @@
-"""How much memory the learner's machine could give a KV cache: GPU memory, else RAM.
+"""The learner's machine: how much memory it could give a KV cache (GPU memory, else RAM), how
+busy it is, and timing on one thread.
 
 No extra package: ``torch.cuda.mem_get_info`` for a GPU, ``/proc/meminfo`` on Linux, else
 ``os.sysconf`` (Linux, macOS). If none answers, ``memory_budget()`` returns None and the lab says so.
@@ -7,7 +8,11 @@ No extra package: ``torch.cuda.mem_get_info`` for a GPU, ``/proc/meminfo`` on Li
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,6 @@ class MemoryBudget:
 
 def gpu_budget() -> MemoryBudget | None:
     try:
-        import torch
         if not torch.cuda.is_available():
             return None
         free, total = torch.cuda.mem_get_info()
@@ -78,3 +82,15 @@ def load_note() -> str:
                   ". Above the CPU count: other programs compete for the CPU; measured times come out "
                   "larger and noisier.")
     return note
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block (restored afterwards, also after an error): the
+    machine is shared, and torch's threads would fight other programs for its cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

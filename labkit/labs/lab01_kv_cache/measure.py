@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from labkit.metrics import StepRecorder, StepRow
+from labkit.labs.common.machine import one_thread
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.sim.cost import MODELS, ModelProfile
@@ -103,17 +104,6 @@ class CacheComparison:
         """Seconds per new token, recompute ÷ cache, each the best (least disturbed) of tokens 2..N;
         the first token is a prefill in both modes."""
         return best_seconds(after_first(self.recompute)) / best_seconds(after_first(self.cache))
-
-
-@contextmanager
-def one_thread():
-    """Run torch on one thread inside the block (the thread count is restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def load_average() -> float | None:

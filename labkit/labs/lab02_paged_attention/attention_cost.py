@@ -17,7 +17,6 @@ queries: the engine plans the gather once per step and reuses it in every layer,
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -25,20 +24,11 @@ import torch.nn.functional as F
 
 from labkit.attention.backend import get_backend
 from labkit.attention.metadata import AttentionMetadata
+from labkit.labs.common.machine import one_thread
 
 # SmolLM2-135M's attention shape (config.json): 9 query heads, 3 KV heads, head_dim 64, 30 layers.
 SHAPE = dict(num_heads=9, num_kv_heads=3, head_dim=64, num_layers=30)
 
-
-@contextmanager
-def one_thread():
-    """Time with one thread: the lab's machine is shared, and torch's threads would fight for it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
