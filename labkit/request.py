@@ -89,6 +89,13 @@ class Request:
     def token_ids_with_spec(self) -> list[int]:
         return self.all_token_ids + self.spec_token_ids
 
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """``token_ids_with_spec()[start:end]`` without copying the whole sequence (every step)."""
+        n = len(self.all_token_ids)
+        if end <= n:
+            return self.all_token_ids[start:end]
+        return self.all_token_ids[start:] + self.spec_token_ids[max(0, start - n):end - n]
+
     def append_output(self, token_id: int, now: float) -> None:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)

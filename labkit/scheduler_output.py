@@ -13,13 +13,14 @@ All of it is plain Python (ints, lists, tuples): importable and testable without
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from labkit.outputs import StepOutput
 from labkit.request import Request
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)      # built for every running request every step: kept light
 class ScheduledRequest:
     """One request's share of a step. The runner needs nothing else to compute it.
 
@@ -34,8 +35,8 @@ class ScheduledRequest:
     start: int                     # num_computed_tokens before this step
     num_spec_tokens: int           # how many of token_ids are draft tokens being verified
     kind: str                      # prefill | decode | verify
-    block_table: tuple[int, ...]
-    slot_mapping: tuple[int, ...]
+    block_table: Sequence[int]     # the KV manager's table, valid until update_from_output
+    slot_mapping: Sequence[int]
     num_logits: int                # logits rows wanted: 0 mid-prompt, 1 at the end, 1 + k when verifying
 
     @property

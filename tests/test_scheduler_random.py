@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labkit import EngineConfig, SamplingParams, SpecConfig
+from labkit.request import Request
 from labkit.sim.engine import SIM_EOS
 from tests.sim_oracle import expected_output, shadow_llm
 
@@ -288,3 +289,10 @@ def test_without_chunked_prefill_a_prompt_longer_than_the_token_budget_is_refuse
                                      max_model_len=64)).engine
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         engine.add_request([97] * 20, SamplingParams(max_tokens=4))
+
+
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=12), st.lists(st.integers(0, 9), max_size=5),
+       st.integers(0, 20), st.integers(0, 20))
+def test_a_token_slice_equals_slicing_the_whole_sequence(tokens, drafts, start, end):
+    req = Request("r", tokens, SamplingParams(), 0.0, spec_token_ids=drafts)
+    assert req.token_slice(start, end) == req.token_ids_with_spec()[start:end]

@@ -105,6 +105,9 @@ class KVCacheManager:
         allocated block ids, or None (and changes nothing) if the pool cannot supply them.
         ``num_reserve_tokens`` is ignored here: paged allocation never reserves ahead."""
         table = self.block_tables.get(request_id, [])
+        if not computed_blocks and self.blocks_needed(num_computed_tokens + num_new_tokens) <= len(table) \
+                and not self._needs_copy(table, num_computed_tokens):
+            return []          # most decode steps: room left in the last block, nothing shared
         computed_blocks = computed_blocks or []
         need = self.blocks_needed(num_computed_tokens + num_new_tokens) - len(table) - len(computed_blocks)
         cow = self._needs_copy(table, num_computed_tokens)

@@ -108,11 +108,10 @@ class ContinuousScheduler:
         """This step's share of ``req``, with everything the runner needs to compute it."""
         start, rid = req.num_computed_tokens, req.request_id
         end = start + num_new
-        tokens = req.token_ids_with_spec()[start:end]
+        tokens = req.token_slice(start, end)
         num_logits = 1 + num_spec if end == req.num_tokens_with_spec else 0
         return ScheduledRequest(rid, tuple(tokens), start, num_spec, step_kind(req, num_new, num_spec),
-                                tuple(self.kv.block_table(rid)), tuple(self.kv.slot_mapping(rid, start, end)),
-                                num_logits)
+                                self.kv.block_table(rid), self.kv.slot_mapping(rid, start, end), num_logits)
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         while True:
@@ -234,10 +233,10 @@ class ContinuousScheduler:
         update.events.append(ev.TokensAppended(req.request_id, tuple(added), min(num_draft, len(added))))
         if self.config.enable_prefix_caching:   # before finishing frees them: full blocks stay reusable
             self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
-        if status is not None:
-            self.finish_request(req, status, now, update)
-        return StepOutput(req.request_id, tuple(added), req.is_finished,
-                          req.status.value if req.is_finished else None)
+        if status is None:
+            return StepOutput(req.request_id, tuple(added), False, None)
+        self.finish_request(req, status, now, update)
+        return StepOutput(req.request_id, tuple(added), True, status.value)
 
     def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
         if token in req.eos_token_ids or token in req.sampling_params.stop_token_ids:
