@@ -264,3 +264,10 @@ def _check_choice(name: str, value, allowed: tuple) -> None:
 def _check_count(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def sharegpt_like_trace(num_requests: int, seed: int = 0) -> list[TraceRequest]:
+    """Log-normal lengths (σ = 1) whose means (median × e^0.5) sit near ShareGPT's 161 input /
+    338 output tokens (Kwon et al. Fig. 11a), clipped so prompt + output ≤ 2048."""
+    return synthetic_trace(num_requests, seed=seed, prompt_len=LogNormalLengths(98, 1.0, 4, 1024),
+                           output_len=LogNormalLengths(205, 1.0, 4, 1024))

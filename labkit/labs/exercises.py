@@ -43,3 +43,14 @@ def exercise(name: str, **inputs) -> Exercise:
     if name not in EXERCISES:
         raise ValueError(f"exercise must be one of {sorted(EXERCISES)}, got {name!r}")
     return EXERCISES[name](**inputs)
+
+
+def checked_or_reference(result, learner_cls, exercise) -> tuple[type, bool]:
+    """(the learner's class, True) if ``exercise.check`` passed, else (the reference, False).
+
+    Learner code that has not passed its checks is never run outside the sandbox: it could loop
+    forever and hang the kernel, which the checks' time limit would have caught.
+    """
+    if result.passed:
+        return learner_cls, True
+    return exercise.reference_solution(), False

@@ -137,14 +137,3 @@ def paper_breakdown(system: str) -> tuple[str, PoolBreakdown]:
     values = dict.fromkeys(PARTS, 0.0)
     values.update({key[name]: value for name, value in zip(names, percentages(citation))})
     return t(f"论文：{system}", f"paper: {system}"), PoolBreakdown(**values)
-
-
-def checked_or_reference(result, learner_cls, exercise) -> tuple[type, bool]:
-    """(the learner's class, True) if ``exercise.check`` passed, else (the reference, False).
-
-    Learner code that has not passed its checks is never run outside the sandbox: it could loop
-    forever and hang the kernel, which the checks' time limit would have caught.
-    """
-    if result.passed:
-        return learner_cls, True
-    return exercise.reference_solution(), False

@@ -21,13 +21,8 @@ from labkit.hooks import StepEnd, TokensAppended
 from labkit.i18n import t
 from labkit.kv.breakdown import BreakdownRecorder, PoolBreakdown
 from labkit.replay import replay
+from labkit.sim.paper import PAPER_KV_BYTES, PAPER_MAX_MODEL_LEN, PAPER_MODEL
 from labkit.traces import TraceRequest
-
-# The vLLM paper's memory setting (Kwon et al. Table 1): a 13B model, 12 GB for KV, context 2048.
-# Shared with lab 01 (labkit/labs/lab01_kv_cache/servers.py); same numbers, same sources.
-PAPER_KV_BYTES = 12 * 2**30
-PAPER_MAX_MODEL_LEN = 2048
-SIM_MODEL = "llama-2-13b"      # labkit.sim.cost.MODELS: OPT-13B's KV shape, 800 KB per token
 
 
 @dataclass(frozen=True)
@@ -120,7 +115,7 @@ def paper_server(kv_cache: str = "paged", reserve: str = "max_model_len", block_
     config = EngineConfig(kv_cache=kv_cache, contiguous_reserve=reserve, kv_cache_bytes=PAPER_KV_BYTES,
                           max_model_len=PAPER_MAX_MODEL_LEN, block_size=block_size, max_num_seqs=256,
                           max_num_batched_tokens=8192, enable_prefix_caching=enable_prefix_caching)
-    return LLM(model="sim", config=config, model_profile=SIM_MODEL)
+    return LLM(model="sim", config=config, model_profile=PAPER_MODEL)
 
 
 def small_server(kv_cache: str, num_blocks: int, max_model_len: int, block_size: int = 16):

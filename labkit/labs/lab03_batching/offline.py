@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from labkit.config import EngineConfig
-from labkit.labs.lab01_kv_cache.servers import PAPER_KV_BYTES, SIM_MODEL
+from labkit.sim.paper import PAPER_KV_BYTES, PAPER_MODEL
 from labkit.replay import replay, static_decode_occupancy
 from labkit.sim.cost import MODELS
 from labkit.traces import TraceRequest
@@ -168,7 +168,7 @@ ANYSCALE_SYSTEMS = {
 
 def pool_slots(block_size: int = 16) -> int:
     """Token slots in the simulated 12 GiB pool (whole blocks, as the engine sizes it)."""
-    bytes_per_block = MODELS[SIM_MODEL].kv_bytes_per_token * block_size
+    bytes_per_block = MODELS[PAPER_MODEL].kv_bytes_per_token * block_size
     return PAPER_KV_BYTES // bytes_per_block * block_size
 
 
@@ -185,7 +185,7 @@ def anyscale_engine(system: str, max_model_len: int, max_num_seqs: int = 256):
                           max_num_batched_tokens=8192, **options)
     if options["kv_cache"] == "contiguous":     # no more requests run than reservations fit
         config = replace(config, max_num_seqs=max(1, pool_slots(config.block_size) // max_model_len))
-    return LLM(model="sim", config=config, model_profile=SIM_MODEL)
+    return LLM(model="sim", config=config, model_profile=PAPER_MODEL)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,8 @@ from labkit.config import EngineConfig
 from labkit.labs.lab05_engine_choice.facts import find
 from labkit.llm import LLM
 from labkit.sampling_params import SamplingParams
+from labkit.sim.paper import PAPER_MODEL
 from labkit.traces import LogNormalLengths, synthetic_trace
-
-SIM_MODEL = "llama-2-13b"
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ def _sim_throughput(config: EngineConfig, num_requests: int, seed: int = 0) -> f
     """Output tokens per simulated second for one trace, all requests at once."""
     trace = synthetic_trace(num_requests, seed=seed, prompt_len=LogNormalLengths(96, 1.0, 8, 512),
                             output_len=LogNormalLengths(128, 1.0, 8, 512))
-    llm = LLM(model="sim", config=config, model_profile=SIM_MODEL)
+    llm = LLM(model="sim", config=config, model_profile=PAPER_MODEL)
     prompts = [[1 + (i + j) % 200 for j in range(r.prompt_len)] for i, r in enumerate(trace)]
     params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
     llm.generate(prompts, params)
