@@ -178,7 +178,7 @@ class LLMEngine:
     def _forget_drafts(self, request_ids: list[str]) -> None:
         """Preempted requests lose their draft K/V and draft probabilities (recomputed later)."""
         for rid in request_ids:
-            self.sampler.set_draft_probs(rid, None)
+            self.sampler.forget_drafts(rid)
             if self.proposer is not None:
                 self.proposer.forget(rid)
 

@@ -86,11 +86,8 @@ class Request:
     def is_finished(self) -> bool:
         return self.status.finished
 
-    def token_ids_with_spec(self) -> list[int]:
-        return self.all_token_ids + self.spec_token_ids
-
     def token_slice(self, start: int, end: int) -> list[int]:
-        """``token_ids_with_spec()[start:end]`` without copying the whole sequence (every step)."""
+        """Tokens ``start:end`` of prompt + output + drafts, without copying the whole sequence."""
         n = len(self.all_token_ids)
         if end <= n:
             return self.all_token_ids[start:end]

@@ -1,10 +1,10 @@
 """What crosses the boundaries of one engine step, as small typed values (vLLM v1's split).
 
-    scheduler.schedule()           -> SchedulerOutput   the whole decision: who runs which tokens,
+    scheduler.schedule(now)        -> SchedulerOutput   the whole decision: who runs which tokens,
                                                         where their K/V go, which blocks to copy
     runner.execute(SchedulerOutput) -> logits           computed from that value alone
     sampler.sample(...)            -> SampledTokens     plain token ids per request
-    scheduler.update_from_output(SchedulerOutput, SampledTokens) -> StepUpdate
+    scheduler.update_from_output(SchedulerOutput, SampledTokens, now) -> StepUpdate
                                                         the one place that changes requests and KV
                                                         after the model ran
 

@@ -7,25 +7,9 @@ import time
 from contextlib import contextmanager
 
 import httpx
-import torch
 
 from labkit import LLM, EngineConfig
 from labkit.serve import BackgroundServer, ServedModel
-
-
-def make_tiny_llama(path, model_dir):
-    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer and chat template."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=False, eos_token_id=2, bos_token_id=1, rope_theta=10000.0)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (model_dir / name).is_file():
-            (path / name).write_bytes((model_dir / name).read_bytes())
-    return path
 
 
 @contextmanager

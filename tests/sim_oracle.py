@@ -97,7 +97,7 @@ class ShadowRunner(SimRunner):
     def _logits(self, s, table: list[int], end: int, block_size: int, rows: int) -> torch.Tensor | None:
         req = self.requests[s.request_id]
         context = [self.slots[table[p // block_size] * block_size + p % block_size] for p in range(end)]
-        expected = req.token_ids_with_spec()[:end]
+        expected = req.token_slice(0, end)
         assert context == expected, (
             f"request {req.request_id}: KV read back through its block table differs from its tokens "
             f"at positions {[p for p, (a, b) in enumerate(zip(context, expected)) if a != b][:8]}")

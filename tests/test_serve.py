@@ -13,19 +13,20 @@ import httpx
 import openai
 import pytest
 
+from bench.common import tiny_model_dir
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit.serve.cli import add_serve_args, engine_config, served_model_name
 from labkit.serve.detokenize import SequenceText
 from labkit.sim.engine import SimTokenizer
-from tests.serve_util import make_tiny_llama, scrape, serving, sim_llm, wait_until
+from tests.serve_util import scrape, serving, sim_llm, wait_until
 
 TINY = "tiny-llama"
 pytestmark = pytest.mark.timeout(180)     # a stuck server fails its test with every thread's stack
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, model_dir):
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), model_dir)
+def tiny_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def tiny_engine_llm(path) -> LLM:

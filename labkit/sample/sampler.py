@@ -93,6 +93,10 @@ class Sampler:
     def draft_probs(self, request_id: str) -> torch.Tensor | None:
         return self._draft_probs.get(request_id)
 
+    def forget_drafts(self, request_id: str) -> None:
+        """A preempted request's drafts are void (it is recomputed, then drafted afresh)."""
+        self._draft_probs.pop(request_id, None)
+
     # -- one step -------------------------------------------------------------------------------
     def sample(self, scheduled: list[ScheduledRequest], logits: torch.Tensor | None) -> SampledTokens:
         """logits: [sum of num_logits, vocab], scheduled[i]'s rows back to back (a prefill chunk has
