@@ -219,3 +219,11 @@ def test_a_finished_stream_is_released():
     llm = sim()
     deltas_of(llm.stream("abc", SamplingParams(max_tokens=3)))
     assert len(llm.engine.requests) == 0
+
+
+def test_a_request_aborted_before_it_forks_leaves_no_sampling_state():
+    llm = sim()
+    rid = llm.engine.add_request("abcdef", SamplingParams(max_tokens=4, n=3, temperature=1.0))
+    llm.engine.abort(rid)
+    sampler = llm.engine.sampler
+    assert not (sampler._params or sampler._generators or sampler._pending_forks or sampler._draft_probs)

@@ -80,8 +80,10 @@ class Sampler:
             self._pending_forks[request_id] = tuple(child_ids)
 
     def remove(self, request_id: str) -> None:
-        for store in (self._params, self._generators, self._pending_forks, self._draft_probs):
-            store.pop(request_id, None)
+        """Forget a finished request, and the children it never forked (aborted before its prefill ended)."""
+        for rid in (request_id, *self._pending_forks.pop(request_id, ())):
+            for store in (self._params, self._generators, self._draft_probs):
+                store.pop(rid, None)
 
     def generator(self, request_id: str) -> torch.Generator | None:
         return self._generators[request_id]
