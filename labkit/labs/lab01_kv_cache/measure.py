@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from labkit.metrics import StepRecorder, StepRow
-from labkit.labs.common.machine import one_thread
+from labkit.labs.common.machine import cpu_load, one_thread
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.sim.cost import MODELS, ModelProfile
@@ -107,10 +107,9 @@ class CacheComparison:
 
 
 def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):     # not every OS has one
-        return None
+    """The 1-minute load average (``machine.cpu_load``), None where the OS has none."""
+    load = cpu_load()
+    return None if load is None else load[0]
 
 
 @contextmanager
