@@ -13,6 +13,7 @@ from labkit.engine import LLMEngine
 from labkit.kv import make_kv_manager
 from labkit.kv.paged_kv import PagedKVCache, num_blocks_for_bytes
 from labkit.model.loader import load_model, pick_device, pick_dtype
+from labkit.model.q4_model import q4_1_model
 from labkit.model.runner import ModelRunner
 from labkit.sample.sampler import Sampler
 from labkit.scheduler import make_scheduler
@@ -36,6 +37,8 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     device = pick_device(config.device)
     dtype = pick_dtype(config.dtype, device)
     net, cfg, tokenizer, model_dir = load_model(model, device, dtype, progress=progress)
+    if config.weights == "q4_1":
+        net = q4_1_model(net, model_dir)
     max_model_len = config.resolve_max_model_len(cfg.max_position_embeddings)
     num_blocks = resolve_num_blocks(config, cfg.kv_bytes_per_token(dtype.itemsize))
     kv_cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, config.block_size, cfg.num_key_value_heads,

@@ -80,6 +80,9 @@ class EngineConfig:
     # The host path's one switch (lab 03 measures it): sample and verify the whole batch in one
     # tensor call per kind of row (True), or request by request (False). Same tokens either way.
     batched_sampling: bool = True
+    # "dense": the dequantised fp32 weights (the reference). "q4_1": the GGUF's own 4-bit codes
+    # through an int4 kernel, an approximation of the reference (labkit/model/q4_model.py).
+    weights: str = "dense"
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +112,10 @@ class EngineConfig:
         _int_range("seed", self.seed, 0)
         if not isinstance(self.batched_sampling, bool):
             raise ValueError(f"batched_sampling must be a bool, got {self.batched_sampling!r}")
+        _choice("weights", self.weights, ("dense", "q4_1"))
+        if self.weights == "q4_1" and self.speculative is not None and self.speculative.draft_model == "target-int4":
+            raise ValueError("weights='q4_1' already runs the target on 4-bit codes; a 'target-int4' draft "
+                             "would be the same model (use the default draft or n-gram)")
         if self.kv_cache == "contiguous" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "
                              "cannot share blocks)")

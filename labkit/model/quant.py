@@ -13,6 +13,9 @@ The result is *not* the target: scales and minima are rounded to bf16, and activ
 bf16. It agrees with the target on most greedy tokens, which is what a draft model needs, and the
 rejection sampler keeps the output exact whatever the draft gets wrong.
 
+``Int4Linear.from_codes`` takes codes as they are: ``q4_model`` builds the target's own 4-bit mode
+(``EngineConfig(weights="q4_1")``) from the GGUF's codes with it.
+
 On other devices (or a torch without the kernel) ``Int4Linear`` keeps the dequantised bf16 matrix
 and uses ``F.linear``: the same values, without the byte savings.
 """
@@ -57,37 +60,62 @@ def int4_kernel_available(device: torch.device | str) -> bool:
 
 
 class Int4Linear(nn.Module):
-    """``y = x @ wᵀ`` with ``w`` held as 4-bit codes (groups of 32) and bf16 scale / zero point.
+    """``y = x @ wᵀ`` with ``w`` held as 4-bit codes (groups of 32) and a scale / zero point per group.
 
     The CPU kernel's dequantisation is ``(code - 8) * scale + zero``; with ``zero = minimum +
-    8 * scale`` that is ``code * scale + minimum``, the GGUF Q4_1 formula.
+    8 * scale`` that is ``code * scale + minimum``, the GGUF Q4_1 formula. ``Int4Linear(weight)``
+    quantises a dense weight; ``Int4Linear.from_codes`` takes codes as they are (a GGUF's own).
+
+    The kernel has a vectorised path for bf16 only: with fp32 activations and fp32 scales (which
+    would keep fp16 scales exact) it falls back to scalar code, measured 27x slower for one row
+    (``_weight_int4pack_mm_for_cpu``, torch 2.13, AVX-512). So activations, scales and zero points
+    are bf16 inside; ``out_dtype`` (default: bf16) is what ``forward`` returns.
     """
 
-    def __init__(self, weight: torch.Tensor, group_size: int = GROUP_SIZE, dtype=torch.bfloat16):
+    def __init__(self, weight: torch.Tensor, group_size: int = GROUP_SIZE, dtype=torch.bfloat16,
+                 out_dtype: torch.dtype | None = None):
         super().__init__()
         codes, scale, minimum = quantize_groups(weight, group_size)
-        self.out_features, self.in_features = weight.shape
-        self.group_size, self.dtype = group_size, dtype
-        device = weight.device
-        if int4_kernel_available(device) and dtype == torch.bfloat16:
+        self._build(codes, scale, minimum, dtype, out_dtype, weight.device)
+
+    @classmethod
+    def from_codes(cls, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, dtype=torch.bfloat16,
+                   out_dtype: torch.dtype | None = None, device="cpu") -> "Int4Linear":
+        """codes 0..15 [out, in]; scale, minimum [out, in / group]: ``w = codes * scale + minimum``."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._build(codes.to(torch.int32), scale.float(), minimum.float(), dtype, out_dtype, torch.device(device))
+        return self
+
+    def _build(self, codes, scale, minimum, dtype, out_dtype, device) -> None:
+        self.out_features, self.in_features = codes.shape
+        self.group_size, self.dtype = self.in_features // scale.shape[1], dtype
+        self.out_dtype = out_dtype or dtype
+        if codes.min() < 0 or codes.max() > 15:
+            raise ValueError("4-bit codes must lie in 0..15")
+        # The kernel packs output rows in sixteens; other shapes take the dense path below.
+        if int4_kernel_available(device) and dtype == torch.bfloat16 and self.out_features % 16 == 0:
             zero = minimum + 8 * scale
             # [in/group, out, 2]: the layout the kernel expects.
             scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
-            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.cpu(), 1)
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.cpu().contiguous(), 1)
             self.register_buffer("packed", packed, persistent=False)
             self.register_buffer("scales_zeros", scales_zeros, persistent=False)
             self.dense = None
         else:
             # The kernel's numbers: (code - 8) * scale + zero, with scale and zero rounded to dtype first.
             s, z = scale.to(dtype).float(), (minimum + 8 * scale).to(dtype).float()
-            self.register_buffer("dense", dequantize_groups(codes - 8, s, z).to(dtype), persistent=False)
+            self.register_buffer("dense", dequantize_groups(codes - 8, s, z).to(device=device, dtype=dtype),
+                                 persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.dtype)
         if self.dense is not None:
-            return F.linear(x, self.dense)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size,
-                                                          self.scales_zeros)
+            y = F.linear(x, self.dense)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size,
+                                                           self.scales_zeros)
+        return y.to(self.out_dtype)
 
     def nbytes(self) -> int:
         if self.dense is not None:

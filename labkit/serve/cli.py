@@ -34,6 +34,8 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     engine.add_argument("--dtype", choices=("auto", "float32", "float16", "bfloat16"), default="auto")
     engine.add_argument("--seed", type=int, default=0)
+    engine.add_argument("--weights", choices=("dense", "q4_1"), default="dense",
+                        help="dense: fp32 reference weights; q4_1: the GGUF's 4-bit codes (an approximation)")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -46,7 +48,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         max_model_len=args.max_model_len, scheduler=args.scheduler, kv_cache=args.kv_cache,
                         enable_prefix_caching=args.enable_prefix_caching,
                         enable_chunked_prefill=not args.no_chunked_prefill, speculative=spec,
-                        device=args.device, dtype=args.dtype, seed=args.seed)
+                        device=args.device, dtype=args.dtype, seed=args.seed, weights=args.weights)
 
 
 def served_model_name(args: argparse.Namespace) -> str:

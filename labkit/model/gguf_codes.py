@@ -1,0 +1,117 @@
+"""Read a GGUF file's quantised weights as codes and scales, without dequantising them.
+
+``loader.convert_gguf`` turns the shipped Q4_1 file into fp32 once (the reference the parity tests
+check). This module reads the same bytes the other way round, for ``EngineConfig(weights="q4_1")``:
+each weight keeps the GGUF's own 4-bit codes and fp16 scales, nothing is re-quantised.
+
+Block layouts (ggml, 32 weights along a row per block)::
+
+    Q4_1: fp16 d | fp16 m | 16 bytes: byte j = code[j] (low nibble) | code[j + 16] (high nibble)
+          w = d * code + m,   code in 0..15                                         (20 bytes)
+    Q8_0: fp16 d | 32 x int8 code,   w = d * code                                   (34 bytes)
+
+SmolLM2's file stores every layer matrix as Q4_1 and the tied embedding / LM head as Q8_0. Rows of
+``attn_q`` / ``attn_k`` are in llama.cpp's RoPE order; the same row permutation the loader undoes on
+the fp32 weights is undone here on codes and scales alike (it only moves whole rows).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from labkit.model.loader import _hf_name, _unpermute
+
+BLOCK = 32
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """One [out, in] matrix as GGUF codes: ``w = scale * codes + minimum`` per block of 32 along ``in``.
+
+    codes: uint8 0..15 (Q4_1) or int8 (Q8_0), [out, in]; scale, minimum: fp16 [out, in / 32]
+    (``minimum`` is None for Q8_0, which has no offset)."""
+
+    kind: str
+    codes: torch.Tensor
+    scale: torch.Tensor
+    minimum: torch.Tensor | None
+
+    def dequantize(self) -> torch.Tensor:
+        """fp32 weights, computed as gguf-py does (``d * code + m`` in fp32): the loader's values."""
+        out, inp = self.codes.shape
+        w = self.codes.reshape(out, inp // BLOCK, BLOCK).float() * self.scale.float()[..., None]
+        if self.minimum is not None:
+            w = w + self.minimum.float()[..., None]
+        return w.reshape(out, inp)
+
+
+def q4_1_blocks(raw: np.ndarray, in_features: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes uint8 [rows, in], d fp16 [rows, in/32], m fp16 [rows, in/32]) from Q4_1 bytes [rows, in/32*20]."""
+    blocks = np.ascontiguousarray(raw).reshape(raw.shape[0], in_features // BLOCK, 20)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0]
+    m = blocks[..., 2:4].copy().view(np.float16)[..., 0]
+    packed = blocks[..., 4:]
+    codes = np.concatenate([packed & 0x0F, packed >> 4], axis=-1)     # [rows, blocks, 32]
+    return codes.reshape(raw.shape[0], in_features), d, m
+
+
+def q8_0_blocks(raw: np.ndarray, in_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(codes int8 [rows, in], d fp16 [rows, in/32]) from Q8_0 bytes [rows, in/32*34]."""
+    blocks = np.ascontiguousarray(raw).reshape(raw.shape[0], in_features // BLOCK, 34)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0]
+    codes = blocks[..., 2:].copy().view(np.int8)
+    return codes.reshape(raw.shape[0], in_features), d
+
+
+def _read_tensor(t) -> QuantizedWeight | None:
+    """A GGUF tensor as a ``QuantizedWeight``; None for tensors stored unquantised (norms)."""
+    kind = t.tensor_type.name
+    in_features = int(t.shape[0])          # GGUF lists dimensions innermost first
+    if kind == "Q4_1":
+        codes, d, m = q4_1_blocks(t.data, in_features)
+        return QuantizedWeight(kind, torch.from_numpy(codes), torch.from_numpy(d), torch.from_numpy(m))
+    if kind == "Q8_0":
+        codes, d = q8_0_blocks(t.data, in_features)
+        return QuantizedWeight(kind, torch.from_numpy(codes), torch.from_numpy(d), None)
+    if kind in ("F32", "F16", "BF16"):
+        return None
+    raise ValueError(f"GGUF tensor {t.name} is {kind}; weights='q4_1' reads Q4_1 and Q8_0 tensors only")
+
+
+def _unpermuted(w: QuantizedWeight, n_head: int) -> QuantizedWeight:
+    def rows(x):
+        return None if x is None else torch.from_numpy(np.ascontiguousarray(_unpermute(x.numpy(), n_head)))
+
+    return QuantizedWeight(w.kind, rows(w.codes), rows(w.scale), rows(w.minimum))
+
+
+def read_quantized(gguf_path: str | Path, num_heads: int, num_kv_heads: int) -> dict[str, QuantizedWeight]:
+    """Every quantised tensor of a Llama GGUF file, by Hugging Face name, rows in HF order."""
+    from gguf import GGUFReader
+
+    out = {}
+    for t in GGUFReader(str(gguf_path)).tensors:
+        w = _read_tensor(t)
+        if w is None:
+            continue
+        if t.name.endswith("attn_q.weight"):
+            w = _unpermuted(w, num_heads)
+        elif t.name.endswith("attn_k.weight"):
+            w = _unpermuted(w, num_kv_heads)
+        out[_hf_name(t.name)] = w
+    return out
+
+
+def gguf_source(model_dir: str | Path) -> Path:
+    """The GGUF file a converted model directory came from (``labkit.json``'s ``source``)."""
+    marker = Path(model_dir) / "labkit.json"
+    source = json.loads(marker.read_text()).get("source") if marker.is_file() else None
+    if not source or not Path(source).is_file():
+        raise ValueError(f"weights='q4_1' runs the 4-bit codes of a GGUF file, and the model in {model_dir} "
+                         "was not converted from one (use the default model, or weights='dense')")
+    return Path(source)
