@@ -223,14 +223,18 @@ def test_chat_workload_rejects_bad_lengths():
 def test_a_served_ablation_row_measures_memory_and_saves_a_result_file(tmp_path):
     base = ablation.base_config(num_blocks=64, max_model_len=256)
     wl = ablation.chat_workload(2, 2, 3)
-    picked = [v for v in ablation.variants(base, full=False) if v.name in ("baseline", "contiguous", "int4")]
+    picked = [v for v in ablation.variants(base, full=False)
+              if v.name in ("baseline", "contiguous", "int4", "compile")]
     rows = ablation.run_ablation(picked, [wl], {"ttft": 60_000.0, "tpot": 60_000.0}, tmp_path)
     by = {r.variant.name: r for r in rows}
-    assert not by["int4"].available and by["int4"].variant.why_not_en
-    for name in ("baseline", "contiguous"):
+    assert not by["compile"].available and by["compile"].variant.why_not_en
+    for name in ("baseline", "contiguous", "int4"):
         m = by[name].metrics
         assert m.completed == 2 and m.failed == 0 and m.total_output_tokens == sum(r.output_len for r in wl.requests)
         assert by[name].weights_bytes > 0 and by[name].peak_kv_bytes > 0
+    # 4-bit layers and a Q8_0 head, plus the fp32 embedding table kept for lookups: under half the fp32 bytes
+    assert by["int4"].weights_bytes < by["baseline"].weights_bytes / 2
+    assert by["int4"].variant.config.weights == "q4_1"
     # contiguous reserves max_model_len per request: more KV than paged for the same two requests
     assert by["contiguous"].peak_kv_bytes > by["baseline"].peak_kv_bytes
     saved = json.loads((tmp_path / "chat_baseline.json").read_text())
@@ -267,3 +271,44 @@ def test_views_draw_measured_and_unavailable_rows_and_the_widget_follows_its_con
     assert "llama.cpp" in out.value
     box.children[0].children[0].value = "nvidia-hopper"          # hardware
     assert "TensorRT-LLM 只支持" not in out.value and "runs on NVIDIA GPUs only" not in out.value
+
+
+# ------------------------------------------------------------------------------------ 4-bit weights
+
+def test_int4_sentences_follow_the_numbers_either_way():
+    from labkit.labs.lab05_engine_choice import quant4
+    from labkit.model.agreement import greedy_agreement
+
+    def row(workload, name, cpu_s, tpot, ttft, memory):
+        variant = ablation.Variant(name, name, name, EngineConfig())
+        return ablation.AblationRow(workload, variant, _metrics(tpot, ttft), cpu_s, weights_bytes=memory)
+
+    def rows(copy_tpot, copy_ttft, copy_cpu_s=0.8):
+        return [row("chat", "baseline", 1.0, 100, 100, 400), row("chat", "int4", 0.9, 80, 120, 100),
+                row("copy", "baseline", 1.0, 100, 100, 400), row("copy", "int4", copy_cpu_s, copy_tpot, copy_ttft, 100)]
+
+    agree = greedy_agreement([[1, 2, 3], [4, 5, 6]], [[1, 2, 3], [4, 9, 6]])
+    usual = " ".join(quant4.int4_sentences(rows(50, 250), "chat", "copy", agree, 3))
+    assert "0.50" in usual and "2.50" in usual and "1.25" in usual and "1.11" in usual and "0.25" in usual
+    assert ("更慢" in usual and "解码变快" in usual) or ("slower" in usual and "decoding gets faster" in usual)
+    assert quant4.phase_ratios(rows(50, 250), "copy") == (pytest.approx(0.5), pytest.approx(2.5))
+    milder = " ".join(quant4.int4_sentences(rows(50, 80), "chat", "copy", agree, 3))
+    assert "不如解码" in milder or "gains less than decoding" in milder
+    surprising = " ".join(quant4.int4_sentences(rows(50, 40), "chat", "copy", agree, 3))
+    assert "出乎预期" in surprising or "unexpected" in surprising
+    reversed_ = " ".join(quant4.int4_sentences(rows(120, 250), "chat", "copy", agree, 3))
+    assert ("与预期不同" in reversed_ or "Not as expected" in reversed_) and "解码变快" not in reversed_
+    assert ("1 个与" in usual or "1 of 2" in usual) and "2.0" in usual    # (3 + 1) / 2
+    same = quant4.quality_sentence(greedy_agreement([[1]], [[1]]), 1)
+    assert "近似" in same or "approximation" in same
+    missing = quant4.int4_sentences([_row("chat", "baseline", 1.0), _row("copy", "baseline", 1.0)],
+                                    "chat", "copy", agree, 3)
+    assert len(missing) == 1
+
+
+def test_int4_agreement_is_measured_against_the_fp32_reference():
+    from labkit.labs.lab05_engine_choice import quant4
+
+    a = quant4.measure_agreement(2, 6)
+    assert a.num_prompts == 2 and len(a.divergences) == 2
+    assert 0 <= a.mean_first_divergence <= 6

@@ -8,7 +8,8 @@ loopback port per configuration; the weights are loaded once per process and sha
               ├─ − chunked prefill
               ├─ + speculative: n-gram / draft model
               ├─ dtype: float32 → bfloat16
-              └─ 4-bit weights, torch.compile     (not in labkit yet: shown as rows without numbers)
+              ├─ weights: fp32 → the GGUF's 4-bit codes  (weights="q4_1", an approximation of fp32)
+              └─ torch.compile                    (not in labkit yet: shown as a row without numbers)
 
 Every variant gets the same KV pool (``num_blocks``), ``max_model_len`` and batch limits, so the
 memory column compares like with like: weights + the peak KV bytes the variant allocated.
@@ -62,7 +63,8 @@ def base_config(num_blocks: int = 160, max_model_len: int = 640) -> EngineConfig
 
 
 def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
-    """The switches, one at a time against ``base``; ``full=False`` keeps the five cheapest."""
+    """The switches, one at a time against ``base``; ``full=False`` keeps the five cheapest and the
+    4-bit row (plus the torch.compile row, which has no numbers)."""
     out = [
         Variant("baseline", "基线：分页 + 连续批处理 + 分块预填充", "baseline: paged + continuous + chunked prefill", base),
         Variant("contiguous", "KV：分页 → 连续预留", "KV: paged → contiguous reservation", replace(base, kv_cache="contiguous")),
@@ -79,9 +81,8 @@ def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
             Variant("bf16", "权重与 KV：float32 → bfloat16", "weights and KV: float32 → bfloat16", replace(base, dtype="bfloat16")),
         ]
     out += [
-        Variant("int4", "目标模型 4 位权重", "4-bit target weights", None,
-                "labkit 还没有目标模型的 4 位权重模式（另有 issue 在做）；这里不给数字。",
-                "labkit has no 4-bit mode for the target yet (another issue adds it); no number here."),
+        Variant("int4", "目标模型 4 位权重（GGUF 的 Q4_1 码，近似 fp32）",
+                "4-bit target weights (the GGUF's Q4_1 codes; approximates fp32)", replace(base, weights="q4_1")),
         Variant("compile", "torch.compile 解码步（“编译型引擎”的类比）", "torch.compile of the decode step (the compiled-engine analogue)",
                 None, "labkit 的引擎还没有 torch.compile 选项；编译时间与省下的步长还没有测，这里不给数字。",
                 "labkit's engine has no torch.compile option; compile time and step time saved are not measured yet; "
@@ -195,7 +196,11 @@ def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str,
 
 
 def _weights_bytes(llm) -> int:
-    return sum(p.numel() * p.element_size() for p in llm.engine.runner.model.parameters())
+    """Bytes of the weights the serving model holds: its parameters plus packed 4-bit matrices
+    (modules with an ``nbytes()``, e.g. ``quant.Int4Linear``, keep them as buffers)."""
+    model = llm.engine.runner.model
+    return (sum(p.numel() * p.element_size() for p in model.parameters())
+            + sum(m.nbytes() for m in model.modules() if hasattr(m, "nbytes")))
 
 
 def _kv_bytes(llm) -> int:
