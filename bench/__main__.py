@@ -12,6 +12,8 @@
 4. ``bench.scheduler_overhead``: scheduler CPU time per step vs running requests on the simulated
    accelerator, and the concurrency where it saturates, with the engine's host-path optimisation off and
    on (issue 14).
+5. ``bench.llama_cpp_peer``: labkit fp32 / bf16 / ``weights="q4_1"`` next to llama.cpp F32 / BF16 / Q4_1,
+   one thread, batch 1 and 16 (issue 20); skipped with a message when ``llama_cpp`` is not installed.
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -30,7 +32,10 @@ BENCHMARKS = {
     "baselines": "before vs after: KV layout and batching policy (issue 3)",
     "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
     "scheduler_overhead": "scheduler CPU time per step vs running requests, optimisation off/on (issue 14)",
+    "llama_cpp_peer": "labkit fp32 / bf16 / q4_1 next to llama.cpp F32 / BF16 / Q4_1 (optional: needs llama-cpp-python)",
 }
+SKIPPED = {"baselines": "no --tiny or --model mode, and it runs the default model only",
+           "llama_cpp_peer": "it runs the default model's GGUF files only (no --model)"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,6 +59,8 @@ def flags_for(name: str, args: argparse.Namespace) -> list[str] | None:
     size = ["--quick"] if args.quick else ["--tiny"] if args.tiny else []
     if name == "baselines":      # no --tiny or --model: the smallest run is --quick
         return None if args.tiny or args.model else size + ["--threads", str(args.threads)]
+    if name == "llama_cpp_peer":
+        return None if args.model else size
     return size + ["--threads", str(args.threads)] + (["--model", args.model] if args.model else [])
 
 
@@ -61,7 +68,7 @@ def run_one(name: str, args: argparse.Namespace) -> None:
     flags = flags_for(name, args)
     print(f"\n---\n\n_{BENCHMARKS[name]}_\n", flush=True)
     if flags is None:
-        print(f"# {name}\n\n_skipped: no --tiny mode, and it runs the default model only_\n", flush=True)
+        print(f"# {name}\n\n_skipped: {SKIPPED[name]}_\n", flush=True)
         return
     if name == "baselines":     # the others print their own title and command
         print(f"# Baselines\n\ncommand: `{command_line('bench.' + name, flags)}`\n", flush=True)

@@ -19,7 +19,7 @@ MODES = {"q4_1 (fp32 activations around the int4 matmuls)": dict(weights="q4_1")
 
 
 def parity_prompts() -> list[str]:
-    from tests.prompts import PARITY_PROMPTS    # the prompts tests/test_parity.py checks
+    from tests.prompts import PARITY_PROMPTS  # the prompts tests/test_parity.py checks
 
     return PARITY_PROMPTS
 

