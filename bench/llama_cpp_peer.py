@@ -28,7 +28,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.common import Section, clock_name, environment_rows, median, now, report, set_clock, set_threads
+from bench.common import (
+    Section,
+    clock_name,
+    environment_rows,
+    load_average,
+    median,
+    now,
+    report,
+    set_clock,
+    set_threads,
+)
 
 LLAMA_KINDS = ("F32", "BF16", "Q4_1")
 LABKIT_MODES = {"fp32": dict(dtype="float32"), "bf16": dict(dtype="bfloat16"), "q4_1": dict(weights="q4_1")}
@@ -40,6 +50,11 @@ def skip_reason() -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
         return ("llama_cpp is not importable: install llama-cpp-python (`pip install llama-cpp-python`, "
                 "built from source, 10-20 minutes on 2 cores) to run the llama.cpp peer rows")
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception as exc:       # installed without its dependencies (pip --no-deps), or a broken build
+        return (f"llama_cpp is installed but does not import ({type(exc).__name__}: {exc}); install its "
+                "dependencies (`pip install llama-cpp-python` without --no-deps)")
     return None
 
 
@@ -237,11 +252,12 @@ def run(args) -> list[Section]:
     for e in engines.values():                       # first calls allocate and pick kernels
         e.generate1(singles[0], 4)
     b1 = rounds(engines, singles, args.max_tokens, args.rounds, batched=False)
-    common = [f"greedy, {args.max_tokens} new tokens, one intra-op thread on both sides, {clock_name()} clock; "
-              "ratios are medians of per-round ratios"]
+    common = [f"greedy, one intra-op thread on both sides, {clock_name()} clock; ratios are medians of per-round "
+              "ratios; load average now: " + load_average()]
     sections = [env, table(b1, "Batch-1 decode: labkit vs llama.cpp",
                            [f"{args.rounds} rounds, one held-out chat or code prompt each "
-                            f"({min(map(len, singles))}-{max(map(len, singles))} prompt tokens)"] + common +
+                            f"({min(map(len, singles))}-{max(map(len, singles))} prompt tokens), {args.max_tokens} new "
+                            "tokens"] + common +
                            [f"target (issue 20, item 4): labkit q4_1 >= {TARGET_Q4_VS_LLAMA}x llama.cpp Q4_1"])]
     if args.batch_rounds:
         bn = rounds(engines, batch, args.batch_max_tokens, args.batch_rounds, batched=True)

@@ -20,6 +20,23 @@ def test_without_llama_cpp_the_benchmark_skips_with_a_clear_message(monkeypatch)
     assert len(sections) == 1 and "skipped" in sections[0].title and sections[0].rows == [[reason]]
 
 
+def test_a_llama_cpp_that_does_not_import_is_a_skip_not_a_crash(monkeypatch):
+    import builtins
+    import importlib.util
+
+    real_import, real_find = builtins.__import__, importlib.util.find_spec
+
+    def failing_import(name, *args, **kwargs):
+        if name == "llama_cpp":
+            raise ModuleNotFoundError("No module named 'diskcache'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "llama_cpp" else real_find(name, *a))
+    monkeypatch.setattr(builtins, "__import__", failing_import)
+    reason = llama_cpp_peer.skip_reason()
+    assert "does not import" in reason and "diskcache" in reason
+
+
 def test_decode_rate_counts_steps_after_the_first():
     assert llama_cpp_peer.decode_rate([1.0, 1.5, 2.0]) == pytest.approx(2.0)          # 2 steps in 1 s
     assert llama_cpp_peer.decode_rate([0.0, 1.0], rows=16) == pytest.approx(16.0)

@@ -176,3 +176,16 @@ def test_q4_1_greedy_speculation_reproduces_plain_q4_1_greedy_at_batch_1(q4_llm,
     for ids in parity_ids[:4]:
         assert spec.generate([ids], GREEDY)[0].token_ids == q4_llm.generate([ids], GREEDY)[0].token_ids
     assert spec.engine.stats()["spec_decode_num_drafts"] > 0
+
+
+def test_labkit_serve_passes_weights_through():
+    import argparse
+
+    from labkit.serve.cli import add_serve_args, engine_config
+
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    assert engine_config(parser.parse_args(["--weights", "q4_1"])).weights == "q4_1"
+    assert engine_config(parser.parse_args([])).weights == "dense"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--weights", "q3"])
