@@ -50,16 +50,20 @@ def test_q8_0_blocks_give_the_values_gguf_py_dequantises():
     assert torch.equal(got, torch.from_numpy(dequantize(raw, GGMLQuantizationType.Q8_0)))
 
 
-def test_the_default_models_codes_are_the_ones_its_fp32_weights_came_from(model_dir):
+def test_the_default_models_codes_are_the_ones_its_fp32_weights_came_from(model_dir, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from labkit.model.gguf_codes import gguf_source, read_quantized
+    from labkit.model.gguf_codes import _cache_file, gguf_source, read_quantized
 
-    quantized = read_quantized(gguf_source(model_dir), 9, 3)
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    fresh = read_quantized(gguf_source(model_dir), 9, 3)            # parses the GGUF, keeps the blocks
+    assert _cache_file(gguf_source(model_dir)).is_file()
+    quantized = read_quantized(gguf_source(model_dir), 9, 3)        # from the cached blocks
     fp32 = load_file(str(model_dir / "model.safetensors"))
     assert len(quantized) == 211 and {w.kind for w in quantized.values()} == {"Q4_1", "Q8_0"}
     # q/k rows un-permuted like the loader's, the tied embedding read as the Q8_0 it is
     for name, w in quantized.items():
+        assert torch.equal(w.codes, fresh[name].codes) and torch.equal(w.scale, fresh[name].scale), name
         assert torch.equal(w.dequantize(), fp32[name]), name
 
 

@@ -18,6 +18,7 @@ the fp32 weights is undone here on codes and scales alike (it only moves whole r
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,19 +69,51 @@ def q8_0_blocks(raw: np.ndarray, in_features: int) -> tuple[np.ndarray, np.ndarr
     return codes.reshape(raw.shape[0], in_features), d
 
 
-def _read_tensor(t) -> QuantizedWeight | None:
-    """A GGUF tensor as a ``QuantizedWeight``; None for tensors stored unquantised (norms)."""
-    kind = t.tensor_type.name
-    in_features = int(t.shape[0])          # GGUF lists dimensions innermost first
+def _read_blocks(name: str, kind: str, in_features: int, raw: np.ndarray) -> QuantizedWeight:
     if kind == "Q4_1":
-        codes, d, m = q4_1_blocks(t.data, in_features)
+        codes, d, m = q4_1_blocks(raw, in_features)
         return QuantizedWeight(kind, torch.from_numpy(codes), torch.from_numpy(d), torch.from_numpy(m))
     if kind == "Q8_0":
-        codes, d = q8_0_blocks(t.data, in_features)
+        codes, d = q8_0_blocks(raw, in_features)
         return QuantizedWeight(kind, torch.from_numpy(codes), torch.from_numpy(d), None)
-    if kind in ("F32", "F16", "BF16"):
-        return None
-    raise ValueError(f"GGUF tensor {t.name} is {kind}; weights='q4_1' reads Q4_1 and Q8_0 tensors only")
+    raise ValueError(f"GGUF tensor {name} is {kind}; weights='q4_1' reads Q4_1 and Q8_0 tensors only")
+
+
+def _cache_file(gguf_path: Path) -> Path:
+    from labkit.model.loader import cache_root
+
+    return cache_root() / "gguf" / f"{gguf_path.name}.{gguf_path.stat().st_size}.blocks.safetensors"
+
+
+def quantized_blocks(gguf_path: Path) -> dict[str, tuple[str, int, np.ndarray]]:
+    """{tensor name: (kind, in_features, raw block bytes [rows, bytes])} of every quantised tensor.
+
+    GGUFReader parses the whole tokenizer metadata first (~3 s for SmolLM2's 49k tokens and merges),
+    so the raw blocks are kept once in the labkit cache (``<cache>/gguf``, the tensor bytes only,
+    ~100 MB) and later loads read them from there in a fraction of a second."""
+    from safetensors.numpy import load_file, save_file
+
+    cached = _cache_file(gguf_path)
+    if cached.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(cached), framework="np") as f:
+            layout = json.loads(f.metadata()["layout"])
+        arrays = load_file(str(cached))
+        return {name: (kind, n_in, arrays[name]) for name, (kind, n_in) in layout.items()}
+    from gguf import GGUFReader
+
+    out = {t.name: (t.tensor_type.name, int(t.shape[0]), np.ascontiguousarray(t.data))    # dims innermost first
+           for t in GGUFReader(str(gguf_path)).tensors if t.tensor_type.name not in ("F32", "F16", "BF16")}
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        save_file({n: a for n, (_, _, a) in out.items()}, str(tmp),
+                  metadata={"layout": json.dumps({n: [k, i] for n, (k, i, _) in out.items()})})
+        os.replace(tmp, cached)
+    except OSError:            # a read-only cache costs the 3 s again next time, nothing more
+        pass
+    return out
 
 
 def _unpermuted(w: QuantizedWeight, n_head: int) -> QuantizedWeight:
@@ -92,18 +125,14 @@ def _unpermuted(w: QuantizedWeight, n_head: int) -> QuantizedWeight:
 
 def read_quantized(gguf_path: str | Path, num_heads: int, num_kv_heads: int) -> dict[str, QuantizedWeight]:
     """Every quantised tensor of a Llama GGUF file, by Hugging Face name, rows in HF order."""
-    from gguf import GGUFReader
-
     out = {}
-    for t in GGUFReader(str(gguf_path)).tensors:
-        w = _read_tensor(t)
-        if w is None:
-            continue
-        if t.name.endswith("attn_q.weight"):
+    for name, (kind, in_features, raw) in quantized_blocks(Path(gguf_path)).items():
+        w = _read_blocks(name, kind, in_features, raw)
+        if name.endswith("attn_q.weight"):
             w = _unpermuted(w, num_heads)
-        elif t.name.endswith("attn_k.weight"):
+        elif name.endswith("attn_k.weight"):
             w = _unpermuted(w, num_kv_heads)
-        out[_hf_name(t.name)] = w
+        out[_hf_name(name)] = w
     return out
 
 
