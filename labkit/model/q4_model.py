@@ -33,6 +33,7 @@ request's output (tests/test_quant_gguf.py).
 
 from __future__ import annotations
 
+import copy
 import weakref
 from pathlib import Path
 
@@ -86,15 +87,17 @@ def build_q4_1_model(dense: LlamaModel, quantized: dict[str, QuantizedWeight]) -
     """A LlamaModel sharing ``dense``'s embedding, norms and RoPE tables, with every linear layer and
     the LM head on ``quantized``'s codes. ``dense`` is not modified."""
     cfg, out_dtype, dev = dense.config, dense.embed_tokens.dtype, dense.embed_tokens.device
-    model = LlamaModel(cfg, dtype=out_dtype, device="meta")   # the structure, no memory
-    model.embed_tokens, model.norm, model.rotary = dense.embed_tokens, dense.norm, dense.rotary
-    for i, (layer, src) in enumerate(zip(model.layers, dense.layers)):
+    # The same module tree sharing every tensor (a meta-device LlamaModel would cost a one-time
+    # ~1 s import of torch's meta kernels); the linear slots are then replaced below.
+    shared = {id(t): t for t in [*dense.parameters(), *dense.buffers()]}
+    shared[id(dense.rotary)] = dense.rotary
+    model = copy.deepcopy(dense, memo=shared)
+    for i, layer in enumerate(model.layers):
         p = f"model.layers.{i}."
 
         def fused(*names):
             return _q4_linear([quantized[p + n + ".weight"] for n in names], out_dtype, dev)
 
-        layer.input_layernorm, layer.post_attention_layernorm = src.input_layernorm, src.post_attention_layernorm
         _replace(layer, "qkv_proj", fused("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
         _replace(layer, "o_proj", fused("self_attn.o_proj"))
         _replace(layer, "gate_up_proj", fused("mlp.gate_proj", "mlp.up_proj"))
