@@ -193,3 +193,13 @@ def test_labkit_serve_passes_weights_through():
     assert engine_config(parser.parse_args([])).weights == "dense"
     with pytest.raises(SystemExit):
         parser.parse_args(["--weights", "q3"])
+
+
+def test_int4_linear_gives_a_row_the_same_bits_whatever_rows_are_beside_it():
+    # What the batch and speculation invariances above rest on.
+    g = torch.Generator().manual_seed(2)
+    layer = Int4Linear(torch.randn(96, 64, generator=g) * 0.05, out_dtype=torch.float32)
+    x = torch.randn(40, 64, generator=g)
+    alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
+    for rows in (2, 5, 16, 17, 40):
+        assert torch.equal(layer(x[:rows]), alone[:rows]), rows
