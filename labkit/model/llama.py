@@ -19,21 +19,59 @@ from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
 from labkit.model.config import ModelConfig
+from labkit.model.cpu_features import has_amx
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
-# measures both dtypes and prints the CPU it ran on).
+# measures the forms and prints the CPU it ran on).
 # fp32: F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14
 # rows (W @ xᵀ)ᵀ was 1.1-1.7x faster (about equal at 16); above 16 rows both cost the same.
-# bf16 with AMX: (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (25-28 ms a sweep) where F.linear takes 39-47 ms,
-# and one row through either form takes 38-63 ms: so a single bf16 row is computed as two copies of
-# itself (the duplicate costs nothing; each output row is bit-identical whatever the row count).
-# bf16 without AMX (AVX-512 only) that trick costs: one padded row took 1.1 ms per 1536x576 matrix
-# against 0.1 ms with F.linear. It is kept on every CPU because speculative decoding's bf16 output
-# must equal plain bf16 greedy output bit for bit, and F.linear is not row-invariant there (a K=1536
-# product differs at 7, 8, 9, 11, 12, 14, 15 and 17 rows from the same row alone; with F.linear
-# everywhere a k=4 speculative run left plain greedy output at token 42).
-_MM_ROWS = {torch.float32: range(7, 17), torch.bfloat16: range(2, 17)}
-_MM_PAD_ONE_ROW = {torch.bfloat16}
+# bf16: the products must give each row the same bits at any row count, because speculative decoding
+# verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
+# Multi-row products (any form) agree with each other row for row; the one-row kernel (a gemv) agrees
+# with them for some weight shapes and not for others, depending on the CPU's BLAS (on an AVX-512 Xeon
+# without AMX: every shape with in_features > 1024, i.e. the down projection). So the first time a shape
+# is seen, `_one_row_needs_pair` checks it on that CPU and only the shapes that differ compute a single
+# row as two copies of itself (the copy costs ~3x a one-row gemv without AMX; with AMX a pair costs no
+# more than one row). A table of forms tuned on one CPU is what made bf16 run at
+# a third of fp32 speed on another (issue 20): the check is about bits, never timing, so it is
+# deterministic on a given CPU.
+_MM_ROWS = {torch.float32: range(7, 17)}
+_pair_rows: dict[tuple, bool] = {}
+
+
+def _bf16_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The multi-row bf16 product: (W @ xᵀ)ᵀ with AMX (flat from 2 to 16 rows there, where F.linear took
+    1.5x longer), F.linear without (where (W @ xᵀ)ᵀ took up to 2x longer). Both give the same bits."""
+    return torch.mm(weight, x.t()).t() if has_amx() else F.linear(x, weight)
+
+
+def order_probe(out_features: int, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A bf16 weight whose products reveal the order a kernel sums in, and the input row of ones.
+
+    Row n is all ones except +2**26 and -2**26 at two random columns: in fp32, 2**26 + 1 rounds back to
+    2**26, so the row's sum is exactly its count of ones only where the two large terms cancel before
+    the ones between them are absorbed. Two kernels that split the reduction differently disagree on
+    many rows; the same split agrees on all. (Random data hid the difference: real down-projection
+    inputs found it after 40 tokens, randn rows in 1 of 32 checks.)"""
+    g = torch.Generator().manual_seed(26)
+    w = torch.ones(out_features, in_features)
+    rows = torch.arange(out_features)
+    big = torch.randint(0, in_features, (out_features,), generator=g)
+    cancel = (big + torch.randint(1, in_features, (out_features,), generator=g)) % in_features
+    w[rows, big], w[rows, cancel] = 2.0 ** 26, -2.0 ** 26
+    return w.to(torch.bfloat16), torch.ones(1, in_features, dtype=torch.bfloat16)
+
+
+def _one_row_needs_pair(weight: torch.Tensor) -> bool:
+    """Whether one bf16 row through a weight of this shape must be computed as a pair of rows to get
+    the bits a multi-row product gives it: checked once per shape and thread count on this CPU, with
+    `order_probe` (on an AVX-512 Xeon without AMX: in_features > 1024 needs the pair)."""
+    key = (tuple(weight.shape), torch.get_num_threads())
+    if key not in _pair_rows:
+        w, x = order_probe(*weight.shape)
+        with torch.inference_mode():
+            _pair_rows[key] = not torch.equal(F.linear(x, w), _bf16_rows(x.expand(2, -1), w)[:1])
+    return _pair_rows[key]
 
 
 def linear(x: torch.Tensor, weight) -> torch.Tensor:
@@ -42,11 +80,12 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
         return weight(x)
     if x.device.type == "cpu":
         rows = x.shape[0]
+        if x.dtype == torch.bfloat16:
+            if rows == 1 and _one_row_needs_pair(weight):
+                return _bf16_rows(x.expand(2, -1), weight)[:1]
+            return _bf16_rows(x, weight) if 1 < rows <= 16 else F.linear(x, weight)
         if rows in _MM_ROWS.get(x.dtype, ()):
             return torch.mm(weight, x.t()).t()
-        if rows == 1 and x.dtype in _MM_PAD_ONE_ROW:
-            # One row costs more than two here: compute the row twice and keep one copy.
-            return torch.mm(weight, x.expand(2, -1).t()).t()[:1]
     return F.linear(x, weight)
 
 
