@@ -63,8 +63,8 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
                 f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
                 f"copies): {', '.join(map(str, paired)) or 'none'}")
     else:
-        chosen = llama._MM_ROWS.get(dtype, range(0))
-        rule = f"labkit linear() uses (W @ xᵀ)ᵀ for {name} T in {chosen.start}..{chosen.stop - 1}"
+        first, last = llama._MM_ROWS.get(dtype, (0, -1))
+        rule = f"labkit linear() uses (W @ xᵀ)ᵀ for {name} T in {first}..{last}"
     notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
              "relative to the same formulation at T = 1", rule]
     return Section(f"Weight sweep vs rows, {name}, {threads} thread(s)", ["rows T", *formulations, "fastest"],

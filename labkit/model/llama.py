@@ -35,7 +35,7 @@ from labkit.model.cpu_features import has_amx
 # more than one row). A table of forms tuned on one CPU is what made bf16 run at
 # a third of fp32 speed on another (issue 20): the check is about bits, never timing, so it is
 # deterministic on a given CPU.
-_MM_ROWS = {torch.float32: range(7, 17)}
+_MM_ROWS = {torch.float32: (7, 16)}    # first and last row count
 _pair_rows: dict[tuple, bool] = {}
 
 
@@ -85,7 +85,8 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
             if rows == 1 and (has_amx() or _one_row_needs_pair(weight)):
                 return _bf16_rows(x.expand(2, -1), weight)[:1]
             return _bf16_rows(x, weight) if 1 < rows <= 16 else F.linear(x, weight)
-        if rows in _MM_ROWS.get(x.dtype, ()):
+        first, last = _MM_ROWS.get(x.dtype, (0, -1))
+        if first <= rows <= last:
             return torch.mm(weight, x.t()).t()
     return F.linear(x, weight)
 
