@@ -148,20 +148,31 @@ class LlamaLayer(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(h, cfg.intermediate_size, **kw), requires_grad=False)
         self.split = (q_out, kv_out, kv_out)
 
-    def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType):
+    def attention_input(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary):
+        """RMSNorm, the fused QKV projection and RoPE: q [T, heads, d], k and v [T, kv_heads, d]."""
         T = x.shape[0]
-        residual = x
         qkv = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
         # q and k heads sit side by side in the fused output: rotate them in one call.
         qk = rotary(qkv[:, :self.split[0] + self.split[1]].reshape(T, -1, self.head_dim), positions)
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
         v = qkv[:, self.split[0] + self.split[1]:].reshape(T, self.num_kv_heads, self.head_dim)
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], v
+
+    def attention_output_and_mlp(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The O projection and residual, then RMSNorm, SwiGLU and the second residual."""
+        x = x + linear(attn.reshape(x.shape[0], -1), self.o_proj)
+        gate, up = linear(rms_norm(x, self.post_attention_layernorm, self.eps), self.gate_up_proj).chunk(2, -1)
+        return x + linear(F.silu(gate) * up, self.down_proj)
+
+    def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType,
+                pieces: tuple | None = None):
+        """``pieces``: compiled versions of (attention_input, attention_output_and_mlp), or None for
+        eager (``labkit.model.compiled``); the paged KV write and attention always run eagerly."""
+        before, after = pieces or (LlamaLayer.attention_input, LlamaLayer.attention_output_and_mlp)
+        q, k, v = before(self, x, positions, rotary)
         key_cache, value_cache = kv_cache
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         attn = backend.paged_attention(q, key_cache, value_cache, meta, self.head_dim ** -0.5)
-        x = residual + linear(attn.reshape(T, -1), self.o_proj)
-        gate, up = linear(rms_norm(x, self.post_attention_layernorm, self.eps), self.gate_up_proj).chunk(2, -1)
-        return x + linear(F.silu(gate) * up, self.down_proj)
+        return after(self, x, attn)
 
 
 def decode_weight_bytes(model: nn.Module) -> int:
@@ -188,12 +199,14 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
-                meta: AttentionMetadata, logits_indices: torch.Tensor, backend: ModuleType) -> torch.Tensor:
+                meta: AttentionMetadata, logits_indices: torch.Tensor, backend: ModuleType,
+                pieces: tuple | None = None) -> torch.Tensor:
         """input_ids, positions: [num_tokens]; returns fp32 logits [len(logits_indices), vocab].
-        ``backend`` is the attention module (reference or triton) with write_kv/paged_attention."""
+        ``backend`` is the attention module (reference or triton) with write_kv/paged_attention;
+        ``pieces`` the layer's compiled halves or None (see ``LlamaLayer.forward``)."""
         x = F.embedding(input_ids, self.embed_tokens)
         for layer, kv_cache in zip(self.layers, kv_caches):
-            x = layer(x, positions, self.rotary, kv_cache, meta, backend)
+            x = layer(x, positions, self.rotary, kv_cache, meta, backend, pieces)
         x = rms_norm(x.index_select(0, logits_indices), self.norm, self.config.rms_norm_eps)
         return linear(x, self.lm_head).float()
 
