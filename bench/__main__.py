@@ -14,6 +14,8 @@
    on (issue 14).
 5. ``bench.llama_cpp_peer``: labkit fp32 / bf16 / ``weights="q4_1"`` next to llama.cpp F32 / BF16 / Q4_1,
    one thread, batch 1 and 16 (issue 20); skipped with a message when ``llama_cpp`` is not installed.
+6. ``bench.load_memory``: load time and resident memory, labkit vs ``transformers``, each in a fresh
+   process (issue 20).
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -33,6 +35,7 @@ BENCHMARKS = {
     "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
     "scheduler_overhead": "scheduler CPU time per step vs running requests, optimisation off/on (issue 14)",
     "llama_cpp_peer": "labkit fp32 / bf16 / q4_1 next to llama.cpp F32 / BF16 / Q4_1 (optional: needs llama-cpp-python)",
+    "load_memory": "load time and peak memory, labkit vs transformers (issue 20)",
 }
 SKIPPED = {"baselines": "no --tiny or --model mode, and it runs the default model only",
            "llama_cpp_peer": "it runs the default model's GGUF files only (no --model)"}

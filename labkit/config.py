@@ -83,6 +83,9 @@ class EngineConfig:
     # "dense": the dequantised fp32 weights (the reference). "q4_1": the GGUF's own 4-bit codes
     # through an int4 kernel, an approximation of the reference (labkit/model/q4_model.py).
     weights: str = "dense"
+    # torch.compile each layer's dense halves (labkit.model.compiled): slow first steps, then
+    # whatever Inductor's fusion buys on this machine (lab 05 measures it). Not bit-exact.
+    compile: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +119,8 @@ class EngineConfig:
         if self.weights == "q4_1" and self.speculative is not None and self.speculative.draft_model == "target-int4":
             raise ValueError("weights='q4_1' already runs the target on 4-bit codes; a 'target-int4' draft "
                              "would be the same model (use the default draft or n-gram)")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be a bool, got {self.compile!r}")
         if self.kv_cache == "contiguous" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "
                              "cannot share blocks)")
