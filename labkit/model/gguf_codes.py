@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,17 +124,33 @@ def _unpermuted(w: QuantizedWeight, n_head: int) -> QuantizedWeight:
     return QuantizedWeight(w.kind, rows(w.codes), rows(w.scale), rows(w.minimum))
 
 
-def read_quantized(gguf_path: str | Path, num_heads: int, num_kv_heads: int) -> dict[str, QuantizedWeight]:
-    """Every quantised tensor of a Llama GGUF file, by Hugging Face name, rows in HF order."""
-    out = {}
-    for name, (kind, in_features, raw) in quantized_blocks(Path(gguf_path)).items():
+class QuantizedTensors(Mapping):
+    """{Hugging Face name: QuantizedWeight}, each decoded from the raw blocks when asked for (rows in
+    HF order), so unpacked codes exist for one matrix at a time while a model is built."""
+
+    def __init__(self, blocks: dict[str, tuple[str, int, np.ndarray]], num_heads: int, num_kv_heads: int):
+        self._blocks = {_hf_name(name): (name, *value) for name, value in blocks.items()}
+        self._heads = num_heads, num_kv_heads
+
+    def __getitem__(self, hf_name: str) -> QuantizedWeight:
+        name, kind, in_features, raw = self._blocks[hf_name]
         w = _read_blocks(name, kind, in_features, raw)
         if name.endswith("attn_q.weight"):
-            w = _unpermuted(w, num_heads)
-        elif name.endswith("attn_k.weight"):
-            w = _unpermuted(w, num_kv_heads)
-        out[_hf_name(name)] = w
-    return out
+            return _unpermuted(w, self._heads[0])
+        if name.endswith("attn_k.weight"):
+            return _unpermuted(w, self._heads[1])
+        return w
+
+    def __iter__(self):
+        return iter(self._blocks)
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+
+def read_quantized(gguf_path: str | Path, num_heads: int, num_kv_heads: int) -> QuantizedTensors:
+    """Every quantised tensor of a Llama GGUF file, by Hugging Face name, rows in HF order."""
+    return QuantizedTensors(quantized_blocks(Path(gguf_path)), num_heads, num_kv_heads)
 
 
 def gguf_source(model_dir: str | Path) -> Path:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -59,9 +60,9 @@ class Q8Linear(nn.Module):
 
     def __init__(self, q: QuantizedWeight, out_dtype: torch.dtype, device="cpu"):
         super().__init__()
-        codes, d = q.codes.to(torch.int32), q.scale.float()
-        hi, lo = (codes >> 4) + 8, codes & 15
-        planes = torch.cat([hi, lo], dim=1)                              # [out, 2 * in]
+        codes, d = q.codes, q.scale.float()
+        hi, lo = ((codes >> 4) + 8).to(torch.uint8), (codes & 15).to(torch.uint8)   # int8 >> 4 is arithmetic
+        planes = torch.cat([hi, lo], dim=1)                              # [out, 2 * in], one byte a code
         scale = torch.cat([16 * d, d], dim=1)
         minimum = torch.cat([-8 * 16 * d, torch.zeros_like(d)], dim=1)   # (hi + 8 - 8) * 16 d
         self.inner = Int4Linear.from_codes(planes, scale, minimum, out_dtype=out_dtype, device=device)
@@ -83,7 +84,7 @@ def _replace(module: nn.Module, name: str, value: nn.Module) -> None:
     setattr(module, name, value)
 
 
-def build_q4_1_model(dense: LlamaModel, quantized: dict[str, QuantizedWeight]) -> LlamaModel:
+def build_q4_1_model(dense: LlamaModel, quantized: Mapping[str, QuantizedWeight]) -> LlamaModel:
     """A LlamaModel sharing ``dense``'s embedding, norms and RoPE tables, with every linear layer and
     the LM head on ``quantized``'s codes. ``dense`` is not modified."""
     cfg, out_dtype, dev = dense.config, dense.embed_tokens.dtype, dense.embed_tokens.device

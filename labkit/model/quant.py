@@ -59,6 +59,16 @@ def int4_kernel_available(device: torch.device | str) -> bool:
     return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 
 
+PACK_ROWS = 2048   # rows packed at a time: the kernel wants int32 codes, 4 bytes per 4-bit code
+
+
+def _pack(codes: torch.Tensor) -> torch.Tensor:
+    """The kernel's packed layout (rows of in/2 bytes, independent per 16-row block), built a slice of
+    rows at a time so the int32 copy of a large matrix (the LM head's) never exists whole."""
+    return torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+        codes[i:i + PACK_ROWS].to(torch.int32).contiguous(), 1) for i in range(0, codes.shape[0], PACK_ROWS)])
+
+
 class Int4Linear(nn.Module):
     """``y = x @ wᵀ`` with ``w`` held as 4-bit codes (groups of 32) and a scale / zero point per group.
 
@@ -88,7 +98,7 @@ class Int4Linear(nn.Module):
         """codes 0..15 [out, in]; scale, minimum [out, in / group]: ``w = codes * scale + minimum``."""
         self = cls.__new__(cls)
         nn.Module.__init__(self)
-        self._build(codes.to(torch.int32), scale.float(), minimum.float(), dtype, out_dtype, torch.device(device))
+        self._build(codes, scale.float(), minimum.float(), dtype, out_dtype, torch.device(device))
         return self
 
     def _build(self, codes, scale, minimum, dtype, out_dtype, device) -> None:
@@ -102,14 +112,14 @@ class Int4Linear(nn.Module):
             zero = minimum + 8 * scale
             # [in/group, out, 2]: the layout the kernel expects.
             scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
-            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.cpu().contiguous(), 1)
+            packed = _pack(codes.cpu())
             self.register_buffer("packed", packed, persistent=False)
             self.register_buffer("scales_zeros", scales_zeros, persistent=False)
             self.dense = None
         else:
             # The kernel's numbers: (code - 8) * scale + zero, with scale and zero rounded to dtype first.
             s, z = scale.to(dtype).float(), (minimum + 8 * scale).to(dtype).float()
-            self.register_buffer("dense", dequantize_groups(codes - 8, s, z).to(device=device, dtype=dtype),
+            self.register_buffer("dense", dequantize_groups(codes.to(torch.int32) - 8, s, z).to(device=device, dtype=dtype),
                                  persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
