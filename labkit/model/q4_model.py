@@ -16,7 +16,7 @@ It is an approximation of the fp32 reference, not a copy of it. The codes are ex
 - everything else stays as in the dense fp32 model: embedding, norms, RoPE, attention, KV cache.
 
 The tied embedding / LM head is Q8_0 in the file (8-bit codes, fp16 d). The LM head runs those
-codes too, as two 4-bit planes through the same kernel (``Q8Linear``), so it reads 1.1 bytes a
+codes too, as two 4-bit planes through the same kernel (``Q8Linear``), so it reads 1.25 bytes a
 weight instead of 4; the embedding lookup reads one fp32 row (the exact dequantised values).
 
 Agreement with the fp32 reference, greedy, over the 8 parity prompts (``tests/prompts.py``), 48 new
