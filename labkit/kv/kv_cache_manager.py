@@ -105,8 +105,8 @@ class KVCacheManager:
         allocated block ids, or None (and changes nothing) if the pool cannot supply them.
         ``num_reserve_tokens`` is ignored here: paged allocation never reserves ahead."""
         table = self.block_tables.get(request_id, [])
-        if not computed_blocks and self.blocks_needed(num_computed_tokens + num_new_tokens) <= len(table) \
-                and not self._needs_copy(table, num_computed_tokens):
+        if not computed_blocks and num_computed_tokens + num_new_tokens <= len(table) * self.block_size \
+                and (not self.pool.num_extra_refs or not self._needs_copy(table, num_computed_tokens)):
             return []          # most decode steps: room left in the last block, nothing shared
         computed_blocks = computed_blocks or []
         need = self.blocks_needed(num_computed_tokens + num_new_tokens) - len(table) - len(computed_blocks)
@@ -177,6 +177,11 @@ class KVCacheManager:
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         table, bs = self.block_tables[request_id], self.block_size
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def slot(self, request_id: str, position: int) -> int:
+        """The K/V slot of one token (a decode step's only one): ``slot_mapping(rid, p, p + 1)[0]``."""
+        bs = self.block_size
+        return self.block_tables[request_id][position // bs] * bs + position % bs
 
     # -- what observers see --------------------------------------------------------------------
     def usage(self) -> float:
