@@ -1,15 +1,17 @@
-"""Scheduler CPU time per step vs running requests, and the concurrency where it saturates (lab 03, issue 14).
+"""Host time per step vs running requests, and the concurrency where it saturates (lab 03, issues 14 and 20).
 
-    python -m bench.scheduler_overhead            # 1, 64, 1,024, 4,096 running requests
-    python -m bench.scheduler_overhead --quick    # 1, 64, 1,024
+    python -m bench.scheduler_overhead            # 1, 16, 64, 256, 1,024, 4,096 running requests
+    python -m bench.scheduler_overhead --quick    # 1, 64, 256, 1,024
     python -m bench.scheduler_overhead --tiny     # 1, 64 (smoke: seconds)
 
 The simulated model (``LLM(model="sim")``: Llama-3-8B on an H100 profile) is filled with n running
-requests in steady decode. Per step the engine reports the scheduler's CPU time (``StepStats.scheduler_s``,
-measured on this machine) and the simulated accelerator time (``model_s``); "other host" is the rest of
-the step's wall time. Each figure is the fastest of a few steps (other programs only add time). The
-saturation concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog
-2025-01-27) on the least-squares line through the rows. When the engine has a host-path optimisation
+requests in steady decode. Per step, measured on this machine: the engine's host work (deciding,
+sampling, bookkeeping, stats and events: the step's wall time less the simulated runner's own work,
+which stands in for the model), its split, and the simulated accelerator time (``model_s``). Each
+figure is the step with the least host time of a few (other programs only add time; its parts add up),
+with the median step beside it (it includes the garbage collector's pauses). The saturation
+concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog 2025-01-27) on
+the least-squares line through the rows' scheduler time. When the engine has a host-path optimisation
 switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
 runs with it off and on, interleaved at each concurrency so a change in the machine's load hits both.
 """
@@ -20,27 +22,31 @@ import argparse
 
 from bench.common import Section, load_average, report
 from labkit.labs.lab03_batching.overhead import OverheadRow, before_after, host_path_switch, saturation_concurrency
+from labkit.model.cpu_features import describe_cpu
 
 ACCELERATOR_S = 0.005
-SIZES = {"full": [1, 64, 1024, 4096], "quick": [1, 64, 1024], "tiny": [1, 64]}
+SIZES = {"full": [1, 16, 64, 256, 1024, 4096], "quick": [1, 64, 256, 1024], "tiny": [1, 64]}
+HEADERS = ["running requests", "engine host µs/step (best)", "µs per request", "median µs/step",
+           "of it: deciding", "sampling", "update and bookkeeping", "stats and events",
+           "scheduler µs/step (StepStats.scheduler_s)", "sim runner µs (not counted)",
+           "accelerator ms/step (simulated)", "host share of a 5 ms step"]
 
 
 def row(r: OverheadRow) -> list[str]:
     update_s = r.scheduler_s - r.schedule_s - r.sample_s
-    return [f"{r.num_running:,}", f"{1e3 * r.scheduler_s:.3f}", f"{1e3 * r.schedule_s:.3f}", f"{1e3 * r.sample_s:.3f}",
-            f"{1e3 * update_s:.3f}", f"{1e3 * r.other_s:.3f}", f"{1e3 * r.model_s:.2f}",
-            f"{r.scheduler_share(ACCELERATOR_S):.0%}"]
+    median = "" if r.engine_host_median_s is None else f"{1e6 * r.engine_host_median_s:,.0f}"
+    share = r.engine_host_s / (r.engine_host_s + ACCELERATOR_S)
+    return [f"{r.num_running:,}", f"{1e6 * r.engine_host_s:,.0f}", f"{1e6 * r.engine_host_s / r.num_running:.2f}",
+            median, f"{1e6 * r.schedule_s:,.0f}", f"{1e6 * r.sample_s:,.0f}", f"{1e6 * update_s:,.0f}",
+            f"{1e6 * r.stats_events_s:,.0f}", f"{1e6 * r.scheduler_s:,.0f}", f"{1e6 * r.runner_s:,.0f}",
+            f"{1e3 * r.model_s:.2f}", f"{share:.0%}"]
 
 
 def section(label: str, rows: list[OverheadRow]) -> Section:
     sat = saturation_concurrency(rows, ACCELERATOR_S)
-    return Section(f"Scheduler time per step, {label}",
-                   ["running requests", "scheduler CPU ms/step (measured)", "of it: deciding", "sampling",
-                    "update and bookkeeping", "other host ms/step",
-                    "accelerator ms/step (simulated)", "scheduler share of a 5 ms step"],
-                   [row(r) for r in rows],
+    return Section(f"Host time per step, {label}", HEADERS, [row(r) for r in rows],
                    [f"saturation concurrency (scheduler CPU = 5 ms): {'none' if sat is None else f'{sat:,.0f}'} running requests",
-                    f"load average: {load_average()}"])
+                    f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
 
 
 def run(args: argparse.Namespace):
@@ -65,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> list[Section]:
-    return report("Scheduler CPU time vs concurrency (simulated accelerator)", "bench.scheduler_overhead", argv,
+    return report("Host time per step vs concurrency (simulated accelerator)", "bench.scheduler_overhead", argv,
                   run(parse_args(argv)))
 
 

@@ -191,6 +191,18 @@ def test_scheduler_overhead_rows_carry_the_measured_and_simulated_split():
         assert 0 < r.scheduler_share(0.005) < 1
 
 
+def test_engine_host_time_leaves_out_the_simulated_runner_and_keeps_its_parts():
+    """engine_host_s = scheduler + stats/events; the sim runner's own work is measured but not counted."""
+    from bench import scheduler_overhead as bench
+
+    (r,) = overhead.scheduler_overhead([8], steps=3)
+    assert 0 < r.runner_s <= r.other_s
+    assert r.engine_host_s == pytest.approx(r.scheduler_s + r.stats_events_s)
+    assert r.engine_host_s == pytest.approx(r.host_s - r.runner_s)
+    assert r.engine_host_median_s >= r.engine_host_s
+    assert len(bench.row(r)) == len(bench.HEADERS)
+
+
 def test_saturation_concurrency_solves_the_fitted_line():
     rows = [overhead.OverheadRow(n, 1e-4 + 1e-5 * n, 0.01, 0.0) for n in (1, 64, 1024)]
     a, b = overhead.fit_linear(rows)
