@@ -203,8 +203,10 @@ class KVCacheManager:
         """Share of allocated token slots that hold no computed K/V (paged: the blocks' tails)."""
         allocated = self.pool.num_used_blocks() * self.block_size
         if self.pool.num_extra_refs == 0:   # no sharing: each request's filled slots are its own
-            filled = sum(min(num_computed.get(rid, 0), len(t) * self.block_size)
-                         for rid, t in self.block_tables.items())
+            filled, bs, get = 0, self.block_size, num_computed.get
+            for rid, table in self.block_tables.items():     # every step: a plain loop, no min() call
+                n, cap = get(rid, 0), len(table) * bs
+                filled += n if n < cap else cap
         else:
             filled = sum(self.filled_per_block(num_computed))
         waste = 1.0 - filled / allocated if allocated else 0.0
