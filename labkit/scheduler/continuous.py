@@ -63,11 +63,16 @@ class ContinuousScheduler:
 
     def finish_request(self, req: Request, status: RequestStatus, now: float, update: StepUpdate) -> None:
         """End a request (stopped, length or aborted): free its slot and KV, record it in ``update``."""
-        req.status, req.finished_time, req.spec_token_ids = status, now, []
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        self._finish(req, status, now, update)
+
+    def _finish(self, req: Request, status: RequestStatus, now: float, update: StepUpdate) -> None:
+        """All of finishing but leaving the queue: ``update_from_output`` drops the step's finished
+        requests from ``running`` in one pass (a ``remove`` each would cost O(running) per request)."""
+        req.status, req.finished_time, req.spec_token_ids = status, now, []
         freed = self.kv.free(req.request_id)
         if freed:
             update.events.append(ev.BlocksFreed(req.request_id, tuple(freed)))
@@ -201,6 +206,8 @@ class ContinuousScheduler:
             if s.request_id in sampled.fork_token_ids:
                 self._fork(req, sampled.fork_token_ids[s.request_id], now, update)
             update.outputs.append(self._append(req, tokens, now, num_draft, update))
+        if update.finished:
+            self.running = [r for r in self.running if not r.is_finished]
         return update
 
     def _verify(self, req: Request, num_spec: int, num_accepted: int, update: StepUpdate) -> int:
@@ -247,7 +254,7 @@ class ContinuousScheduler:
             self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
         if status is None:
             return StepOutput(req.request_id, added, False, None)
-        self.finish_request(req, status, now, update)
+        self._finish(req, status, now, update)      # still in running until update_from_output ends
         return StepOutput(req.request_id, added, True, status.value)
 
     def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
