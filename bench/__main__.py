@@ -9,9 +9,9 @@
 2. ``bench.baselines``: the "before" systems against the "after" ones — contiguous vs paged KV,
    static vs continuous batching (issue 3).
 3. ``bench.spec``: speculative decoding speed-up vs k next to the Leviathan prediction (issue 4).
-4. ``bench.scheduler_overhead``: scheduler CPU time per step vs running requests on the simulated
-   accelerator, and the concurrency where it saturates, with the engine's host-path optimisation off and
-   on (issue 14).
+4. ``bench.scheduler_overhead``: the engine's host time per step (deciding, sampling, bookkeeping,
+   stats, events) vs running requests on the simulated accelerator, and the concurrency where it
+   saturates, with the engine's host-path optimisation off and on (issues 14 and 20).
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -29,7 +29,7 @@ BENCHMARKS = {
     "cpu_engine": "labkit vs transformers generate, and the bandwidth roofline (issue 2)",
     "baselines": "before vs after: KV layout and batching policy (issue 3)",
     "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
-    "scheduler_overhead": "scheduler CPU time per step vs running requests, optimisation off/on (issue 14)",
+    "scheduler_overhead": "host time per step vs running requests, optimisation off/on (issues 14, 20)",
 }
 
 
