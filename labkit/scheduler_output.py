@@ -71,7 +71,7 @@ class SampledTokens:
     the same logits row with the child's own generator.
     """
 
-    token_ids: dict[str, list[int]] = field(default_factory=dict)
+    token_ids: dict[str, Sequence[int]] = field(default_factory=dict)   # a plain row's: a 1-tuple, kept as the StepOutput's
     fork_token_ids: dict[str, list[int]] = field(default_factory=dict)
 
 

@@ -148,7 +148,7 @@ class Sampler:
                 gen = self._generators[s.request_id]
                 if gen is not None:
                     tokens[i] = sample_tokens(logits[i:i + 1], [self._params[s.request_id]], [gen])[0]
-        out.token_ids.update({s.request_id: [t] for s, t in zip(scheduled, tokens)})
+        out.token_ids.update({s.request_id: (t,) for s, t in zip(scheduled, tokens)})
 
     def _sample_plain(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
         """Every plain row in one call: one gather, one argmax (one multinomial per sampled request)."""
@@ -157,7 +157,7 @@ class Sampler:
         last = torch.tensor([end - 1 for _, _, end in rows], device=logits.device)
         tokens = sample_tokens(logits.index_select(0, last), [self._params[s.request_id] for s, _, _ in rows],
                                [self._generators[s.request_id] for s, _, _ in rows])
-        out.token_ids.update((s.request_id, [t]) for (s, _, _), t in zip(rows, tokens))
+        out.token_ids.update((s.request_id, (t,)) for (s, _, _), t in zip(rows, tokens))
 
     def _one_by_one(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
         """The unbatched host path (``EngineConfig(batched_sampling=False)``): one call per request.
