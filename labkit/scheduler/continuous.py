@@ -159,6 +159,8 @@ class ContinuousScheduler:
     def _schedule_waiting(self, out: SchedulerOutput, budget: int, now: float) -> int:
         """Admit waiting requests in order while budget, sequence slots and KV space last; returns
         the budget left."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return budget             # every sequence slot is taken (a busy server's usual step)
         num_seqs = sum(1 + r.num_forks_pending for r in self.running)   # slots taken, counted once
         while self.waiting and budget > 0 and self._may_admit(self.waiting[0], num_seqs):
             req = self.waiting[0]
