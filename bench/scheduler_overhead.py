@@ -52,7 +52,8 @@ def section(label: str, rows: list[OverheadRow]) -> Section:
 def run(args: argparse.Namespace):
     sizes = SIZES["tiny" if args.tiny else "quick" if args.quick else "full"]
     switch = host_path_switch()
-    before, after = before_after(sizes, switch, rounds=1 if args.tiny else 2)
+    steps, rounds = (5, 1) if args.tiny else (10, 2) if args.quick else (15, 3)   # cheap: the model is simulated
+    before, after = before_after(sizes, switch, steps=steps, rounds=rounds)
     if switch is None:
         yield section("engine as built (no host-path optimisation switch in this EngineConfig)", before)
         return
