@@ -9,7 +9,8 @@ requests in steady decode. Per step, measured on this machine: the engine's host
 sampling, bookkeeping, stats and events: the step's wall time less the simulated runner's own work,
 which stands in for the model), its split, and the simulated accelerator time (``model_s``). Each
 figure is the step with the least host time of a few (other programs only add time; its parts add up),
-with the median step beside it (it includes the garbage collector's pauses). The saturation
+with the median step beside it, and the garbage collector's mean time per step (the best step
+usually had no collection; a full one scans the whole heap and lands in a few steps). The saturation
 concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog 2025-01-27) on
 the least-squares line through the rows' scheduler time. When the engine has a host-path optimisation
 switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
@@ -29,7 +30,7 @@ SIZES = {"full": [1, 16, 64, 256, 1024, 4096], "quick": [1, 64, 256, 1024], "tin
 HEADERS = ["running requests", "engine host µs/step (best)", "µs per request", "median µs/step",
            "of it: deciding", "sampling", "update and bookkeeping", "stats and events",
            "scheduler µs/step (StepStats.scheduler_s)", "sim runner µs (not counted)",
-           "accelerator ms/step (simulated)", "host share of a 5 ms step"]
+           "garbage collector µs/step (mean)", "accelerator ms/step (simulated)", "host share of a 5 ms step"]
 
 
 def row(r: OverheadRow) -> list[str]:
@@ -39,7 +40,7 @@ def row(r: OverheadRow) -> list[str]:
     return [f"{r.num_running:,}", f"{1e6 * r.engine_host_s:,.0f}", f"{1e6 * r.engine_host_s / r.num_running:.2f}",
             median, f"{1e6 * r.schedule_s:,.0f}", f"{1e6 * r.sample_s:,.0f}", f"{1e6 * update_s:,.0f}",
             f"{1e6 * r.stats_events_s:,.0f}", f"{1e6 * r.scheduler_s:,.0f}", f"{1e6 * r.runner_s:,.0f}",
-            f"{1e3 * r.model_s:.2f}", f"{share:.0%}"]
+            f"{1e6 * r.gc_s:,.0f}", f"{1e3 * r.model_s:.2f}", f"{share:.0%}"]
 
 
 def section(label: str, rows: list[OverheadRow]) -> Section:

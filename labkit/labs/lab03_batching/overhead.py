@@ -20,6 +20,7 @@ more call with its switch flipped.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, replace
 
@@ -41,6 +42,7 @@ class OverheadRow:
     sample_s: float = 0.0       # of scheduler_s: sampling; the rest is applying results and bookkeeping
     runner_s: float = 0.0       # of other_s: the simulated runner's own CPU work (the model's stand-in)
     engine_host_median_s: float | None = None   # median engine_host_s over the timed steps
+    gc_s: float = 0.0           # Python's garbage collector, mean seconds per timed step (the medians carry it)
 
     @property
     def host_s(self) -> float:
@@ -87,16 +89,39 @@ def measure_overhead(num_running: int, config_overrides: dict | None = None, ste
     for _ in range(1 + warmup):                 # the prefill step, then warm-up decodes
         engine.step()
     rows = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        engine.step()
-        wall = time.perf_counter() - t0
-        last, runner_s = engine.metrics.last, getattr(engine.runner, "last_host_s", 0.0)
-        rows.append(OverheadRow(num_running, last.scheduler_s, last.model_s, max(0.0, wall - last.scheduler_s),
-                                schedule_s=last.schedule_s, sample_s=last.sample_s, runner_s=runner_s))
+    with GCTimer() as gc_time:
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            engine.step()
+            wall = time.perf_counter() - t0
+            last, runner_s = engine.metrics.last, getattr(engine.runner, "last_host_s", 0.0)
+            rows.append(OverheadRow(num_running, last.scheduler_s, last.model_s, max(0.0, wall - last.scheduler_s),
+                                    schedule_s=last.schedule_s, sample_s=last.sample_s, runner_s=runner_s))
     fastest = min(rows, key=lambda r: r.engine_host_s)
     return replace(fastest, model_s=percentile([r.model_s for r in rows], 50),
-                   engine_host_median_s=percentile([r.engine_host_s for r in rows], 50))
+                   engine_host_median_s=percentile([r.engine_host_s for r in rows], 50), gc_s=gc_time.seconds / steps)
+
+
+class GCTimer:
+    """Seconds the garbage collector runs while the block is open (``gc.callbacks``). The engine's
+    step garbage is freed by reference counting; what the collector costs is scanning the young
+    objects each step allocates and, now and then, the whole heap (the notebook's included)."""
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> "GCTimer":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def scheduler_overhead(num_running_list: list[int], config_overrides: dict | None = None,
