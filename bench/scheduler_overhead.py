@@ -3,6 +3,11 @@
     python -m bench.scheduler_overhead            # 1, 16, 64, 256, 1,024, 4,096 running requests
     python -m bench.scheduler_overhead --quick    # 1, 64, 256, 1,024
     python -m bench.scheduler_overhead --tiny     # 1, 64 (smoke: seconds)
+    python -m bench.scheduler_overhead --against /tmp/old    # before/after: another checkout vs this one
+
+``--against DIR`` times another labkit checkout (e.g. ``git worktree add /tmp/old 7427a32``) and this one
+in alternating processes, the order swapped each round, with the same self-contained timer (it uses
+only ``LLM(model="sim")``, ``add_request``, ``step`` and the runner's ``execute``, so any version runs it).
 
 The simulated model (``LLM(model="sim")``: Llama-3-8B on an H100 profile) is filled with n running
 requests in steady decode. Per step, measured on this machine: the engine's host work (deciding,
@@ -20,8 +25,16 @@ runs with it off and on, interleaved at each concurrency so a change in the mach
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
 
-from bench.common import Section, load_average, report
+from bench.common import REPO, Section, load_average, report
 from labkit.labs.lab03_batching.overhead import OverheadRow, before_after, host_path_switch, saturation_concurrency
 from labkit.model.cpu_features import describe_cpu
 
@@ -50,8 +63,80 @@ def section(label: str, rows: list[OverheadRow]) -> Section:
                     f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
 
 
+def steady_decode_host(sizes: list[int], steps: int) -> None:
+    """One JSON line per size: the host time of steady decode steps (wall and CPU, less the simulated
+    runner's own time), on whatever labkit is importable. Self-contained: ``--against`` runs its source."""
+    import json
+    import statistics
+    import time
+
+    from labkit import LLM, EngineConfig, SamplingParams
+
+    for n in sizes:
+        config = EngineConfig(max_num_seqs=n, max_model_len=256, max_num_batched_tokens=max(1024, 8 * n))
+        engine = LLM(model="sim", config=config, model_profile="llama-3-8b", hardware="h100-sxm", progress=False).engine
+        for i in range(n):
+            engine.add_request([97 + i % 26] * 8, SamplingParams(max_tokens=steps + 6, ignore_eos=True))
+        for _ in range(3):                      # the prefill step, then warm-up decodes
+            engine.step()
+        execute, runner_s = engine.runner.execute, [0.0]
+
+        def timed(decision, execute=execute, runner_s=runner_s):
+            t0 = time.perf_counter()
+            logits = execute(decision)
+            runner_s[0] = time.perf_counter() - t0
+            return logits
+        engine.runner.execute = timed
+        walls, cpus = [], []
+        for _ in range(steps):
+            c0, t0 = time.process_time(), time.perf_counter()
+            engine.step()
+            walls.append(time.perf_counter() - t0 - runner_s[0])
+            cpus.append(time.process_time() - c0 - runner_s[0])
+        print(json.dumps({"n": n, "best_s": min(walls), "median_cpu_s": statistics.median(cpus)}), flush=True)
+
+
+def _commit(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown commit"
+
+
+def against(other: Path, sizes: list[int], steps: int, rounds: int) -> Section:
+    """``other`` (before) and this checkout (after), alternating processes; per side the best step of all
+    rounds and the median of the rounds' median CPU times."""
+    code = inspect.getsource(steady_decode_host) + f"\nsteady_decode_host({sizes!r}, {steps})\n"
+    got: dict[str, dict[int, list[dict]]] = {"before": defaultdict(list), "after": defaultdict(list)}
+    for r in range(rounds):
+        sides = [("before", other), ("after", REPO)]
+        for label, tree in sides if r % 2 == 0 else sides[::-1]:
+            env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+            done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"timing {tree} failed:\n{done.stderr[-2000:]}")
+            for line in done.stdout.splitlines():
+                d = json.loads(line)
+                got[label][d["n"]].append(d)
+    rows = []
+    for n in sizes:
+        b, a = (min(x["best_s"] for x in got[side][n]) for side in ("before", "after"))
+        mb, ma = (statistics.median(x["median_cpu_s"] for x in got[side][n]) for side in ("before", "after"))
+        rows.append([f"{n:,}", f"{1e6 * b:,.0f}", f"{1e6 * a:,.0f}", f"{1e6 * b / n:.2f}", f"{1e6 * a / n:.2f}",
+                     f"{a / b:.2f}", f"{1e6 * mb:,.0f}", f"{1e6 * ma:,.0f}"])
+    return Section(f"Host time per steady decode step, before ({other}, {_commit(other)}) vs after (this checkout, "
+                   f"{_commit(REPO)})",
+                   ["running requests", "before µs/step (best)", "after µs/step (best)", "before µs per request",
+                    "after µs per request", "after ÷ before", "before median CPU µs/step", "after median CPU µs/step"],
+                   rows, [f"{rounds} rounds of alternating processes (order swapped each round), {steps} steps each; "
+                          "host = step time less the simulated runner's own time",
+                          f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
+
+
 def run(args: argparse.Namespace):
     sizes = SIZES["tiny" if args.tiny else "quick" if args.quick else "full"]
+    if args.against is not None:
+        steps, rounds = (3, 2) if args.tiny else (15, 4)
+        yield against(Path(args.against).resolve(), sizes, steps, rounds)
+        return
     switch = host_path_switch()
     steps, rounds = (5, 1) if args.tiny else (10, 2) if args.quick else (15, 3)   # cheap: the model is simulated
     before, after = before_after(sizes, switch, steps=steps, rounds=rounds)
@@ -67,6 +152,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="up to 1,024 running requests")
     size.add_argument("--tiny", action="store_true", help="smoke mode: 1 and 64 running requests")
+    p.add_argument("--against", default=None, metavar="DIR",
+                   help="another labkit checkout to time against this one (before/after table)")
     p.add_argument("--threads", type=int, default=1, help="accepted for bench's common flags (no model runs)")
     p.add_argument("--model", default=None, help="accepted for bench's common flags (the sim is used)")
     return p.parse_args(argv)

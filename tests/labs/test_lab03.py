@@ -203,6 +203,17 @@ def test_engine_host_time_leaves_out_the_simulated_runner_and_keeps_its_parts():
     assert len(bench.row(r)) == len(bench.HEADERS)
 
 
+def test_the_bench_times_another_checkout_against_this_one_in_alternating_processes():
+    """``--against``: the self-contained timer runs on any checkout (here: this one against itself)."""
+    from bench import scheduler_overhead as bench
+    from bench.common import REPO
+
+    section = bench.against(REPO, [1, 8], steps=2, rounds=2)
+    assert [r[0] for r in section.rows] == ["1", "8"]
+    assert all(float(r[1].replace(",", "")) > 0 and float(r[2].replace(",", "")) > 0 for r in section.rows)
+    assert "alternating" in section.notes[0]
+
+
 def test_saturation_concurrency_solves_the_fitted_line():
     rows = [overhead.OverheadRow(n, 1e-4 + 1e-5 * n, 0.01, 0.0) for n in (1, 64, 1024)]
     a, b = overhead.fit_linear(rows)
