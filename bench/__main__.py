@@ -12,6 +12,8 @@
 4. ``bench.scheduler_overhead``: the engine's host time per step (deciding, sampling, bookkeeping,
    stats, events) vs running requests on the simulated accelerator, and the concurrency where it
    saturates, with the engine's host-path optimisation off and on (issues 14 and 20).
+5. ``bench.load_memory``: load time and resident memory, labkit vs ``transformers``, each in a fresh
+   process (issue 20).
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -30,6 +32,7 @@ BENCHMARKS = {
     "baselines": "before vs after: KV layout and batching policy (issue 3)",
     "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
     "scheduler_overhead": "host time per step vs running requests, optimisation off/on (issues 14, 20)",
+    "load_memory": "load time and peak memory, labkit vs transformers (issue 20)",
 }
 
 

@@ -16,7 +16,8 @@ inside a round.
 Roofline. A batch-1 decode step must read every weight once (all layers and the LM head; the
 embedding lookup reads one row), so with read bandwidth B (bytes/s) and W weight bytes it cannot
 beat B / W tokens per second (Williams et al., "Roofline", CACM 2009). B is measured in the same
-round, on the same clock, as the speed of a ``sum`` over a tensor as large as the weights.
+round, on the same clock, as the fastest of a few read kernels (``sum``, ``mv``, vector x matrix) over
+a tensor as large as the weights (``bench.common.measure_read_bandwidth``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@
 A decode step multiplies T rows (T = batch size, or k + 1 when verifying k drafts) by every weight
 matrix of the model. Memory-bound, T rows should cost about what one row costs, since the weights
 are read once either way; how close a formulation gets depends on the BLAS kernel it lands in.
-``labkit.model.llama.linear`` picks between ``F.linear(x, W)`` and ``(W @ xᵀ)ᵀ`` by T (for T in
-``_MM_ROWS[dtype]`` on CPU it uses the latter); this table is the evidence for that choice on
-the machine at hand. The weights are the default model's, fused as the engine holds them (qkv,
+``labkit.model.llama.linear`` picks between ``F.linear(x, W)`` and ``(W @ xᵀ)ᵀ`` by dtype, T and the
+CPU (the rule is printed under each table); this table is the evidence for that choice on the
+machine at hand. The weights are the default model's, fused as the engine holds them (qkv,
 o, gate_up, down per layer, then the LM head).
 """
 
@@ -55,11 +55,18 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
         best = min(ms, key=ms.get)
         table.append([str(t)] + [f"{ms[n]:.1f} ({ms[n] / one_row[n]:.2f}x)" for n in formulations] + [best])
     dtype = weights[0].dtype
-    name, chosen = str(dtype).removeprefix("torch."), llama._MM_ROWS[dtype]
-    pad = " (and for one row, two copies of it)" if dtype in llama._MM_PAD_ONE_ROW else ""
+    name = str(dtype).removeprefix("torch.")
+    if dtype == torch.bfloat16:
+        paired = sorted({tuple(w.shape) for w in weights if llama._one_row_needs_pair(w)})
+        multi = "(W @ xᵀ)ᵀ (AMX)" if llama.has_amx() else "F.linear (no AMX)"
+        rule = (f"labkit linear() uses {multi} for bf16 T in 2..16; one row goes through F.linear, except for "
+                f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
+                f"copies): {', '.join(map(str, paired)) or 'none'}")
+    else:
+        first, last = llama._MM_ROWS.get(dtype, (0, -1))
+        rule = f"labkit linear() uses (W @ xᵀ)ᵀ for {name} T in {first}..{last}"
     notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
-             "relative to the same formulation at T = 1",
-             f"labkit linear() uses (W @ xᵀ)ᵀ for {name} T in {chosen.start}..{chosen.stop - 1}{pad}"]
+             "relative to the same formulation at T = 1", rule]
     return Section(f"Weight sweep vs rows, {name}, {threads} thread(s)", ["rows T", *formulations, "fastest"],
                    table, notes)
 

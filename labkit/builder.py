@@ -42,7 +42,7 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
                             cfg.head_dim, dtype, device)
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     runner = ModelRunner(net, kv_cache, device, get_backend(config.attention_backend, device),
-                         kv_manager.meta_block_size)
+                         kv_manager.meta_block_size, compile=config.compile)
     sampler = Sampler(config.seed, config.batched_sampling)
     proposer = None if config.speculative is None else make_proposer(
         config.speculative, config, max_model_len, runner=runner, kv_manager=kv_manager, sampler=sampler,

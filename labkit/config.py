@@ -80,6 +80,9 @@ class EngineConfig:
     # The host path's one switch (lab 03 measures it): sample and verify the whole batch in one
     # tensor call per kind of row (True), or request by request (False). Same tokens either way.
     batched_sampling: bool = True
+    # torch.compile each layer's dense halves (labkit.model.compiled): slow first steps, then
+    # whatever Inductor's fusion buys on this machine (lab 05 measures it). Not bit-exact.
+    compile: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +112,8 @@ class EngineConfig:
         _int_range("seed", self.seed, 0)
         if not isinstance(self.batched_sampling, bool):
             raise ValueError(f"batched_sampling must be a bool, got {self.batched_sampling!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be a bool, got {self.compile!r}")
         if self.kv_cache == "contiguous" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "
                              "cannot share blocks)")

@@ -128,3 +128,24 @@ def test_every_backend_meets_the_protocol_and_cpu_defaults_to_the_fast_path():
 def test_the_reference_fits_on_one_screen():
     import inspect
     assert len(inspect.getsource(reference.paged_attention).splitlines()) <= 25
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("query_len", [1, 3])
+def test_a_sequence_on_consecutive_blocks_is_read_in_place_with_the_same_bits(dtype, query_len):
+    # The same context stored on consecutive blocks (read as a view) and scattered (gathered):
+    # SDPA must see the same values with the same strides, so the outputs are equal to the bit.
+    gen = torch.Generator().manual_seed(query_len)
+    block_size, L, num_blocks = 4, 13, 8
+    k, v = torch.randn(L, 2, 16, generator=gen).to(dtype), torch.randn(L, 2, 16, generator=gen).to(dtype)
+    query = torch.randn(query_len, 6, 16, generator=gen).to(dtype)
+    outs = {}
+    for name, table in {"consecutive": [3, 4, 5, 6], "scattered": [6, 0, 5, 2]}.items():
+        caches = [torch.full((num_blocks, block_size, 2, 16), float("nan"), dtype=dtype) for _ in range(2)]
+        ctx = torch.tensor([table[p // block_size] * block_size + p % block_size for p in range(L)])
+        write_kv(k, v, *caches, ctx)
+        meta = AttentionMetadata.build([query_len], [L], [table], ctx[L - query_len:].tolist(), block_size)
+        outs[name] = cpu_batched.paged_attention(query, *caches, meta, 0.25)
+        (plan,) = cpu_batched._plan(meta, query_len, query.device)
+        assert (plan.first_slot is not None) == (name == "consecutive")
+    assert torch.equal(outs["consecutive"], outs["scattered"])

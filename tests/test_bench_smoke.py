@@ -160,3 +160,14 @@ def test_baselines_real_part_runs_in_both_dtypes_with_all_three_systems(tiny_mod
         assert [r[0] for r in section.rows] == ["labkit, continuous batching", "labkit, static batching",
                                                 "transformers generate, static padded batches"]
     assert sections[0].rows[1][-1] == "100%"        # fp32: static batching emits continuous's tokens
+
+
+def test_load_memory_benchmark_measures_both_systems_in_fresh_processes(tiny_model):
+    from bench import load_memory
+
+    (section,) = load_memory.main(["--tiny", "--model", tiny_model])
+    assert [r[0] for r in section.rows] == ["labkit", "transformers"]
+    for row in section.rows:
+        base, steady, peak = float(row[2]), float(row[4]), float(row[5])
+        assert 0 < base <= steady <= peak        # torch's own, then the model on top, peak last
+    assert any("cpu:" in n for n in section.notes)

@@ -86,3 +86,41 @@ def test_our_gguf_conversion_equals_transformers_gguf_loader(model_dir):
     ref_sd = ref.state_dict()
     for name, tensor in ours.items():
         torch.testing.assert_close(tensor, ref_sd[name], rtol=0, atol=0, msg=name)
+
+
+def test_lazy_tensors_read_what_safetensors_wrote(tmp_path):
+    from safetensors.torch import save_file
+
+    from labkit.model.loader import LazyTensors
+    g = torch.Generator().manual_seed(0)
+    tensors = {"a": torch.randn(3, 5, generator=g), "b": torch.randn(7, generator=g).to(torch.bfloat16),
+               "c": torch.arange(6, dtype=torch.int64).reshape(2, 3), "d": torch.randn(4, 2, generator=g).half()}
+    save_file(tensors, str(tmp_path / "m.safetensors"), metadata={"format": "pt"})
+    lazy = LazyTensors([tmp_path / "m.safetensors"])
+    assert set(lazy.keys()) == set(tensors) and "a" in lazy and "z" not in lazy
+    for name, want in tensors.items():
+        assert lazy[name].dtype == want.dtype and torch.equal(lazy[name], want)
+
+
+@pytest.mark.parametrize("damage", ["header", "truncate", "dtype"])
+def test_lazy_tensors_name_the_file_of_a_broken_safetensors(tmp_path, damage):
+    import json as _json
+
+    from safetensors.torch import save_file
+
+    from labkit.model.loader import LazyTensors
+    path = tmp_path / "m.safetensors"
+    save_file({"w": torch.ones(64, 64)}, str(path))
+    raw = path.read_bytes()
+    if damage == "header":
+        path.write_bytes((10**9).to_bytes(8, "little") + raw[8:])
+    elif damage == "truncate":
+        path.write_bytes(raw[:-100])
+    else:
+        size = int.from_bytes(raw[:8], "little")
+        header = _json.loads(raw[8:8 + size])
+        header["w"]["dtype"] = "Q9"
+        body = _json.dumps(header).encode().ljust(size)
+        path.write_bytes(raw[:8] + body + raw[8 + size:])
+    with pytest.raises(ValueError, match="m.safetensors"):
+        LazyTensors([path])["w"]

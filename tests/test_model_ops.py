@@ -53,3 +53,16 @@ def test_bf16_linear_gives_each_row_the_same_bits_at_any_row_count(rows):
     batched = linear(x, w)
     for i in range(rows):
         assert torch.equal(linear(x[i:i + 1], w), batched[i:i + 1])
+
+
+@pytest.mark.parametrize("shape", [(960, 576), (576, 1536), (200, 1152)])
+def test_bf16_linear_rows_have_the_same_bits_at_any_row_count_even_on_order_sensitive_sums(shape):
+    # The order probe's sums come out differently under any other split of the reduction, so this
+    # fails wherever one row and several rows take kernels that sum in different orders (as the
+    # one-row gemv and the multi-row gemm do for in_features > 1024 on AVX-512 without AMX).
+    from labkit.model.llama import order_probe
+    w, one = order_probe(*shape)
+    x = torch.cat([one, one * 2, one * 3, one, -one, one * 0.5, one, one, one])
+    alone = torch.cat([linear(x[i:i + 1], w) for i in range(len(x))])
+    for rows in range(2, len(x) + 1):
+        assert torch.equal(linear(x[:rows], w), alone[:rows]), rows

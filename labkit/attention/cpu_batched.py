@@ -40,6 +40,7 @@ class _GroupPlan:
     mask: torch.Tensor | None        # [B, 1, Q, L] SDPA mask; None when every query sees every key
     row_valid: torch.Tensor | None   # [B, Q] real (not padding) rows; None if all are real
     contiguous: bool                 # tok is exactly 0..num_tokens-1 in order (output is a reshape)
+    first_slot: int | None = None    # B == 1 and its slots are consecutive: read K/V in place from here
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class _RowsPlan:
     slots: torch.Tensor              # [1, seq_len] cache slots of the whole context
     first_token: int                 # flat index of the query's first token
     context_lens: tuple[int, ...]    # row j sees positions 0 .. context_lens[j] - 1
+    first_slot: int | None = None    # the context's slots are consecutive: read K/V in place from here
 
 
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -70,12 +72,33 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     return out
 
 
-def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """This layer's K or V at ``slots`` [B, L]: returns [B, Hkv, L, D] in ``dtype``."""
+def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype, first_slot: int | None = None
+            ) -> torch.Tensor:
+    """This layer's K or V at ``slots`` [B, L]: returns [B, Hkv, L, D] in ``dtype``.
+
+    One sequence whose blocks lie next to each other in the pool (a fresh pool hands them out in
+    order) is read in place: a view with the same strides as the gathered copy, so SDPA computes the
+    same bits, without copying the context every layer (at 1,000 tokens the copy cost as much as
+    the attention itself)."""
     num_kv_heads, head_dim = cache.shape[-2:]
-    # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
-    rows = cache.view(-1, num_kv_heads, head_dim).index_select(0, slots.view(-1))
+    flat = cache.view(-1, num_kv_heads, head_dim)
+    if first_slot is not None:
+        rows = flat[first_slot:first_slot + slots.shape[1]]
+    else:
+        # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
+        rows = flat.index_select(0, slots.view(-1))
     return rows.view(*slots.shape, num_kv_heads, head_dim).transpose(1, 2).to(dtype)
+
+
+def _first_slot_if_consecutive(slots: torch.Tensor) -> int | None:
+    """``slots[0, 0]`` when ``slots`` is one row of consecutive slot numbers, else None."""
+    if slots.shape[0] != 1 or slots.shape[1] == 0:
+        return None
+    row = slots[0]
+    first = int(row[0])
+    if int(row[-1]) - first != row.numel() - 1 or not bool((row[1:] - row[:-1] == 1).all()):
+        return None
+    return first
 
 
 def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> torch.Tensor:
@@ -86,15 +109,16 @@ def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> to
         q = query[plan.tok].transpose(1, 2)
     if q.stride(-1) != 1:
         q = q.contiguous()   # CPU flash attention needs unit-stride head_dim, else SDPA takes the slow math path
-    o = F.scaled_dot_product_attention(q, _gather(key_cache, plan.slots, q.dtype),
-                                       _gather(value_cache, plan.slots, q.dtype),
+    o = F.scaled_dot_product_attention(q, _gather(key_cache, plan.slots, q.dtype, plan.first_slot),
+                                       _gather(value_cache, plan.slots, q.dtype, plan.first_slot),
                                        attn_mask=plan.mask, scale=scale, enable_gqa=True)
     return o.transpose(1, 2)
 
 
 def _attend_rows(query, key_cache, value_cache, plan: _RowsPlan, scale: float, out: torch.Tensor) -> None:
     """Row j of the query against exactly its own prefix: the call plain decoding makes there."""
-    k, v = _gather(key_cache, plan.slots, query.dtype), _gather(value_cache, plan.slots, query.dtype)
+    k = _gather(key_cache, plan.slots, query.dtype, plan.first_slot)
+    v = _gather(value_cache, plan.slots, query.dtype, plan.first_slot)
     rows = query[plan.first_token:plan.first_token + len(plan.context_lens)].contiguous()   # as _attend: unit stride
     for j, length in enumerate(plan.context_lens):
         q = rows[j:j + 1].view(1, 1, *rows.shape[1:]).transpose(1, 2)                  # [1, H, 1, D]
@@ -118,7 +142,7 @@ def _plan_rows(meta: AttentionMetadata, seq: int, device) -> _RowsPlan:
     q_len, s_len = meta.query_lens_list[seq], meta.seq_lens_list[seq]
     slots = _context_slots(meta, [seq], torch.arange(s_len, device=device))
     first = sum(meta.query_lens_list[:seq])
-    return _RowsPlan(slots, first, tuple(range(s_len - q_len + 1, s_len + 1)))
+    return _RowsPlan(slots, first, tuple(range(s_len - q_len + 1, s_len + 1)), _first_slot_if_consecutive(slots))
 
 
 def _context_slots(meta: AttentionMetadata, seqs: list[int], pos: torch.Tensor) -> torch.Tensor:
@@ -163,4 +187,6 @@ def _plan_group(meta: AttentionMetadata, seqs: list[int], num_tokens: int, devic
         mask = (mask | (~row_valid[:, :, None] & (pos[None, None, :] == 0)))[:, None]
     contiguous = (not padded_rows and sum(q_lens) == num_tokens
                   and [starts[s] for s in seqs] == starts[:-1] and seqs == sorted(seqs))
-    return _GroupPlan(slots.contiguous(), tok, mask, row_valid if padded_rows else None, contiguous)
+    slots = slots.contiguous()
+    return _GroupPlan(slots, tok, mask, row_valid if padded_rows else None, contiguous,
+                      None if ragged_context else _first_slot_if_consecutive(slots))

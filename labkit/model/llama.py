@@ -19,21 +19,59 @@ from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
 from labkit.model.config import ModelConfig
+from labkit.model.cpu_features import has_amx
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
-# measures both dtypes and prints the CPU it ran on).
+# measures the forms and prints the CPU it ran on).
 # fp32: F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14
 # rows (W @ xᵀ)ᵀ was 1.1-1.7x faster (about equal at 16); above 16 rows both cost the same.
-# bf16 with AMX: (W @ xᵀ)ᵀ stays flat from 2 to 16 rows (25-28 ms a sweep) where F.linear takes 39-47 ms,
-# and one row through either form takes 38-63 ms: so a single bf16 row is computed as two copies of
-# itself (the duplicate costs nothing; each output row is bit-identical whatever the row count).
-# bf16 without AMX (AVX-512 only) that trick costs: one padded row took 1.1 ms per 1536x576 matrix
-# against 0.1 ms with F.linear. It is kept on every CPU because speculative decoding's bf16 output
-# must equal plain bf16 greedy output bit for bit, and F.linear is not row-invariant there (a K=1536
-# product differs at 7, 8, 9, 11, 12, 14, 15 and 17 rows from the same row alone; with F.linear
-# everywhere a k=4 speculative run left plain greedy output at token 42).
-_MM_ROWS = {torch.float32: range(7, 17), torch.bfloat16: range(2, 17)}
-_MM_PAD_ONE_ROW = {torch.bfloat16}
+# bf16: the products must give each row the same bits at any row count, because speculative decoding
+# verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
+# Multi-row products (any form) agree with each other row for row; the one-row kernel (a gemv) agrees
+# with them for some weight shapes and not for others, depending on the CPU's BLAS (on an AVX-512 Xeon
+# without AMX: every shape with in_features > 1024, i.e. the down projection). So the first time a shape
+# is seen, `_one_row_needs_pair` checks it on that CPU and only the shapes that differ compute a single
+# row as two copies of itself (the copy costs ~3x a one-row gemv without AMX; with AMX a pair costs no
+# more than one row). A table of forms tuned on one CPU is what made bf16 run at
+# a third of fp32 speed on another (issue 20): the check is about bits, never timing, so it is
+# deterministic on a given CPU.
+_MM_ROWS = {torch.float32: (7, 16)}    # first and last row count
+_pair_rows: dict[tuple, bool] = {}
+
+
+def _bf16_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The multi-row bf16 product: (W @ xᵀ)ᵀ with AMX (flat from 2 to 16 rows there, where F.linear took
+    1.5x longer), F.linear without (where (W @ xᵀ)ᵀ took up to 2x longer). Both give the same bits."""
+    return torch.mm(weight, x.t()).t() if has_amx() else F.linear(x, weight)
+
+
+def order_probe(out_features: int, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A bf16 weight whose products reveal the order a kernel sums in, and the input row of ones.
+
+    Row n is all ones except +2**26 and -2**26 at two random columns: in fp32, 2**26 + 1 rounds back to
+    2**26, so the row's sum is exactly its count of ones only where the two large terms cancel before
+    the ones between them are absorbed. Two kernels that split the reduction differently disagree on
+    many rows; the same split agrees on all. (Random data hid the difference: real down-projection
+    inputs found it after 40 tokens, randn rows in 1 of 32 checks.)"""
+    g = torch.Generator().manual_seed(26)
+    w = torch.ones(out_features, in_features)
+    rows = torch.arange(out_features)
+    big = torch.randint(0, in_features, (out_features,), generator=g)
+    cancel = (big + torch.randint(1, in_features, (out_features,), generator=g)) % in_features
+    w[rows, big], w[rows, cancel] = 2.0 ** 26, -2.0 ** 26
+    return w.to(torch.bfloat16), torch.ones(1, in_features, dtype=torch.bfloat16)
+
+
+def _one_row_needs_pair(weight: torch.Tensor) -> bool:
+    """Whether one bf16 row through a weight of this shape must be computed as a pair of rows to get
+    the bits a multi-row product gives it: checked once per shape and thread count on this CPU, with
+    `order_probe` (on an AVX-512 Xeon without AMX: in_features > 1024 needs the pair)."""
+    key = (tuple(weight.shape), torch.get_num_threads())
+    if key not in _pair_rows:
+        w, x = order_probe(*weight.shape)
+        with torch.inference_mode():
+            _pair_rows[key] = not torch.equal(F.linear(x, w), _bf16_rows(x.expand(2, -1), w)[:1])
+    return _pair_rows[key]
 
 
 def linear(x: torch.Tensor, weight) -> torch.Tensor:
@@ -42,11 +80,14 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
         return weight(x)
     if x.device.type == "cpu":
         rows = x.shape[0]
-        if rows in _MM_ROWS.get(x.dtype, ()):
+        if x.dtype == torch.bfloat16:
+            # With AMX a pair is also faster than one row (25-28 ms a sweep against 38-63 ms).
+            if rows == 1 and (has_amx() or _one_row_needs_pair(weight)):
+                return _bf16_rows(x.expand(2, -1), weight)[:1]
+            return _bf16_rows(x, weight) if 1 < rows <= 16 else F.linear(x, weight)
+        first, last = _MM_ROWS.get(x.dtype, (0, -1))
+        if first <= rows <= last:
             return torch.mm(weight, x.t()).t()
-        if rows == 1 and x.dtype in _MM_PAD_ONE_ROW:
-            # One row costs more than two here: compute the row twice and keep one copy.
-            return torch.mm(weight, x.expand(2, -1).t()).t()[:1]
     return F.linear(x, weight)
 
 
@@ -107,20 +148,31 @@ class LlamaLayer(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(h, cfg.intermediate_size, **kw), requires_grad=False)
         self.split = (q_out, kv_out, kv_out)
 
-    def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType):
+    def attention_input(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary):
+        """RMSNorm, the fused QKV projection and RoPE: q [T, heads, d], k and v [T, kv_heads, d]."""
         T = x.shape[0]
-        residual = x
         qkv = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
         # q and k heads sit side by side in the fused output: rotate them in one call.
         qk = rotary(qkv[:, :self.split[0] + self.split[1]].reshape(T, -1, self.head_dim), positions)
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
         v = qkv[:, self.split[0] + self.split[1]:].reshape(T, self.num_kv_heads, self.head_dim)
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], v
+
+    def attention_output_and_mlp(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The O projection and residual, then RMSNorm, SwiGLU and the second residual."""
+        x = x + linear(attn.reshape(x.shape[0], -1), self.o_proj)
+        gate, up = linear(rms_norm(x, self.post_attention_layernorm, self.eps), self.gate_up_proj).chunk(2, -1)
+        return x + linear(F.silu(gate) * up, self.down_proj)
+
+    def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType,
+                pieces: tuple | None = None):
+        """``pieces``: compiled versions of (attention_input, attention_output_and_mlp), or None for
+        eager (``labkit.model.compiled``); the paged KV write and attention always run eagerly."""
+        before, after = pieces or (LlamaLayer.attention_input, LlamaLayer.attention_output_and_mlp)
+        q, k, v = before(self, x, positions, rotary)
         key_cache, value_cache = kv_cache
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         attn = backend.paged_attention(q, key_cache, value_cache, meta, self.head_dim ** -0.5)
-        x = residual + linear(attn.reshape(T, -1), self.o_proj)
-        gate, up = linear(rms_norm(x, self.post_attention_layernorm, self.eps), self.gate_up_proj).chunk(2, -1)
-        return x + linear(F.silu(gate) * up, self.down_proj)
+        return after(self, x, attn)
 
 
 def decode_weight_bytes(model: nn.Module) -> int:
@@ -147,12 +199,14 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
-                meta: AttentionMetadata, logits_indices: torch.Tensor, backend: ModuleType) -> torch.Tensor:
+                meta: AttentionMetadata, logits_indices: torch.Tensor, backend: ModuleType,
+                pieces: tuple | None = None) -> torch.Tensor:
         """input_ids, positions: [num_tokens]; returns fp32 logits [len(logits_indices), vocab].
-        ``backend`` is the attention module (reference or triton) with write_kv/paged_attention."""
+        ``backend`` is the attention module (reference or triton) with write_kv/paged_attention;
+        ``pieces`` the layer's compiled halves or None (see ``LlamaLayer.forward``)."""
         x = F.embedding(input_ids, self.embed_tokens)
         for layer, kv_cache in zip(self.layers, kv_caches):
-            x = layer(x, positions, self.rotary, kv_cache, meta, backend)
+            x = layer(x, positions, self.rotary, kv_cache, meta, backend, pieces)
         x = rms_norm(x.index_select(0, logits_indices), self.norm, self.config.rms_norm_eps)
         return linear(x, self.lm_head).float()
 

@@ -221,21 +221,66 @@ def read_model_config(path: Path) -> ModelConfig:
         raise ValueError(f"{path}: {exc}") from None
 
 
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+class LazyTensors:
+    """The tensors of some safetensors files, each read from disk when asked for.
+
+    Loading a whole state dict first (or reading through a memory map, whose pages stay resident
+    while the file is open) held every weight twice during the load: the process peaked at about
+    1.3x the memory it then kept. Read one tensor at a time with plain reads, the load holds one
+    extra tensor at most (the largest, the embedding). The format is a JSON header of names, dtypes,
+    shapes and byte ranges followed by raw little-endian data: nothing in it is executed."""
+
+    def __init__(self, files: list[Path]):
+        self._where: dict[str, tuple[Path, int, dict]] = {}
+        for f in files:
+            try:
+                with open(f, "rb") as fh:
+                    size = int.from_bytes(fh.read(8), "little")
+                    if not 2 <= size <= f.stat().st_size - 8:
+                        raise ValueError(f"header size {size}")
+                    header = json.loads(fh.read(size))
+                entries = {k: v for k, v in header.items() if k != "__metadata__"}
+                for name, entry in entries.items():
+                    if entry["dtype"] not in _SAFETENSORS_DTYPES:
+                        raise ValueError(f"{name}: unsupported dtype {entry['dtype']}")
+                    self._where[name] = (f, 8 + size, entry)
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{f}: not a readable safetensors file ({exc})") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        path, base, entry = self._where[name]
+        start, end = entry["data_offsets"]
+        dtype, shape = _SAFETENSORS_DTYPES[entry["dtype"]], entry["shape"]
+        count = int(np.prod(shape)) if shape else 1
+        if end - start != count * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {name} has {end - start} bytes for shape {shape} ({entry['dtype']})")
+        data = bytearray(end - start)
+        with open(path, "rb") as fh:
+            fh.seek(base + start)
+            if fh.readinto(data) != len(data):
+                raise ValueError(f"{path}: tensor {name} is cut short")
+        return torch.frombuffer(data, dtype=dtype, count=count).reshape(shape) if count else torch.empty(shape, dtype=dtype)
+
+    def keys(self):
+        return self._where.keys()
+
+
 def load_model(model, device: torch.device, dtype: torch.dtype, progress: bool = True
                ) -> tuple[LlamaModel, ModelConfig, Tokenizer, Path]:
     """(LlamaModel, ModelConfig, Tokenizer, model_dir), the weights cached per process."""
-    from safetensors.torch import load_file  # only needed when weights are read
-
     model_dir = resolve_model_dir(model, progress=progress)
     key = (str(model_dir.resolve()), str(device), str(dtype))
     if key not in _WEIGHTS:
         cfg = read_model_config(model_dir / "config.json")
-        state = {}
-        for f in sorted(model_dir.glob("*.safetensors")):
-            try:
-                state.update(load_file(str(f)))
-            except Exception as exc:       # safetensors raises its own error types for a bad header
-                raise ValueError(f"{f}: not a readable safetensors file ({exc})") from None
+        state = LazyTensors(sorted(model_dir.glob("*.safetensors")))
         net = LlamaModel(cfg, dtype=dtype, device=device)
         net.load_hf_state_dict(state)
         _WEIGHTS[key] = (net, cfg, Tokenizer(model_dir, cfg.eos_token_id))

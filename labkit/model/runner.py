@@ -49,9 +49,14 @@ def prepare_input(scheduled: list[ScheduledRequest]) -> ModelInput:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: PagedKVCache, device: torch.device,
-                 backend: AttentionBackend, block_size: int):
+                 backend: AttentionBackend, block_size: int, compile: bool = False):
         self.model, self.kv_cache, self.device, self.backend = model, kv_cache, device, backend
         self.block_size = block_size            # of the layout the attention reads (meta_block_size)
+        # torch.compile'd layer halves (EngineConfig(compile=True)); None runs eagerly.
+        self.pieces = None
+        if compile:
+            from labkit.model.compiled import compiled_pieces  # imports torch._dynamo only when asked
+            self.pieces = compiled_pieces()
         self.last_model_s = 0.0
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
@@ -65,6 +70,7 @@ class ModelRunner:
                                        self.block_size, device=dev)
         logits = self.model(torch.tensor(inp.input_ids, device=dev), torch.tensor(inp.positions, device=dev),
                             self.kv_cache.layer_caches(self.block_size), meta,
-                            torch.tensor(inp.logits_indices, dtype=torch.long, device=dev), self.backend)
+                            torch.tensor(inp.logits_indices, dtype=torch.long, device=dev), self.backend,
+                            self.pieces)
         self.last_model_s = time.perf_counter() - t0
         return logits if inp.logits_indices else None

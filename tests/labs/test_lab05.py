@@ -267,3 +267,27 @@ def test_views_draw_measured_and_unavailable_rows_and_the_widget_follows_its_con
     assert "llama.cpp" in out.value
     box.children[0].children[0].value = "nvidia-hopper"          # hardware
     assert "TensorRT-LLM 只支持" not in out.value and "runs on NVIDIA GPUs only" not in out.value
+
+
+@pytest.mark.parametrize("cpu_s, word", [(0.5, "faster"), (1.0, "noise"), (2.0, "slower")])
+def test_the_compile_note_follows_the_measured_rows(cpu_s, word):
+    from dataclasses import replace
+
+    from labkit.i18n import set_language
+    from labkit.labs.lab05_engine_choice import views
+    base, comp = _row("a", "baseline", 1.0), _row("a", "compile", cpu_s)
+    rows = [replace(base, setup_s=3.0), replace(comp, setup_s=41.0)]
+    set_language("en")
+    try:
+        (note,) = views.compile_notes(rows, "a")
+        assert "41 s" in note and "3 s" in note and f"{1.0 / cpu_s:.2f}x" in note and word in note
+        assert views.compile_notes(rows[:1], "a") == [] and views.compile_notes(rows, "b") == []
+    finally:
+        set_language("zh")
+
+
+def test_the_compile_row_is_measured_in_full_mode_only():
+    full = {v.name: v for v in ablation.variants(ablation.base_config(), full=True)}
+    fast = {v.name: v for v in ablation.variants(ablation.base_config(), full=False)}
+    assert full["compile"].config.compile is True
+    assert fast["compile"].config is None and "FAST" in fast["compile"].why_not_en

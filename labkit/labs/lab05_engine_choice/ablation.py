@@ -8,7 +8,8 @@ loopback port per configuration; the weights are loaded once per process and sha
               ├─ − chunked prefill
               ├─ + speculative: n-gram / draft model
               ├─ dtype: float32 → bfloat16
-              └─ 4-bit weights, torch.compile     (not in labkit yet: shown as rows without numbers)
+              ├─ torch.compile of each layer's dense halves (full mode only: compiling takes a while)
+              └─ 4-bit weights                    (not in labkit yet: shown as a row without numbers)
 
 Every variant gets the same KV pool (``num_blocks``), ``max_model_len`` and batch limits, so the
 memory column compares like with like: weights + the peak KV bytes the variant allocated.
@@ -61,6 +62,10 @@ def base_config(num_blocks: int = 160, max_model_len: int = 640) -> EngineConfig
                         max_num_batched_tokens=512, enable_prefix_caching=False)
 
 
+COMPILE_ZH = "torch.compile 每层的稠密部分（“编译型引擎”的类比）"
+COMPILE_EN = "torch.compile of each layer's dense parts (the compiled-engine analogue)"
+
+
 def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
     """The switches, one at a time against ``base``; ``full=False`` keeps the five cheapest."""
     out = [
@@ -77,15 +82,16 @@ def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
             Variant("draft", "+ 投机解码：草稿模型，k=4", "+ speculative: draft model, k=4",
                     replace(base, speculative=SpecConfig(method="draft", num_speculative_tokens=4))),
             Variant("bf16", "权重与 KV：float32 → bfloat16", "weights and KV: float32 → bfloat16", replace(base, dtype="bfloat16")),
+            Variant("compile", COMPILE_ZH, COMPILE_EN, replace(base, compile=True)),
         ]
+    else:
+        out.append(Variant("compile", COMPILE_ZH, COMPILE_EN, None,
+                           "快速模式（FAST）跳过这一行：第一次编译要几十秒。完整模式会测它。",
+                           "Skipped in FAST mode: the first compilation takes tens of seconds. Full mode measures it."))
     out += [
         Variant("int4", "目标模型 4 位权重", "4-bit target weights", None,
                 "labkit 还没有目标模型的 4 位权重模式（另有 issue 在做）；这里不给数字。",
                 "labkit has no 4-bit mode for the target yet (another issue adds it); no number here."),
-        Variant("compile", "torch.compile 解码步（“编译型引擎”的类比）", "torch.compile of the decode step (the compiled-engine analogue)",
-                None, "labkit 的引擎还没有 torch.compile 选项；编译时间与省下的步长还没有测，这里不给数字。",
-                "labkit's engine has no torch.compile option; compile time and step time saved are not measured yet; "
-                "no number here."),
     ]
     return out
 
@@ -160,6 +166,7 @@ class AblationRow:
     peak_kv_bytes: int = 0
     steps: StepTotals = field(default_factory=StepTotals)
     result_file: str | None = None
+    setup_s: float = 0.0               # wall time to build the engine and warm it up (compiling, if asked)
 
     @property
     def available(self) -> bool:
@@ -207,19 +214,27 @@ def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
                 results_dir: Path | None = None) -> AblationRow:
     if variant.config is None:
         return AblationRow(workload.name, variant)
+    start = time.perf_counter()
     llm = LLM(config=variant.config, progress=False)
-    llm.generate(["Hi"], _warmup_params())              # first-step costs are not the variant's
+    warm_up(llm)                                          # first-step costs are not the variant's
+    setup_s = time.perf_counter() - start
     llm.engine.reset_metrics()
     result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms)
     path = None
     if results_dir is not None:
         path = str(result.save(Path(results_dir) / f"{workload.name}_{variant.name}.json"))
     peak_kv = int(totals.peak_kv_perc / 100.0 * _kv_bytes(llm))
-    return AblationRow(workload.name, variant, result.metrics, cpu_s, _weights_bytes(llm), peak_kv, totals, path)
+    return AblationRow(workload.name, variant, result.metrics, cpu_s, _weights_bytes(llm), peak_kv, totals, path,
+                       setup_s)
 
 
-def _warmup_params() -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=2)
+def warm_up(llm) -> None:
+    """Run the step shapes a workload will meet: one, a few and many rows per step. A compiled
+    engine compiles once per row-count range (1; 2-6; 7-16; more: ``llama.linear`` branches there),
+    and that time belongs to its setup, not to the requests it serves."""
+    params = SamplingParams(temperature=0.0, max_tokens=2)
+    for batch in ((1, 4, 10) if getattr(llm.engine.runner, "pieces", None) is not None else (1,)):
+        llm.generate(["Hi"] * batch, params)
 
 
 def run_ablation(variant_list: list[Variant], workloads: list[Workload], slo_ms: dict[str, float],

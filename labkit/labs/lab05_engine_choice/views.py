@@ -65,12 +65,36 @@ def ablation_table(rows: list[AblationRow], workload: str) -> Table:
         body.append([label, f"{m.output_throughput:.2f}", f"{r.tokens_per_cpu_s:.1f}", fmt(m.ttft.p99_ms, 0),
                      fmt(m.tpot.p99_ms, 0), "—" if m.goodput is None else f"{m.goodput:.2f}",
                      f"{r.memory_bytes / 2**20:.0f}", f"{m.completed}/{m.completed + m.failed}"])
+    notes = [t("每 CPU 秒的 token 数不受邻居抢 CPU 的影响，比墙钟吞吐更稳。",
+               "Tokens per CPU second are not skewed by neighbours competing for the CPU; steadier than wall throughput.")]
+    notes += compile_notes(rows, workload)
     return Table([t("配置", "configuration"), t("输出 tok/s（墙钟）", "output tok/s (wall)"),
                   t("输出 tok / CPU 秒", "output tok / CPU s"), "TTFT P99 (ms)", "TPOT P99 (ms)",
                   "goodput (req/s)", t("内存：权重+KV 峰值 (MiB)", "memory: weights + peak KV (MiB)"),
                   t("完成", "done")], body, caption=t(f"负载 {workload}：一次只改一个开关", f"workload {workload}: one switch at a time"),
-                 notes=[t("每 CPU 秒的 token 数不受邻居抢 CPU 的影响，比墙钟吞吐更稳。",
-                          "Tokens per CPU second are not skewed by neighbours competing for the CPU; steadier than wall throughput.")])
+                 notes=notes)
+
+
+def compile_notes(rows: list[AblationRow], workload: str) -> list[str]:
+    """What compiling cost up front and bought per CPU second, from the measured rows (empty if the
+    compile row was not measured)."""
+    mine = {r.variant.name: r for r in rows if r.workload == workload and r.available}
+    if "compile" not in mine or "baseline" not in mine:
+        return []
+    c, b = mine["compile"], mine["baseline"]
+    x = c.tokens_per_cpu_s / b.tokens_per_cpu_s
+    # Single runs on a shared laptop move by 10 % or so: only a larger gap is called a gain or a loss.
+    if x >= 1.1:
+        verdict = t("编译在这台机器上换来了更快的步", "compiling bought faster steps on this machine")
+    elif x <= 0.9:
+        verdict = t("编译在这台机器上反而更慢", "compiling made steps slower on this machine")
+    else:
+        verdict = t("差别在一次测量的噪声（约 10%）以内：编译没有换来看得出的提速",
+                    "within one run's noise (about 10 %): compiling bought no visible speed-up")
+    return [t(f"torch.compile：准备（建引擎、编译、预热）用了 {c.setup_s:.0f} s，基线 {b.setup_s:.0f} s；"
+              f"每 CPU 秒输出的 token 是基线的 {x:.2f} 倍：{verdict}。",
+              f"torch.compile: setup (engine, compilation, warm-up) took {c.setup_s:.0f} s against the baseline's "
+              f"{b.setup_s:.0f} s; output tokens per CPU second are {x:.2f}x the baseline's: {verdict}.")]
 
 
 def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
