@@ -9,9 +9,9 @@
 2. ``bench.baselines``: the "before" systems against the "after" ones — contiguous vs paged KV,
    static vs continuous batching (issue 3).
 3. ``bench.spec``: speculative decoding speed-up vs k next to the Leviathan prediction (issue 4).
-4. ``bench.scheduler_overhead``: scheduler CPU time per step vs running requests on the simulated
-   accelerator, and the concurrency where it saturates, with the engine's host-path optimisation off and
-   on (issue 14).
+4. ``bench.scheduler_overhead``: the engine's host time per step (deciding, sampling, bookkeeping,
+   stats, events) vs running requests on the simulated accelerator, and the concurrency where it
+   saturates, with the engine's host-path optimisation off and on (issues 14 and 20).
 5. ``bench.llama_cpp_peer``: labkit fp32 / bf16 / ``weights="q4_1"`` next to llama.cpp F32 / BF16 / Q4_1,
    one thread, batch 1 and 16 (issue 20); skipped with a message when ``llama_cpp`` is not installed.
 6. ``bench.load_memory``: load time and resident memory, labkit vs ``transformers``, each in a fresh
@@ -33,7 +33,7 @@ BENCHMARKS = {
     "cpu_engine": "labkit vs transformers generate, and the bandwidth roofline (issue 2)",
     "baselines": "before vs after: KV layout and batching policy (issue 3)",
     "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
-    "scheduler_overhead": "scheduler CPU time per step vs running requests, optimisation off/on (issue 14)",
+    "scheduler_overhead": "host time per step vs running requests, optimisation off/on (issues 14, 20)",
     "llama_cpp_peer": "labkit fp32 / bf16 / q4_1 next to llama.cpp F32 / BF16 / Q4_1 (optional: needs llama-cpp-python)",
     "load_memory": "load time and peak memory, labkit vs transformers (issue 20)",
 }

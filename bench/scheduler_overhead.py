@@ -1,15 +1,23 @@
-"""Scheduler CPU time per step vs running requests, and the concurrency where it saturates (lab 03, issue 14).
+"""Host time per step vs running requests, and the concurrency where it saturates (lab 03, issues 14 and 20).
 
-    python -m bench.scheduler_overhead            # 1, 64, 1,024, 4,096 running requests
-    python -m bench.scheduler_overhead --quick    # 1, 64, 1,024
+    python -m bench.scheduler_overhead            # 1, 16, 64, 256, 1,024, 4,096 running requests
+    python -m bench.scheduler_overhead --quick    # 1, 64, 256, 1,024
     python -m bench.scheduler_overhead --tiny     # 1, 64 (smoke: seconds)
+    python -m bench.scheduler_overhead --against /tmp/old    # before/after: another checkout vs this one
+
+``--against DIR`` times another labkit checkout (e.g. ``git worktree add /tmp/old 7427a32``) and this one
+in alternating processes, the order swapped each round, with the same self-contained timer (it uses
+only ``LLM(model="sim")``, ``add_request``, ``step`` and the runner's ``execute``, so any version runs it).
 
 The simulated model (``LLM(model="sim")``: Llama-3-8B on an H100 profile) is filled with n running
-requests in steady decode. Per step the engine reports the scheduler's CPU time (``StepStats.scheduler_s``,
-measured on this machine) and the simulated accelerator time (``model_s``); "other host" is the rest of
-the step's wall time. Each figure is the fastest of a few steps (other programs only add time). The
-saturation concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog
-2025-01-27) on the least-squares line through the rows. When the engine has a host-path optimisation
+requests in steady decode. Per step, measured on this machine: the engine's host work (deciding,
+sampling, bookkeeping, stats and events: the step's wall time less the simulated runner's own work,
+which stands in for the model), its split, and the simulated accelerator time (``model_s``). Each
+figure is the step with the least host time of a few (other programs only add time; its parts add up),
+with the median step beside it, and the garbage collector's mean time per step (the best step
+usually had no collection; a full one scans the whole heap and lands in a few steps). The saturation
+concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog 2025-01-27) on
+the least-squares line through the rows' scheduler time. When the engine has a host-path optimisation
 switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
 runs with it off and on, interleaved at each concurrency so a change in the machine's load hits both.
 """
@@ -17,36 +25,121 @@ runs with it off and on, interleaved at each concurrency so a change in the mach
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
 
-from bench.common import Section, load_average, report
+from bench.common import REPO, Section, load_average, report
 from labkit.labs.lab03_batching.overhead import OverheadRow, before_after, host_path_switch, saturation_concurrency
+from labkit.model.cpu_features import describe_cpu
 
 ACCELERATOR_S = 0.005
-SIZES = {"full": [1, 64, 1024, 4096], "quick": [1, 64, 1024], "tiny": [1, 64]}
+SIZES = {"full": [1, 16, 64, 256, 1024, 4096], "quick": [1, 64, 256, 1024], "tiny": [1, 64]}
+HEADERS = ["running requests", "engine host µs/step (best)", "µs per request", "median µs/step",
+           "of it: deciding", "sampling", "update and bookkeeping", "stats and events",
+           "scheduler µs/step (StepStats.scheduler_s)", "sim runner µs (not counted)",
+           "garbage collector µs/step (mean)", "accelerator ms/step (simulated)", "host share of a 5 ms step"]
 
 
 def row(r: OverheadRow) -> list[str]:
     update_s = r.scheduler_s - r.schedule_s - r.sample_s
-    return [f"{r.num_running:,}", f"{1e3 * r.scheduler_s:.3f}", f"{1e3 * r.schedule_s:.3f}", f"{1e3 * r.sample_s:.3f}",
-            f"{1e3 * update_s:.3f}", f"{1e3 * r.other_s:.3f}", f"{1e3 * r.model_s:.2f}",
-            f"{r.scheduler_share(ACCELERATOR_S):.0%}"]
+    median = "" if r.engine_host_median_s is None else f"{1e6 * r.engine_host_median_s:,.0f}"
+    share = r.engine_host_s / (r.engine_host_s + ACCELERATOR_S)
+    return [f"{r.num_running:,}", f"{1e6 * r.engine_host_s:,.0f}", f"{1e6 * r.engine_host_s / r.num_running:.2f}",
+            median, f"{1e6 * r.schedule_s:,.0f}", f"{1e6 * r.sample_s:,.0f}", f"{1e6 * update_s:,.0f}",
+            f"{1e6 * r.stats_events_s:,.0f}", f"{1e6 * r.scheduler_s:,.0f}", f"{1e6 * r.runner_s:,.0f}",
+            f"{1e6 * r.gc_s:,.0f}", f"{1e3 * r.model_s:.2f}", f"{share:.0%}"]
 
 
 def section(label: str, rows: list[OverheadRow]) -> Section:
     sat = saturation_concurrency(rows, ACCELERATOR_S)
-    return Section(f"Scheduler time per step, {label}",
-                   ["running requests", "scheduler CPU ms/step (measured)", "of it: deciding", "sampling",
-                    "update and bookkeeping", "other host ms/step",
-                    "accelerator ms/step (simulated)", "scheduler share of a 5 ms step"],
-                   [row(r) for r in rows],
+    return Section(f"Host time per step, {label}", HEADERS, [row(r) for r in rows],
                    [f"saturation concurrency (scheduler CPU = 5 ms): {'none' if sat is None else f'{sat:,.0f}'} running requests",
-                    f"load average: {load_average()}"])
+                    f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
+
+
+def steady_decode_host(sizes: list[int], steps: int) -> None:
+    """One JSON line per size: the host time of steady decode steps (wall and CPU, less the simulated
+    runner's own time), on whatever labkit is importable. Self-contained: ``--against`` runs its source."""
+    import json
+    import statistics
+    import time
+
+    from labkit import LLM, EngineConfig, SamplingParams
+
+    for n in sizes:
+        config = EngineConfig(max_num_seqs=n, max_model_len=256, max_num_batched_tokens=max(1024, 8 * n))
+        engine = LLM(model="sim", config=config, model_profile="llama-3-8b", hardware="h100-sxm", progress=False).engine
+        for i in range(n):
+            engine.add_request([97 + i % 26] * 8, SamplingParams(max_tokens=steps + 6, ignore_eos=True))
+        for _ in range(3):                      # the prefill step, then warm-up decodes
+            engine.step()
+        execute, runner_s = engine.runner.execute, [0.0]
+
+        def timed(decision, execute=execute, runner_s=runner_s):
+            t0 = time.perf_counter()
+            logits = execute(decision)
+            runner_s[0] = time.perf_counter() - t0
+            return logits
+        engine.runner.execute = timed
+        walls, cpus = [], []
+        for _ in range(steps):
+            c0, t0 = time.process_time(), time.perf_counter()
+            engine.step()
+            walls.append(time.perf_counter() - t0 - runner_s[0])
+            cpus.append(time.process_time() - c0 - runner_s[0])
+        print(json.dumps({"n": n, "best_s": min(walls), "median_cpu_s": statistics.median(cpus)}), flush=True)
+
+
+def _commit(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown commit"
+
+
+def against(other: Path, sizes: list[int], steps: int, rounds: int) -> Section:
+    """``other`` (before) and this checkout (after), alternating processes; per side the best step of all
+    rounds and the median of the rounds' median CPU times."""
+    code = inspect.getsource(steady_decode_host) + f"\nsteady_decode_host({sizes!r}, {steps})\n"
+    got: dict[str, dict[int, list[dict]]] = {"before": defaultdict(list), "after": defaultdict(list)}
+    for r in range(rounds):
+        sides = [("before", other), ("after", REPO)]
+        for label, tree in sides if r % 2 == 0 else sides[::-1]:
+            env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+            done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"timing {tree} failed:\n{done.stderr[-2000:]}")
+            for line in done.stdout.splitlines():
+                d = json.loads(line)
+                got[label][d["n"]].append(d)
+    rows = []
+    for n in sizes:
+        b, a = (min(x["best_s"] for x in got[side][n]) for side in ("before", "after"))
+        mb, ma = (statistics.median(x["median_cpu_s"] for x in got[side][n]) for side in ("before", "after"))
+        rows.append([f"{n:,}", f"{1e6 * b:,.0f}", f"{1e6 * a:,.0f}", f"{1e6 * b / n:.2f}", f"{1e6 * a / n:.2f}",
+                     f"{a / b:.2f}", f"{1e6 * mb:,.0f}", f"{1e6 * ma:,.0f}"])
+    return Section(f"Host time per steady decode step, before ({other}, {_commit(other)}) vs after (this checkout, "
+                   f"{_commit(REPO)})",
+                   ["running requests", "before µs/step (best)", "after µs/step (best)", "before µs per request",
+                    "after µs per request", "after ÷ before", "before median CPU µs/step", "after median CPU µs/step"],
+                   rows, [f"{rounds} rounds of alternating processes (order swapped each round), {steps} steps each; "
+                          "host = step time less the simulated runner's own time",
+                          f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
 
 
 def run(args: argparse.Namespace):
     sizes = SIZES["tiny" if args.tiny else "quick" if args.quick else "full"]
+    if args.against is not None:
+        steps, rounds = (3, 2) if args.tiny else (15, 4)
+        yield against(Path(args.against).resolve(), sizes, steps, rounds)
+        return
     switch = host_path_switch()
-    before, after = before_after(sizes, switch, rounds=1 if args.tiny else 2)
+    steps, rounds = (5, 1) if args.tiny else (10, 2) if args.quick else (15, 3)   # cheap: the model is simulated
+    before, after = before_after(sizes, switch, steps=steps, rounds=rounds)
     if switch is None:
         yield section("engine as built (no host-path optimisation switch in this EngineConfig)", before)
         return
@@ -59,13 +152,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="up to 1,024 running requests")
     size.add_argument("--tiny", action="store_true", help="smoke mode: 1 and 64 running requests")
+    p.add_argument("--against", default=None, metavar="DIR",
+                   help="another labkit checkout to time against this one (before/after table)")
     p.add_argument("--threads", type=int, default=1, help="accepted for bench's common flags (no model runs)")
     p.add_argument("--model", default=None, help="accepted for bench's common flags (the sim is used)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> list[Section]:
-    return report("Scheduler CPU time vs concurrency (simulated accelerator)", "bench.scheduler_overhead", argv,
+    return report("Host time per step vs concurrency (simulated accelerator)", "bench.scheduler_overhead", argv,
                   run(parse_args(argv)))
 
 

@@ -147,7 +147,8 @@ class LLMEngine:
         t2 = time.perf_counter()
         sampled = self.sampler.sample(decision.scheduled, logits)
         t_sampled = time.perf_counter()
-        update = self.scheduler.update_from_output(decision, sampled, self.clock())
+        update = self.scheduler.update_from_output(decision, sampled, self.clock(),
+                                                   token_events=self.hooks.wants(ev.TokensAppended))
         self._reserved_ids.difference_update(r.request_id for r in update.forked)
         self._apply(update)
         self._propose()
@@ -163,9 +164,10 @@ class LLMEngine:
         for event in update.events:
             if isinstance(event, ev.SpecVerified):
                 self.metrics.record_spec(event.drafted, list(event.per_position))
-        for out in update.outputs:
-            if out.request_id in self._streams:
-                self._streams[out.request_id].append(out)
+        if self._streams:
+            for out in update.outputs:
+                if out.request_id in self._streams:
+                    self._streams[out.request_id].append(out)
         for req in update.finished:
             self.metrics.record_finished(req.timings(), req.token_times)
             self.sampler.remove(req.request_id)

@@ -32,7 +32,7 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self.value in _FINISHED
+        return self._value_ in _FINISHED     # _value_: a plain attribute (``value`` is a slow descriptor)
 
 
 _FINISHED = frozenset(("stop", "length", "abort"))
@@ -60,6 +60,8 @@ class Request:
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids) + list(self.output_token_ids)
+        # Checked after every appended token: one set lookup for EOS and the caller's stop tokens.
+        self.stop_token_ids = frozenset(self.eos_token_ids) | frozenset(self.sampling_params.stop_token_ids)
 
     @property
     def num_forks_pending(self) -> int:
@@ -84,7 +86,7 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        return self.status.finished
+        return self.status._value_ in _FINISHED
 
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens ``start:end`` of prompt + output + drafts, without copying the whole sequence."""

@@ -58,10 +58,7 @@ class SchedulerOutput:
     idle: list[str] = field(default_factory=list)        # static batching: slots held by finished requests
     freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
-
-    @property
-    def num_scheduled_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
+    num_scheduled_tokens: int = 0      # sum of num_new_tokens over scheduled (counted as the budget is spent)
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,7 @@ class SampledTokens:
     the same logits row with the child's own generator.
     """
 
-    token_ids: dict[str, list[int]] = field(default_factory=dict)
+    token_ids: dict[str, Sequence[int]] = field(default_factory=dict)   # a plain row's: a 1-tuple, kept as the StepOutput's
     fork_token_ids: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -87,3 +84,4 @@ class StepUpdate:
     events: list = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
     forked: list[Request] = field(default_factory=list)
+    token_events: bool = True      # record TokensAppended events (False: nobody subscribes to them)

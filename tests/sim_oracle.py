@@ -5,6 +5,9 @@ Why: the simulated model's tokens depend only on (request, position), so equal o
 not show that the KV bookkeeping is right. ``ShadowRunner`` keeps one token id per physical KV slot.
 Every step it
 
+    0. checks the decision against the state it was made from: each scheduled request's tokens,
+       slots, block table and kind are what the general formulas give (steady decode rows take a
+       fast path in the scheduler and the KV manager; it must agree with them),
     1. applies the manager's pending block copies (copy-on-write),
     2. writes each scheduled token into the slot ``slot_mapping`` names,
     3. reads every scheduled sequence's whole context back through its block table and asserts it is
@@ -26,6 +29,7 @@ import torch
 
 from labkit import LLM, EngineConfig
 from labkit.model.runner import prepare_input
+from labkit.scheduler.continuous import step_kind
 from labkit.sim.cost import step_time
 from labkit.sim.engine import SIM_EOS, SIM_VOCAB, SimRunner
 
@@ -67,15 +71,17 @@ def expected_output(request_id: str, prompt: list[int], max_tokens: int, max_mod
 class ShadowRunner(SimRunner):
     """SimRunner's cost model and clock, plus a shadow KV cache that is written and read back."""
 
-    def __init__(self, base: SimRunner, num_slots: int, block_size: int, requests: dict):
+    def __init__(self, base: SimRunner, num_slots: int, block_size: int, requests: dict, kv=None):
         super().__init__(base.model, base.hardware, base.clock)
         self.requests = requests      # read-only, to check what the KV cache hands back
+        self.kv = kv                  # read-only, to check the decision's slots and block tables
         self.slots: list[int | None] = [None] * num_slots
         self.block_size = block_size
         self.copies: list[tuple[int, int]] = []      # every (src, dst) block copy applied, in order
         self.num_checked_reads = 0
 
     def execute(self, sched) -> list[torch.Tensor | None]:
+        self._check_decision(sched)
         self._copy_blocks(sched.block_copies)
         scheduled = sched.scheduled
         inp = prepare_input(scheduled)
@@ -87,6 +93,19 @@ class ShadowRunner(SimRunner):
                 for s, table, end, (_, n) in zip(scheduled, inp.block_tables, inp.seq_lens, inp.logits_rows)]
         rows = [r for r in rows if r is not None]
         return torch.cat(rows) if rows else None
+
+    def _check_decision(self, sched) -> None:
+        """Every row equals the general formulas (``token_slice``, ``slot_mapping``, ``step_kind``)."""
+        assert sched.num_scheduled_tokens == sum(s.num_new_tokens for s in sched.scheduled)
+        for s in sched.scheduled:
+            req = self.requests[s.request_id]
+            assert s.start == req.num_computed_tokens
+            assert tuple(s.token_ids) == tuple(req.token_slice(s.start, s.end)), s
+            assert s.kind == step_kind(req, s.num_new_tokens, s.num_spec_tokens), s
+            assert s.num_logits == (1 + s.num_spec_tokens if s.end == req.num_tokens_with_spec else 0), s
+            if self.kv is not None:
+                assert list(s.slot_mapping) == self.kv.slot_mapping(s.request_id, s.start, s.end), s
+                assert list(s.block_table) == list(self.kv.block_table(s.request_id)), s
 
     def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         bs = self.block_size
@@ -115,5 +134,5 @@ def shadow_llm(config: EngineConfig, **sim_options) -> LLM:
     llm = LLM(model="sim", config=config, progress=False, **sim_options)
     engine = llm.engine
     num_slots = engine.kv.capacity_tokens()
-    engine.runner = ShadowRunner(engine.runner, num_slots, engine.kv.meta_block_size, engine.requests)
+    engine.runner = ShadowRunner(engine.runner, num_slots, engine.kv.meta_block_size, engine.requests, engine.kv)
     return llm

@@ -105,8 +105,8 @@ class KVCacheManager:
         allocated block ids, or None (and changes nothing) if the pool cannot supply them.
         ``num_reserve_tokens`` is ignored here: paged allocation never reserves ahead."""
         table = self.block_tables.get(request_id, [])
-        if not computed_blocks and self.blocks_needed(num_computed_tokens + num_new_tokens) <= len(table) \
-                and not self._needs_copy(table, num_computed_tokens):
+        if not computed_blocks and num_computed_tokens + num_new_tokens <= len(table) * self.block_size \
+                and (not self.pool.num_extra_refs or not self._needs_copy(table, num_computed_tokens)):
             return []          # most decode steps: room left in the last block, nothing shared
         computed_blocks = computed_blocks or []
         need = self.blocks_needed(num_computed_tokens + num_new_tokens) - len(table) - len(computed_blocks)
@@ -178,6 +178,11 @@ class KVCacheManager:
         table, bs = self.block_tables[request_id], self.block_size
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
 
+    def slot(self, request_id: str, position: int) -> int:
+        """The K/V slot of one token (a decode step's only one): ``slot_mapping(rid, p, p + 1)[0]``."""
+        bs = self.block_size
+        return self.block_tables[request_id][position // bs] * bs + position % bs
+
     # -- what observers see --------------------------------------------------------------------
     def usage(self) -> float:
         return self.pool.num_used_blocks() / self.pool.num_blocks
@@ -198,8 +203,10 @@ class KVCacheManager:
         """Share of allocated token slots that hold no computed K/V (paged: the blocks' tails)."""
         allocated = self.pool.num_used_blocks() * self.block_size
         if self.pool.num_extra_refs == 0:   # no sharing: each request's filled slots are its own
-            filled = sum(min(num_computed.get(rid, 0), len(t) * self.block_size)
-                         for rid, t in self.block_tables.items())
+            filled, bs, get = 0, self.block_size, num_computed.get
+            for rid, table in self.block_tables.items():     # every step: a plain loop, no min() call
+                n, cap = get(rid, 0), len(table) * bs
+                filled += n if n < cap else cap
         else:
             filled = sum(self.filled_per_block(num_computed))
         waste = 1.0 - filled / allocated if allocated else 0.0

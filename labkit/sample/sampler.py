@@ -67,6 +67,7 @@ class Sampler:
         self._pending_forks: dict[str, tuple[str, ...]] = {}
         self._draft_probs: dict[str, torch.Tensor | None] = {}
         self._num_added = 0
+        self._num_random = 0          # live requests that sample (have a generator); 0: all greedy
 
     # -- per-request state ----------------------------------------------------------------------
     def add(self, request_id: str, params: SamplingParams, child_ids: tuple[str, ...] = ()) -> None:
@@ -76,14 +77,16 @@ class Sampler:
         for index, rid in enumerate((request_id, *child_ids)):
             self._params[rid] = params
             self._generators[rid] = None if params.greedy else torch.Generator().manual_seed(base + index)
+            self._num_random += not params.greedy
         if child_ids:
             self._pending_forks[request_id] = tuple(child_ids)
 
     def remove(self, request_id: str) -> None:
         """Forget a finished request, and the children it never forked (aborted before its prefill ended)."""
         for rid in (request_id, *self._pending_forks.pop(request_id, ())):
-            for store in (self._params, self._generators, self._draft_probs):
-                store.pop(rid, None)
+            self._num_random -= self._generators.pop(rid, None) is not None
+            self._params.pop(rid, None)
+            self._draft_probs.pop(rid, None)
 
     def generator(self, request_id: str) -> torch.Generator | None:
         return self._generators[request_id]
@@ -106,6 +109,11 @@ class Sampler:
         out = SampledTokens()
         if logits is None:
             return out
+        if self.batched and len(logits) == len(scheduled) and all(s.num_logits == 1 for s in scheduled):
+            self._sample_last_rows(scheduled, logits, out)     # plain decode steps: no rows to pick
+            rows = [(s, i, i + 1) for i, s in enumerate(scheduled)] if self._pending_forks else []
+            self._fork_tokens(rows, logits, out)
+            return out
         rows, start = [], 0
         for s in scheduled:
             if s.num_logits:
@@ -116,13 +124,31 @@ class Sampler:
             self._verify([(s, logits[a:b]) for s, a, b in rows if s.num_spec_tokens], out)
         else:
             self._one_by_one(rows, logits, out)
+        self._fork_tokens(rows, logits, out)
+        return out
+
+    def _fork_tokens(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
+        """n > 1 at the end of its prompt: each child's first token, from the parent's last row."""
+        if not self._pending_forks:
+            return
         for s, _, end in rows:
             children = self._pending_forks.pop(s.request_id, None)
             if children:
                 params = self._params[s.request_id]
                 out.fork_token_ids[s.request_id] = [
                     sample_tokens(logits[end - 1:end], [params], [self._generators[c]])[0] for c in children]
-        return out
+
+    def _sample_last_rows(self, scheduled: list[ScheduledRequest], logits: torch.Tensor, out: SampledTokens) -> None:
+        """Exactly one logits row per scheduled request, in order (every step of plain decoding): one
+        argmax over the batch; a request that samples draws from its own row with its own generator,
+        as ``_sample_plain`` would (the rows are the same numbers, unpicked)."""
+        tokens = logits.argmax(-1).tolist()
+        if self._num_random:
+            for i, s in enumerate(scheduled):
+                gen = self._generators[s.request_id]
+                if gen is not None:
+                    tokens[i] = sample_tokens(logits[i:i + 1], [self._params[s.request_id]], [gen])[0]
+        out.token_ids.update({s.request_id: (t,) for s, t in zip(scheduled, tokens)})
 
     def _sample_plain(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
         """Every plain row in one call: one gather, one argmax (one multinomial per sampled request)."""
@@ -131,7 +157,7 @@ class Sampler:
         last = torch.tensor([end - 1 for _, _, end in rows], device=logits.device)
         tokens = sample_tokens(logits.index_select(0, last), [self._params[s.request_id] for s, _, _ in rows],
                                [self._generators[s.request_id] for s, _, _ in rows])
-        out.token_ids.update((s.request_id, [t]) for (s, _, _), t in zip(rows, tokens))
+        out.token_ids.update((s.request_id, (t,)) for (s, _, _), t in zip(rows, tokens))
 
     def _one_by_one(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
         """The unbatched host path (``EngineConfig(batched_sampling=False)``): one call per request.

@@ -63,11 +63,16 @@ class ContinuousScheduler:
 
     def finish_request(self, req: Request, status: RequestStatus, now: float, update: StepUpdate) -> None:
         """End a request (stopped, length or aborted): free its slot and KV, record it in ``update``."""
-        req.status, req.finished_time, req.spec_token_ids = status, now, []
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        self._finish(req, status, now, update)
+
+    def _finish(self, req: Request, status: RequestStatus, now: float, update: StepUpdate) -> None:
+        """All of finishing but leaving the queue: ``update_from_output`` drops the step's finished
+        requests from ``running`` in one pass (a ``remove`` each would cost O(running) per request)."""
+        req.status, req.finished_time, req.spec_token_ids = status, now, []
         freed = self.kv.free(req.request_id)
         if freed:
             update.events.append(ev.BlocksFreed(req.request_id, tuple(freed)))
@@ -79,12 +84,9 @@ class ContinuousScheduler:
         """This step's decision (``now``: the engine's clock, stamped on first-scheduled requests)."""
         out = SchedulerOutput()
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
-        if not out.preempted:
-            self._schedule_waiting(out, budget)
-        for s in out.scheduled:
-            req = self.requests[s.request_id]
-            if req.first_scheduled_time is None:
-                req.first_scheduled_time = now
+        if not out.preempted and self.waiting:
+            budget = self._schedule_waiting(out, budget, now)
+        out.num_scheduled_tokens = self.config.max_num_batched_tokens - budget
         out.block_copies = self.kv.take_pending_copies()
         return out
 
@@ -107,6 +109,10 @@ class ContinuousScheduler:
     def _scheduled(self, req: Request, num_new: int, num_spec: int) -> ScheduledRequest:
         """This step's share of ``req``, with everything the runner needs to compute it."""
         start, rid = req.num_computed_tokens, req.request_id
+        if num_new == 1 and not num_spec and start == len(req.all_token_ids) - 1 and req.output_token_ids:
+            # Steady decode, most rows of most steps: the last output token, one K/V slot, one logits row.
+            return ScheduledRequest(rid, (req.all_token_ids[-1],), start, 0, "decode", self.kv.block_table(rid),
+                                    (self.kv.slot(rid, start),), 1)
         end = start + num_new
         tokens = req.token_slice(start, end)
         num_logits = 1 + num_spec if end == req.num_tokens_with_spec else 0
@@ -140,6 +146,8 @@ class ContinuousScheduler:
     @staticmethod
     def _trim_spec(req: Request, num_new: int) -> int:
         """If the budget cut into the drafts, verify only the drafts that fit."""
+        if not req.spec_token_ids:
+            return 0
         num_spec = max(0, num_new - (req.num_tokens - req.num_computed_tokens))
         del req.spec_token_ids[num_spec:]
         return num_spec
@@ -148,7 +156,11 @@ class ContinuousScheduler:
         """A request with n > 1 needs a slot for each sequence it will fork into."""
         return num_seqs + 1 + req.num_forks_pending <= self.config.max_num_seqs
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, now: float) -> int:
+        """Admit waiting requests in order while budget, sequence slots and KV space last; returns
+        the budget left."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return budget             # every sequence slot is taken (a busy server's usual step)
         num_seqs = sum(1 + r.num_forks_pending for r in self.running)   # slots taken, counted once
         while self.waiting and budget > 0 and self._may_admit(self.waiting[0], num_seqs):
             req = self.waiting[0]
@@ -165,6 +177,8 @@ class ContinuousScheduler:
             self.kv.record_prefix_lookup(req.num_tokens, num_cached)
             req.num_computed_tokens = num_cached
             req.status = RequestStatus.RUNNING
+            if req.first_scheduled_time is None:      # a preempted request keeps its first stamp
+                req.first_scheduled_time = now
             self.running.append(req)
             num_seqs += 1 + req.num_forks_pending
             if blocks:
@@ -173,14 +187,17 @@ class ContinuousScheduler:
                 out.prefix_hits[req.request_id] = num_cached
             out.scheduled.append(self._scheduled(req, num_new, 0))
             budget -= num_new
+        return budget
 
     # -- one step: apply what the model produced ----------------------------------------------
-    def update_from_output(self, out: SchedulerOutput, sampled: SampledTokens, now: float) -> StepUpdate:
+    def update_from_output(self, out: SchedulerOutput, sampled: SampledTokens, now: float,
+                           token_events: bool = True) -> StepUpdate:
         """The single place requests and KV change after the forward pass, request by request:
         count the computed tokens; roll back rejected drafts (and trim their blocks); fork the
         children of an n > 1 request; append tokens up to a stop; register full blocks in the
-        prefix cache; finish what stopped."""
-        update = StepUpdate()
+        prefix cache; finish what stopped. ``token_events``: record a ``TokensAppended`` per
+        request (the engine asks only when someone subscribes to them)."""
+        update = StepUpdate(token_events=token_events)
         for s in out.scheduled:
             req = self.requests[s.request_id]
             req.num_computed_tokens += s.num_new_tokens
@@ -191,6 +208,8 @@ class ContinuousScheduler:
             if s.request_id in sampled.fork_token_ids:
                 self._fork(req, sampled.fork_token_ids[s.request_id], now, update)
             update.outputs.append(self._append(req, tokens, now, num_draft, update))
+        if update.finished:
+            self.running = [r for r in self.running if not r.is_finished]
         return update
 
     def _verify(self, req: Request, num_spec: int, num_accepted: int, update: StepUpdate) -> int:
@@ -223,24 +242,26 @@ class ContinuousScheduler:
     def _append(self, req: Request, tokens: list[int], now: float, num_draft: int,
                 update: StepUpdate) -> StepOutput:
         """Append tokens, stopping at EOS / stop tokens / max_tokens / max_model_len."""
-        added, status = [], None
-        for token in tokens:
+        status = None
+        for i, token in enumerate(tokens):
             req.append_output(token, now)
-            added.append(token)
             status = self._stop_status(req, token)
             if status is not None:
+                tokens = tokens[:i + 1]
                 break
-        update.events.append(ev.TokensAppended(req.request_id, tuple(added), min(num_draft, len(added))))
+        added = tuple(tokens)
+        if update.token_events:
+            update.events.append(ev.TokensAppended(req.request_id, added, min(num_draft, len(added))))
         if self.config.enable_prefix_caching:   # before finishing frees them: full blocks stay reusable
             self.kv.cache_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens)
         if status is None:
-            return StepOutput(req.request_id, tuple(added), False, None)
-        self.finish_request(req, status, now, update)
-        return StepOutput(req.request_id, tuple(added), True, status.value)
+            return StepOutput(req.request_id, added, False, None)
+        self._finish(req, status, now, update)      # still in running until update_from_output ends
+        return StepOutput(req.request_id, added, True, status.value)
 
     def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
-        if token in req.eos_token_ids or token in req.sampling_params.stop_token_ids:
+        if token in req.stop_token_ids:
             return RequestStatus.FINISHED_STOPPED
-        if len(req.output_token_ids) >= req.sampling_params.max_tokens or req.num_tokens >= self.max_model_len:
+        if len(req.output_token_ids) >= req.sampling_params.max_tokens or len(req.all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         return None

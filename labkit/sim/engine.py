@@ -56,23 +56,29 @@ class SimTokenizer:
 
 class SimRunner:
     """Pretends to run the model: returns one-hot logits on a deterministic next byte (all rows in
-    one tensor, as the real runner) and records the simulated step time in ``last_model_s``."""
+    one tensor, as the real runner) and records the simulated step time in ``last_model_s``.
+    ``last_host_s``: this CPU's wall time inside ``execute`` (the stand-in's own work, which a real
+    accelerator step would not contain; host-path measurements leave it out)."""
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock):
         self.model, self.hardware, self.clock = model, hardware, clock
         self.last_model_s = 0.0
+        self.last_host_s = 0.0
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
+        t0 = time.perf_counter()
         scheduled = sched.scheduled
-        self.last_model_s = step_time(self.model, self.hardware, [s.num_new_tokens for s in scheduled],
-                                      [s.end for s in scheduled])
+        query_lens = [len(s.token_ids) for s in scheduled]
+        seq_lens = [s.start + n for s, n in zip(scheduled, query_lens)]
+        self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
         self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
-        best = [self.next_byte(s.request_id, s.end - s.num_logits + i + 1)
-                for s in scheduled for i in range(s.num_logits)]
-        if not best:
-            return None
-        logits = torch.full((len(best), SIM_VOCAB), -1e4)
-        logits[torch.arange(len(best)), torch.tensor(best)] = 0.0
+        best = [self.next_byte(s.request_id, end - s.num_logits + i + 1)
+                for s, end in zip(scheduled, seq_lens) for i in range(s.num_logits)]
+        logits = None
+        if best:
+            logits = torch.full((len(best), SIM_VOCAB), -1e4)
+            logits[torch.arange(len(best)), torch.tensor(best)] = 0.0
+        self.last_host_s = time.perf_counter() - t0
         return logits
 
     @staticmethod

@@ -191,6 +191,29 @@ def test_scheduler_overhead_rows_carry_the_measured_and_simulated_split():
         assert 0 < r.scheduler_share(0.005) < 1
 
 
+def test_engine_host_time_leaves_out_the_simulated_runner_and_keeps_its_parts():
+    """engine_host_s = scheduler + stats/events; the sim runner's own work is measured but not counted."""
+    from bench import scheduler_overhead as bench
+
+    (r,) = overhead.scheduler_overhead([8], steps=3)
+    assert 0 < r.runner_s <= r.other_s
+    assert r.engine_host_s == pytest.approx(r.scheduler_s + r.stats_events_s)
+    assert r.engine_host_s == pytest.approx(r.host_s - r.runner_s)
+    assert r.engine_host_median_s >= r.engine_host_s and r.gc_s >= 0
+    assert len(bench.row(r)) == len(bench.HEADERS)
+
+
+def test_the_bench_times_another_checkout_against_this_one_in_alternating_processes():
+    """``--against``: the self-contained timer runs on any checkout (here: this one against itself)."""
+    from bench import scheduler_overhead as bench
+    from bench.common import REPO
+
+    section = bench.against(REPO, [1, 8], steps=2, rounds=2)
+    assert [r[0] for r in section.rows] == ["1", "8"]
+    assert all(float(r[1].replace(",", "")) > 0 and float(r[2].replace(",", "")) > 0 for r in section.rows)
+    assert "alternating" in section.notes[0]
+
+
 def test_saturation_concurrency_solves_the_fitted_line():
     rows = [overhead.OverheadRow(n, 1e-4 + 1e-5 * n, 0.01, 0.0) for n in (1, 64, 1024)]
     a, b = overhead.fit_linear(rows)

@@ -3,7 +3,10 @@
 ``scheduler_overhead`` fills a simulated engine with ``n`` running requests and times steady decode
 steps: the engine reports the scheduler's CPU time per step (``StepStats.scheduler_s``: scheduling
 plus applying the step's results) and the simulated accelerator time (``model_s``); ``other_s`` is the
-rest of the step's wall time on this CPU (the simulated runner's host work, stats and events).
+rest of the step's wall time on this CPU (the simulated runner's host work, stats and events). Of
+``other_s``, ``runner_s`` is the simulated runner's own work (a stand-in for the model, not engine
+work), so ``engine_host_s`` = scheduling + sampling + bookkeeping + stats + events: the engine's whole
+host path per step, the figure vLLM's V1 rewrite went after.
 
 While the CPU schedules, a synchronous engine's accelerator waits, so the accelerator is busy
 ``model / (host + model)`` of the time. Once host time per step exceeds the accelerator's step time
@@ -17,6 +20,7 @@ more call with its switch flipped.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, replace
 
@@ -36,10 +40,23 @@ class OverheadRow:
     simulated: bool = True
     schedule_s: float = 0.0     # of scheduler_s: deciding (scheduler.schedule())
     sample_s: float = 0.0       # of scheduler_s: sampling; the rest is applying results and bookkeeping
+    runner_s: float = 0.0       # of other_s: the simulated runner's own CPU work (the model's stand-in)
+    engine_host_median_s: float | None = None   # median engine_host_s over the timed steps
+    gc_s: float = 0.0           # Python's garbage collector, mean seconds per timed step (the medians carry it)
 
     @property
     def host_s(self) -> float:
         return self.scheduler_s + self.other_s
+
+    @property
+    def engine_host_s(self) -> float:
+        """The engine's host work per step: deciding, sampling, bookkeeping, stats and events."""
+        return self.scheduler_s + self.other_s - self.runner_s
+
+    @property
+    def stats_events_s(self) -> float:
+        """Of engine_host_s: what follows the scheduler's part (step stats, metrics, events, glue)."""
+        return self.other_s - self.runner_s
 
     def scheduler_share(self, accelerator_s: float | None = None) -> float:
         """Share of a synchronous step the scheduler takes, against ``accelerator_s`` (default: the sim's)."""
@@ -62,8 +79,9 @@ def overhead_engine(num_running: int, config_overrides: dict | None = None, mode
 
 def measure_overhead(num_running: int, config_overrides: dict | None = None, steps: int = 5,
                      warmup: int = 2) -> OverheadRow:
-    """Per-step split at ``num_running`` requests in steady decode: the fastest of ``steps`` steps for the
-    measured parts (on a shared machine other programs only ever add time), the simulated model time."""
+    """Per-step split at ``num_running`` requests in steady decode: the step with the least engine host
+    time of ``steps`` (on a shared machine other programs only ever add time; its parts add up), the
+    median engine host time beside it, and the simulated model time."""
     engine = overhead_engine(num_running, config_overrides).engine
     params = SamplingParams(max_tokens=warmup + steps + 2, ignore_eos=True)
     for i in range(num_running):
@@ -71,16 +89,39 @@ def measure_overhead(num_running: int, config_overrides: dict | None = None, ste
     for _ in range(1 + warmup):                 # the prefill step, then warm-up decodes
         engine.step()
     rows = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        engine.step()
-        wall = time.perf_counter() - t0
-        last = engine.metrics.last
-        rows.append(OverheadRow(num_running, last.scheduler_s, last.model_s, max(0.0, wall - last.scheduler_s),
-                                schedule_s=last.schedule_s, sample_s=last.sample_s))
-    fastest = min(rows, key=lambda r: r.scheduler_s)
+    with GCTimer() as gc_time:
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            engine.step()
+            wall = time.perf_counter() - t0
+            last, runner_s = engine.metrics.last, getattr(engine.runner, "last_host_s", 0.0)
+            rows.append(OverheadRow(num_running, last.scheduler_s, last.model_s, max(0.0, wall - last.scheduler_s),
+                                    schedule_s=last.schedule_s, sample_s=last.sample_s, runner_s=runner_s))
+    fastest = min(rows, key=lambda r: r.engine_host_s)
     return replace(fastest, model_s=percentile([r.model_s for r in rows], 50),
-                   other_s=min(r.other_s for r in rows))
+                   engine_host_median_s=percentile([r.engine_host_s for r in rows], 50), gc_s=gc_time.seconds / steps)
+
+
+class GCTimer:
+    """Seconds the garbage collector runs while the block is open (``gc.callbacks``). The engine's
+    step garbage is freed by reference counting; what the collector costs is scanning the young
+    objects each step allocates and, now and then, the whole heap (the notebook's included)."""
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> "GCTimer":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def scheduler_overhead(num_running_list: list[int], config_overrides: dict | None = None,

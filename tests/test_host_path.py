@@ -1,0 +1,119 @@
+"""The host path's shortcuts (issue 20): each one must give exactly what the general path gives.
+
+- plain decode steps sample with one argmax over the logits as they come (no row pick); a request
+  that samples still draws from its own row with its own generator;
+- ``TokensAppended`` events are built only while someone subscribes to them, and then exactly as
+  before (each request's tokens, before its ``RequestFinished``);
+- the KV manager's one-token ``slot`` equals ``slot_mapping`` for both layouts.
+
+The steady-decode rows of ``schedule()`` are checked against the general formulas at every step of
+every random trace (``tests/sim_oracle.py``, ``ShadowRunner._check_decision``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from labkit import hooks as ev
+from labkit.kv.contiguous import ContiguousKVManager
+from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.sample.sampler import Sampler
+from labkit.scheduler_output import ScheduledRequest
+
+
+def decode_rows(ids: list[str]) -> list[ScheduledRequest]:
+    return [ScheduledRequest(rid, (97,), 5, 0, "decode", [i], (i * 16 + 5,), 1) for i, rid in enumerate(ids)]
+
+
+PARAMS = [SamplingParams(), SamplingParams(temperature=0.8, seed=3), SamplingParams(temperature=1.0, top_k=5),
+          SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9, seed=11)]
+
+
+def test_plain_decode_rows_sample_what_the_per_request_path_samples():
+    ids = [f"r{i}" for i in range(len(PARAMS))]
+    fast, one_by_one = Sampler(seed=1, batched=True), Sampler(seed=1, batched=False)
+    for sampler in (fast, one_by_one):
+        for rid, params in zip(ids, PARAMS):
+            sampler.add(rid, params)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):                          # generators advance step by step on both sides
+        logits = torch.randn(len(ids), 50, generator=gen)
+        rows = decode_rows(ids)
+        got, expected = fast.sample(rows, logits).token_ids, one_by_one.sample(rows, logits).token_ids
+        assert {rid: list(t) for rid, t in got.items()} == {rid: list(t) for rid, t in expected.items()}
+
+
+def test_the_decode_shortcut_and_the_row_picking_path_agree_when_rows_are_mixed():
+    """A mid-prompt chunk (no logits row) sends the batch down the general path: same tokens."""
+    ids = [f"r{i}" for i in range(len(PARAMS))]
+    fast, general = Sampler(seed=4), Sampler(seed=4)
+    for sampler in (fast, general):
+        for rid, params in zip(ids, PARAMS):
+            sampler.add(rid, params)
+    general.add("chunk", SamplingParams())
+    chunk = ScheduledRequest("chunk", (1, 2, 3), 0, 0, "prefill", [9], (144, 145, 146), 0)
+    logits = torch.randn(len(ids), 50, generator=torch.Generator().manual_seed(2))
+    got = fast.sample(decode_rows(ids), logits).token_ids
+    assert got == general.sample([chunk, *decode_rows(ids)], logits).token_ids
+    assert sorted(got) == sorted(ids)
+
+
+def test_the_count_of_sampling_requests_returns_to_zero():
+    llm = LLM(model="sim", config=EngineConfig(max_num_seqs=8), progress=False)
+    engine = llm.engine
+    llm.generate(["abc", "defg"], [SamplingParams(max_tokens=4, temperature=0.9, n=3),
+                                   SamplingParams(max_tokens=3)])
+    rid = engine.add_request("hij", SamplingParams(max_tokens=9, temperature=0.5))
+    engine.step()
+    engine.abort(rid)
+    assert engine.sampler._num_random == 0
+
+
+class CountingTokensAppended(ev.TokensAppended):
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+def run(subscribe_to: tuple | None, monkeypatch) -> tuple[list, list]:
+    monkeypatch.setattr(ev, "TokensAppended", CountingTokensAppended)
+    CountingTokensAppended.made = 0
+    config = EngineConfig(max_num_seqs=4, num_blocks=40, block_size=4, enable_prefix_caching=True,
+                          speculative=SpecConfig(method="ngram", num_speculative_tokens=3))
+    llm = LLM(model="sim", config=config, progress=False)
+    seen: list = []
+    if subscribe_to is not None:
+        llm.engine.hooks.subscribe(seen.append, *subscribe_to)
+    prompts = ["abcabcabcabc", "xyzxyz", "abcabcab"]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    return [o.token_ids for o in outs], seen
+
+
+def test_tokens_appended_are_built_only_for_their_subscribers(monkeypatch):
+    plain, _ = run(None, monkeypatch)
+    assert CountingTokensAppended.made == 0
+    _, seen = run((ev.StepEnd,), monkeypatch)
+    assert CountingTokensAppended.made == 0 and seen
+    with_tokens, seen = run((ev.TokensAppended, ev.RequestFinished), monkeypatch)
+    assert CountingTokensAppended.made > 0 and with_tokens == plain
+    tokens: dict[str, list[int]] = {}
+    for event in seen:
+        if isinstance(event, ev.TokensAppended):
+            assert event.request_id not in {e.request_id for e in seen[:seen.index(event)]
+                                            if isinstance(e, ev.RequestFinished)}
+            tokens.setdefault(event.request_id, []).extend(event.token_ids)
+    assert sorted(tokens.values()) == sorted(plain)
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_one_token_slot_is_slot_mapping(layout):
+    kv = KVCacheManager(32, 4) if layout == "paged" else ContiguousKVManager(128, 4, "max_tokens", 64)
+    for i, rid in enumerate("abc"):
+        assert kv.allocate_slots(rid, 0, 9 + 4 * i, num_reserve_tokens=20) is not None
+    for i, rid in enumerate("abc"):
+        for p in range(9 + 4 * i):
+            assert kv.slot(rid, p) == kv.slot_mapping(rid, p, p + 1)[0]
