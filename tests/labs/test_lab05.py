@@ -334,3 +334,9 @@ def test_the_compile_row_is_measured_in_full_mode_only():
     fast = {v.name: v for v in ablation.variants(ablation.base_config(), full=False)}
     assert full["compile"].config.compile is True
     assert fast["compile"].config is None and "FAST" in fast["compile"].why_not_en
+
+
+def test_a_variant_measured_on_one_workload_is_listed_without_numbers_on_the_others():
+    only = ablation.Variant("compile", "c", "c", EngineConfig(), "只在 chat", "chat only", only_workload="chat")
+    row = ablation.run_variant(only, ablation.copy_workload(1, 2), {})
+    assert not row.available and row.workload == "copy" and row.variant.why_not_en == "chat only"

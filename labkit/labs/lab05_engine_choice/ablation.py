@@ -54,6 +54,7 @@ class Variant:
     config: EngineConfig | None           # None: not available in labkit (see ``why_not``)
     why_not_zh: str = ""
     why_not_en: str = ""
+    only_workload: str | None = None      # measured on this workload only (the others list it without numbers)
 
 
 def base_config(num_blocks: int = 160, max_model_len: int = 640) -> EngineConfig:
@@ -83,7 +84,11 @@ def variants(base: EngineConfig, full: bool = True) -> list[Variant]:
             Variant("draft", "+ 投机解码：草稿模型，k=4", "+ speculative: draft model, k=4",
                     replace(base, speculative=SpecConfig(method="draft", num_speculative_tokens=4))),
             Variant("bf16", "权重与 KV：float32 → bfloat16", "weights and KV: float32 → bfloat16", replace(base, dtype="bfloat16")),
-            Variant("compile", COMPILE_ZH, COMPILE_EN, replace(base, compile=True)),
+            # One workload is enough to see what compiling buys, and the row's setup is the lab's longest.
+            Variant("compile", COMPILE_ZH, COMPILE_EN, replace(base, compile=True),
+                    "只在批量对话负载上测一次（编译和预热是这个实验里最慢的一步）。",
+                    "Measured on the batch-chat workload only (compiling and warming up is this lab's slowest step).",
+                    only_workload="chat"),
         ]
     else:
         out.append(Variant("compile", COMPILE_ZH, COMPILE_EN, None,
@@ -218,6 +223,8 @@ def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
                 results_dir: Path | None = None) -> AblationRow:
     if variant.config is None:
         return AblationRow(workload.name, variant)
+    if variant.only_workload not in (None, workload.name):
+        return AblationRow(workload.name, replace(variant, config=None))
     start = time.perf_counter()
     llm = LLM(config=variant.config, progress=False)
     warm_up(llm)                                          # first-step costs are not the variant's
