@@ -450,7 +450,7 @@ FAKE_DOM = r"""
 // model.get() throws on a trait Python does not send, so names must match on both sides.
 const listeners = [];
 function element(tag) {
-  const el = { tagName: tag, children: [], style: { setProperty() {} }, classList: { add() {} },
+  const el = { tagName: tag, children: [], style: { setProperty() {} }, classList: { add() {} }, dataset: {},
     clientWidth: 900, scrollHeight: 0, scrollTop: 0, clientHeight: 0, value: "",
     append(...kids) { this.children.push(...kids); }, appendChild(kid) { this.children.push(kid); return kid; },
     replaceChildren(...kids) { this.children = kids; },
@@ -584,6 +584,28 @@ def test_the_slider_scrubs_back_and_stays_pinned_until_follow():
     assert view.step == 5, "a pinned view must not jump"
     view.follow()
     assert not view.pinned and view.step == 6 and view.owner[7] == "z"
+
+
+def test_a_finished_block_map_sends_every_kept_step_as_a_frame_and_none_while_running():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    for step in range(3):
+        bus.emit(step_end(step, {"a": ([step], 4)}, kv_cache_usage_perc=10.0, num_requests_running=1))
+    view.flush()
+    assert view.running and view.frames == []        # live: the kernel draws each step
+    bus.emit(step_end(3, {}, kv_cache_usage_perc=0.0, num_requests_running=0))
+    view.flush()
+    assert [f["step"] for f in view.frames] == view.history_steps == [0, 1, 2, 3]
+    assert view.frames[1]["owner"][1] == "a" and view.frames[1]["block_tables"] == {"a": [1]}
+
+
+def test_a_shared_block_lists_every_request_holding_it():
+    bus = EventBus()
+    view = BlockMap(hooks=bus)
+    bus.emit(step_end(0, {"A": ([3, 7], 8), "A#1": ([3, 5], 8), "A#2": ([3, 6], 8)}))
+    view.flush()
+    assert view.holders(3) == {"A": [3, 7], "A#1": [3, 5], "A#2": [3, 6]} and view.ref_cnt[3] == 3
+    assert view.holders(5) == {"A#1": [3, 5]}
 
 
 def test_memory_gauge_scrubs_the_same_way_and_marks_the_shown_step():

@@ -194,12 +194,13 @@ function lkStepSlider(el, model, L) {
     row.style.display = steps.length > 1 ? "" : "none";
     label.textContent = L("scrub");
     peak.textContent = L("peak");
+    peak.title = L("peak_note");
     follow.textContent = L("follow");
     follow.disabled = !model.get("pinned");
     slider.max = String(Math.max(0, steps.length - 1));
     if (document.activeElement !== slider) slider.value = String(Math.max(0, cursor));
     const state = model.get("pinned") ? L("pinned") : (model.get("running") ? L("live") : L("ended"));
-    const onPeak = cursor === model.get("peak_index") ? ` (${L("peak")})` : "";
-    where.textContent = cursor >= 0 ? `${steps[cursor]}${onPeak} · ${state}` : "";
+    const onPeak = cursor === model.get("peak_index") ? ` (${L("peak_note")})` : "";
+    where.textContent = cursor >= 0 ? `${L("step")} ${steps[cursor]}${onPeak} · ${state}` : "";
   };
 }

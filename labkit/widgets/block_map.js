@@ -29,20 +29,37 @@ function slotRuns(geo, start, length, fn) {
   }
 }
 
-// Every trait draw() needs, read once per frame.
+// Every trait draw() needs, read once per frame. With `frames` (a finished run, small enough)
+// the step under the slider is drawn from the browser's copy: no round trip through the kernel.
+const FRAME_TRAITS = ["step", "owner", "filled", "ref_cnt", "cached", "block_tables", "regions", "colors",
+  "block_size", "num_blocks", "kv_layout", "summary"];
+
 function readState(model) {
-  const names = ["owner", "filled", "ref_cnt", "cached", "block_tables", "regions", "colors",
-    "palette", "block_size", "num_blocks", "kv_layout"];
-  return Object.fromEntries(names.map((name) => [name, model.get(name)]));
+  const frames = model.get("frames") || [];
+  const cursor = model.get("cursor");
+  const local = cursor >= 0 && cursor < frames.length ? frames[cursor] : null;
+  const m = Object.fromEntries(FRAME_TRAITS.map((name) => [name, local ? local[name] : model.get(name)]));
+  m.palette = model.get("palette");
+  return m;
 }
 
-function activeTable(m, request) {
+// Requests whose block table holds physical block `i` (a shared block has several).
+function holdersOf(m, i) {
+  return Object.entries(m.block_tables || {}).filter(([, table]) => table.includes(i)).map(([rid]) => rid);
+}
+
+// physical block -> logical index, over the tables of the active requests (the first one wins).
+function activeTable(m, requests) {
   const logical = new Map();
-  ((m.block_tables || {})[request] || []).forEach((physical, i) => logical.set(physical, i));
+  for (const request of requests) {
+    ((m.block_tables || {})[request] || []).forEach((physical, i) => {
+      if (!logical.has(physical)) logical.set(physical, i);
+    });
+  }
   return logical;
 }
 
-function drawBlock(ctx, m, geo, i, logical, request) {
+function drawBlock(ctx, m, geo, i, logical, highlight) {
   const palette = m.palette;
   const owner = m.owner[i];
   const size = geo.cell - 1;
@@ -64,7 +81,10 @@ function drawBlock(ctx, m, geo, i, logical, request) {
     ctx.fill();
   }
   if ((m.ref_cnt[i] || 0) > 1) drawShared(ctx, palette, x, y, size, m.ref_cnt[i]);
-  if (request) drawActive(ctx, palette, x, y, size, logical.get(i));
+  if (highlight) drawActive(ctx, palette, x, y, size, logical.get(i));
+  if (i === m.selected_block) {
+    ctx.strokeStyle = palette.verify; ctx.lineWidth = 3; ctx.strokeRect(x + 1.5, y + 1.5, size - 3, size - 3);
+  }
 }
 
 function drawShared(ctx, palette, x, y, size, refs) {
@@ -144,13 +164,20 @@ function render({ model, el }) {
   let hovered = "";
 
   const active = () => model.get("selected") || hovered;
+  // The requests drawn highlighted: a pinned shared block's holders, else the pinned/hovered request.
+  function activeRequests(m) {
+    const block = model.get("selected_block");
+    if (block >= 0 && block < (m.num_blocks || 0)) return holdersOf(m, block);
+    const request = active();
+    return request ? [request] : [];
+  }
 
-  function statusText() {
-    const s = model.get("summary") || {};
-    if (model.get("step") < 0) return L("waiting");
-    const parts = [`${L("step")} ${model.get("step")}`,
+  function statusText(m) {
+    const s = m.summary || {};
+    if (m.step < 0) return L("waiting");
+    const parts = [`${L("step")} ${m.step}`,
       `${L("usage")} ${lkFmt(s.kv_cache_usage_perc)}%`, `${L("waste")} ${lkFmt(s.kv_waste_perc)}%`];
-    if (model.get("kv_layout") === "contiguous") {
+    if (m.kv_layout === "contiguous") {
       parts.push(`${L("external_frag")} ${lkFmt(s.kv_external_frag_perc)}%`);
     } else {
       parts.push(`${L("used_blocks")} ${s.num_used}/${s.num_blocks}`,
@@ -174,63 +201,77 @@ function render({ model, el }) {
       { color: p.ink, label: L("shared"), kind: "dot" }];
   }
 
-  function infoText() {
+  const tableLine = (m, request) => `${request} · ${L("block_table")}: ` +
+    ((m.block_tables || {})[request] || []).map((b, i) => `${i}→${b}`).join("  ");
+
+  // Lines under the map: the pinned shared block and every holder's table, or one request's.
+  function infoLines(m) {
     const request = active();
-    const contiguous = model.get("kv_layout") === "contiguous";
-    if (!request) return L(contiguous ? "hint_contiguous" : "hint");
-    if (contiguous) {
-      const r = model.get("regions").find((x) => x.request_id === request);
-      if (!r) return request;
-      return `${request} · ${L("region")} [${r.start}, ${r.start + r.reserved}) · ` +
-        `${L("used")} ${r.used} · ${L("needed")} ${r.needed} · ${L("reserved")} ${r.reserved}`;
+    const contiguous = m.kv_layout === "contiguous";
+    const block = model.get("selected_block");
+    if (!contiguous && block >= 0 && block < (m.num_blocks || 0)) {
+      const holders = holdersOf(m, block);
+      return [`${L("block")} #${block} · ${L("ref_cnt")} ${m.ref_cnt[block]} · ${L("holders")}: ${holders.join(", ")}`,
+        ...holders.map((rid) => tableLine(m, rid))];
     }
-    const table = (model.get("block_tables") || {})[request] || [];
-    return `${request} · ${L("block_table")}: ` + table.map((b, i) => `${i}→${b}`).join("  ");
+    if (!request) return [L(contiguous ? "hint_contiguous" : "hint")];
+    if (contiguous) {
+      const r = m.regions.find((x) => x.request_id === request);
+      if (!r) return [request];
+      return [`${request} · ${L("region")} [${r.start}, ${r.start + r.reserved}) · ` +
+        `${L("used")} ${r.used} · ${L("needed")} ${r.needed} · ${L("reserved")} ${r.reserved}`];
+    }
+    return [tableLine(m, request)];
   }
 
   function draw() {
+    const m = readState(model);
+    m.selected_block = model.get("selected_block");
     refreshSlider();
     header.title.textContent = L("title");
-    header.status.textContent = statusText();
+    header.status.textContent = statusText(m);
+    el.dataset.step = String(m.step);
     legendBox.replaceChildren(lkLegend(legendItems()));
-    info.textContent = infoText();
+    info.replaceChildren(...infoLines(m).map((line) => lkEl("div", "lk-info-line", line)));
     const width = lkWidth(el) - 18;
-    const contiguous = model.get("kv_layout") === "contiguous";
-    geo = contiguous ? arenaGeometry(width, model.get("num_blocks") * model.get("block_size"))
-                     : pagedGeometry(width, model.get("num_blocks"));
+    const contiguous = m.kv_layout === "contiguous";
+    geo = contiguous ? arenaGeometry(width, m.num_blocks * m.block_size) : pagedGeometry(width, m.num_blocks);
+    canvas.dataset.cell = String(geo.cell || 0);
+    canvas.dataset.cols = String(geo.cols || 0);
     const ctx = lkSize(canvas, width, Math.max(geo.height, 1));
-    const request = active();
-    const m = readState(model);
-    if (contiguous) { drawArena(ctx, m, geo, request); return; }
-    const logical = activeTable(m, request);
-    for (let i = 0; i < m.num_blocks; i++) drawBlock(ctx, m, geo, i, logical, request);
+    const requests = activeRequests(m);
+    if (contiguous) { drawArena(ctx, m, geo, requests[0] || ""); return; }
+    const logical = activeTable(m, requests);
+    for (let i = 0; i < m.num_blocks; i++) drawBlock(ctx, m, geo, i, logical, requests.length > 0);
   }
 
   // What is under the mouse: {lines for the tooltip, request id or ""}, or null.
   function pick(x, y) {
     if (!geo || x < 0 || y < 0) return null;
+    const m = readState(model);
     if (geo.kind === "paged") {
       const i = Math.floor(y / geo.cell) * geo.cols + Math.floor(x / geo.cell);
-      if (Math.floor(x / geo.cell) >= geo.cols || i >= model.get("num_blocks")) return null;
-      const owner = model.get("owner")[i];
-      return { request: owner || "", lines: [
-        `${L("block")} #${i}`, `${L("owner")}: ${owner || L("free")}`,
-        `${L("slots")}: ${model.get("filled")[i]}/${model.get("block_size")}`,
-        `${L("ref_cnt")}: ${model.get("ref_cnt")[i]}`,
-        `${L("prefix_cached")}: ${model.get("cached")[i] ? L("yes") : L("no")}`] };
+      if (Math.floor(x / geo.cell) >= geo.cols || i >= m.num_blocks) return null;
+      const owner = m.owner[i];
+      const holders = holdersOf(m, i);
+      return { request: owner || "", block: i, shared: (m.ref_cnt[i] || 0) > 1, lines: [
+        `${L("block")} #${i}`, `${L("owner")}: ${holders.length > 1 ? holders.join(", ") : (owner || L("free"))}`,
+        `${L("slots")}: ${m.filled[i]}/${m.block_size}`,
+        `${L("ref_cnt")}: ${m.ref_cnt[i]}`,
+        `${L("prefix_cached")}: ${m.cached[i] ? L("yes") : L("no")}`] };
     }
     const row = Math.floor(y / (geo.rowH + geo.gap));
     if (y - row * (geo.rowH + geo.gap) > geo.rowH) return null;
     const slot = row * geo.perRow + Math.floor(x / geo.pxPerSlot);
-    const total = model.get("num_blocks") * model.get("block_size");
+    const total = m.num_blocks * m.block_size;
     if (slot >= total || Math.floor(x / geo.pxPerSlot) >= geo.perRow) return null;
-    const r = model.get("regions").find((q) => slot >= q.start && slot < q.start + q.reserved);
+    const r = m.regions.find((q) => slot >= q.start && slot < q.start + q.reserved);
     if (r) {
       return { request: r.request_id, lines: [`${L("owner")}: ${r.request_id}`,
         `${L("start")}: ${r.start}`, `${L("reserved")}: ${r.reserved}`,
         `${L("used")}: ${r.used}`, `${L("needed")}: ${r.needed}`] };
     }
-    const [lo, hi] = holeAround(model.get("regions"), slot, total);
+    const [lo, hi] = holeAround(m.regions, slot, total);
     return { request: "", lines: [`${L("free_hole")}: [${lo}, ${hi}) = ${hi - lo} ${L("slots")}`] };
   }
 
@@ -245,14 +286,21 @@ function render({ model, el }) {
   canvas.addEventListener("click", (event) => {
     const m = lkMouse(event, canvas, el);
     const hit = pick(m.x, m.y);
-    const request = hit ? hit.request : "";
-    model.set("selected", model.get("selected") === request ? "" : request);
+    if (hit && hit.shared) {   // a shared block: pin the block, list every holder
+      const again = model.get("selected_block") === hit.block;
+      model.set("selected_block", again ? -1 : hit.block);
+      model.set("selected", "");
+    } else {
+      const request = hit ? hit.request : "";
+      model.set("selected_block", -1);
+      model.set("selected", model.get("selected") === request ? "" : request);
+    }
     model.save_changes();
   });
 
   return lkWatch(model, el, ["step", "kv_layout", "block_size", "num_blocks", "owner", "filled",
-    "ref_cnt", "cached", "block_tables", "regions", "colors", "summary", "selected", "labels",
-    "palette", "history_steps", "cursor", "peak_index", "pinned", "running"], draw);
+    "ref_cnt", "cached", "block_tables", "regions", "colors", "summary", "selected", "selected_block",
+    "frames", "labels", "palette", "history_steps", "cursor", "peak_index", "pinned", "running"], draw);
 }
 
 export default { render };

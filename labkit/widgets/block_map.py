@@ -13,9 +13,15 @@ each region's used slots, the slots it will still fill, the slots it never fills
 fragmentation) and the free holes between regions (external fragmentation).
 
 Hovering a cell shows the block; clicking pins its request and lists its block table
-(logical → physical) below the map. A slider scrubs back through the run's recorded steps
-(``labkit.widgets.history``); once the engine is idle the map shows the step of peak usage, so a
-finished run still shows its picture. Only ``StepEnd.block_map`` and ``StepEnd.stats`` are read.
+(logical → physical) below the map; clicking a shared block (ref count > 1) lists every request
+holding it, each with its block table. A slider scrubs back through the run's recorded steps
+(``labkit.widgets.history``); once the engine is idle the map shows the step of peak usage (the
+step with the highest KV usage, the one meaning of "peak" the widget states), so a finished run
+still shows its picture. Only ``StepEnd.block_map`` and ``StepEnd.stats`` are read.
+
+Once the engine is idle and the kept steps are small enough (``FRAME_CELLS``), every kept step goes
+to the browser as a frame, so the slider redraws locally, in the next animation frame, without a
+round trip through the kernel (a busy kernel took seconds).
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ import traitlets
 from labkit.hooks import BlockMapSnapshot, StepEnd, StepStats
 from labkit.i18n import t
 from labkit.widgets.base import bundle_esm
-from labkit.widgets.history import ScrubbableView
+from labkit.widgets.history import ScrubbableView, snapshot_cells
 from labkit.widgets.palette import colors_for
+
+FRAME_CELLS = 200_000     # per-block entries over all frames sent at once (~1.5 MB of JSON)
 
 
 def block_summary(snapshot: BlockMapSnapshot, stats: StepStats) -> dict[str, float | int]:
@@ -64,18 +72,33 @@ class BlockMap(ScrubbableView):
     colors = traitlets.Dict().tag(sync=True)              # request id -> "#rrggbb"
     summary = traitlets.Dict().tag(sync=True)             # block_summary()
     selected = traitlets.Unicode("").tag(sync=True)       # pinned request id, set by a click too
+    selected_block = traitlets.Int(-1).tag(sync=True)     # pinned shared block (ref_cnt > 1), or -1
+    frames = traitlets.List().tag(sync=True)              # frame() of every slider position, or []
+
+    def __init__(self, engine: object | None = None, **kwargs) -> None:
+        self._frames_key: tuple[int, ...] | None = None    # the steps ``frames`` holds now
+        super().__init__(engine, **kwargs)
 
     def show(self, event: StepEnd) -> None:
-        snap = event.block_map
-        tables = {rid: list(blocks) for rid, blocks in snap.block_tables}
-        self.step = event.step
-        self.kv_layout, self.block_size, self.num_blocks = snap.layout, snap.block_size, snap.num_blocks
-        self.owner, self.filled = list(snap.owner), list(snap.filled)
-        self.ref_cnt, self.cached = list(snap.ref_cnt), list(snap.cached)
-        self.block_tables = tables
-        self.regions = [dataclasses.asdict(region) for region in snap.regions]
-        self.colors = colors_for([*snap.owner, *tables, *(r.request_id for r in snap.regions)])
-        self.summary = block_summary(snap, event.stats)
+        for name, value in frame(event).items():
+            setattr(self, name, value)
+
+    def sync(self) -> None:
+        super().sync()
+        if self._history.latest is None:
+            return
+        entries = self._entries
+        if self.running or sum(snapshot_cells(e) for e in entries) > FRAME_CELLS:
+            key = None
+        else:
+            key = tuple(e.step for e in entries)
+        if key != self._frames_key:
+            self._frames_key = key
+            self.frames = [] if key is None else [frame(e) for e in entries]
+
+    def holders(self, block: int) -> dict[str, list[int]]:
+        """Every request whose block table holds physical ``block`` now, with its table."""
+        return {rid: table for rid, table in self.block_tables.items() if block in table}
 
     def make_labels(self) -> dict[str, str]:
         return {
@@ -100,7 +123,9 @@ class BlockMap(ScrubbableView):
             "yes": t("是", "yes"),
             "no": t("否", "no"),
             "block_table": t("块表 (逻辑块→物理块)", "block table (logical→physical)"),
-            "hint": t("悬停查看块，点击固定请求的块表", "Hover a block; click to pin its request's block table"),
+            "holders": t("持有它的请求", "held by"),
+            "hint": t("悬停查看块；点击固定请求的块表，点击共享块列出所有持有者",
+                      "Hover a block; click to pin its request's block table, or a shared block to list every holder"),
             "hint_contiguous": t("悬停查看预留区，点击固定", "Hover a reservation; click to pin it"),
             "used_slots": t("已用槽位 (有 K/V)", "used slots (hold K/V)"),
             "reserved_later": t("预留待用", "reserved, filled later"),
@@ -112,3 +137,17 @@ class BlockMap(ScrubbableView):
             "used": t("已用", "used"),
             "needed": t("最终需要", "will need"),
         }
+
+
+def frame(event: StepEnd) -> dict:
+    """The synced traits that draw one step (``BlockMap.show`` writes them; ``frames`` lists them)."""
+    snap = event.block_map
+    tables = {rid: list(blocks) for rid, blocks in snap.block_tables}
+    return {
+        "step": event.step, "kv_layout": snap.layout, "block_size": snap.block_size, "num_blocks": snap.num_blocks,
+        "owner": list(snap.owner), "filled": list(snap.filled), "ref_cnt": list(snap.ref_cnt),
+        "cached": list(snap.cached), "block_tables": tables,
+        "regions": [dataclasses.asdict(region) for region in snap.regions],
+        "colors": colors_for([*snap.owner, *tables, *(r.request_id for r in snap.regions)]),
+        "summary": block_summary(snap, event.stats),
+    }

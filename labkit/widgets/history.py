@@ -163,6 +163,8 @@ class ScrubbableView(LiveView):
         return {
             "scrub": t("回看", "replay"),
             "peak": t("峰值", "peak"),
+            "peak_note": t("峰值 = KV 使用率最高的一步", "peak = the step with the highest KV usage"),
+            "step": t("步", "step"),
             "follow": t("跟随最新", "follow"),
             "of": t("共", "of"),
             "live": t("运行中", "running"),

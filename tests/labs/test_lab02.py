@@ -196,8 +196,29 @@ def test_block_map_run_sees_on_demand_scattered_blocks_that_return(demo_run):
 def test_player_shows_the_recorded_step_in_the_block_map(demo_run):
     player = block_map.BlockMapPlayer(demo_run, start=3)
     assert player.map.block_tables == {rid: list(t) for rid, t in demo_run.tables_at(3).items()}
-    player.slider.value = 5
-    assert player.map.step == demo_run.steps[5].step
+    player.show(5)
+    assert player.map.step == demo_run.steps[5].step == player.map.history_steps[player.index]
+
+
+def test_player_is_one_slider_over_every_recorded_step_opening_at_the_kv_usage_peak(demo_run):
+    player = block_map.BlockMapPlayer(demo_run)
+    steps = [e.step for e in demo_run.steps]
+    assert player.map.history_steps == steps                 # the map's own slider, engine step numbers
+    peak = demo_run.peak_index()
+    usage = [e.stats.kv_cache_usage_perc for e in demo_run.steps]
+    assert usage[peak] == max(usage) and peak == usage.index(max(usage))
+    assert player.map.cursor == player.map.peak_index == peak and player.map.step == steps[peak]
+    assert not player.map.running                             # a replay is an ended run, not "running"
+    assert "KV" in player.map.labels["peak_note"]             # the widget states what its peak means
+
+
+def test_player_sends_every_frame_so_the_browser_redraws_without_the_kernel(demo_run):
+    player = block_map.BlockMapPlayer(demo_run)
+    frames = player.map.frames
+    assert [f["step"] for f in frames] == player.map.history_steps
+    for index in (0, len(frames) // 2, len(frames) - 1):
+        player.show(index)
+        assert frames[index]["owner"] == player.map.owner and frames[index]["block_tables"] == player.map.block_tables
 
 
 # ----------------------------------------------------------------------------- sharing

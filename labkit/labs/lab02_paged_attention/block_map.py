@@ -9,14 +9,12 @@
 * blocks return at finish and are handed to later requests (``BlockMapRun.reused``).
 
 ``BlockMapPlayer`` replays the recording into the real ``labkit.widgets.BlockMap`` through its own
-event bus, so a learner can drag a step slider and click a request to see its block table.
+event bus, so a learner can drag the map's step slider and click a block to see block tables.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import ipywidgets as W
 
 from labkit.hooks import BlocksAllocated, BlocksFreed, BlockMapSnapshot, EventBus, StepEnd
 from labkit.i18n import t
@@ -80,8 +78,8 @@ class BlockMapRun:
         return all(owner is None for owner in self.steps[-1].block_map.owner)
 
     def peak_index(self) -> int:
-        """The step with the most requests holding blocks (a good first picture)."""
-        return max(range(len(self.steps)), key=lambda i: len(self.steps[i].block_map.block_tables))
+        """The recorded step with the highest KV usage (the first such), the block map's "peak"."""
+        return max(range(len(self.steps)), key=lambda i: (self.steps[i].stats.kv_cache_usage_perc, -i))
 
 
 def is_consecutive(table: tuple[int, ...]) -> bool:
@@ -118,29 +116,39 @@ def record_block_map(llm, prompts: list[list[int]], max_tokens: list[int], join_
 
 
 class BlockMapPlayer:
-    """A step slider over a recorded run, driving a ``BlockMap`` through a private event bus.
+    """A recorded run in one ``BlockMap``: its own step slider, no second one, no engine.
 
-    Clicking a cell of the map pins its request and lists its block table (the widget's own
-    feature); the slider moves through the recorded steps without running the engine again.
+    Every recorded ``StepEnd`` goes through a private event bus into the map's history, so the map's
+    slider covers the whole run, reads the engine's step numbers (the same as the map's status line
+    and ``block_tables_table``) and, the run being over, opens at its peak: the step with the highest
+    KV usage (``BlockMapRun.peak_index``, the widget's one meaning of "peak"). The frames travel to the
+    browser with it, so dragging redraws in the next animation frame. Clicking a cell pins its
+    request and lists its block table; clicking a shared block lists every holder.
     """
 
     def __init__(self, run: BlockMapRun, start: int | None = None) -> None:
         from labkit.widgets import BlockMap
 
+        if start is not None and not 0 <= start < len(run.steps):
+            raise ValueError(f"start must be a recorded step index in [0, {len(run.steps) - 1}], got {start}")
         self.run, self.bus = run, EventBus()
-        self.map = BlockMap(hooks=self.bus)
-        last = len(run.steps) - 1
-        self.slider = W.IntSlider(value=run.peak_index() if start is None else start, min=0, max=last,
-                                  description=t("步", "step"), continuous_update=True, layout=W.Layout(width="520px"))
-        self.slider.observe(lambda change: self.show(change["new"]), names="value")
-        self.box = W.VBox([self.slider, self.map])
-        self.show(self.slider.value)
+        self.map = BlockMap(hooks=self.bus, max_history=max(2, len(run.steps)))
+        for event in run.steps:
+            self.bus.emit(event)
+        self.map.flush()
+        if start is not None:
+            self.show(start)
+
+    @property
+    def index(self) -> int:
+        """The recorded step index the map shows."""
+        return self.map.cursor
 
     def show(self, index: int) -> BlockMapSnapshot:
+        """Move the map's slider to recorded step ``index`` (as a drag does)."""
         event = self.run.steps[index]
-        self.bus.emit(event)
-        self.map.flush()
+        self.map.show_step(event.step)
         return event.block_map
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        return self.map._repr_mimebundle_(**kwargs)
