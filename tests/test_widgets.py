@@ -496,8 +496,11 @@ def populated_views() -> list:
     """One view of each kind (two block maps: paged and contiguous) after a few events."""
     bus, contiguous_bus = EventBus(), EventBus()
     paged, contiguous = BlockMap(hooks=bus), BlockMap(hooks=contiguous_bus)
+    by_request = BatchTimeline(hooks=bus)
+    by_request.color_by = "request"          # its legend names requests, not phases
     others = [BatchTimeline(hooks=bus), AcceptanceView(hooks=bus, c=0.1, baseline_tpot_s=0.02),
-              MemoryGauge(hooks=bus), TokenStream(hooks=bus, detokenize=utf8_detokenize), LatencyView(hooks=bus)]
+              MemoryGauge(hooks=bus), TokenStream(hooks=bus, detokenize=utf8_detokenize), LatencyView(hooks=bus),
+              by_request]
     for step in range(3):
         batch = [BatchEntry("a", 0, 4, "prefill"), BatchEntry("b", 1, 1, "verify")]
         bus.emit(step_end(step, {"a": ([0, 1], 6), "b": ([0, 3], 5)}, batch,
@@ -515,7 +518,7 @@ def populated_views() -> list:
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(8))
 def test_widget_javascript_renders_the_synced_state(populated_views, index, tmp_path):
     view = populated_views[index]
     module = tmp_path / "widget.mjs"

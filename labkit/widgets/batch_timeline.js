@@ -60,6 +60,24 @@ function drawLines(ctx, m, geo, label) {
   }
 }
 
+const LEGEND_REQUESTS = 8;
+
+// "By request" colours mean requests: the legend names the requests drawn (first seen first), at most
+// LEGEND_REQUESTS of them, and counts the rest.
+function requestLegend(m, requestWord) {
+  const seen = [];
+  for (let i = 0; i < m.kinds.length; i++) {
+    for (let slot = 0; slot < m.kinds[i].length; slot++) {
+      const rid = m.requests[i][slot];
+      if (rid && KIND_NAMES[m.kinds[i][slot]] !== "idle" && !seen.includes(rid)) seen.push(rid);
+    }
+  }
+  const items = seen.slice(0, LEGEND_REQUESTS).map((rid) => ({ color: m.colors[rid] || m.palette.ink,
+    label: `${requestWord} ${rid}` }));
+  if (seen.length > LEGEND_REQUESTS) items.push({ color: "#ffffff", label: `+${seen.length - LEGEND_REQUESTS}` });
+  return items;
+}
+
 function render({ model, el }) {
   el.classList.add("lk-view", "lk-batch-timeline");
   const header = lkHeader(el);
@@ -98,11 +116,12 @@ function render({ model, el }) {
       `${L("token_budget")} ${lkFmt(m.token_budget_perc[n - 1])}%`;
     drawControls(m);
     const p = m.palette;
-    legendBox.replaceChildren(lkLegend([
-      { color: p.prefill, label: L("prefill") }, { color: p.decode, label: L("decode") },
-      { color: p.verify, label: L("verify") }, { color: p.idle, label: L("idle") },
-      { color: p.ink, label: L("occupancy"), kind: "line" },
-      { color: p.ink, label: L("token_budget"), kind: "dash" }]));
+    const lines = [{ color: p.ink, label: L("occupancy"), kind: "line" },
+      { color: p.ink, label: L("token_budget"), kind: "dash" }];
+    legendBox.replaceChildren(lkLegend(m.color_by === "request"
+      ? [...requestLegend(m, L("request")), { color: p.idle, label: L("idle") }, ...lines]
+      : [{ color: p.prefill, label: L("prefill") }, { color: p.decode, label: L("decode") },
+        { color: p.verify, label: L("verify") }, { color: p.idle, label: L("idle") }, ...lines]));
     const width = lkWidth(el) - 18;
     geo = timelineGeometry(width, shownColumns(m.window, n), m.num_slots);
     const ctx = lkSize(canvas, width, geo.height);
