@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS, axis_titles, style
+from labkit.labs.common.figures import COLORS, axis_titles, decade_ticks, reference_line, style
 from labkit.labs.common.tables import Table
 from labkit.labs.lab03_batching.chunked import ChunkedRun
 from labkit.labs.lab03_batching.offline import (
@@ -21,6 +21,18 @@ from labkit.labs.lab03_batching.scaling import StepTiming
 
 POLICY_COLORS = {"static": COLORS["idle"], "continuous": COLORS["decode"]}
 SIM = t("（模拟）", " (simulated)")
+
+
+def policy_name(key: str) -> str:
+    """The reader's name of a scheduler or Anyscale system key ("static", "continuous, paged KV")."""
+    names = {"static": t("静态批处理", "static batching"), "continuous": t("连续批处理", "continuous batching"),
+             "static, max-length reservation": t("静态 + 按最大长度预留", "static, max-length reservation"),
+             "continuous, max-length reservation": t("连续 + 按最大长度预留", "continuous, max-length reservation"),
+             "continuous, paged KV": t("连续 + 分页 KV", "continuous, paged KV")}
+    head, sep, tail = key.partition(", burstiness ")          # "continuous, burstiness 0.25"
+    if sep:
+        return policy_name(head) + t(f"，突发性 {tail}", f", burstiness {tail}")
+    return names.get(key, key)
 
 
 def _ms(seconds: float | None) -> str:
@@ -37,7 +49,7 @@ def offline_table(comparisons: list[tuple[str, OfflineComparison]]) -> Table:
     rows = []
     for name, c in comparisons:
         for run in (c.static, c.continuous):
-            rows.append([name + _sim(run.simulated), run.label, run.num_requests, run.steps, f"{run.seconds:,.2f}",
+            rows.append([name + _sim(run.simulated), policy_name(run.label), run.num_requests, run.steps, f"{run.seconds:,.2f}",
                          f"{run.wall_s:,.2f}", f"{run.tokens_per_s:,.1f}", f"{run.occupancy_perc:.1f}",
                          _pct(run.decode_occupancy_perc)])
         rows.append([name, t("连续 ÷ 静态", "continuous / static"), "", f"{c.step_ceiling:.2f}×", "",
@@ -86,7 +98,7 @@ def anyscale_table(rows: list[AnyscaleRow]) -> Table:
     body = []
     for row in rows:
         for name, run in row.runs.items():
-            body.append([row.max_output_len, name, run.steps, f"{run.mean_batch:.1f}", f"{run.tokens_per_s:,.0f}",
+            body.append([row.max_output_len, policy_name(name), run.steps, f"{run.mean_batch:.1f}", f"{run.tokens_per_s:,.0f}",
                          f"{row.speedup(name):.2f}×", f"{row.step_ceiling(name):.2f}×"])
     return Table([t("输出上限", "output cap"), t("系统", "system"), t("步数", "steps"), t("平均批大小", "mean batch"),
                   t("输出 token/s（模拟）", "output tok/s (simulated)"), t("吞吐相对静态", "throughput vs static"),
@@ -99,10 +111,10 @@ def anyscale_figure(rows: list[AnyscaleRow], cited: dict[str, float]) -> go.Figu
     fig = go.Figure()
     caps = [r.max_output_len for r in rows]
     for name, color in zip(rows[0].runs, (COLORS["idle"], COLORS["reserved_unused"], COLORS["decode"])):
-        fig.add_trace(go.Scatter(x=caps, y=[r.speedup(name) for r in rows], mode="lines+markers", name=name + SIM,
-                                 line=dict(color=color)))
+        fig.add_trace(go.Scatter(x=caps, y=[r.speedup(name) for r in rows], mode="lines+markers",
+                                 name=policy_name(name) + SIM, line=dict(color=color)))
     for label, value in cited.items():
-        fig.add_hline(y=value, line_dash="dot", line_color=COLORS["ink"], annotation_text=label)
+        reference_line(fig, y=value, text=label)
     fig.update_xaxes(type="log", tickvals=caps)
     return style(fig, t("吞吐相对静态批处理的倍数 vs 输出长度上限（模拟）与博客数字",
                         "Throughput relative to static batching vs output cap (simulated) and the blog's numbers"),
@@ -139,23 +151,33 @@ def utilisation_claim_sentence(name: str, c: OfflineComparison, low: float = 30.
 
 def serving_figure(sweep: dict[str, list[ServingResult]], slo) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08)
+    ttfts = []
     for name, results in sweep.items():
         rates = [r.rate for r in results]
         color = POLICY_COLORS.get(name, COLORS["ink"])
+        ttfts += [r.ttft_p99_s for r in results]
         for col, ys in ((1, [r.ttft_p99_s for r in results]), (2, [1000 * r.tpot_p99_s for r in results]),
                         (3, [r.goodput for r in results])):
-            fig.add_trace(go.Scatter(x=rates, y=ys, mode="lines+markers", name=name, line=dict(color=color),
-                                     showlegend=col == 1), row=1, col=col)
-    fig.add_hline(y=slo.ttft_s, line_dash="dot", row=1, col=1)
-    fig.add_hline(y=1000 * slo.tpot_s, line_dash="dot", row=1, col=2)
-    fig.update_yaxes(type="log", row=1, col=1)
-    style(fig, t("在线服务（模拟）：请求率扫描", "Online serving (simulated): request-rate sweep"), height=400)
+            fig.add_trace(go.Scatter(x=rates, y=ys, mode="lines+markers", name=policy_name(name), line=dict(color=color),
+                                     legendgroup=name, showlegend=col == 1), row=1, col=col)
+        fig.add_trace(go.Scatter(x=rates, y=[r.throughput for r in results], mode="lines", legendgroup=name,
+                                 name=policy_name(name) + t("：完成吞吐", ": completed"),
+                                 line=dict(color=color, dash="dash", width=1)), row=1, col=3)
+    reference_line(fig, y=slo.ttft_s, text=t(f"SLO：TTFT ≤ {slo.ttft_s:g} 秒", f"SLO: TTFT ≤ {slo.ttft_s:g} s"),
+                   log=True, row=1, col=1, color=COLORS["internal_frag"])
+    reference_line(fig, y=1000 * slo.tpot_s, text=t(f"SLO：TPOT ≤ {1000 * slo.tpot_s:g} 毫秒",
+                                                    f"SLO: TPOT ≤ {1000 * slo.tpot_s:g} ms"),
+                   row=1, col=2, color=COLORS["internal_frag"])
+    decade_ticks(fig, "y", ttfts + [slo.ttft_s], row=1, col=1)
+    style(fig, t("在线服务（模拟）：请求率扫描", "Online serving (simulated): request-rate sweep"), height=430)
+    fig.update_layout(margin=dict(t=110))
     rate = t("请求率（请求/秒）", "request rate (req/s)")
-    return axis_titles(fig, [(rate, "TTFT P99 (s)"), (rate, "TPOT P99 (ms)"), (rate, t("goodput（请求/秒）", "goodput (req/s)"))])
+    return axis_titles(fig, [(rate, t("TTFT P99（秒，对数）", "TTFT P99 (s, log)")), (rate, t("TPOT P99（毫秒）", "TPOT P99 (ms)")),
+                             (rate, t("goodput 与完成吞吐（请求/秒）", "goodput and completed (req/s)"))])
 
 
 def serving_table(results: list[ServingResult], caption: str) -> Table:
-    rows = [[r.label + _sim(r.simulated), f"{r.rate:g}", f"{r.ttft_p50_s:.2f} / {r.ttft_p99_s:.2f}",
+    rows = [[policy_name(r.label) + _sim(r.simulated), f"{r.rate:g}", f"{r.ttft_p50_s:.2f} / {r.ttft_p99_s:.2f}",
              f"{_ms(r.tpot_p50_s)} / {_ms(r.tpot_p99_s)}", f"{_ms(r.itl_p50_s)} / {_ms(r.itl_p99_s)}",
              f"{r.num_good}/{r.num_requests}", f"{r.goodput:.2f}", f"{r.throughput:.2f}"] for r in results]
     return Table([t("策略", "policy"), t("请求率 /s", "rate /s"), "TTFT P50 / P99 (s)", "TPOT P50 / P99 (ms)",
@@ -167,21 +189,25 @@ def serving_table(results: list[ServingResult], caption: str) -> Table:
 
 def scaling_figure(decode: list[StepTiming], prefill: list[StepTiming], knee: float) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    sizes, step_ms, token_ms = [], [], []
     for timings, name, color in ((decode, t("解码步：批大小 = token 数", "decode step: batch = tokens"), COLORS["decode"]),
                                  (prefill, t("预填充步：一个请求的提示", "prefill step: one prompt"), COLORS["prefill"])):
         x = [p.size for p in timings]
+        sizes += x
+        step_ms += [1000 * p.step_s for p in timings]
+        token_ms += [1000 * p.step_s / p.size for p in timings]
         fig.add_trace(go.Scatter(x=x, y=[1000 * p.step_s for p in timings], mode="lines+markers", name=name,
                                  line=dict(color=color)), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=[1000 * p.step_s / p.size for p in timings], mode="lines+markers", name=name,
                                  line=dict(color=color), showlegend=False), row=1, col=2)
-    fig.add_vline(x=knee, line_dash="dot", annotation_text=t(f"拐点 ≈ {knee:.0f} token", f"knee ≈ {knee:.0f} tokens"),
-                  row=1, col=1)
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    reference_line(fig, x=knee, text=t(f"拐点 ≈ {knee:.0f} token", f"knee ≈ {knee:.0f} tokens"), log=True, row=1, col=1)
+    for col, ys in ((1, step_ms), (2, token_ms)):
+        decade_ticks(fig, "x", sizes + ([knee] if col == 1 else []), row=1, col=col)
+        decade_ticks(fig, "y", ys, row=1, col=col)
     style(fig, t("一步的耗时 vs 这一步的 token 数（真实模型，本机实测）", "Step time vs tokens in the step (real model, measured here)"))
     tokens = t("这一步的 token 数（对数）", "tokens in the step (log)")
-    return axis_titles(fig, [(tokens, t("步耗时（毫秒）", "step time (ms)")),
-                             (tokens, t("每个 token 的耗时（毫秒）", "time per token (ms)"))])
+    return axis_titles(fig, [(tokens, t("步耗时（毫秒，对数）", "step time (ms, log)")),
+                             (tokens, t("每个 token 的耗时（毫秒，对数）", "time per token (ms, log)"))])
 
 
 def scaling_table(decode: list[StepTiming]) -> Table:
@@ -224,16 +250,20 @@ def overhead_table(rows: list[OverheadRow], accelerator_s: float, label: str = "
 def overhead_figure(series: dict[str, list[OverheadRow]], accelerator_s: float) -> go.Figure:
     fig = go.Figure()
     colors = [COLORS["internal_frag"], COLORS["used"], COLORS["verify"]]
+    xs, ys = [], [1000 * accelerator_s]
     for (name, rows), color in zip(series.items(), colors):
+        xs += [r.num_running for r in rows]
+        ys += [1000 * r.scheduler_s for r in rows]
         fig.add_trace(go.Scatter(x=[r.num_running for r in rows], y=[1000 * r.scheduler_s for r in rows],
                                  mode="lines+markers", name=name, line=dict(color=color)))
     first = next(iter(series.values()))
+    ys += [1000 * r.model_s for r in first]
     fig.add_trace(go.Scatter(x=[r.num_running for r in first], y=[1000 * r.model_s for r in first], mode="lines+markers",
                              name=t("加速器步（模拟）", "accelerator step (simulated)"), line=dict(color=COLORS["prefill"])))
-    fig.add_hline(y=1000 * accelerator_s, line_dash="dot",
-                  annotation_text=t(f"引用的 {1000 * accelerator_s:.0f} ms 步", f"cited {1000 * accelerator_s:.0f} ms step"))
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    reference_line(fig, y=1000 * accelerator_s, log=True,
+                   text=t(f"引用的 {1000 * accelerator_s:.0f} ms 步", f"cited {1000 * accelerator_s:.0f} ms step"))
+    decade_ticks(fig, "x", xs)
+    decade_ticks(fig, "y", ys)
     return style(fig, t("调度器 CPU 时间/步 vs 运行中请求数", "Scheduler CPU time per step vs running requests"),
                  t("运行中请求数（对数）", "running requests (log)"), t("毫秒/步（对数）", "ms per step (log)"))
 
@@ -286,7 +316,7 @@ def anyscale_sentence(rows: list[AnyscaleRow], system: str = "continuous, paged 
     trend = (t("长度差异越大，连续批处理的优势越大。", "the more the lengths vary, the larger continuous batching's gain.")
              if b > a else t("这次倍数没有随长度差异增大，和预期相反：看看表里的步数是否也没有变。",
                              "this time the gain did not grow with the spread, against expectation: check whether the step counts did."))
-    return t(f"“{system}”相对静态：上限 {lo.max_output_len} 时 {a:.2f} 倍，上限 {hi.max_output_len} 时 {b:.2f} 倍（模拟）；{trend}",
+    return t(f"“{policy_name(system)}”相对静态：上限 {lo.max_output_len} 时 {a:.2f} 倍，上限 {hi.max_output_len} 时 {b:.2f} 倍（模拟）；{trend}",
              f"'{system}' vs static: {a:.2f}x at cap {lo.max_output_len}, {b:.2f}x at cap {hi.max_output_len} (simulated); {trend}")
 
 
