@@ -142,6 +142,21 @@ def test_slo_capacity_is_the_highest_rate_before_attainment_first_drops():
     assert online.saturated_throughput(results).rate in (1, 2, 4, 8)
 
 
+def test_the_sweep_is_extended_until_continuous_batching_saturates():
+    base = workloads.azure_like_trace("conv", 40, seed=0, max_total_tokens=4096)
+    slo = online.SLO(ttft_s=2.0, tpot_s=0.1)
+    start = online.rate_sweep(online.sim_server, lambda r: workloads.gamma_arrivals(base, r), [1, 4], slo)
+    assert not online.saturates(start["continuous"][-1])            # the lab's first rates stop too early
+    sweep = online.extend_to_saturation(start, online.sim_server, lambda r: workloads.gamma_arrivals(base, r), slo)
+    rates = [r.rate for r in sweep["continuous"]]
+    assert rates[:2] == [1, 4] and all(b == 2 * a for a, b in zip(rates[1:], rates[2:]))
+    assert [r.rate for r in sweep["static"]] == rates and len(start["continuous"]) == 2   # a copy
+    last = sweep["continuous"][-1]
+    assert online.saturates(last) and last.goodput < last.throughput
+    assert not any(online.saturates(r) for r in sweep["continuous"][:-1])
+    assert online.saturation_rate(sweep["continuous"]) == last.rate
+
+
 def test_static_batching_has_longer_ttft_than_continuous_under_arrivals():
     base = [TraceRequest(0.0, 16, o) for o in [60, 4, 4, 4, 4, 4, 4, 4]]
     trace = workloads.gamma_arrivals(base, rate=50.0, seed=2)
@@ -357,3 +372,17 @@ def test_fidelity_sentence_compares_the_direction_of_both_sides():
     agree = views.fidelity_sentence(real, [result("static", 1.5, True), result("continuous", 0.3, True)])
     disagree = views.fidelity_sentence(real, [result("static", 0.2, True), result("continuous", 0.3, True)])
     assert "4.0" in agree and "5.0" in agree and "不一致" not in agree and "不一致" in disagree
+
+
+def test_the_synthesis_ties_the_fit_ratio_and_both_gains_together():
+    def run(label, steps, seconds, occupancy):
+        return offline.OfflineRun(label, 10, 1000, steps, seconds, seconds, occupancy, occupancy, 50.0, 10, True)
+    names = list(offline.ANYSCALE_SYSTEMS)
+    rows = [offline.AnyscaleRow(cap, {names[0]: run(names[0], 100, 8.0, 20.0), names[1]: run(names[1], 60, 4.0, 30.0),
+                                      names[2]: run(names[2], 30, 4.0 / gain, 30.0 * gain)})
+            for cap, gain in ((32, 1.5), (1536, 3.0))]
+    real = offline.OfflineComparison(run("static", 50, 2.0, 40.0), run("continuous", 40, 1.6, 60.0), 20, 40.0)
+    html = views.synthesis_table(rows, real)._repr_html_()
+    assert "3.0×" in html and "1.5×" in html and "2.0×" in html and "6.0×" in html   # fit, memory, batching, total
+    assert "1.5–3.0" in views.synthesis_sentence(rows) and "部分重合" in views.synthesis_sentence(rows)
+    assert "之内" in views.synthesis_sentence(rows[1:]) and "低于" in views.synthesis_sentence(rows[:1])

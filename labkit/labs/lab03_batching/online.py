@@ -89,6 +89,31 @@ def rate_sweep(make_llm, trace_at_rate, rates: list[float], slo: SLO,
             for name in schedulers}
 
 
+def saturates(result: ServingResult) -> bool:
+    """Past saturation some completed requests miss the SLO: goodput falls below completed throughput."""
+    return result.num_good < result.num_requests
+
+
+def extend_to_saturation(sweep: dict[str, list[ServingResult]], make_llm, trace_at_rate, slo: SLO,
+                         until: str = "continuous", max_extra: int = 5) -> dict[str, list[ServingResult]]:
+    """A copy of ``sweep`` (``rate_sweep``'s result) with its highest rate doubled, every scheduler run
+    there, until ``until``'s last run ``saturates`` (at most ``max_extra`` doublings): a sweep that
+    shows where goodput and throughput part."""
+    out = {name: list(results) for name, results in sweep.items()}
+    for _ in range(max_extra):
+        if saturates(out[until][-1]):
+            break
+        rate = 2 * out[until][-1].rate
+        for name in out:
+            out[name].append(serve_trace(make_llm(name), trace_at_rate(rate), rate, slo, name))
+    return out
+
+
+def saturation_rate(results: list[ServingResult]) -> float | None:
+    """The lowest swept rate at which goodput fell below completed throughput (None: it never did)."""
+    return next((r.rate for r in sorted(results, key=lambda r: r.rate) if saturates(r)), None)
+
+
 def slo_capacity(results: list[ServingResult], attainment: float = 0.9) -> float | None:
     """The highest swept rate at which at least ``attainment`` of the requests met the SLO, with every
     lower rate meeting it too (None: not even the lowest rate did)."""
