@@ -44,8 +44,10 @@ ANALOGY = (
     Pair("共享页；fork 后写时复制（copy-on-write）", "shared pages; copy-on-write after fork",
          "共享前缀块；并行采样的写时复制", "shared prefix blocks; copy-on-write for parallel samples",
          "BlockPool.share, KVCacheManager.fork"),
-    Pair("换出（swapping）", "swapping", "抢占（preemption）：vLLM 换出到 CPU 或重算；本引擎重算",
-         "preemption: vLLM swaps to CPU or recomputes; labkit recomputes", "ContinuousScheduler._preempt"),
+    Pair("换出（swapping）", "swapping",
+         "抢占（preemption）：论文和 vLLM V0 可以把 K/V 换出到 CPU 内存（也可以重算）；vLLM V1 和本引擎只重算",
+         "preemption: the paper and vLLM V0 could swap K/V out to CPU memory (or recompute); vLLM V1 and labkit "
+         "only recompute", "ContinuousScheduler._preempt"),
 )
 
 LIMITS = (
@@ -53,11 +55,14 @@ LIMITS = (
       "No TLB: no hardware caches the translation; the attention kernel reads the block table every step."),
     ("没有“缺页中断”：分配新块由调度器在这一步开始前计划好，而不是访问时被硬件陷入（trap）。",
       "No page fault: the scheduler plans each new block before the step runs; nothing is trapped on access."),
-    ("页大小固定为 4 KB 之类；块大小是每个引擎的参数（vLLM 默认 16 个 token），要在浪费和内核效率之间权衡。",
-      "An OS page is a fixed 4 KB or so; the block size is an engine knob (vLLM: 16 tokens), traded between "
-      "waste and kernel efficiency."),
-    ("换出的页以后能原样换回；本引擎抢占时直接丢掉 K/V，之后重算。",
-      "A swapped page comes back as it was; labkit's preemption drops the K/V and recomputes them later."),
+    ("页大小由硬件定下几档（x86-64：4 KB，大页 2 MB 和 1 GB），一个系统里可以混用；块大小是每个引擎的一个参数"
+     "（vLLM 默认 16 个 token），整个 KV 池只用一种，要在浪费和内核效率之间权衡。",
+      "Page sizes are a few fixed hardware sizes (x86-64: 4 KB, huge pages of 2 MB and 1 GB), mixed within one "
+      "system; the block size is one engine knob for the whole KV pool (vLLM: 16 tokens), traded between waste "
+      "and kernel efficiency."),
+    ("换出的页以后能原样换回；vLLM V1 和本引擎抢占时直接丢掉 K/V，之后重算（只有论文和 V0 会换出到 CPU）。",
+      "A swapped page comes back as it was; vLLM V1 and labkit drop the K/V on preemption and recompute them later "
+      "(only the paper and V0 swapped to CPU)."),
 )
 
 
