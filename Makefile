@@ -17,7 +17,11 @@ LAB_FLAGS ?=
 # JupyterLab refuses to start as root (the usual user in containers and cloud VMs) without this.
 ROOT_FLAGS := $(if $(filter 0,$(shell id -u 2>/dev/null)),--ServerApp.allow_root=True)
 # etc/jupyterlab/overrides.json: no news pop-up (it covers figures) and no update check.
+# Workspaces (which tabs are open) live in this checkout's $(WORK)/, not JupyterLab's user-wide default:
+# a second JupyterLab on the machine would otherwise reopen this server's tabs and start kernels for them.
+LAB_WORKSPACES := $(CURDIR)/$(WORK)/.jupyterlab/workspaces
 JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings_dir=$(CURDIR)/etc/jupyterlab \
+	--LabApp.workspaces_dir=$(LAB_WORKSPACES) \
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
 
 .PHONY: setup lab workspace reset-lab test test-fast bench bench-quick bench-gpu draft dashboard serve strip-outputs clean-venv

@@ -87,6 +87,16 @@ def test_make_lab_passes_allow_root_only_as_root_and_the_learner_flags(checkout,
     assert f"--LabApp.app_settings_dir={checkout}/etc/jupyterlab" in args   # no news pop-up
 
 
+def test_make_lab_keeps_its_workspaces_in_the_checkout_not_the_user_wide_default(checkout, tmp_path):
+    """Another JupyterLab on the machine must not reopen this one's tabs (and start their kernels)."""
+    assert make(checkout, "lab").returncode == 0
+    dirs = [a.split("=", 1)[1] for a in recorded_args(checkout) if a.startswith("--LabApp.workspaces_dir=")]
+    assert dirs == [f"{checkout}/work/.jupyterlab/workspaces"]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "work/.jupyterlab/workspaces/lab-a511.jupyterlab-workspace"],
+                             cwd=REPO)
+    assert ignored.returncode == 0, "the workspaces must stay out of git"
+
+
 def test_the_settings_switch_jupyterlab_news_and_update_checks_off():
     overrides = json.loads((REPO / "etc" / "jupyterlab" / "overrides.json").read_text())
     notification = overrides["@jupyterlab/apputils-extension:notification"]
@@ -150,6 +160,8 @@ def test_jupyterlab_starts_with_the_recorded_command_line_for_this_user(checkout
         with urllib.request.urlopen(url, timeout=10) as answer:
             settings = json.loads(answer.read())
         assert settings["schema"]["properties"]["fetchNews"]["default"] == "false", shlex.join(cmd)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/api/workspaces", timeout=10) as answer:
+            assert answer.status == 200                     # the server took the checkout's workspaces dir
     finally:
         server.stop()
 
