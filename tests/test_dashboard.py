@@ -256,3 +256,18 @@ def test_prompts_too_long_to_finish_in_the_pool_are_left_out(llm):
         assert len(llm.engine.tokenizer.encode_prompt(a.prompt, chat=True)) + 16 <= settings.room
     with pytest.raises(ValueError, match="enlarge the KV pool"):
         build_arrivals(tiny(workload="copy", num_blocks=8, block_size=4), llm.engine)   # 32 slots
+
+
+def test_a_speculative_run_measures_its_speed_up_against_the_plain_run_before_it():
+    room = EngineRoom(tiny(model="sim", num_requests=3, max_tokens=8))
+    try:
+        room.panel.run()
+        assert room.panel.wait(WAIT_S)
+        plain = room.baseline_tpot_s()
+        assert plain is not None and plain > 0
+        assert room.views.acceptance.baseline_tpot_s is None          # nothing to compare a plain run with
+        room.panel.knobs["spec_method"].value = "ngram"
+        room.panel.reset()
+        assert room.views.acceptance.baseline_tpot_s == plain         # filled from the run, not typed in
+    finally:
+        room.close()

@@ -11,18 +11,46 @@
 A Reset builds a new engine; the room then closes the old views (their history belongs to the old
 engine) and shows fresh ones subscribed to the new engine's hooks. ``labs/dashboards/engine_room.ipynb``
 is this widget served by Voila (``make dashboard``).
+
+The speculative panel's measured speed-up needs a baseline TPOT: the same workload on the same engine
+without speculation. The room keeps the mean TPOT of every plain run it showed, keyed by its settings
+with speculation switched off, and hands it to the next speculative run on those settings.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import ipywidgets as widgets
 
+from labkit.hooks import RequestFinished
 from labkit.i18n import t
 from labkit.widgets.control_panel import ControlPanel, close_tree
 from labkit.widgets.engine_views import ALL_VIEWS, EngineViews
 from labkit.widgets.panel_settings import PanelSettings, fast_mode
 
 FAST_TIMELINE_WINDOW = 48   # steps: a fast-mode workload fills the timeline instead of a sliver of it
+
+
+def baseline_settings(settings: PanelSettings) -> PanelSettings:
+    """``settings`` with speculation off: the plain run a speculative run is measured against."""
+    return dataclasses.replace(settings, spec_method="none", num_speculative_tokens=PanelSettings.num_speculative_tokens)
+
+
+class MeanTpot:
+    """Mean TPOT of the finished requests of the plain runs on one setting (None before any)."""
+
+    def __init__(self) -> None:
+        self.total_s, self.count = 0.0, 0
+
+    def add(self, event: RequestFinished) -> None:
+        if event.timings.tpot_s is not None:
+            self.total_s += event.timings.tpot_s
+            self.count += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total_s / self.count if self.count else None
 
 
 class EngineRoom(widgets.VBox):
@@ -33,6 +61,7 @@ class EngineRoom(widgets.VBox):
         self._include = include
         self._timeline_window = timeline_window or (FAST_TIMELINE_WINDOW if fast_mode() else None)
         self.views: EngineViews | None = None
+        self._plain_tpot: dict[PanelSettings, MeanTpot] = {}
         self._slot = widgets.VBox(layout=widgets.Layout(width="100%"))
         self.panel = ControlPanel(settings)
         super().__init__(children=[self.panel, self._slot], **kwargs)
@@ -47,8 +76,24 @@ class EngineRoom(widgets.VBox):
         if self._timeline_window and "timeline" in self.views.views:
             self.views.timeline.window = self._timeline_window
         self._slot.children = [self.views]
+        self._link_baseline(engine)
         if old is not None:
             old.close()
+
+    def _link_baseline(self, engine) -> None:
+        settings = self.panel.settings
+        key = baseline_settings(settings)
+        if settings.spec_method == "none":
+            engine.hooks.subscribe(self._plain_tpot.setdefault(key, MeanTpot()).add, RequestFinished)
+            return
+        plain = self._plain_tpot.get(key)
+        if plain is not None and plain.value is not None and "acceptance" in self.views.views:
+            self.views.acceptance.baseline_tpot_s = plain.value
+
+    def baseline_tpot_s(self, settings: PanelSettings | None = None) -> float | None:
+        """The mean TPOT of the plain runs on ``settings`` (default: the panel's), speculation off."""
+        plain = self._plain_tpot.get(baseline_settings(settings or self.panel.settings))
+        return None if plain is None else plain.value
 
     def close(self) -> None:
         """Stop the run, abort its requests, and remove the panel and views from the page."""
