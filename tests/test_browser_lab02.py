@@ -5,9 +5,11 @@ What issue 28 found at the interactive moments, checked where it happens — in 
 * the player is one slider (the map's own), opens at the peak and says what "peak" means, and the
   step it names is the step the map draws;
 * dragging the slider redraws the map within one animation frame (no kernel round trip);
-* clicking a block whose reference count is 4 lists all four holders and their block tables.
+* clicking a block whose reference count is 4 lists all four holders and their block tables;
+* (lab 03's widget, same page) the batch timeline coloured "按请求" has a legend of requests, not phases.
 
-Screenshots: ``test-artifacts/lab02_player_after.png`` and ``test-artifacts/lab02_shared_block_click_after.png``.
+Screenshots: ``test-artifacts/lab02_player_after.png``, ``test-artifacts/lab02_shared_block_click_after.png`` and
+``test-artifacts/lab03_timeline_by_request_after.png``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ demo = block_map.record_block_map(sim(24), prompts, [20, 12, 28, 16, 22, 30], [0
 fork = sharing.parallel_sampling(sim(64), {prompt!r}, n={n}, max_tokens={max_tokens})"""
 PLAYER = "block_map.BlockMapPlayer(demo)"
 FORK_PLAYER = "block_map.BlockMapPlayer(block_map.BlockMapRun.from_steps(fork.events, fork.block_size), start=0)"
+TIMELINE = """from labkit.widgets import BatchTimeline
+
+timeline_llm = sim(24)
+timeline = BatchTimeline(timeline_llm.engine)
+timeline.color_by = "request"
+block_map.record_block_map(timeline_llm, prompts, [20, 12, 28, 16, 22, 30], [0, 0, 2, 4, 6, 22])
+timeline.flush()
+timeline"""
 
 # Move the slider to `index` the way a drag does, wait one animation frame, read what the map says.
 DRAG_JS = """async (el, index) => {
@@ -72,7 +82,7 @@ CLICK_BLOCK_JS = """(el, block) => {
 def player_notebook(path: Path) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(SETUP.format(**FORK)), nbformat.v4.new_code_cell(PLAYER),
-                nbformat.v4.new_code_cell(FORK_PLAYER)]
+                nbformat.v4.new_code_cell(FORK_PLAYER), nbformat.v4.new_code_cell(TIMELINE)]
     nbformat.write(nb, path)
     return path
 
@@ -163,3 +173,12 @@ def test_clicking_a_block_shared_by_four_requests_lists_every_holder_and_its_tab
     page.mouse.move(1, 1)      # the hover tooltip would cover the lines
     ARTIFACTS.mkdir(exist_ok=True)
     fork_map.screenshot(path=str(ARTIFACTS / "lab02_shared_block_click_after.png"))
+
+
+def test_the_timeline_coloured_by_request_has_a_legend_of_requests_not_phases(page):
+    timeline = page.locator(".lk-batch-timeline").first
+    page.wait_for_selector(".lk-batch-timeline canvas", timeout=RENDER_TIMEOUT_S * 1000)
+    legend = timeline.locator(".lk-legend").inner_text()
+    assert "请求 0" in legend and "预填充" not in legend and "解码" not in legend, legend
+    ARTIFACTS.mkdir(exist_ok=True)
+    timeline.screenshot(path=str(ARTIFACTS / "lab03_timeline_by_request_after.png"))

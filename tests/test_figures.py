@@ -1,4 +1,4 @@
-"""Every figure labs 02 and 03 build passes the figure check (``tests/figure_check.py``).
+"""Every figure the labs build passes the figure check (``tests/figure_check.py``).
 
 The figures are built by the lab modules themselves from small inputs: short simulated runs where a
 run is cheap, hand-made results of the lab's own dataclasses where it is not (a figure only draws
@@ -89,10 +89,43 @@ def lab03_figures():
     }
 
 
+def other_lab_figures():
+    """Labs 01, 04 and 05, from the same kind of small inputs (their own tests' row shapes)."""
+    from labkit.labs.lab01_kv_cache import views as lab01
+    from labkit.labs.lab01_kv_cache.measure import CacheComparison, TokenCost
+    from labkit.labs.lab04_speculative import speedup, sweeps
+    from labkit.labs.lab04_speculative import views as lab04
+    from labkit.labs.lab05_engine_choice import ablation, chapter
+    from labkit.labs.lab05_engine_choice import views as lab05
+    from tests.labs.test_lab05 import _metrics
+
+    lens = (16, 32, 64, 128)
+    comparison = CacheComparison(16, tuple(TokenCost("cache", n, 1, 0.002) for n in lens),
+                                 tuple(TokenCost("recompute", n, n, 0.002 * n / 16) for n in lens), (1,), (1,))
+    spec = [speedup.Row(w, f"{m} k=4", 4, a, 0.4, 1.0, 0.05, 2.0, 1.3, s, "1/1", drafted=(4,), steps=1,
+                        num_accepted=2, num_trials=4) for w, m, s, a in (("copy", "ngram", 1.6, 0.8), ("chat", "draft", 0.8, 0.3))]
+    batches = [sweeps.BatchRow(1, spec[0], 0.05, 0.06), sweeps.BatchRow(16, spec[1], 0.2, 0.25)]
+
+    def variant_row(workload, name, zh, cpu_s):
+        variant = ablation.Variant(name, zh, name, EngineConfig())
+        return ablation.AblationRow(workload, variant, _metrics(50.0 * cpu_s), cpu_s, weights_bytes=100, peak_kv_bytes=0)
+    ablation_rows = [variant_row(w, n, zh, c) for w in ("chat", "code")
+                     for n, zh, c in (("baseline", "基线", 1.0), ("compile", "编译", 0.7))]
+    return {
+        "lab01 cache vs recompute": lab01.cache_vs_recompute_figure([comparison]),
+        "lab01 cumulative": lab01.cumulative_figure(comparison),
+        "lab04 sweep": lab04.sweep_figure(spec[:1]),
+        "lab04 matrix": lab04.matrix_figure(spec),
+        "lab04 batch": lab04.batch_figure(batches),
+        "lab05 ablation": lab05.ablation_figure(ablation_rows, ["chat", "code"]),
+        "lab05 chapter": lab05.chapter_figure(chapter.chapter_stages((2.0, 1.5), 1.1)),
+    }
+
+
 @pytest.fixture(scope="module")
 def figures():
     i18n.set_language("zh")
-    built = {**lab02_figures(), **lab03_figures()}
+    built = {**lab02_figures(), **lab03_figures(), **other_lab_figures()}
     assert sorted(built) == sorted(FIGURES)
     return built
 
@@ -104,10 +137,16 @@ def test_the_check_knows_english_labels_from_chinese_ones():
 
 
 FIGURES = ["lab02 block ownership", "lab02 breakdown", "lab02 effective use", "lab02 prefix TTFT", "lab02 fork",
-           "lab02 block size", "lab02 indirection", "lab03 anyscale", "lab03 serving", "lab03 scaling", "lab03 overhead"]
+           "lab02 block size", "lab02 indirection", "lab03 anyscale", "lab03 serving", "lab03 scaling", "lab03 overhead",
+           "lab01 cache vs recompute", "lab01 cumulative", "lab04 sweep", "lab04 matrix", "lab04 batch",
+           "lab05 ablation", "lab05 chapter"]
+# Known failures on files other helpers own (issue 28's figure check found them); strict, so a fix is noticed.
+KNOWN = {"lab05 ablation": "lab 05's ablation figure labels bars with variant keys ('compile') and its legend with "
+                           "workload keys ('chat'): lab05_engine_choice/views.py should use the zh labels"}
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=True)) if n in KNOWN
+                                  else n for n in FIGURES])
 def test_lab_figures_are_labelled_in_chinese_with_decade_log_ticks(figures, name):
     assert static_problems(figures[name]) == []
 
@@ -131,4 +170,4 @@ def plotly_page():
 @pytest.mark.browser
 def test_lab_figures_as_drawn_keep_axes_near_the_data_and_legends_clear(figures, plotly_page):
     problems = {name: rendered_problems(plotly_page, fig) for name, fig in figures.items()}
-    assert {name: p for name, p in problems.items() if p} == {}
+    assert {name: p for name, p in problems.items() if p and name not in KNOWN} == {}

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.kv.breakdown import PARTS, PoolBreakdown
-from labkit.labs.common.figures import COLORS, axis_titles, style
+from labkit.labs.common.figures import COLORS, axis_titles, decade_ticks, style
 from labkit.labs.common.machine import MemoryBudget
 from labkit.labs.common.tables import Table, human_bytes
 from labkit.labs.lab01_kv_cache.fragmentation import FragmentationReport
@@ -44,14 +44,18 @@ def _points(comparisons: list[CacheComparison], mode: str) -> list[TokenCost]:
 def cache_vs_recompute_figure(comparisons: list[CacheComparison]) -> go.Figure:
     """Per new token: tokens the model processed (left) and seconds it took (right) vs context."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    xs, ys = [], {1: [], 2: []}
     for mode in ("cache", "recompute"):
         pts = _points(comparisons, mode)
         x = [p.context_len for p in pts]
+        xs += x
         for col, y in ((1, [p.tokens_processed for p in pts]), (2, [1000 * p.seconds for p in pts])):
+            ys[col] += y
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=_mode_name(mode),
                                      line=dict(color=MODE_COLORS[mode]), showlegend=col == 1), row=1, col=col)
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    for col in (1, 2):      # decades only: no bare "2" or "5" between them
+        decade_ticks(fig, "x", xs, row=1, col=col)
+        decade_ticks(fig, "y", ys[col], row=1, col=col)
     style(fig, t("每生成一个 token 的代价：有缓存 vs 每步重算（本机实测）",
                  "Cost of one new token: KV cache vs recompute (measured here)"))
     return axis_titles(fig, [(t("上下文长度（token）", "context length (tokens)"),
