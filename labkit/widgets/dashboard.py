@@ -12,8 +12,8 @@ A Reset builds a new engine; the room then closes the old views (their history b
 engine) and shows fresh ones subscribed to the new engine's hooks. ``labs/dashboards/engine_room.ipynb``
 is this widget served by Voila (``make dashboard``).
 
-The speculative panel's measured speed-up needs a baseline TPOT: the same workload on the same engine
-without speculation. The room keeps the mean TPOT of every plain run it showed, keyed by its settings
+The speculative panel appears only when speculation is on (a plain engine never verifies a draft).
+Its measured speed-up needs a baseline TPOT: the same workload on the same engine without speculation. The room keeps the mean TPOT of every plain run it showed, keyed by its settings
 with speculation switched off, and hands it to the next speculative run on those settings.
 """
 
@@ -72,7 +72,10 @@ class EngineRoom(widgets.VBox):
             self._slot.children = [widgets.HTML(note)]
 
     def _show_views(self, engine) -> None:
-        old, self.views = self.views, EngineViews(engine, include=self._include)
+        include = self._include
+        if self.panel.settings.spec_method == "none":    # nothing to draw or measure: hide the panel
+            include = tuple(name for name in include if name != "acceptance")
+        old, self.views = self.views, EngineViews(engine, include=include)
         if self._timeline_window and "timeline" in self.views.views:
             self.views.timeline.window = self._timeline_window
         self._slot.children = [self.views]
