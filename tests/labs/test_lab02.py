@@ -212,6 +212,20 @@ def test_player_is_one_slider_over_every_recorded_step_opening_at_the_kv_usage_p
     assert "KV" in player.map.labels["peak_note"]             # the widget states what its peak means
 
 
+def test_the_live_map_of_section_2_ends_at_the_peak_not_the_empty_pool():
+    """§2's text: after the run (Run All) the live map shows the peak step, the one the player opens at."""
+    from labkit.widgets import BlockMap
+
+    llm = sim(num_blocks=24)
+    live = BlockMap(llm)
+    run = block_map.record_block_map(llm, [[97 + j for j in range(n)] for n in (12, 28, 7, 40)], [20, 12, 28, 16],
+                                     [0, 0, 2, 4])
+    live.flush()
+    assert run.all_freed and not live.running
+    assert live.step == run.steps[run.peak_index()].step == block_map.BlockMapPlayer(run).map.step
+    assert any(owner is not None for owner in live.owner)
+
+
 def test_player_sends_every_frame_so_the_browser_redraws_without_the_kernel(demo_run):
     player = block_map.BlockMapPlayer(demo_run)
     frames = player.map.frames
