@@ -438,10 +438,10 @@ def test_predict_reveals_the_measured_value_and_the_error():
 def test_predict_widget_asks_for_a_guess_before_revealing():
     view = display.PredictionView(display.predict("?", 3.0))
     view.reveal()
-    assert view.result is None and "请先输入" in view.output.value
+    assert view.result is None and "请先写下" in view.output.value
     view.entry.value = "3"
     view.reveal()
-    assert "非常接近" in view.output.value and view.entry.disabled
+    assert "与测得值相同" in view.output.value and view.entry.disabled
 
 
 def test_show_source_highlights_labkit_code_with_its_path():

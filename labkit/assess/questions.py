@@ -118,6 +118,13 @@ class Numeric:
     hint: Text = ""
     rel_tol: float = 0.0
     explanation: Text = ""
+    id: str | None = None              # stable key in the results summary; default: the question's text
+
+    def key(self) -> str:
+        if self.id is not None:
+            return self.id
+        return self.question if isinstance(self.question, str) else self.question.get("zh") or \
+            next(iter(self.question.values()), "")
 
     def __post_init__(self) -> None:
         if self.tol < 0 or self.rel_tol < 0:

@@ -200,4 +200,4 @@ def questions() -> list:
 
 
 def quiz() -> Quiz:
-    return Quiz(questions(), title=_t("概念检查：KV 缓存与碎片", "Concept check: KV cache and fragmentation"))
+    return Quiz(questions(), title=_t("概念检查：KV 缓存与碎片", "Concept check: KV cache and fragmentation"), lab="01")

@@ -216,4 +216,4 @@ def questions() -> list:
 
 
 def quiz() -> Quiz:
-    return Quiz(questions(), title=_t("概念检查：PagedAttention", "Concept check: PagedAttention"))
+    return Quiz(questions(), title=_t("概念检查：PagedAttention", "Concept check: PagedAttention"), lab="02")

@@ -219,4 +219,4 @@ def questions() -> list:
 
 
 def quiz() -> Quiz:
-    return Quiz(questions(), title=_t("概念检查：批处理", "Concept check: batching"))
+    return Quiz(questions(), title=_t("概念检查：批处理", "Concept check: batching"), lab="03")

@@ -187,4 +187,4 @@ def questions() -> list:
 
 
 def quiz() -> Quiz:
-    return Quiz(questions(), title=_t("概念检查：投机解码", "Concept check: speculative decoding"))
+    return Quiz(questions(), title=_t("概念检查：投机解码", "Concept check: speculative decoding"), lab="04")

@@ -215,4 +215,4 @@ def questions() -> list:
 
 
 def quiz() -> Quiz:
-    return Quiz(questions(), title=_t("概念检查：如何选择推理引擎", "Concept check: choosing an inference engine"))
+    return Quiz(questions(), title=_t("概念检查：如何选择推理引擎", "Concept check: choosing an inference engine"), lab="05")
