@@ -21,12 +21,13 @@ import importlib
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from labkit.assess import guard
 from labkit.assess.checks import FROM_REFERENCE, Check, as_trace
 from labkit.assess.plain import to_plain
 from labkit.assess.reference import class_dict, is_reference, kind_of
-from labkit.assess.report import CaseFailure, describe_failure
+from labkit.assess.report import CaseFailure, describe_difference, describe_failure
 from labkit.assess.sandbox import (
     DEFAULT_MEMORY_LIMIT_MB,
     GROWING_SHARE,
@@ -37,6 +38,7 @@ from labkit.assess.sandbox import (
 from labkit.assess.source import show_source
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
+from labkit.labs.common.results import read_summary, record
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,14 @@ def find_stub(target: Any) -> str | None:
 
 @dataclass
 class Exercise:
-    """Hidden checks against a reference solution named ``"module:attribute"`` (loaded lazily)."""
+    """Hidden checks against a reference solution named ``"module:attribute"`` (loaded lazily).
+
+    ``engine``: the engine's own functions (or whole modules) that compute this exercise's answer,
+    ``"module:Qual.name"`` or ``"module"``; in the checked process they are as unavailable as the
+    reference (``guard.py``). ``diagnose(expected, got, check)`` picks the hint for a wrong answer
+    from how it is wrong (a hint index, or None: no hint fits, so none is pushed). ``lab``: record
+    each check in that lab's results summary (section ``exercises``).
+    """
 
     name: str
     checks: Sequence[Check]
@@ -135,7 +144,11 @@ class Exercise:
     task: Text = ""
     time_limit_s: float = 5.0
     memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB
+    engine: Sequence[str] = ()
+    diagnose: Callable[[Any, Any, Check], int | None] | None = None
+    lab: str | None = None
     hints_given: int = field(default=0, init=False)
+    attempts: int = field(default=0, init=False)
 
     def reference_solution(self) -> Any:
         module, _, attribute = self.reference.partition(":")
@@ -175,9 +188,32 @@ class Exercise:
             return self._early_failure(t(f"{stub} 还只是占位（... / NotImplementedError）：请先写出它的实现。",
                                          f"{stub} is still a placeholder (... / NotImplementedError): "
                                          "write its body first."))
+        forbidden, protected = self.guarded()
         report = run_cases(target, [_case_for(c) for c in self.checks], self.time_limit_s,
-                           self.memory_limit_mb, forbidden=(reference,))
-        return self._result(report, self.expected_values())   # expectations exist only after the child is gone
+                           self.memory_limit_mb, forbidden=(reference, *forbidden), protected=protected)
+        result = self._result(report, self.expected_values())   # expectations exist only after the child is gone
+        self._record(result)
+        return result
+
+    def guarded(self) -> tuple[list[Any], frozenset[str]]:
+        """The engine objects disabled while checking, and the files the checked code may not read."""
+        objects = [obj for spec in self.engine for obj in guard.resolve(spec)]
+        modules = {self.reference.partition(":")[0], *(guard.module_of(spec) for spec in self.engine)}
+        return objects, guard.protected_files(modules)
+
+    def _record(self, result: "CheckResult") -> None:
+        """Count the attempt and write it to the lab's summary (first pass and attempts kept)."""
+        self.attempts += 1
+        if self.lab is None:
+            return
+        summary = read_summary(self.lab) or {}
+        before = summary.get("exercises", {}).get(self.name, {})
+        attempts = int(before.get("attempts", 0)) + 1
+        passed_at = before.get("passed_at_attempt") or (attempts if result.passed else None)
+        record(self.lab, "exercises", self.name, {
+            "passed": bool(before.get("passed")) or result.passed, "attempts": attempts,
+            "passed_at_attempt": passed_at, "last_passed": result.passed,
+            "num_passed": result.num_passed, "num_checks": result.num_checks})
 
     def self_test(self) -> CheckResult:
         """Run the reference solution through the same sandbox and checks (for authors and tests)."""
@@ -190,27 +226,33 @@ class Exercise:
         message = f"✗ {text}" + (f"\n\n{shown}" if shown else "")
         return CheckResult(self.name, False, message, 0, len(self.checks), hint=str(shown) if shown else None)
 
-    def _hint_for(self, failure: CaseFailure) -> Hint | None:
-        """The hint for this failure: the one its case names, else the next; none for non-algorithmic
-        failures (time, memory, type, crash, reference), whose advice ``describe_failure`` gives."""
+    def _hint_for(self, failure: CaseFailure, expected: Any) -> Hint | None:
+        """The hint for this failure, chosen by how it failed: the one ``diagnose`` picks from the
+        difference, else the one its case names; for an exception, the next hint. None for a wrong
+        answer no hint fits (an unrelated hint misleads more than none), and for non-algorithmic
+        failures (time, memory, type, crash, reference, guard), whose advice ``describe_failure`` gives."""
         if failure.kind not in ("wrong", "error") or not self.hints:
             return None
-        named = self.checks[failure.index].hint
-        if named is not None and 0 <= named < len(self.hints):
-            self.hints_given = max(self.hints_given, named + 1)
-            return self._hint(named)
-        return self.hint()
+        check = self.checks[failure.index]
+        index = self.diagnose(expected, failure.got, check) if self.diagnose and failure.kind == "wrong" else None
+        if index is None:
+            index = check.hint
+        if index is not None and 0 <= index < len(self.hints):
+            self.hints_given = max(self.hints_given, index + 1)
+            return self._hint(index)
+        return self.hint() if failure.kind == "error" else None
 
     def _result(self, report: RunReport, expected: list[Any]) -> CheckResult:
         failure, num_passed = first_failure(self.checks, expected, report, self.memory_limit_mb)
         if failure is None:
             message = t(f"✓ 全部 {len(self.checks)} 个隐藏测试通过！", f"✓ All {len(self.checks)} hidden tests passed!")
             return CheckResult(self.name, True, message, num_passed, len(self.checks), elapsed_s=report.elapsed_s)
-        hint = self._hint_for(failure)
+        hint = self._hint_for(failure, expected[failure.index])
         head = t(f"✗ 通过 {num_passed}/{len(self.checks)} 个隐藏测试。",
                  f"✗ {num_passed}/{len(self.checks)} hidden tests passed.")
         body = describe_failure(failure, self.checks[failure.index], self.time_limit_s)
-        message = f"{head}\n{body}" + (f"\n\n{hint}" if hint else "")
+        more = "" if hint or not self.hints or failure.kind != "wrong" else "\n\n" + t("需要时用 .hint() 看提示。", "Use .hint() when you want a hint.")
+        message = f"{head}\n{body}" + (f"\n\n{hint}" if hint else more)
         return CheckResult(self.name, False, message, num_passed, len(self.checks), failure,
                            str(hint) if hint else None, report.elapsed_s)
 
@@ -253,7 +295,7 @@ def first_failure(checks: Sequence[Check], expected: list[Any], report: RunRepor
     return failure, passed
 
 
-_ERROR_KINDS = {"MemoryError": "memory", "ReferenceSolutionUsed": "reference"}
+_ERROR_KINDS = {"MemoryError": "memory", "ReferenceSolutionUsed": "reference", "NotAllowedWhileChecked": "guarded"}
 
 
 def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFailure | None:
@@ -263,6 +305,10 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         return CaseFailure(index, label, "type", not_plain=outcome.not_plain, stdout=outcome.stdout)
     if outcome.error is not None:
         wrong_first = _wrong_before_error(check, expected, outcome.partial)
+        if wrong_first is not None and not check.reveal:
+            shown, steps = wrong_first
+            return CaseFailure(index, label, "wrong", None, steps, stdout=outcome.stdout, hidden=True,
+                               difference=describe_difference(shown, steps, check))
         if wrong_first is not None:
             return CaseFailure(index, label, "wrong", *wrong_first, stdout=outcome.stdout)
         kind = _ERROR_KINDS.get(outcome.error.type_name, "error")
@@ -275,6 +321,9 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         same = False
     if same:
         return None
+    if not check.reveal:                       # a random case: say how it is wrong, not what is right
+        return CaseFailure(index, label, "wrong", None, got, stdout=outcome.stdout, hidden=True,
+                           difference=describe_difference(_shown_part(check, expected, got), got, check))
     return CaseFailure(index, label, "wrong", _shown_part(check, expected, got), got, stdout=outcome.stdout)
 
 
