@@ -57,6 +57,7 @@ class Check:
     hint: int | None = None
     trace: bool = False
     reveal: bool = True
+    diagnose: Callable[[Any, Any], int | None] | None = None   # this case's own hint picker (plain data)
 
 
 def call_check(name: str, args: tuple, note: Text = "", **kw) -> Check:

@@ -227,20 +227,23 @@ class Exercise:
         return CheckResult(self.name, False, message, 0, len(self.checks), hint=str(shown) if shown else None)
 
     def _hint_for(self, failure: CaseFailure, expected: Any) -> Hint | None:
-        """The hint for this failure, chosen by how it failed: the one ``diagnose`` picks from the
-        difference, else the one its case names; for an exception, the next hint. None for a wrong
-        answer no hint fits (an unrelated hint misleads more than none), and for non-algorithmic
-        failures (time, memory, type, crash, reference, guard), whose advice ``describe_failure`` gives."""
+        """The hint for this failure, chosen by how it failed: the one the case's own ``diagnose`` picks,
+        else the one the case names, else the one the exercise's ``diagnose`` picks from the
+        difference. None when no hint fits (an unrelated hint misleads more than none: an exception's
+        own line is its feedback), and for non-algorithmic failures (time, memory, type, crash,
+        reference, guard), whose advice ``describe_failure`` gives; ``.hint()`` gives the next one."""
         if failure.kind not in ("wrong", "error") or not self.hints:
             return None
-        check = self.checks[failure.index]
-        index = self.diagnose(expected, failure.got, check) if self.diagnose and failure.kind == "wrong" else None
+        check, wrong = self.checks[failure.index], failure.kind == "wrong"
+        index = check.diagnose(expected, failure.got) if check.diagnose and wrong else None
         if index is None:
             index = check.hint
+        if index is None and self.diagnose and wrong:
+            index = self.diagnose(expected, failure.got, check)
         if index is not None and 0 <= index < len(self.hints):
             self.hints_given = max(self.hints_given, index + 1)
             return self._hint(index)
-        return self.hint() if failure.kind == "error" else None
+        return None
 
     def _result(self, report: RunReport, expected: list[Any]) -> CheckResult:
         failure, num_passed = first_failure(self.checks, expected, report, self.memory_limit_mb)
@@ -251,7 +254,7 @@ class Exercise:
         head = t(f"✗ 通过 {num_passed}/{len(self.checks)} 个隐藏测试。",
                  f"✗ {num_passed}/{len(self.checks)} hidden tests passed.")
         body = describe_failure(failure, self.checks[failure.index], self.time_limit_s)
-        more = "" if hint or not self.hints or failure.kind != "wrong" else "\n\n" + t("需要时用 .hint() 看提示。", "Use .hint() when you want a hint.")
+        more = "" if hint or not self.hints or failure.kind not in ("wrong", "error") else "\n\n" + t("需要时用 .hint() 看提示。", "Use .hint() when you want a hint.")
         message = f"{head}\n{body}" + (f"\n\n{hint}" if hint else more)
         return CheckResult(self.name, False, message, num_passed, len(self.checks), failure,
                            str(hint) if hint else None, report.elapsed_s)

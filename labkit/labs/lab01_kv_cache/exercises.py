@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 from labkit.assess.checks import Ref, call_check, first_wrong_step, ops_check
@@ -19,21 +20,28 @@ _KV_CASES = [
 ]
 
 
-def _explain_kv(expected, got) -> str:
+def _explain_kv(args: tuple, expected, got) -> str:
     if isinstance(got, (int, float)) and got * 2 == expected:
+        if args[3] == 2:                               # half: K or V left out, or the 2 bytes per number
+            return t("正好少了一半：每个 token 在每层既要存 K，也要存 V——或者少乘了每个数的字节数 dtype_bytes = 2。",
+                     "Exactly half: every token stores both a K and a V vector in every layer, or the "
+                     "dtype_bytes = 2 per number is missing.")
         return t("正好少了一半：每个 token 在每层既要存 K，也要存 V。",
                  "Exactly half: every token stores both a K and a V vector in every layer.")
+    if isinstance(got, (int, float)) and got * args[3] == expected:
+        return t("少乘了每个数的字节数 dtype_bytes：要的是字节数，不是数的个数。",
+                 "dtype_bytes per number is missing: the answer counts bytes, not numbers.")
     if isinstance(got, (int, float)) and got * 1024 == expected:
         return t("单位应当是字节（bytes），不是 KB。", "The unit is bytes, not KB.")
     return ""
 
 
-def _diagnose_kv(expected, got, _check) -> int | None:
+def _diagnose_kv(args: tuple, expected, got) -> int | None:
     if not isinstance(got, (int, float)) or isinstance(got, bool) or got == 0:
         return None
-    if got * 2 == expected:
-        return 0                                       # forgot V (or K): how many vectors per head?
-    if expected % got == 0 and expected // got in (2 * 2, 2 * 4, 2, 4):
+    if got * 2 == expected and args[3] != 2:
+        return 0                                       # K or V left out: how many vectors per head?
+    if expected % got == 0 and expected // got in (2, 4, 8):
         return 1                                       # a factor (dtype bytes, K and V) left out
     return None
 
@@ -47,11 +55,12 @@ def kv_bytes_per_token_exercise() -> Exercise:
               "en": "Write kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes) returning "
                     "the KV cache bytes one token occupies across all layers: a number (an int, or a float with an "
                     "integer value), in bytes, not KB."},
-        checks=[call_check("kv_bytes_per_token", args, note, explain=_explain_kv) for args, note in _KV_CASES],
+        checks=[call_check("kv_bytes_per_token", args, note, explain=functools.partial(_explain_kv, args),
+                           diagnose=functools.partial(_diagnose_kv, args)) for args, note in _KV_CASES],
         reference="labkit.labs.lab01_kv_cache.solutions:kv_bytes_per_token",
         engine=["labkit.model.config:ModelConfig.kv_bytes_per_token", "labkit.sim.cost",
                 "labkit.labs.lab01_kv_cache.measure:KVShape"],
-        diagnose=_diagnose_kv, lab="01",
+        lab="01",
         hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存长度为 head_dim 的向量。每个头存几个这样的向量？",
                 "en": "Every layer and every KV head stores vectors of length head_dim for the token. How many per head?"},
                {"zh": "数一数每一个因子：向量有几种、有几层、每层几个 KV 头、每个向量几个数、每个数几字节。少了哪一个？",

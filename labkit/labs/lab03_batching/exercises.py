@@ -3,6 +3,7 @@ occupancy predicted from output lengths; (optional) preemption victims and the r
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -33,9 +34,12 @@ def step_check(note: dict, running: list[RequestState], waiting: list[RequestSta
                max_num_batched_tokens: int, max_num_seqs: int, reveal: bool = True) -> Check:
     call = (f"schedule_step(running={_show(running)}, waiting={_show(waiting)}, "
             f"max_num_batched_tokens={max_num_batched_tokens}, max_num_seqs={max_num_seqs})")
+    needs = {r.request_id: r.num_tokens - r.num_computed_tokens for r in running + waiting}
+    admissible = {r.request_id for r in running} | {r.request_id for r in waiting[:max(0, max_num_seqs - len(running))]}
     return Check(label={lang: f"{call}  # {text}" for lang, text in note.items()},
                  run=lambda fn, _expected: fn(list(running), list(waiting), max_num_batched_tokens, max_num_seqs),
-                 compare=_same_schedule, explain=_explain, reveal=reveal)
+                 compare=_same_schedule, explain=lambda e, g: _explain(g, max_num_batched_tokens), reveal=reveal,
+                 diagnose=lambda e, g: _diagnose_step(g, needs, admissible, max_num_batched_tokens))
 
 
 def _scheduled(got) -> dict | None:
@@ -49,26 +53,35 @@ def _same_schedule(got, expected) -> bool:
     return _scheduled(got) == expected
 
 
-def _explain(expected, got) -> str:
+def _counts(got) -> dict | None:
     got = _scheduled(got)
-    if got is None:
-        return t("请返回一个字典 {request_id: token 数}。", "Return a dict {request_id: number of tokens}.")
-    if all(isinstance(v, int) for v in got.values()) and sum(got.values()) > sum(expected.values()):
-        return t("调度的 token 总数超过了 max_num_batched_tokens。", "More tokens were scheduled than max_num_batched_tokens allows.")
+    if got is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in got.values()):
+        return None
+    return got
+
+
+def _explain(got, budget: int) -> str:
+    counts = _counts(got)
+    if counts is None:
+        return t("请返回一个字典 {request_id: token 数（int）}。", "Return a dict {request_id: number of tokens (an int)}.")
+    if sum(counts.values()) > budget:
+        return t(f"调度的 token 总数 {sum(counts.values())} 超过了 max_num_batched_tokens = {budget}。",
+                 f"{sum(counts.values())} tokens were scheduled, more than max_num_batched_tokens = {budget}.")
     return ""
 
 
-def _diagnose_step(expected, got, _check) -> int | None:
-    got = _scheduled(got)
-    if got is None or not all(isinstance(v, int) for v in got.values()):
+def _diagnose_step(got, needs: dict, admissible: set, budget: int) -> int | None:
+    """Which hint fits, from the case's own inputs: needs per request, who may run, the budget."""
+    counts = _counts(got)
+    if counts is None:
         return None
-    if sum(got.values()) > sum(expected.values()):
+    if any(n > needs.get(k, n) for k, n in counts.items()):
+        return 0                                        # more than the request still needs
+    if sum(counts.values()) > budget:
         return 1                                        # the budget is not counted down
-    if set(got) - set(expected):
-        return 2                                        # admitted a request that must wait
-    if any(got.get(k) != v for k, v in expected.items() if k in got):
-        return 0                                        # a request got the wrong number of tokens
-    return None
+    if set(counts) - admissible:
+        return 2                                        # admitted past max_num_seqs
+    return 1
 
 
 R = RequestState
@@ -120,7 +133,7 @@ def schedule_step_exercise() -> Exercise:
                     "(RequestState is a frozen dataclass)."},
         checks=[step_check(*case) for case in cases],
         reference="labkit.labs.lab03_batching.solutions:schedule_step",
-        diagnose=_diagnose_step, lab="03",
+        lab="03",
         hints=[{"zh": "一个请求仍需计算的 token 数是 num_tokens - num_computed_tokens：新请求是整段未缓存的提示，解码时是 1。",
                 "en": "A request still needs num_tokens - num_computed_tokens tokens: the uncached prompt when new, 1 while decoding."},
                {"zh": "预算是整步共享的：每给一个请求分配 token，剩下给后面请求的预算就少这么多。",
@@ -158,17 +171,34 @@ _OCCUPANCY_CASES = [
 def _random_occupancy_case(seed: int) -> tuple:
     rng = random.Random(1000 + seed)
     lens = [max(1, int(rng.lognormvariate(3, 1))) for _ in range(rng.randint(1, 40))]
-    return (lens, rng.choice([1, 2, 4, 8, 16])), {"zh": f"随机长尾情形 {seed}", "en": f"random heavy-tailed case {seed}"}, False
+    return (lens, rng.choice([1, 2, 4, 8, 16])), {"zh": f"随机长尾情形 {seed}", "en": f"random heavy-tailed case {seed}"}, True
 
 
-def _diagnose_occupancy(expected, got, _check) -> int | None:
+def _batches(output_lens: list[int], max_num_seqs: int) -> list[list[int]]:
+    return [output_lens[i:i + max_num_seqs] for i in range(0, len(output_lens), max_num_seqs)]
+
+
+def _typical_occupancy_slips(output_lens: list[int], max_num_seqs: int) -> dict[int, float]:
+    """What the usual mistakes return on this input, by the hint that addresses each."""
+    batches = [b for b in _batches(output_lens, max_num_seqs) if max(b) > 1]
+    ratios = [sum(o - 1 for o in b) / (max_num_seqs * (max(b) - 1)) for b in batches]
+    busy = sum(o - 1 for b in batches for o in b)
+    short_total = sum(len(b) * (max(b) - 1) for b in batches)
+    return {1: 100.0 * sum(ratios) / len(ratios) if ratios else 0.0,          # mean of per-batch ratios
+            2: 100.0 * busy / short_total if short_total else 0.0}             # the short batch's empty slots left out
+
+
+def _diagnose_occupancy(args: tuple, expected, got) -> int | None:
     if not isinstance(got, (int, float)) or isinstance(got, bool) or (0 < got <= 1 < expected):
         return None                                     # the fraction slip has its own note
-    return 0 if got > expected else 2                   # too high: the idle tail; too low: the short last batch
+    for hint, value in _typical_occupancy_slips(*args).items():
+        if abs(value - expected) > 1e-6 and abs(got - value) <= 1e-6 * max(1.0, value):
+            return hint
+    return 0
 
 
 def static_occupancy_exercise() -> Exercise:
-    cases = _OCCUPANCY_CASES + [_random_occupancy_case(s) for s in range(10)]
+    cases = [(*case, False) for case in _OCCUPANCY_CASES] + [_random_occupancy_case(s) for s in range(10)]
     return Exercise(
         name="static_occupancy",
         title={"zh": "练习：从长度预测静态批处理的占用率", "en": "Exercise: predict static batching's occupancy from the lengths"},
@@ -182,9 +212,10 @@ def static_occupancy_exercise() -> Exercise:
                     "(max_num_seqs x the batch's decode steps), summed over batches, as a percentage (a number in "
                     "0-100, not a fraction in 0-1; within 1e-6 counts as right); 0.0 when there are no decode steps."},
         checks=[call_check("static_decode_occupancy", args, note, compare=_close, explain=_explain_occupancy,
-                           reveal=reveal) for args, note, *hidden in cases for reveal in [not hidden]],
+                           reveal=not random_case, diagnose=functools.partial(_diagnose_occupancy, args))
+                for args, note, random_case in cases],
         reference="labkit.labs.lab03_batching.solutions:static_decode_occupancy",
-        engine=["labkit.replay:static_decode_occupancy"], diagnose=_diagnose_occupancy, lab="03",
+        engine=["labkit.replay:static_decode_occupancy"], lab="03",
         hints=[{"zh": "一批的解码步数是 max(o_i) − 1；这一批提供 max_num_seqs × (max(o_i) − 1) 个槽位·步。",
                 "en": "A batch decodes for max(o_i) - 1 steps and offers max_num_seqs x (max(o_i) - 1) slot-steps."},
                {"zh": "先把所有批的忙碌槽位·步和全部槽位·步分别加起来，最后再相除（不是对每批的比例取平均）。",

@@ -126,8 +126,9 @@ def rejection_verify_exercise() -> Exercise:
         diagnose=lambda expected, got, check: 2 if check.expected is not FROM_REFERENCE else None,
         hints=[{"zh": "接受检验：rng.random() < min(1, p[x] / q[x])。",
                 "en": "The acceptance test: rng.random() < min(1, p[x] / q[x])."},
-               {"zh": "按权重采样：rng.choices(range(len(w)), weights=w)[0]，权重不必归一化。",
-                "en": "Sampling by weights: rng.choices(range(len(w)), weights=w)[0]; weights need not sum to 1."},
+               {"zh": "按权重采样可以用 rng.choices(候选 token, weights=权重)：它返回一个列表，权重不必归一化。",
+                "en": "To sample by weights use rng.choices(candidate tokens, weights=weights): it returns a list, and "
+                      "the weights need not sum to 1."},
                {"zh": "被拒绝后不能直接从 p 采：q 已经“用掉”了 min(p, q) 那一部分概率，剩下要补的只是 p 超出 q 的部分。"
                       "采到这个 token，这一步就结束。",
                 "en": "After a rejection you cannot sample from p itself: acceptance already supplied min(p, q); what is "
@@ -201,6 +202,14 @@ def best_k_exercise() -> Exercise:
 
 # ----------------------------------------------------------------------------- optional: prompt lookup
 
+def _diagnose_ngram(expected, got, _check) -> int | None:
+    if not isinstance(got, (list, tuple)):
+        return None
+    if not got or not expected or len(got) == len(expected):
+        return 0                                        # searched the wrong places (or took the wrong match)
+    return 1                                            # how many tokens to propose
+
+
 def ngram_propose_exercise() -> Exercise:
     cases = [(([1, 2, 3, 4, 5, 1, 2], 3, 2), {"zh": "后缀 [1, 2] 之前出现过，后面跟着 3 4 5", "en": "suffix [1, 2] seen before, followed by 3 4 5"}),
              (([1, 2, 3, 9, 1, 2, 7, 1, 2], 2, 2), {"zh": "出现多次：取最近的一次", "en": "several matches: take the most recent"}),
@@ -219,7 +228,7 @@ def ngram_propose_exercise() -> Exercise:
         checks=[call_check("ngram_propose", args, note, compare=same_sequence) for args, note in cases],
         reference="labkit.labs.lab04_speculative.solutions:ngram_propose",
         engine=["labkit.spec_decode.ngram"], lab="04",
-        diagnose=lambda expected, got, _c: 0 if isinstance(got, (list, tuple)) and got and not expected else 1,
+        diagnose=_diagnose_ngram,
         hints=[{"zh": "后缀自己不算“之前的一次出现”：只在它之前开始的位置里找；要最近的一次，就从后往前找。",
                 "en": "The suffix itself is not an earlier occurrence: search only starts before it; for the most "
                       "recent one, search from the back."},

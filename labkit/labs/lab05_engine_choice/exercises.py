@@ -28,8 +28,8 @@ def _close(got, expected, rel: float = 1e-6) -> bool:
     return True
 
 
-def _case(label: dict, args: tuple, reveal: bool = True) -> Check:
-    return Check(label=label, run=lambda fn, _e: fn(*args), compare=_close, reveal=reveal)
+def _case(label: dict, args: tuple, reveal: bool = True, hint: int | None = None) -> Check:
+    return Check(label=label, run=lambda fn, _e: fn(*args), compare=_close, reveal=reveal, hint=hint)
 
 
 def _diagnose_goodput(expected, got, _check) -> int | None:
@@ -62,7 +62,7 @@ def _file_requests(path: str | Path) -> tuple[list[dict], float]:
 
 def goodput_exercise(result_path: str | Path | None = None, ttft_ms: float = 2000.0,
                      tpot_ms: float = 300.0) -> Exercise:
-    checks = [_case(label, args) for label, args in _HAND]
+    checks = [_case(label, args, hint=1 if "one output token" in label["en"] else None) for label, args in _HAND]
     if result_path is not None:
         reqs, duration = _file_requests(result_path)
         name = Path(result_path).name
@@ -110,7 +110,7 @@ def _budgets(table: list[dict]) -> list[tuple[float, float]]:
 
 def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
     cases = [(_HAND_TABLE, 600.0, 500.0), (_HAND_TABLE, 300.0, 1000.0), (_HAND_TABLE, 100.0, 1000.0),
-             (_HAND_TABLE, 1000.0, 1000.0)]
+             (_HAND_TABLE, 1000.0, 1000.0), (_HAND_TABLE, 540.0, 400.0)]      # the last: both limits met exactly
     cases += [(table, m, p) for m, p in _budgets(table or [])]
     checks = [Check(label={"zh": f"预算 {m:g} MiB，TPOT P99 ≤ {p:g} ms" + ("（你的表）" if tab is table else ""),
                            "en": f"budget {m:g} MiB, TPOT P99 ≤ {p:g} ms" + (" (your table)" if tab is table else "")},
