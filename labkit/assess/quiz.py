@@ -58,12 +58,12 @@ class _Attempts:
             self.first_correct = feedback.correct
 
 
-def record_answer(lab: str | None, question: "Question", attempts: _Attempts) -> None:
+def record_answer(lab: str | None, question: "Question", attempts: _Attempts, quiz_size: int) -> None:
     """Write a question's first verdict and attempt count to the lab's results summary."""
     if lab is None or attempts.count == 0:
         return
     record(lab, "quiz", question.key(), {"first_attempt_correct": bool(attempts.first_correct),
-                                         "attempts": attempts.count,
+                                         "attempts": attempts.count, "quiz_size": quiz_size,
                                          "kind": "choice" if isinstance(question, MultipleChoice) else "numeric"})
 
 
@@ -176,7 +176,7 @@ class QuizView:
     def _answered(self, index: int):
         def on_answer() -> None:
             view = self.views[index]
-            record_answer(self.lab, view.question, view.attempts)
+            record_answer(self.lab, view.question, view.attempts, len(self.views))
             self.relabel()
         return on_answer
 
