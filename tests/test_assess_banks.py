@@ -80,3 +80,12 @@ def test_lab05_states_the_tensorrt_llm_backend_change_with_the_cited_versions():
     assert "v0.17" in right["zh"] and "1.4" in right["zh"] and "1.4" in right["en"]
     wrong_1_0 = next(o for i, o in enumerate(converge.options) if "1.0" in o["en"])
     assert converge.options.index(wrong_1_0) != converge.answer
+
+
+def test_a_question_on_the_learners_own_measurement_appears_once_it_is_measured(tmp_path, monkeypatch):
+    from labkit.labs.common.results import record
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    assert not any(q.id == "kv-own-request-mib" for q in bank("lab01_kv_cache") if isinstance(q, Numeric))
+    record("01", "predictions", "kv-bytes-per-token", {"kind": "exact", "guess": 1, "measured": 23040})
+    own = next(q for q in bank("lab01_kv_cache") if isinstance(q, Numeric) and q.id == "kv-own-request-mib")
+    assert "23,040" in own.question["zh"] and own.check(2048 * 23040 / 2**20).correct

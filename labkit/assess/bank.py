@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from labkit.assess.questions import MultipleChoice
+from labkit.assess.questions import MultipleChoice, Numeric
+from labkit.labs.common.results import read_summary
 
 Option = tuple[str, str, str, str, str]
 
@@ -78,3 +79,17 @@ def longest_share(questions: Iterable, language: str) -> float:
     """The share of multiple-choice questions whose right option is the longest (0 when there are none)."""
     choices = [q for q in questions if isinstance(q, MultipleChoice)]
     return sum(answer_is_longest(q, language) for q in choices) / len(choices) if choices else 0.0
+
+
+def measured(lab: str, prediction_id: str) -> float | None:
+    """The value the learner's own run measured for a recorded prediction, or None before the run."""
+    summary = read_summary(lab) or {}
+    value = summary.get("predictions", {}).get(prediction_id, {}).get("measured")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def on_own_result(lab: str, prediction_id: str, make) -> list[Numeric]:
+    """``[make(value)]`` with the value this learner's run measured (a question on their own numbers),
+    or ``[]`` while the lab has not measured it yet."""
+    value = measured(lab, prediction_id)
+    return [] if value is None else [make(value)]

@@ -11,7 +11,7 @@ so a quiz on screen follows ``labkit.set_language``.
 from __future__ import annotations
 
 from labkit.assess import Numeric, Quiz
-from labkit.assess.bank import Row, render
+from labkit.assess.bank import Row, on_own_result, render
 from labkit.labs.lab01_kv_cache.measure import KVShape
 
 LLAMA3_8B = KVShape("Llama-3-8B", 32, 8, 128, 2)       # config.json: 32 layers, 8 KV heads, head_dim 128
@@ -193,10 +193,25 @@ def _request_gb() -> Numeric:
                        "the vLLM paper (§3) says about 1.6 GB."))
 
 
+def _own_request_mib(bytes_per_token: float) -> Numeric:
+    """On the learner's own measurement (section 3's prediction, measured from the engine's tensors)."""
+    tokens = 2048
+    mib = bytes_per_token * tokens / 2**20
+    return Numeric(
+        question=_t(f"你这次运行从引擎的真实张量量出：SmolLM2-135M 每个 token 的 KV 缓存是 {bytes_per_token:,.0f} 字节。"
+                    f"一个 {tokens} token 的请求要多少 MiB？",
+                    f"Your run measured from the engine's tensors: {bytes_per_token:,.0f} KV bytes per SmolLM2-135M "
+                    f"token. How many MiB does a {tokens}-token request hold?"),
+        answer=round(mib, 2), rel_tol=0.02, unit="MiB", id="kv-own-request-mib",
+        hint=_t("token 数 × 每 token 字节数，再除以 2^20。", "tokens × bytes per token, divided by 2^20."),
+        explanation=_t(f"{tokens} × {bytes_per_token:,.0f} ÷ 2^20 ≈ {mib:.2f} MiB。",
+                       f"{tokens} × {bytes_per_token:,.0f} ÷ 2^20 ≈ {mib:.2f} MiB."))
+
+
 def questions() -> list:
     what, why, quadratic, internal, external, not_disposable = render(ROWS)
     return [what, why, quadratic, _llama3_bytes(), _gqa_saving(), _paper_slots(), _request_gb(),
-            internal, external, not_disposable]
+            *on_own_result("01", "kv-bytes-per-token", _own_request_mib), internal, external, not_disposable]
 
 
 def quiz() -> Quiz:
