@@ -5,12 +5,14 @@
     ex.check(kv_bytes_per_token)            # → CheckResult, drawn as a coloured box
     ex.hint()                               # the next hint
 
-``check`` runs the learner's function (or class) on every hidden input in a forked child
-(``sandbox.py``) that holds no expected value and cannot use the reference solution; results
-come back as plain data. Only then, in the kernel, does the reference solution run on the same
-inputs, and the two are compared. The learner sees, for the first failing case only, its input,
-the expected and the actual value (or the exception at their own line, or that it ran out of time
-or memory) and a hint chosen for that failure, worded in ``report.py``; never the reference code.
+``check`` runs the learner's function (or class) on every hidden input in a forked grandchild
+(``sandbox.py``) that holds no expected value and can use neither the reference solution nor the
+engine's own function for the answer (``guard.py``); results come back as plain data. Only then,
+in the kernel, does the reference solution run on the same inputs, and the two are compared. The
+learner sees, for the first failing case only, its input, the expected and the actual value (for
+a random hidden case: how it is wrong, not the expected value), or the exception at their own
+line, or that it ran out of time or memory, and the hint chosen for how it failed, worded in
+``report.py``; never the reference code, which only ``show_solution()`` shows.
 """
 
 from __future__ import annotations
@@ -266,8 +268,10 @@ class Exercise:
     def _repr_html_(self) -> str:
         title = html.escape(localize(self.title) or self.name)
         task = html.escape(localize(self.task)).replace("\n", "<br>")
-        more = t(f"{len(self.checks)} 个隐藏测试，{len(self.hints)} 条提示。用 .check(你的函数) 检查，.hint() 看提示。",
-                 f"{len(self.checks)} hidden tests, {len(self.hints)} hints. Use .check(your_function), .hint().")
+        more = t(f"{len(self.checks)} 个隐藏测试，{len(self.hints)} 条提示。用 .check(你的函数) 检查，.hint() 看提示；"
+                 ".show_solution() 显示参考答案（做完再看）。",
+                 f"{len(self.checks)} hidden tests, {len(self.hints)} hints. Use .check(your_function), .hint(); "
+                 ".show_solution() shows the reference (after your attempt).")
         return f"<div><b>{title}</b><br>{task}<br><i>{html.escape(more)}</i></div>"
 
 

@@ -54,10 +54,13 @@ ROWS = [
          "TensorRT-LLM always compiles engines"),
         ("1.0 起 PyTorch 成了唯一后端，TensorRT 引擎路径在同一版本里一起删掉了",
          "From 1.0 PyTorch became the only backend; the TensorRT engine path was deleted in that same release",
-         "半对：方向对，版本错。本实验引用的是 1.4 文档里“唯一执行后端”的说法；早期 1.x 仍保留 TensorRT 引擎路径作为旧后端，"
-         "不能说 1.0 起就是唯一后端。",
-         "Half right: the direction is right, the version is not. The cited 1.4 docs say 'sole execution backend'; "
-         "early 1.x still kept the TensorRT engine path as a legacy backend.",
+         "半对：方向对，版本没有依据。引用的文档只说：PyTorch 后端自 v0.17 可用，1.4 的架构文档称它为唯一执行后端，"
+         "TensorRT 引擎后端的移除另有一页说明（tensorrt-backend-removal）；1.0 时 TensorRT 引擎路径仍作为旧（legacy）后端存在，"
+         "并不是在 1.0 一起删掉的。",
+         "Half right: the direction is right, the version has no support. The cited docs say only that the PyTorch "
+         "backend exists since v0.17 and that the 1.4 architecture docs call it the sole execution backend; the "
+         "TensorRT engine backend's removal has its own page (tensorrt-backend-removal). At 1.0 the engine path was "
+         "still there as a legacy backend, not deleted in that release.",
          "the switch happened at once in 1.0"),
         ("改用 JAX 编译执行，以便同时支持 TPU 和 GPU", "It moved to JAX compilation so as to run on TPUs and GPUs alike",
          "TensorRT-LLM 与 JAX 无关，只面向 NVIDIA GPU。", "TensorRT-LLM has nothing to do with JAX and targets NVIDIA GPUs only.",
