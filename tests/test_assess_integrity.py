@@ -86,6 +86,18 @@ def via_the_engines_source(alpha, k):
     return namespace["expected_tokens_per_step"](alpha, k)
 
 
+def via_a_fresh_import(alpha, k):
+    sys.modules.pop("labkit.labs.lab04_speculative.solutions", None)
+    return importlib.import_module("labkit.labs.lab04_speculative.solutions").expected_tokens_per_step(alpha, k)
+
+
+def via_the_loader(alpha, k):
+    import labkit.labs.lab04_speculative.solutions as solutions
+    namespace: dict = {}
+    exec(solutions.__loader__.get_code(solutions.__name__), namespace)
+    return namespace["expected_tokens_per_step"](alpha, k)
+
+
 def via_a_subprocess(alpha, k):
     code = f"from labkit.labs.lab04_speculative.solutions import expected_tokens_per_step as f; print(f({alpha}, {k}))"
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
@@ -99,8 +111,8 @@ def via_ctypes(alpha, k):
     return ctypes.CDLL(None).getpid()
 
 
-@pytest.mark.parametrize("route", [via_reload, via_exec_of_the_file, via_a_fresh_module, via_a_subprocess,
-                                   via_os_system, via_ctypes])
+@pytest.mark.parametrize("route", [via_reload, via_exec_of_the_file, via_a_fresh_module, via_a_fresh_import,
+                                   via_the_loader, via_a_subprocess, via_os_system, via_ctypes])
 def test_no_route_to_the_solutions_source_passes(route):
     result = exercise("expected_tokens_per_step").check(route)
     assert not result.passed and result.failure.kind == "guarded", result.message
