@@ -89,3 +89,16 @@ def test_a_question_on_the_learners_own_measurement_appears_once_it_is_measured(
     record("01", "predictions", "kv-bytes-per-token", {"kind": "exact", "guess": 1, "measured": 23040})
     own = next(q for q in bank("lab01_kv_cache") if isinstance(q, Numeric) and q.id == "kv-own-request-mib")
     assert "23,040" in own.question["zh"] and own.check(2048 * 23040 / 2**20).correct
+
+
+@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("language", ["zh", "en"])
+def test_the_right_option_is_not_the_shortest_in_most_questions_either(lab, language):
+    """Balancing the length cue must not plant the opposite one ("pick the shortest")."""
+    qs = choices(lab)
+    shortest = []
+    for q in qs:
+        lengths = [len(o[language]) for o in q.options]
+        if lengths[q.answer] == min(lengths) < max(lengths):
+            shortest.append(q.id)
+    assert len(shortest) <= len(qs) // 2, f"{lab} ({language}): the answer is the shortest option in {shortest}"
