@@ -446,11 +446,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
-def test_processes_the_learners_code_started_end_with_the_check():
+def test_a_learner_process_is_refused_while_checking():
     result = exercise("kv_bytes_per_token").check(kv_leaves_a_process_behind)
-    pid = result.failure.got
-    deadline = time.monotonic() + 3
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    assert result.failure.kind == "guarded" and "不能启动新进程" in result.message
+
+
+def kv_reports_its_parent(*args):
+    return os.getppid()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+def test_the_checked_code_runs_in_a_grandchild_whose_parent_leads_its_own_session():
+    result = exercise("kv_bytes_per_token").check(kv_reports_its_parent)
+    parent = result.failure.got
+    assert parent != os.getpid()
+    assert not _alive(parent)                   # the session leader is gone with the check

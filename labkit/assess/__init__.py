@@ -2,6 +2,7 @@
 
     from labkit.assess import MultipleChoice, Numeric, Quiz, Exercise
     from labkit.labs.exercises import exercise     # the labs' exercises, by name
+    from labkit.assess import progress             # per lab: quiz, exercises, predictions vs measured
 
 Quizzes are ipywidgets (JupyterLab and Voila), shuffled per learner and scored on first answers;
 exercises run the learner's code in a forked child with a time and a memory limit, which holds no
@@ -10,7 +11,9 @@ sandbox is hardened: see docs/assessment.md.
 """
 
 from labkit.assess.exercise import CheckResult, Exercise, Hint
+from labkit.assess.progress import class_upload, class_view, export_progress, progress
 from labkit.assess.questions import Feedback, MultipleChoice, Numeric
 from labkit.assess.quiz import Quiz
 
-__all__ = ["CheckResult", "Exercise", "Feedback", "Hint", "MultipleChoice", "Numeric", "Quiz"]
+__all__ = ["CheckResult", "Exercise", "Feedback", "Hint", "MultipleChoice", "Numeric", "Quiz", "class_upload",
+           "class_view", "export_progress", "progress"]

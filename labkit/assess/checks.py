@@ -42,8 +42,11 @@ class Check:
     never holds an expected value). The expected value is ``run(reference, None)`` unless given;
     an ``expected`` given here must be something the learner may see (it is an input, like the
     target distribution ``p``). ``compare(got, expected)`` and ``explain(expected, got)`` see plain
-    data only. ``hint`` is the index of the exercise hint this case is about (None: the next one);
-    ``trace`` marks an operation sequence (a list of ``Step``).
+    data only. ``hint`` is the index of the exercise hint this case is about (None: let the
+    exercise's ``diagnose`` choose); ``trace`` marks an operation sequence (a list of ``Step``).
+    ``reveal=False`` marks a random hidden case: a failure says how the result is wrong (type,
+    length, which entry, too high or too low) but never shows the expected value, so answers
+    cannot be hard-coded case by case; named teaching cases keep ``reveal=True``.
     """
 
     label: Text
@@ -53,6 +56,8 @@ class Check:
     explain: Callable[[Any, Any], str] | None = None
     hint: int | None = None
     trace: bool = False
+    reveal: bool = True
+    diagnose: Callable[[Any, Any], int | None] | None = None   # this case's own hint picker (plain data)
 
 
 def call_check(name: str, args: tuple, note: Text = "", **kw) -> Check:
@@ -96,3 +101,14 @@ def as_trace(value: Any) -> list[Step] | None:
     if not all(isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str) for s in value):
         return None
     return [Step(*s) for s in value]
+
+
+def same_sequence(got: Any, expected: Any) -> bool:
+    """A list or a tuple with the expected entries in order (the task texts allow either)."""
+    return isinstance(got, (list, tuple)) and list(got) == list(expected)
+
+
+def first_wrong_step(expected: Any, got: Any) -> Step | None:
+    """The learner's first step whose result differs from the expected trace (None if none does)."""
+    expected, got = as_trace(expected) or [], as_trace(got) or []
+    return next((g for e, g in zip(expected, got) if e != g), None)

@@ -5,12 +5,14 @@
     ex.check(kv_bytes_per_token)            # → CheckResult, drawn as a coloured box
     ex.hint()                               # the next hint
 
-``check`` runs the learner's function (or class) on every hidden input in a forked child
-(``sandbox.py``) that holds no expected value and cannot use the reference solution; results
-come back as plain data. Only then, in the kernel, does the reference solution run on the same
-inputs, and the two are compared. The learner sees, for the first failing case only, its input,
-the expected and the actual value (or the exception at their own line, or that it ran out of time
-or memory) and a hint chosen for that failure, worded in ``report.py``; never the reference code.
+``check`` runs the learner's function (or class) on every hidden input in a forked grandchild
+(``sandbox.py``) that holds no expected value and can use neither the reference solution nor the
+engine's own function for the answer (``guard.py``); results come back as plain data. Only then,
+in the kernel, does the reference solution run on the same inputs, and the two are compared. The
+learner sees, for the first failing case only, its input, the expected and the actual value (for
+a random hidden case: how it is wrong, not the expected value), or the exception at their own
+line, or that it ran out of time or memory, and the hint chosen for how it failed, worded in
+``report.py``; never the reference code, which only ``show_solution()`` shows.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import importlib
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from labkit.assess import guard
 from labkit.assess.checks import FROM_REFERENCE, Check, as_trace
 from labkit.assess.plain import to_plain
 from labkit.assess.reference import class_dict, is_reference, kind_of
-from labkit.assess.report import CaseFailure, describe_failure
+from labkit.assess.report import CaseFailure, describe_difference, describe_failure
 from labkit.assess.sandbox import (
     DEFAULT_MEMORY_LIMIT_MB,
     GROWING_SHARE,
@@ -37,6 +40,7 @@ from labkit.assess.sandbox import (
 from labkit.assess.source import show_source
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
+from labkit.labs.common.results import read_summary, record
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,14 @@ def find_stub(target: Any) -> str | None:
 
 @dataclass
 class Exercise:
-    """Hidden checks against a reference solution named ``"module:attribute"`` (loaded lazily)."""
+    """Hidden checks against a reference solution named ``"module:attribute"`` (loaded lazily).
+
+    ``engine``: the engine's own functions (or whole modules) that compute this exercise's answer,
+    ``"module:Qual.name"`` or ``"module"``; in the checked process they are as unavailable as the
+    reference (``guard.py``). ``diagnose(expected, got, check)`` picks the hint for a wrong answer
+    from how it is wrong (a hint index, or None: no hint fits, so none is pushed). ``lab``: record
+    each check in that lab's results summary (section ``exercises``).
+    """
 
     name: str
     checks: Sequence[Check]
@@ -135,7 +146,11 @@ class Exercise:
     task: Text = ""
     time_limit_s: float = 5.0
     memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB
+    engine: Sequence[str] = ()
+    diagnose: Callable[[Any, Any, Check], int | None] | None = None
+    lab: str | None = None
     hints_given: int = field(default=0, init=False)
+    attempts: int = field(default=0, init=False)
 
     def reference_solution(self) -> Any:
         module, _, attribute = self.reference.partition(":")
@@ -175,9 +190,32 @@ class Exercise:
             return self._early_failure(t(f"{stub} 还只是占位（... / NotImplementedError）：请先写出它的实现。",
                                          f"{stub} is still a placeholder (... / NotImplementedError): "
                                          "write its body first."))
+        forbidden, protected = self.guarded()
         report = run_cases(target, [_case_for(c) for c in self.checks], self.time_limit_s,
-                           self.memory_limit_mb, forbidden=(reference,))
-        return self._result(report, self.expected_values())   # expectations exist only after the child is gone
+                           self.memory_limit_mb, forbidden=(reference, *forbidden), protected=protected)
+        result = self._result(report, self.expected_values())   # expectations exist only after the child is gone
+        self._record(result)
+        return result
+
+    def guarded(self) -> tuple[list[Any], frozenset[str]]:
+        """The engine objects disabled while checking, and the files the checked code may not read."""
+        objects = [obj for spec in self.engine for obj in guard.resolve(spec)]
+        modules = {self.reference.partition(":")[0], *(guard.module_of(spec) for spec in self.engine)}
+        return objects, guard.protected_files(modules)
+
+    def _record(self, result: "CheckResult") -> None:
+        """Count the attempt and write it to the lab's summary (first pass and attempts kept)."""
+        self.attempts += 1
+        if self.lab is None:
+            return
+        summary = read_summary(self.lab) or {}
+        before = summary.get("exercises", {}).get(self.name, {})
+        attempts = int(before.get("attempts", 0)) + 1
+        passed_at = before.get("passed_at_attempt") or (attempts if result.passed else None)
+        record(self.lab, "exercises", self.name, {
+            "passed": bool(before.get("passed")) or result.passed, "attempts": attempts,
+            "passed_at_attempt": passed_at, "last_passed": result.passed,
+            "num_passed": result.num_passed, "num_checks": result.num_checks})
 
     def self_test(self) -> CheckResult:
         """Run the reference solution through the same sandbox and checks (for authors and tests)."""
@@ -190,27 +228,36 @@ class Exercise:
         message = f"✗ {text}" + (f"\n\n{shown}" if shown else "")
         return CheckResult(self.name, False, message, 0, len(self.checks), hint=str(shown) if shown else None)
 
-    def _hint_for(self, failure: CaseFailure) -> Hint | None:
-        """The hint for this failure: the one its case names, else the next; none for non-algorithmic
-        failures (time, memory, type, crash, reference), whose advice ``describe_failure`` gives."""
+    def _hint_for(self, failure: CaseFailure, expected: Any) -> Hint | None:
+        """The hint for this failure, chosen by how it failed: the one the case's own ``diagnose`` picks,
+        else the one the case names, else the one the exercise's ``diagnose`` picks from the
+        difference. None when no hint fits (an unrelated hint misleads more than none: an exception's
+        own line is its feedback), and for non-algorithmic failures (time, memory, type, crash,
+        reference, guard), whose advice ``describe_failure`` gives; ``.hint()`` gives the next one."""
         if failure.kind not in ("wrong", "error") or not self.hints:
             return None
-        named = self.checks[failure.index].hint
-        if named is not None and 0 <= named < len(self.hints):
-            self.hints_given = max(self.hints_given, named + 1)
-            return self._hint(named)
-        return self.hint()
+        check, wrong = self.checks[failure.index], failure.kind == "wrong"
+        index = check.diagnose(expected, failure.got) if check.diagnose and wrong else None
+        if index is None:
+            index = check.hint
+        if index is None and self.diagnose and wrong:
+            index = self.diagnose(expected, failure.got, check)
+        if index is not None and 0 <= index < len(self.hints):
+            self.hints_given = max(self.hints_given, index + 1)
+            return self._hint(index)
+        return None
 
     def _result(self, report: RunReport, expected: list[Any]) -> CheckResult:
         failure, num_passed = first_failure(self.checks, expected, report, self.memory_limit_mb)
         if failure is None:
             message = t(f"✓ 全部 {len(self.checks)} 个隐藏测试通过！", f"✓ All {len(self.checks)} hidden tests passed!")
             return CheckResult(self.name, True, message, num_passed, len(self.checks), elapsed_s=report.elapsed_s)
-        hint = self._hint_for(failure)
+        hint = self._hint_for(failure, expected[failure.index])
         head = t(f"✗ 通过 {num_passed}/{len(self.checks)} 个隐藏测试。",
                  f"✗ {num_passed}/{len(self.checks)} hidden tests passed.")
         body = describe_failure(failure, self.checks[failure.index], self.time_limit_s)
-        message = f"{head}\n{body}" + (f"\n\n{hint}" if hint else "")
+        more = "" if hint or not self.hints or failure.kind not in ("wrong", "error") else "\n\n" + t("需要时用 .hint() 看提示。", "Use .hint() when you want a hint.")
+        message = f"{head}\n{body}" + (f"\n\n{hint}" if hint else more)
         return CheckResult(self.name, False, message, num_passed, len(self.checks), failure,
                            str(hint) if hint else None, report.elapsed_s)
 
@@ -221,8 +268,10 @@ class Exercise:
     def _repr_html_(self) -> str:
         title = html.escape(localize(self.title) or self.name)
         task = html.escape(localize(self.task)).replace("\n", "<br>")
-        more = t(f"{len(self.checks)} 个隐藏测试，{len(self.hints)} 条提示。用 .check(你的函数) 检查，.hint() 看提示。",
-                 f"{len(self.checks)} hidden tests, {len(self.hints)} hints. Use .check(your_function), .hint().")
+        more = t(f"{len(self.checks)} 个隐藏测试，{len(self.hints)} 条提示。用 .check(你的函数) 检查，.hint() 看提示；"
+                 ".show_solution() 显示参考答案（做完再看）。",
+                 f"{len(self.checks)} hidden tests, {len(self.hints)} hints. Use .check(your_function), .hint(); "
+                 ".show_solution() shows the reference (after your attempt).")
         return f"<div><b>{title}</b><br>{task}<br><i>{html.escape(more)}</i></div>"
 
 
@@ -253,7 +302,7 @@ def first_failure(checks: Sequence[Check], expected: list[Any], report: RunRepor
     return failure, passed
 
 
-_ERROR_KINDS = {"MemoryError": "memory", "ReferenceSolutionUsed": "reference"}
+_ERROR_KINDS = {"MemoryError": "memory", "ReferenceSolutionUsed": "reference", "NotAllowedWhileChecked": "guarded"}
 
 
 def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFailure | None:
@@ -263,6 +312,10 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         return CaseFailure(index, label, "type", not_plain=outcome.not_plain, stdout=outcome.stdout)
     if outcome.error is not None:
         wrong_first = _wrong_before_error(check, expected, outcome.partial)
+        if wrong_first is not None and not check.reveal:
+            shown, steps = wrong_first
+            return CaseFailure(index, label, "wrong", None, steps, stdout=outcome.stdout, hidden=True,
+                               difference=describe_difference(shown, steps, check))
         if wrong_first is not None:
             return CaseFailure(index, label, "wrong", *wrong_first, stdout=outcome.stdout)
         kind = _ERROR_KINDS.get(outcome.error.type_name, "error")
@@ -275,6 +328,9 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         same = False
     if same:
         return None
+    if not check.reveal:                       # a random case: say how it is wrong, not what is right
+        return CaseFailure(index, label, "wrong", None, got, stdout=outcome.stdout, hidden=True,
+                           difference=describe_difference(_shown_part(check, expected, got), got, check))
     return CaseFailure(index, label, "wrong", _shown_part(check, expected, got), got, stdout=outcome.stdout)
 
 

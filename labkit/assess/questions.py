@@ -49,7 +49,8 @@ class MultipleChoice:
     answer: int
     explanations: Sequence[Text] = field(default_factory=tuple)
     shuffle: bool = True               # False for options whose order means something (1×, 2×, 4×)
-    id: str | None = None              # stable key for the shuffle; default: the question's text
+    id: str | None = None              # stable key for the shuffle and the results; default: the text
+    misconceptions: Sequence[str] = ()  # per option: the misreading a distractor stands for ("" for the answer)
 
     def __post_init__(self) -> None:
         if not 2 <= len(self.options) <= len(LETTERS):
@@ -60,6 +61,9 @@ class MultipleChoice:
         if self.explanations and len(self.explanations) != len(self.options):
             raise ValueError("explanations must have one entry per option, got "
                              f"{len(self.explanations)} for {len(self.options)} options")
+        if self.misconceptions and len(self.misconceptions) != len(self.options):
+            raise ValueError("misconceptions must have one entry per option, got "
+                             f"{len(self.misconceptions)} for {len(self.options)} options")
 
     def check(self, choice: Union[int, str]) -> Feedback:
         """``choice`` is an option index, its letter ("B") or its text in either language."""
@@ -114,6 +118,13 @@ class Numeric:
     hint: Text = ""
     rel_tol: float = 0.0
     explanation: Text = ""
+    id: str | None = None              # stable key in the results summary; default: the question's text
+
+    def key(self) -> str:
+        if self.id is not None:
+            return self.id
+        return self.question if isinstance(self.question, str) else self.question.get("zh") or \
+            next(iter(self.question.values()), "")
 
     def __post_init__(self) -> None:
         if self.tol < 0 or self.rel_tol < 0:

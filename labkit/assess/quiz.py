@@ -7,6 +7,11 @@ each question's FIRST answer (trying every option until one is green scores noth
 question answered more than once says how many attempts it took.
 
     Quiz([MultipleChoice(...), Numeric(...)])   # last expression in a cell → the quiz is shown
+    Quiz(questions, lab="02")                   # also records first answers in results/lab02.json
+
+With ``lab``, each question's first answer (right or not) and its attempt count are written to the
+lab's results summary (``labkit.labs.common.results``, section ``quiz``), keyed by the question's
+id; ``labkit.assess.progress()`` reads them. Later attempts update the count, never the first verdict.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from labkit.assess.questions import (
 )
 from labkit.assess.text import Text, localize_html, relabel_on_language_change
 from labkit.i18n import t
+from labkit.labs.common.results import record
 
 Question = Union[MultipleChoice, Numeric]
 
@@ -50,6 +56,15 @@ class _Attempts:
         self.count += 1
         if self.first_correct is None:
             self.first_correct = feedback.correct
+
+
+def record_answer(lab: str | None, question: "Question", attempts: _Attempts, quiz_size: int) -> None:
+    """Write a question's first verdict and attempt count to the lab's results summary."""
+    if lab is None or attempts.count == 0:
+        return
+    record(lab, "quiz", question.key(), {"first_attempt_correct": bool(attempts.first_correct),
+                                         "attempts": attempts.count, "quiz_size": quiz_size,
+                                         "kind": "choice" if isinstance(question, MultipleChoice) else "numeric"})
 
 
 def _title_html(number: int, question: Text) -> str:
@@ -147,14 +162,23 @@ def _view_for(question: Question, number: int, on_answer):
 class QuizView:
     """The widgets of one displayed quiz plus a running score line."""
 
-    def __init__(self, questions: Sequence[Question], title: Text | None) -> None:
-        self.title_text = title
-        self.views = [_view_for(q, n, self.relabel) for n, q in enumerate(questions, start=1)]
+    def __init__(self, questions: Sequence[Question], title: Text | None, lab: str | None = None) -> None:
+        self.title_text, self.lab = title, lab
+        self.views = []
+        for n, q in enumerate(questions, start=1):
+            self.views.append(_view_for(q, n, self._answered(n - 1)))
         self.header, self.score = W.HTML(), W.HTML()
         self.box = W.VBox([self.header, *[v.box for v in self.views], self.score],
                           layout=W.Layout(border="1px solid #ccc", padding="8px", max_width="760px"))
         self.relabel()
         relabel_on_language_change(self.relabel_all)
+
+    def _answered(self, index: int):
+        def on_answer() -> None:
+            view = self.views[index]
+            record_answer(self.lab, view.question, view.attempts, len(self.views))
+            self.relabel()
+        return on_answer
 
     def relabel(self) -> None:
         answered = sum(v.attempts.count > 0 for v in self.views)
@@ -174,14 +198,14 @@ class QuizView:
 class Quiz:
     """A list of questions shown together. ``quiz.check(answers)`` judges without any widget."""
 
-    def __init__(self, questions: Sequence[Question], title: Text | None = None) -> None:
+    def __init__(self, questions: Sequence[Question], title: Text | None = None, lab: str | None = None) -> None:
         if not questions:
             raise ValueError("a quiz needs at least one question")
         for q in questions:
             if not isinstance(q, (MultipleChoice, Numeric)):
                 raise TypeError(f"a quiz question must be MultipleChoice or Numeric, got {type(q).__name__}")
         self.questions = list(questions)
-        self.title = title
+        self.title, self.lab = title, lab
 
     def check(self, answers: Sequence) -> list[Feedback]:
         if len(answers) != len(self.questions):
@@ -190,7 +214,7 @@ class Quiz:
 
     def view(self) -> QuizView:
         """Fresh widgets for this quiz (each display gets its own, with its own answers)."""
-        return QuizView(self.questions, self.title)
+        return QuizView(self.questions, self.title, self.lab)
 
     def widget(self) -> W.VBox:
         return self.view().box

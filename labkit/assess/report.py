@@ -23,12 +23,14 @@ class CaseFailure:
 
     index: int
     label: str
-    kind: str          # "wrong" | "error" | "timeout" | "memory" | "type" | "reference" | "crash"
-    expected: Any = None
+    kind: str          # "wrong" | "error" | "timeout" | "memory" | "type" | "reference" | "guarded" | "crash"
+    expected: Any = None  # None for a hidden (random) case: its expected value never leaves the kernel's check
     got: Any = None
     error: ErrorInfo | None = None
     stdout: str = ""
     not_plain: NotPlain | None = None
+    hidden: bool = False
+    difference: str = ""  # for a hidden case: how the result is wrong, in words
 
 
 # What to look at for failures that are not about the algorithm: these replace the exercise's
@@ -43,6 +45,10 @@ ADVICE = {
                      "stay about the size of the input."},
     "reference": {"zh": "请用你自己的代码实现；做完之后可以用 .show_solution() 对照参考答案。",
                   "en": "Write it with your own code; afterwards, .show_solution() shows the reference to compare."},
+    "guarded": {"zh": "检查时，参考答案和引擎里直接算出答案的函数、它们的源文件、子进程、给其他进程发信号都不可用："
+                      "请用你自己的代码实现。",
+                "en": "While checking, the reference, the engine's functions that compute the answer, their source "
+                      "files, subprocesses and signals to other processes are unavailable: write it yourself."},
     "crash": {"zh": "你的代码是否调用了 os._exit、os.kill，或者让解释器崩溃的扩展？",
               "en": "Does your code call os._exit or os.kill, or an extension that crashes the interpreter?"},
 }
@@ -104,10 +110,16 @@ def describe_failure(failure: CaseFailure, check: Check, time_limit_s: float) ->
     elif failure.kind == "crash":
         body = describe_crash(failure.got)
     elif failure.kind == "reference":
-        body = t("你的代码调用了参考答案（reference solution）：检查时参考答案不可用。",
-                 "Your code calls the reference solution: it is not available while your code is checked.")
+        body = t("你的代码调用了参考答案（reference solution）或引擎里直接算出答案的函数：检查时它们不可用。",
+                 "Your code calls the reference solution, or the engine's own function for the answer: neither is "
+                 "available while your code is checked.")
+    elif failure.kind == "guarded":
+        body = t(f"你的代码走了检查时不开放的路：{failure.error.message if failure.error else ''}",
+                 f"Your code took a route closed while checking: {failure.error.message if failure.error else ''}")
     elif failure.kind == "type":
         body = describe_not_plain(failure.not_plain)
+    elif failure.hidden:
+        body = describe_hidden_mismatch(failure)
     elif failure.kind == "error":
         body = describe_error_info(failure.error)
     else:
@@ -131,6 +143,72 @@ def describe_error_info(error: ErrorInfo) -> str:
         where = t(f"\n  第 {error.lineno} 行（{error.function} 中）：", f"\n  line {error.lineno} (in {error.function}): ")
         text += where + (error.line or "")
     return text
+
+
+def describe_hidden_mismatch(failure: CaseFailure) -> str:
+    """A random case's failure: what came back and how it is wrong, never the expected value."""
+    note = t("  （随机生成的隐藏测试：不显示期望值，只说哪里不对）",
+             "  (a random hidden test: the expected value is not shown, only what is wrong)")
+    if _is_trace(failure.got):
+        return failure.difference + "\n" + note
+    return t(f"  得到：{_short(failure.got)}\n  {failure.difference}\n", f"  got: {_short(failure.got)}\n  "
+             f"{failure.difference}\n") + note
+
+
+def _type_word(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return t("数字", "a number")
+    if isinstance(value, (list, tuple)):
+        return t("序列（列表或元组）", "a sequence (list or tuple)")
+    if isinstance(value, dict):
+        return t("字典", "a dict")
+    return type(value).__name__
+
+
+def _value_difference(expected: Any, got: Any) -> str:
+    """How ``got`` differs from ``expected`` without stating ``expected``'s value."""
+    if got is None and expected is not None:
+        return t("返回了 None：是不是忘了 return？", "It returned None: a missing `return`?")
+    if _type_word(expected) != _type_word(got):
+        return t(f"类型不对：应当返回{_type_word(expected)}，得到的是{_type_word(got)}。",
+                 f"Wrong type: it should return {_type_word(expected)}, got {_type_word(got)}.")
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return t("结果偏大。", "The result is too high.") if got > expected else t("结果偏小。", "The result is too low.")
+    if isinstance(expected, (list, tuple)):
+        if len(got) != len(expected):
+            more = len(got) > len(expected)
+            return t(f"元素个数不对（{'多了' if more else '少了'}）。",
+                     f"Wrong number of entries ({'too many' if more else 'too few'}).")
+        i = next(i for i, (e, g) in enumerate(zip(expected, got)) if e != g)
+        inner = _value_difference(expected[i], got[i])
+        return t(f"第 {i} 个元素（从 0 数）不对：{inner}", f"Entry {i} (from 0) is wrong: {inner}")
+    if isinstance(expected, dict):
+        missing = [k for k in expected if k not in got]
+        extra = [k for k in got if k not in expected]
+        if missing or extra:
+            parts = ([t(f"缺少键 {missing!r}", f"missing keys {missing!r}")] if missing else []) + \
+                    ([t(f"多出键 {extra!r}", f"unexpected keys {extra!r}")] if extra else [])
+            return t("；".join(parts) + "。", "; ".join(parts) + ".")
+        wrong = [k for k in expected if expected[k] != got[k]]
+        return t(f"这些键的值不对：{wrong!r}。", f"Wrong values at keys {wrong!r}.")
+    return t("结果不对。", "The result is wrong.")
+
+
+def describe_difference(expected: Any, got: Any, check: Check) -> str:
+    """In words, how ``got`` differs from ``expected`` (for a trace: at its first wrong step)."""
+    if _is_trace(expected) and _is_trace(got):
+        k = next((i for i, (e, g) in enumerate(zip(expected, got)) if e != g), min(len(expected), len(got)))
+        lines = [f"  {_shown(s)}  ✓" for s in got[max(0, k - 6):k]]
+        if k < len(expected) and k < len(got):
+            inner = _value_difference(expected[k].result, got[k].result)
+            lines.append(t(f"  {got[k].call} → {_short(got[k].result, 80)}  ✗ {inner}",
+                           f"  {got[k].call} → {_short(got[k].result, 80)}  ✗ {inner}"))
+        else:
+            lines.append(t("  （操作序列长度不一致）", "  (the sequences have different lengths)"))
+        return "\n".join(lines)
+    return _value_difference(expected, got)
 
 
 def describe_mismatch(expected: Any, got: Any, check: Check) -> str:

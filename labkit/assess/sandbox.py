@@ -15,8 +15,13 @@ deadline (a half-written frame cannot block it) and unpickles them with a loader
 plain types. So no learner object — its ``__eq__``, ``__reduce__`` or ``__repr__`` — runs in the
 kernel, and comparing happens on plain data.
 
-    kernel ──fork──► child: for each case: to_plain(case(target)) ──frame──► kernel
-      └── reads frames until time_limit_s (in total), then kills the child's process group
+    kernel ──fork──► child (new session) ──fork──► grandchild: for each case:
+                                                      to_plain(case(target)) ──frame──► kernel
+      └── reads frames until time_limit_s (in total), then kills the session's process group
+
+The learner's code runs in the grandchild, locked down by ``guard.lock_down`` (no reading the
+answer's sources, no new processes, no signals to other processes), so ``os.getppid()`` there is
+the session leader, never the kernel.
 
 Where fork is unavailable (Windows) the cases run in the kernel itself, with no time or memory
 limit, and ``RunReport.isolated`` is False. The child never touches CUDA; torch is set to one
@@ -37,7 +42,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from labkit.assess import plain, reference, wire
+from labkit.assess import guard, plain, wire
 from labkit.assess.wire import ErrorInfo, NotPlain, Outcome
 
 _LABKIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,17 +129,14 @@ def _limit_memory(megabytes: float | None) -> None:
         pass
 
 
-def _prepare_child(memory_limit_mb: float | None, forbidden: Sequence[Any]) -> None:
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)                         # its own group: killing it ends its children too
+def _prepare_child(memory_limit_mb: float | None, forbidden: Sequence[Any], protected: frozenset[str]) -> None:
     with contextlib.suppress(ValueError):         # only the main thread may set handlers
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stdout = sys.stderr = io.StringIO()      # never write to the kernel's streams from a fork
     builtins.input = _no_input                   # ipykernel's input() would talk to the kernel's sockets
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
-    for obj in forbidden:
-        reference.disable(obj)
+    guard.lock_down(forbidden, protected)        # last: from here on the audit hook refuses
     _limit_memory(memory_limit_mb)
 
 
@@ -143,15 +145,51 @@ def _no_input(*_args):
 
 
 def _child(fd: int, target: Any, cases: Sequence[Callable[[Any], Any]],
-           memory_limit_mb: float | None, forbidden: Sequence[Any]) -> None:
+           memory_limit_mb: float | None, forbidden: Sequence[Any], protected: frozenset[str]) -> None:
     out_of_memory = plain.dumps({"error": asdict(ErrorInfo("MemoryError", ""))})   # built before any limit
-    _prepare_child(memory_limit_mb, forbidden)
+    _prepare_child(memory_limit_mb, forbidden, protected)
     for case in cases:
         try:
             data = wire.encode(_run_one(case, target))
         except MemoryError:
             data = out_of_memory
         wire.write_frame(fd, data)
+
+
+def _session_leader(fd: int, pid_fd: int, run_checked) -> int:
+    """The kernel's child: a new session, then the checked grandchild; its exit status, mirrored.
+
+    The learner's code runs in the grandchild, so ``os.getppid()`` there is this process, never the
+    kernel; the session (and process group) lets the kernel end both and whatever they started.
+    """
+    os.setsid()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            os.close(pid_fd)
+            run_checked()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(fd)
+    os.write(pid_fd, pid.to_bytes(4, "big"))
+    os.close(pid_fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):                    # die of the same signal, so the kernel reports it
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    return os.waitstatus_to_exitcode(status)
+
+
+def _read_pid(fd: int) -> int | None:
+    data = b""
+    while len(data) < 4:
+        chunk = os.read(fd, 4 - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return int.from_bytes(data, "big")
 
 
 # ----------------------------------------------------------------------------- the kernel's side
@@ -168,13 +206,17 @@ def _exit_code(pid: int) -> int | None:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-def _stop(pid: int) -> int | None:
-    """Kill the child's group, then reap the child; its exit code if it had exited, else None."""
+def _stop(pid: int, grandchild: int | None = None) -> int | None:
+    """Kill the child's session group and the grandchild, then reap the child; its exit code if it
+    had exited, else None."""
     try:
         code = _exit_code(pid)
     except ChildProcessError:                              # already reaped (the macOS fallback)
         return None
-    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+    kills = [lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)]
+    if grandchild is not None:                            # in case it left the group
+        kills.append(lambda: os.kill(grandchild, signal.SIGKILL))
+    for kill in kills:
         with contextlib.suppress(OSError):
             kill()                                         # also ends anything the learner's code started
     with contextlib.suppress(ChildProcessError):
@@ -201,39 +243,44 @@ def _run_in_process(target, cases, start: float) -> RunReport:
 
 
 def run_cases(target: Any, cases: Sequence[Callable[[Any], Any]], time_limit_s: float = 5.0,
-              memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB, forbidden: Sequence[Any] = ()) -> RunReport:
-    """Call ``case(target)`` for every case in a forked child; stop everything after ``time_limit_s``.
+              memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB, forbidden: Sequence[Any] = (),
+              protected: frozenset[str] = frozenset()) -> RunReport:
+    """Call ``case(target)`` for every case in a forked grandchild; stop everything after ``time_limit_s``.
 
-    ``forbidden``: objects (the reference solution) that raise ``ReferenceSolutionUsed`` in the child.
+    ``forbidden``: objects (the reference solution, the engine's functions for the answer) that raise
+    ``ReferenceSolutionUsed`` there; ``protected``: files it may not read (``guard.py``).
     """
     start = time.monotonic()
     if not hasattr(os, "fork"):
         return _run_in_process(target, cases, start)
     read_fd, write_fd = os.pipe()
+    pid_read, pid_write = os.pipe()
     pid = os.fork()
     if pid == 0:                                          # the child: never return into the kernel's code
         code = 70
         try:
             os.close(read_fd)
-            _child(write_fd, target, cases, memory_limit_mb, forbidden)
-            code = 0
+            os.close(pid_read)
+            code = _session_leader(write_fd, pid_write, lambda: _child(write_fd, target, cases, memory_limit_mb,
+                                                                      forbidden, protected))
         finally:
             os._exit(code)
     os.close(write_fd)
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)                              # also here: whichever runs first wins the race
-    exit_code, grown_mb, inherited = None, None, address_space()
+    os.close(pid_write)
+    exit_code, grown_mb, inherited, grandchild = None, None, address_space(), None
     try:
+        grandchild = _read_pid(pid_read)
         frames, timed_out = wire.read_frames(read_fd, len(cases), start + time_limit_s)
         if timed_out:                                     # was it looping, or still allocating?
-            now = address_space(pid)
+            now = address_space(grandchild) if grandchild else None
             grown_mb = (now - inherited) / 2 ** 20 if now is not None and inherited is not None else None
         if not timed_out and len(frames) < len(cases):
             exit_code = _wait_for_exit(pid, start + time_limit_s + 1.0)
     finally:                                              # also on KeyboardInterrupt: never leave the child
-        stopped = _stop(pid)
+        stopped = _stop(pid, grandchild)
         exit_code = exit_code if exit_code is not None else stopped
         os.close(read_fd)
+        os.close(pid_read)
     outcomes = tuple(wire.decode_outcome(frame) for frame in frames)
     died = not timed_out and len(outcomes) < len(cases)
     return RunReport(outcomes, len(cases), timed_out, exit_code if died else None, time.monotonic() - start,

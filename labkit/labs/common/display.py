@@ -2,6 +2,7 @@
 
     show_source(BlockPool.allocate)          # highlighted source with file and line numbers
     predict("你预计浪费比例是多少？", measure_waste, unit="%")   # guess first, then measure
+    predict("位置 40 在第几个槽位？", 152, kind="exact", lab="02", id="slot-40")   # right or wrong
     num_requests = fast(200, 20)             # 20 when LABKIT_FAST=1 (CI), else 200
 
 Everything is drawn as plain HTML or ipywidgets, with inline styles, so it looks the same in
@@ -23,6 +24,7 @@ from labkit.assess.questions import format_number, parse_number
 from labkit.assess.source import show_source, source_html  # noqa: F401  (re-exported for labs)
 from labkit.assess.text import Text, localize, localize_html, relabel_on_language_change
 from labkit.i18n import t
+from labkit.labs.common.results import record
 
 FAST = os.environ.get("LABKIT_FAST") == "1"
 """Fast mode (``LABKIT_FAST=1``): every lab and dashboard runs smaller sweeps; CI uses it."""
@@ -37,49 +39,169 @@ def fast(full_value: _T, fast_value: _T) -> _T:
 
 # ----------------------------------------------------------------------------- predict
 
+KINDS = ("exact", "measured", "direction")
+DIRECTIONS = ("bigger", "same", "smaller")
+_DIRECTION_TEXT = {"bigger": {"zh": "更大", "en": "bigger"}, "same": {"zh": "差不多", "en": "about the same"},
+                   "smaller": {"zh": "更小", "en": "smaller"}}
+
+
 @dataclass(frozen=True)
 class PredictionResult:
-    """A learner's guess next to the measured value; ``relative_error`` is None when actual is 0."""
+    """A learner's guess beside the measured value and the judgement for the prediction's kind.
 
-    guess: float
+    ``correct`` is True/False for exact and direction predictions and None for a measured quantity,
+    which is judged by ``relative_error`` (None when the measured value is 0) and, when the run gave
+    one, whether the guess lies inside its spread ``(low, high)``.
+    """
+
+    kind: str
+    guess: Any
     actual: float
     relative_error: float | None
     message: str
+    correct: bool | None = None
+    spread: tuple[float, float] | None = None
+    judgement: str = ""
 
 
-def _closeness(relative_error: float | None) -> str:
-    if relative_error is None:
-        return ""
-    if abs(relative_error) <= 0.1:
-        return t("非常接近！", "Very close!")
-    side = t("偏高", "too high") if relative_error > 0 else t("偏低", "too low")
-    return t(f"{side} {abs(relative_error):.0%}。", f"{abs(relative_error):.0%} {side}.")
+def _relative_error(x: float, actual: float) -> float | None:
+    return (x - actual) / abs(actual) if actual != 0 else None
+
+
+def _off_by(error: float | None, x: float, actual: float) -> str:
+    if error is None:
+        return t(f"相差 {format_number(abs(x - actual))}。", f"Off by {format_number(abs(x - actual))}.")
+    side = t("偏高", "too high") if error > 0 else t("偏低", "too low")
+    return t(f"{side} {abs(error):.0%}。", f"{abs(error):.0%} {side}.")
+
+
+def _direction_of(actual: float, baseline: float, same_within: float) -> str:
+    if abs(actual - baseline) <= same_within * abs(baseline):
+        return "same"
+    return "bigger" if actual > baseline else "smaller"
+
+
+def _parse_direction(guess: Any) -> str | None:
+    text = str(guess).strip().lower()
+    for key, words in _DIRECTION_TEXT.items():
+        if text == key or text in (words["zh"], words["en"]) or text in {"bigger": ("大", ">", "more", "larger"),
+                                                                         "same": ("同", "=", "不变", "equal"),
+                                                                         "smaller": ("小", "<", "less", "fewer")}[key]:
+            return key
+    return None
 
 
 class Prediction:
-    """Write a guess, then see the measured value. ``answer`` may be a value or a function to
-    call at reveal time (a measurement); it is called once."""
+    """Write a guess, then see the measured value, judged by the prediction's kind.
 
-    def __init__(self, question: Text, answer: Union[float, Callable[[], float]], unit: Text = "") -> None:
-        self.question, self.answer, self.unit = question, answer, unit
+    ``kind``:
+      * ``"exact"``: an address, a count: the guess is right or wrong, and ``working`` (the worked
+        computation, a text or a function of the measured value) is shown either way;
+      * ``"measured"``: a timed or sampled quantity: the relative error, and whether the guess lies
+        in the run's ``spread`` (low, high), a pair or a function returning one, when there is one;
+      * ``"direction"``: bigger / same / smaller than ``baseline`` (e.g. 1.0 for a speed-up),
+        "same" meaning within ``same_within`` (relative) of it.
+
+    ``answer`` is a value or a function called once at reveal time (a measurement). With ``lab`` and
+    ``id`` every reveal is recorded in the lab's results summary (section ``predictions``) with the
+    guess, the measured value and the judgement.
+    """
+
+    def __init__(self, question: Text, answer: Union[float, Callable[[], float]], unit: Text = "", *,
+                 kind: str = "measured", working: Union[Text, Callable[[float], Text], None] = None,
+                 spread: Union[tuple, Callable[[], tuple], None] = None, baseline: float = 1.0,
+                 same_within: float = 0.05, lab: str | None = None, id: str | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if same_within < 0:
+            raise ValueError(f"same_within must be >= 0, got {same_within!r}")
+        if (lab is None) != (id is None):
+            raise ValueError("lab and id go together: give both to record the prediction, or neither")
+        self.question, self.answer, self.unit, self.kind = question, answer, unit, kind
+        self.working, self.spread, self.baseline, self.same_within = working, spread, baseline, same_within
+        self.lab, self.id = lab, id
         self._actual: float | None = None
+        self._spread: tuple[float, float] | None = None
 
     def actual(self) -> float:
         if self._actual is None:
             self._actual = float(self.answer() if callable(self.answer) else self.answer)
+            spread = self.spread() if callable(self.spread) else self.spread
+            self._spread = (float(spread[0]), float(spread[1])) if spread is not None else None
         return self._actual
 
-    def reveal(self, guess: Union[float, str]) -> PredictionResult:
-        x = parse_number(guess)
-        if x is None:
-            raise ValueError(f"guess must be a number, got {guess!r}")
+    def reveal(self, guess: Union[float, str], record: bool = True) -> PredictionResult:
+        if self.kind == "direction":
+            direction = _parse_direction(guess)
+            if direction is None:
+                raise ValueError(f"guess must be one of {DIRECTIONS}, got {guess!r}")
+            result = self._judge_direction(direction)
+        else:
+            x = parse_number(guess)
+            if x is None:
+                raise ValueError(f"guess must be a number, got {guess!r}")
+            result = self._judge_exact(x) if self.kind == "exact" else self._judge_measured(x)
+        if record:
+            self._record(result)
+        return result
+
+    def _judge_exact(self, x: float) -> PredictionResult:
         actual = self.actual()
-        error = (x - actual) / abs(actual) if actual != 0 else None
+        correct = abs(x - actual) <= 1e-9 * max(1.0, abs(actual))
+        unit = f" {localize(self.unit)}" if localize(self.unit) else ""
+        verdict = t("✓ 对。", "✓ Right.") if correct else t(f"✗ 不对（你写的是 {format_number(x)}）。",
+                                                              f"✗ Not right (you wrote {format_number(x)}).")
+        whole = int(actual) if actual.is_integer() else actual        # a count reads as 3, not 3.0
+        working = self.working(whole) if callable(self.working) else self.working
+        shown = t(f"答案：{format_number(actual)}{unit}。", f"Answer: {format_number(actual)}{unit}.")
+        message = " ".join(p for p in (verdict, shown, localize(working) if working else "") if p)
+        return PredictionResult("exact", x, actual, _relative_error(x, actual), message, correct,
+                                judgement="right" if correct else "wrong")
+
+    def _judge_measured(self, x: float) -> PredictionResult:
+        actual = self.actual()
+        error = _relative_error(x, actual)
+        spread = self._spread
         unit = localize(self.unit)
-        message = t(f"测得：{format_number(actual)} {unit}；你的预测：{format_number(x)} {unit}。{_closeness(error)}",
-                    f"Measured: {format_number(actual)} {unit}; your prediction: {format_number(x)} {unit}. "
-                    f"{_closeness(error)}")
-        return PredictionResult(x, actual, error, message.strip())
+        head = t(f"测得：{format_number(actual)} {unit}；你的预测：{format_number(x)} {unit}。",
+                 f"Measured: {format_number(actual)} {unit}; your prediction: {format_number(x)} {unit}.")
+        if spread is not None:
+            low, high = min(spread), max(spread)
+            inside = low <= x <= high
+            band = t(f"本次运行的波动范围 {format_number(low)}–{format_number(high)} {unit}",
+                     f"this run's spread {format_number(low)}–{format_number(high)} {unit}")
+            tail = t(f"在{band}之内。", f"Inside {band}.") if inside else \
+                t(f"{_off_by(error, x, actual)}（{band}）", f"{_off_by(error, x, actual)} ({band})")
+            judgement = "inside spread" if inside else "outside spread"
+        else:
+            tail = _off_by(error, x, actual) if x != actual else t("与测得值相同。", "Equal to the measured value.")
+            judgement = "relative error"
+        return PredictionResult("measured", x, actual, error, f"{head} {tail}".strip(), None, spread, judgement)
+
+    def _judge_direction(self, direction: str) -> PredictionResult:
+        actual = self.actual()
+        truth = _direction_of(actual, self.baseline, self.same_within)
+        correct = direction == truth
+        unit = localize(self.unit)
+        words = localize(_DIRECTION_TEXT[truth])
+        same = t(f"（“差不多”指与 {format_number(self.baseline)} 相差不超过 {self.same_within:.0%}）",
+                 f" ('about the same' means within {self.same_within:.0%} of {format_number(self.baseline)})")
+        verdict = t("✓ 对。", "✓ Right.") if correct else t(f"✗ 你选的是“{localize(_DIRECTION_TEXT[direction])}”。",
+                                                              f"✗ You chose '{localize(_DIRECTION_TEXT[direction])}'.")
+        message = t(f"{verdict} 测得 {format_number(actual)} {unit}，比 {format_number(self.baseline)} {words}{same}。",
+                    f"{verdict} Measured {format_number(actual)} {unit}: {words} than {format_number(self.baseline)}{same}.")
+        return PredictionResult("direction", direction, actual, None, message, correct,
+                                judgement="right" if correct else "wrong")
+
+    def _record(self, result: PredictionResult) -> None:
+        if self.lab is None:
+            return
+        question = self.question if isinstance(self.question, str) else self.question.get("zh", "")
+        record(self.lab, "predictions", self.id, {
+            "question": question, "kind": result.kind, "guess": result.guess, "measured": result.actual,
+            "unit": localize(self.unit), "judgement": result.judgement, "correct": result.correct,
+            "relative_error": result.relative_error, "spread": list(result.spread) if result.spread else None,
+            "baseline": self.baseline if self.kind == "direction" else None})
 
     def widget(self) -> W.VBox:
         return PredictionView(self).box
@@ -89,7 +211,8 @@ class Prediction:
 
 
 class PredictionView:
-    """Question, a guess box and a reveal button; the box locks once the answer is shown."""
+    """Question, a guess (a box, or three buttons for a direction) and a reveal button; the guess
+    locks once the answer is shown."""
 
     def __init__(self, prediction: Prediction) -> None:
         self.prediction = prediction
@@ -97,35 +220,46 @@ class PredictionView:
         self.note: str | None = None
         self.title, self.unit, self.output = W.HTML(), W.HTML(), W.HTML()
         self.entry = W.Text(layout=W.Layout(width="12em"))
+        self.choice = W.ToggleButtons(options=[(d, d) for d in DIRECTIONS], value=None)
         self.button = W.Button(button_style="info")
         self.button.on_click(lambda _b: self.reveal())
-        self.box = W.VBox([self.title, W.HBox([self.entry, self.unit, self.button]), self.output],
+        guess = [self.choice] if prediction.kind == "direction" else [self.entry, self.unit]
+        self.box = W.VBox([self.title, W.HBox([*guess, self.button]), self.output],
                           layout=W.Layout(border="1px dashed #999", padding="6px", max_width="760px"))
         self.relabel()
         relabel_on_language_change(self.relabel)
 
+    def _guess(self):
+        return self.choice.value if self.prediction.kind == "direction" else self.entry.value
+
     def reveal(self) -> None:
-        if parse_number(self.entry.value) is None:
+        guess = self._guess()
+        if guess is None or (self.prediction.kind != "direction" and parse_number(guess) is None):
             self.note = "need_guess"
             self.relabel()
             return
-        self.button.disabled, self.entry.disabled = True, True
+        self.button.disabled, self.entry.disabled, self.choice.disabled = True, True, True
         self.button.description = t("测量中…", "Measuring…")
-        self.result = self.prediction.reveal(self.entry.value)
+        self.result = self.prediction.reveal(guess)
         self.relabel()
 
     def relabel(self) -> None:
         self.title.value = f"<b>{t('先预测：', 'Predict first: ')}</b>" + localize_html(self.prediction.question)
         self.entry.placeholder = t("先写下你的预测", "write your prediction first")
         self.unit.value = f"&nbsp;{localize_html(self.prediction.unit)}&nbsp;"
+        value = self.choice.value
+        self.choice.options = [(localize(_DIRECTION_TEXT[d]), d) for d in DIRECTIONS]
+        self.choice.value = value
         self.button.description = t("揭晓", "Reveal")
         if self.result is not None:
-            self.result = self.prediction.reveal(self.result.guess)     # re-worded, not re-measured
-            self.output.value = f"<b>{html.escape(self.result.message)}</b>"
+            self.result = self.prediction.reveal(self.result.guess, record=False)   # re-worded, not re-measured
+            colour = {True: "#1b7f3b", False: "#b3261e"}.get(self.result.correct, "inherit")
+            self.output.value = f"<b style='color:{colour}'>{html.escape(self.result.message)}</b>"
         elif self.note == "need_guess":
-            self.output.value = t("请先输入一个数作为预测，再揭晓。", "Type a number as your prediction first, then reveal.")
+            self.output.value = t("请先写下（或选出）你的预测，再揭晓。", "Write (or pick) your prediction first, then reveal.")
 
 
-def predict(question: Text, answer: Union[float, Callable[[], float]], unit: Text = "") -> Prediction:
-    """A predict-then-reveal widget; the last expression of a cell shows it."""
-    return Prediction(question, answer, unit)
+def predict(question: Text, answer: Union[float, Callable[[], float]], unit: Text = "", **how) -> Prediction:
+    """A predict-then-reveal widget; the last expression of a cell shows it. ``how``: ``kind``,
+    ``working``, ``spread``, ``baseline``, ``same_within``, ``lab`` and ``id`` (see ``Prediction``)."""
+    return Prediction(question, answer, unit, **how)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
-from labkit.assess.checks import Ref, call_check, ops_check
+from labkit.assess.checks import Ref, call_check, first_wrong_step, ops_check
 from labkit.assess.exercise import Exercise
 from labkit.i18n import t
 
@@ -19,13 +20,30 @@ _KV_CASES = [
 ]
 
 
-def _explain_kv(expected, got) -> str:
+def _explain_kv(args: tuple, expected, got) -> str:
     if isinstance(got, (int, float)) and got * 2 == expected:
+        if args[3] == 2:                               # half: K or V left out, or the 2 bytes per number
+            return t("正好少了一半：每个 token 在每层既要存 K，也要存 V——或者少乘了每个数的字节数 dtype_bytes = 2。",
+                     "Exactly half: every token stores both a K and a V vector in every layer, or the "
+                     "dtype_bytes = 2 per number is missing.")
         return t("正好少了一半：每个 token 在每层既要存 K，也要存 V。",
                  "Exactly half: every token stores both a K and a V vector in every layer.")
+    if isinstance(got, (int, float)) and got * args[3] == expected:
+        return t("少乘了每个数的字节数 dtype_bytes：要的是字节数，不是数的个数。",
+                 "dtype_bytes per number is missing: the answer counts bytes, not numbers.")
     if isinstance(got, (int, float)) and got * 1024 == expected:
         return t("单位应当是字节（bytes），不是 KB。", "The unit is bytes, not KB.")
     return ""
+
+
+def _diagnose_kv(args: tuple, expected, got) -> int | None:
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or got == 0:
+        return None
+    if got * 2 == expected and args[3] != 2:
+        return 0                                       # K or V left out: how many vectors per head?
+    if expected % got == 0 and expected // got in (2, 4, 8):
+        return 1                                       # a factor (dtype bytes, K and V) left out
+    return None
 
 
 def kv_bytes_per_token_exercise() -> Exercise:
@@ -33,15 +51,21 @@ def kv_bytes_per_token_exercise() -> Exercise:
         name="kv_bytes_per_token",
         title={"zh": "练习：每个 token 的 KV 缓存字节数", "en": "Exercise: KV cache bytes per token"},
         task={"zh": "实现 kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)，"
-                    "返回一个 token 在所有层中占用的 KV 缓存字节数。",
+                    "返回一个 token 在所有层中占用的 KV 缓存字节数：一个数（int，或值为整数的 float），单位是字节，不是 KB。",
               "en": "Write kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes) returning "
-                    "the KV cache bytes one token occupies across all layers."},
-        checks=[call_check("kv_bytes_per_token", args, note, explain=_explain_kv) for args, note in _KV_CASES],
+                    "the KV cache bytes one token occupies across all layers: a number (an int, or a float with an "
+                    "integer value), in bytes, not KB."},
+        checks=[call_check("kv_bytes_per_token", args, note, explain=functools.partial(_explain_kv, args),
+                           diagnose=functools.partial(_diagnose_kv, args)) for args, note in _KV_CASES],
         reference="labkit.labs.lab01_kv_cache.solutions:kv_bytes_per_token",
-        hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存一个长度为 head_dim 的向量。存几个？",
-                "en": "Every layer and every KV head stores a vector of length head_dim for the token. How many vectors?"},
-               {"zh": "K 一个、V 一个：2 × num_layers × num_kv_heads × head_dim 个数，每个数 dtype_bytes 字节。",
-                "en": "One for K, one for V: 2 × num_layers × num_kv_heads × head_dim numbers of dtype_bytes each."}],
+        engine=["labkit.model.config:ModelConfig.kv_bytes_per_token", "labkit.sim.cost",
+                "labkit.labs.lab01_kv_cache.measure:KVShape"],
+        lab="01",
+        hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存长度为 head_dim 的向量。每个头存几个这样的向量？",
+                "en": "Every layer and every KV head stores vectors of length head_dim for the token. How many per head?"},
+               {"zh": "数一数每一个因子：向量有几种、有几层、每层几个 KV 头、每个向量几个数、每个数几字节。少了哪一个？",
+                "en": "Count every factor: kinds of vector, layers, KV heads per layer, numbers per vector, bytes per "
+                      "number. Which one is missing?"}],
     )
 
 
@@ -81,26 +105,38 @@ def _random_first_fit_ops(seed: int, num_slots: int, num_ops: int) -> list[tuple
     return ops
 
 
+def _diagnose_first_fit(expected, got, _check) -> int | None:
+    step = first_wrong_step(expected, got)
+    if step is None:
+        return None
+    if step.call.startswith("free"):
+        return 2
+    return 1                                            # an allocate returned the wrong start (or None)
+
+
 def first_fit_allocator_exercise() -> Exercise:
     checks = [ops_check({lang: f"FirstFitAllocator({n}): {text}" for lang, text in note.items()}, (n,), ops)
               for note, n, ops in _FIRST_FIT_SEQUENCES]
     checks += [ops_check({"zh": f"FirstFitAllocator(32)：随机序列 {s}", "en": f"FirstFitAllocator(32): random sequence {s}"},
-                         (32,), _random_first_fit_ops(s, 32, 40)) for s in range(3)]
+                         (32,), _random_first_fit_ops(s, 32, 40), reveal=False) for s in range(3)]
     return Exercise(
         name="first_fit_allocator",
         title={"zh": "练习：首次适配（first-fit）连续分配器", "en": "Exercise: a first-fit contiguous allocator"},
-        task={"zh": "实现类 FirstFitAllocator(num_slots)：allocate(size) 返回第一段（起点最小的）连续 size 个空闲槽位的起点，"
-                    "放不下时返回 None；free(start) 释放 allocate 曾返回 start 的那一段。",
-              "en": "Write class FirstFitAllocator(num_slots): allocate(size) returns the start of the first "
+        task={"zh": "实现类 FirstFitAllocator(num_slots)：allocate(size) 返回第一段（起点最小的）连续 size 个空闲槽位的起点"
+                    "（int），放不下时返回 None；free(start) 释放 allocate 曾返回 start 的那一段，返回值不检查。"
+                    "相邻的空闲段自然连成一段。",
+              "en": "Write class FirstFitAllocator(num_slots): allocate(size) returns the start (an int) of the first "
                     "(lowest) run of size free slots, or None if none fits; free(start) releases the region "
-                    "that allocate returned as start."},
+                    "that allocate returned as start (its return value is not checked). Neighbouring free runs join."},
         checks=checks,
         reference="labkit.labs.lab01_kv_cache.solutions:FirstFitAllocator",
-        hints=[{"zh": "最简单的表示：一个长度为 num_slots 的列表 used[i]（True/False），再用一个 dict 记住每段的 start → size。",
-                "en": "Simplest representation: a list used[i] of True/False, plus a dict start → size for each region."},
-               {"zh": "allocate 从左到右扫描，数连续空闲槽位；数到 size 时，起点是 i - size + 1。",
-                "en": "allocate scans left to right counting consecutive free slots; when the count reaches size, "
-                      "the start is i - size + 1."},
-               {"zh": "free(start) 用 dict 查出 size，把 used[start:start+size] 全部设回 False。",
-                "en": "free(start) looks up size in the dict and sets used[start:start+size] back to False."}],
+        engine=["labkit.kv.contiguous"], diagnose=_diagnose_first_fit, lab="01",
+        hints=[{"zh": "先选一种表示：比如每个槽位记一个“占用/空闲”标记，再另记每段的起点与长度。",
+                "en": "Pick a representation first: e.g. a used/free mark per slot, plus each region's start and length."},
+               {"zh": "allocate 要找最左边的一段足够长的连续空闲：从左往右数连续空闲的槽位，数够了就找到了；"
+                      "遇到占用的槽位，计数从头开始。",
+                "en": "allocate looks for the leftmost long-enough free run: count consecutive free slots from the "
+                      "left; when the count is enough you found it; an occupied slot resets the count."},
+               {"zh": "free 只拿到起点：这段有多长，要在 allocate 的时候记下来。",
+                "en": "free gets only the start: the region's length has to be remembered when allocating."}],
     )

@@ -3,6 +3,7 @@ occupancy predicted from output lengths; (optional) preemption victims and the r
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -30,18 +31,57 @@ def _show(requests: list[RequestState]) -> str:
 
 
 def step_check(note: dict, running: list[RequestState], waiting: list[RequestState],
-               max_num_batched_tokens: int, max_num_seqs: int) -> Check:
+               max_num_batched_tokens: int, max_num_seqs: int, reveal: bool = True) -> Check:
     call = (f"schedule_step(running={_show(running)}, waiting={_show(waiting)}, "
             f"max_num_batched_tokens={max_num_batched_tokens}, max_num_seqs={max_num_seqs})")
+    needs = {r.request_id: r.num_tokens - r.num_computed_tokens for r in running + waiting}
+    admissible = {r.request_id for r in running} | {r.request_id for r in waiting[:max(0, max_num_seqs - len(running))]}
     return Check(label={lang: f"{call}  # {text}" for lang, text in note.items()},
                  run=lambda fn, _expected: fn(list(running), list(waiting), max_num_batched_tokens, max_num_seqs),
-                 explain=_explain)
+                 compare=_same_schedule, explain=lambda e, g: _explain(g, max_num_batched_tokens), reveal=reveal,
+                 diagnose=lambda e, g: _diagnose_step(g, needs, admissible, max_num_batched_tokens))
 
 
-def _explain(expected, got) -> str:
-    if isinstance(got, dict) and isinstance(expected, dict) and sum(got.values()) > sum(expected.values()):
-        return t("调度的 token 总数超过了 max_num_batched_tokens。", "More tokens were scheduled than max_num_batched_tokens allows.")
+def _scheduled(got) -> dict | None:
+    """The non-zero entries: the task lets a request that gets 0 tokens be left out or given 0."""
+    if not isinstance(got, dict):
+        return None
+    return {k: v for k, v in got.items() if v != 0}
+
+
+def _same_schedule(got, expected) -> bool:
+    return _scheduled(got) == expected
+
+
+def _counts(got) -> dict | None:
+    got = _scheduled(got)
+    if got is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in got.values()):
+        return None
+    return got
+
+
+def _explain(got, budget: int) -> str:
+    counts = _counts(got)
+    if counts is None:
+        return t("请返回一个字典 {request_id: token 数（int）}。", "Return a dict {request_id: number of tokens (an int)}.")
+    if sum(counts.values()) > budget:
+        return t(f"调度的 token 总数 {sum(counts.values())} 超过了 max_num_batched_tokens = {budget}。",
+                 f"{sum(counts.values())} tokens were scheduled, more than max_num_batched_tokens = {budget}.")
     return ""
+
+
+def _diagnose_step(got, needs: dict, admissible: set, budget: int) -> int | None:
+    """Which hint fits, from the case's own inputs: needs per request, who may run, the budget."""
+    counts = _counts(got)
+    if counts is None:
+        return None
+    if any(n > needs.get(k, n) for k, n in counts.items()):
+        return 0                                        # more than the request still needs
+    if sum(counts.values()) > budget:
+        return 1                                        # the budget is not counted down
+    if set(counts) - admissible:
+        return 2                                        # admitted past max_num_seqs
+    return 1
 
 
 R = RequestState
@@ -72,7 +112,7 @@ def _random_step_case(seed: int) -> tuple:
     waiting = [R(f"w{i}", n, rng.choice([0, 0, n // 2])) for i in range(rng.randint(0, 5)) for n in [rng.randint(2, 60)]]
     seqs = max(len(running), 1) + rng.randint(0, 3)
     note = {"zh": f"随机情形 {seed}", "en": f"random case {seed}"}
-    return note, running, waiting, rng.choice([8, 16, 32, 64]), seqs
+    return note, running, waiting, rng.choice([8, 16, 32, 64]), seqs, False
 
 
 def schedule_step_exercise() -> Exercise:
@@ -80,21 +120,28 @@ def schedule_step_exercise() -> Exercise:
     return Exercise(
         name="schedule_step",
         title={"zh": "练习：连续批处理的一步调度", "en": "Exercise: one continuous-batching scheduler step"},
-        task={"zh": "实现 schedule_step(running, waiting, max_num_batched_tokens, max_num_seqs)，返回 {request_id: 本步计算的 token 数}。"
-                    "先按顺序服务 running，再按先来先服务接纳 waiting；每个请求得到 min(仍需计算的 token 数, 剩余预算)。"
-                    "预算为 0，或 len(running) + 新接纳数 达到 max_num_seqs 时，停止接纳。不要修改输入。",
-              "en": "Write schedule_step(running, waiting, max_num_batched_tokens, max_num_seqs) returning "
-                    "{request_id: tokens computed this step}. Serve running requests in order, then admit waiting ones "
-                    "first come first served; each gets min(tokens it still needs, budget left). Stop admitting when "
-                    "the budget is 0 or len(running) + admitted reaches max_num_seqs. Do not modify the inputs."},
+        task={"zh": "实现 schedule_step(running, waiting, max_num_batched_tokens, max_num_seqs)，返回字典 "
+                    "{request_id: 本步计算的 token 数（int）}。先按顺序服务 running，再按先来先服务接纳 waiting；"
+                    "每个请求得到 min(仍需计算的 token 数, 剩余预算)。得到 0 个 token 的请求可以不放进字典，也可以写 0，"
+                    "两种都算对。预算为 0，或 len(running) + 新接纳数 达到 max_num_seqs 时，停止接纳 waiting。"
+                    "不要修改输入（RequestState 是冻结的 dataclass）。",
+              "en": "Write schedule_step(running, waiting, max_num_batched_tokens, max_num_seqs) returning a dict "
+                    "{request_id: tokens computed this step (an int)}. Serve running requests in order, then admit waiting "
+                    "ones first come first served; each gets min(tokens it still needs, budget left). A request that "
+                    "gets 0 tokens may be left out or given 0; both are right. Stop admitting waiting requests when the "
+                    "budget is 0 or len(running) + admitted reaches max_num_seqs. Do not modify the inputs "
+                    "(RequestState is a frozen dataclass)."},
         checks=[step_check(*case) for case in cases],
         reference="labkit.labs.lab03_batching.solutions:schedule_step",
-        hints=[{"zh": "一个请求仍需计算的 token 数是 num_tokens - num_computed_tokens（解码时为 1）。",
-                "en": "A request still needs num_tokens - num_computed_tokens tokens (1 while decoding)."},
-               {"zh": "用一个变量 budget 从 max_num_batched_tokens 往下减；两个 for 循环：先 running，再 waiting。",
-                "en": "Count a budget down from max_num_batched_tokens; two for loops: running first, then waiting."},
-               {"zh": "waiting 的循环里，budget == 0 或 len(running) + admitted >= max_num_seqs 时 break。",
-                "en": "In the waiting loop, break when budget == 0 or len(running) + admitted >= max_num_seqs."}],
+        lab="03",
+        hints=[{"zh": "一个请求仍需计算的 token 数是 num_tokens - num_computed_tokens：新请求是整段未缓存的提示，解码时是 1。",
+                "en": "A request still needs num_tokens - num_computed_tokens tokens: the uncached prompt when new, 1 while decoding."},
+               {"zh": "预算是整步共享的：每给一个请求分配 token，剩下给后面请求的预算就少这么多。",
+                "en": "The budget is shared by the whole step: whatever one request gets, the requests after it cannot."},
+               {"zh": "waiting 里的请求只有在还有预算、且运行中的加上已接纳的还没到 max_num_seqs 时才能进来；"
+                      "一旦停下，后面的也都要等（先来先服务）。",
+                "en": "A waiting request gets in only while budget remains and running + admitted is below max_num_seqs; "
+                      "once admission stops, everyone behind it waits too (first come first served)."}],
     )
 
 
@@ -124,32 +171,58 @@ _OCCUPANCY_CASES = [
 def _random_occupancy_case(seed: int) -> tuple:
     rng = random.Random(1000 + seed)
     lens = [max(1, int(rng.lognormvariate(3, 1))) for _ in range(rng.randint(1, 40))]
-    return (lens, rng.choice([1, 2, 4, 8, 16])), {"zh": f"随机长尾情形 {seed}", "en": f"random heavy-tailed case {seed}"}
+    return (lens, rng.choice([1, 2, 4, 8, 16])), {"zh": f"随机长尾情形 {seed}", "en": f"random heavy-tailed case {seed}"}, True
+
+
+def _batches(output_lens: list[int], max_num_seqs: int) -> list[list[int]]:
+    return [output_lens[i:i + max_num_seqs] for i in range(0, len(output_lens), max_num_seqs)]
+
+
+def _typical_occupancy_slips(output_lens: list[int], max_num_seqs: int) -> dict[int, float]:
+    """What the usual mistakes return on this input, by the hint that addresses each."""
+    batches = [b for b in _batches(output_lens, max_num_seqs) if max(b) > 1]
+    ratios = [sum(o - 1 for o in b) / (max_num_seqs * (max(b) - 1)) for b in batches]
+    busy = sum(o - 1 for b in batches for o in b)
+    short_total = sum(len(b) * (max(b) - 1) for b in batches)
+    return {1: 100.0 * sum(ratios) / len(ratios) if ratios else 0.0,          # mean of per-batch ratios
+            2: 100.0 * busy / short_total if short_total else 0.0}             # the short batch's empty slots left out
+
+
+def _diagnose_occupancy(args: tuple, expected, got) -> int | None:
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or (0 < got <= 1 < expected):
+        return None                                     # the fraction slip has its own note
+    for hint, value in _typical_occupancy_slips(*args).items():
+        if abs(value - expected) > 1e-6 and abs(got - value) <= 1e-6 * max(1.0, value):
+            return hint
+    return 0
 
 
 def static_occupancy_exercise() -> Exercise:
-    cases = _OCCUPANCY_CASES + [_random_occupancy_case(s) for s in range(10)]
+    cases = [(*case, False) for case in _OCCUPANCY_CASES] + [_random_occupancy_case(s) for s in range(10)]
     return Exercise(
         name="static_occupancy",
         title={"zh": "练习：从长度预测静态批处理的占用率", "en": "Exercise: predict static batching's occupancy from the lengths"},
         task={"zh": "实现 static_decode_occupancy(output_lens, max_num_seqs)：请求按到达顺序每 max_num_seqs 个一批，"
                     "每批一直解码到最长的请求结束（第一个 token 来自预填充，所以请求 i 占用 o_i − 1 个解码步）。"
-                    "返回所有批合计的 忙碌槽位·步 / 全部槽位·步（max_num_seqs × 每批的解码步数），单位是百分数；"
-                    "没有解码步时返回 0.0。",
+                    "返回所有批合计的 忙碌槽位·步 / 全部槽位·步（max_num_seqs × 每批的解码步数），单位是百分数"
+                    "（0–100 的数，不是 0–1 的比例；误差 1e-6 以内算对）；没有解码步时返回 0.0。",
               "en": "Write static_decode_occupancy(output_lens, max_num_seqs): requests form batches of max_num_seqs "
                     "in arrival order; each batch decodes until its longest request ends (the first token comes from "
                     "prefill, so request i is busy for o_i - 1 decode steps). Return busy slot-steps / all slot-steps "
-                    "(max_num_seqs x the batch's decode steps), summed over batches, as a percentage; 0.0 when there "
-                    "are no decode steps."},
-        checks=[call_check("static_decode_occupancy", args, note, compare=_close, explain=_explain_occupancy)
-                for args, note in cases],
+                    "(max_num_seqs x the batch's decode steps), summed over batches, as a percentage (a number in "
+                    "0-100, not a fraction in 0-1; within 1e-6 counts as right); 0.0 when there are no decode steps."},
+        checks=[call_check("static_decode_occupancy", args, note, compare=_close, explain=_explain_occupancy,
+                           reveal=not random_case, diagnose=functools.partial(_diagnose_occupancy, args))
+                for args, note, random_case in cases],
         reference="labkit.labs.lab03_batching.solutions:static_decode_occupancy",
+        engine=["labkit.replay:static_decode_occupancy"], lab="03",
         hints=[{"zh": "一批的解码步数是 max(o_i) − 1；这一批提供 max_num_seqs × (max(o_i) − 1) 个槽位·步。",
                 "en": "A batch decodes for max(o_i) - 1 steps and offers max_num_seqs x (max(o_i) - 1) slot-steps."},
                {"zh": "先把所有批的忙碌槽位·步和全部槽位·步分别加起来，最后再相除（不是对每批的比例取平均）。",
                 "en": "Sum busy and total slot-steps over all batches first, then divide (not a mean of per-batch ratios)."},
-               {"zh": "for i in range(0, len(output_lens), max_num_seqs): batch = output_lens[i:i + max_num_seqs]",
-                "en": "for i in range(0, len(output_lens), max_num_seqs): batch = output_lens[i:i + max_num_seqs]"}],
+               {"zh": "按到达顺序每 max_num_seqs 个请求切成一批；最后一批可能不满，它的空槽位也算在全部槽位·步里。",
+                "en": "Cut the requests into batches of max_num_seqs in arrival order; the last batch may be short, and "
+                      "its empty slots still count in all slot-steps."}],
     )
 
 
@@ -164,22 +237,56 @@ _VICTIM_CASES = [
 ]
 
 
+def _victims_parts(got) -> tuple[list, object] | None:
+    if isinstance(got, (list, tuple)) and len(got) == 2 and isinstance(got[0], (list, tuple)):
+        return list(got[0]), got[1]
+    return None
+
+
+def _same_victims(got, expected) -> bool:
+    parts = _victims_parts(got)
+    return parts is not None and parts[0] == list(expected[0]) and parts[1] == expected[1]
+
+
+def _explain_victims(expected, got) -> str:
+    parts = _victims_parts(got)
+    if parts is None:
+        return t("请返回一对 (被抢占的 id 列表, 重算 token 总数)。", "Return a pair (list of victim ids, total tokens to recompute).")
+    victims, recompute = parts
+    if sorted(victims) == sorted(expected[0]) and victims != list(expected[0]):
+        return t("被抢占的请求对了，但顺序不对：按抢占的先后排列。", "The right victims, in the wrong order: list them as preempted.")
+    if victims == list(expected[0]) and recompute != expected[1]:
+        return t("被抢占的请求对了，重算的 token 数不对。", "The victims are right; the recompute count is not.")
+    return ""
+
+
+def _diagnose_victims(expected, got, _check) -> int | None:
+    parts = _victims_parts(got)
+    if parts is None:
+        return None
+    return 1 if parts[0] == list(expected[0]) else 0
+
+
 def preemption_victims_exercise() -> Exercise:
     return Exercise(
         name="preemption_victims",
         title={"zh": "练习（选做）：选择抢占对象并计算重算量", "en": "Exercise (optional): choose preemption victims and count the recompute"},
         task={"zh": "实现 preemption_victims(running, free_blocks, blocks_needed)。running 是按接纳顺序排列的 "
                     "(request_id, num_computed_tokens, num_blocks)。像 vLLM 的重算（recompute）策略那样，从最后接纳的请求开始"
-                    "依次抢占、释放它的块，直到 free_blocks ≥ blocks_needed 或没有请求可抢。返回 (被抢占的 id 列表（按抢占顺序）, "
-                    "之后要重算的 token 总数)。",
+                    "依次抢占、释放它的块，直到 free_blocks ≥ blocks_needed 或没有请求可抢。返回一对 (被抢占的 id 列表（按抢占顺序）, "
+                    "之后要重算的 token 总数)；这一对和 id 列表都可以是列表或元组。",
               "en": "Write preemption_victims(running, free_blocks, blocks_needed). running lists (request_id, "
                     "num_computed_tokens, num_blocks) in admission order. Like vLLM's recompute policy, preempt from the "
                     "most recently admitted, freeing its blocks, until free_blocks >= blocks_needed or nobody is left. "
-                    "Return (victim ids in preemption order, total tokens to recompute later)."},
-        checks=[call_check("preemption_victims", args, note) for args, note in _VICTIM_CASES],
+                    "Return a pair (victim ids in preemption order, total tokens to recompute later); the pair and the "
+                    "id list may each be a list or a tuple."},
+        checks=[call_check("preemption_victims", args, note, compare=_same_victims, explain=_explain_victims)
+                for args, note in _VICTIM_CASES],
         reference="labkit.labs.lab03_batching.solutions:preemption_victims",
-        hints=[{"zh": "从 running 的末尾往前走（reversed），每抢一个就把它的 num_blocks 加到 free_blocks。",
-                "en": "Walk running from the end (reversed); each victim adds its num_blocks to free_blocks."},
+        diagnose=_diagnose_victims, lab="03",
+        hints=[{"zh": "从最后接纳的请求开始往前抢；每抢一个，它的块就回到空闲里。每抢之前先看看够不够了。",
+                "en": "Preempt from the most recently admitted backwards; each victim's blocks become free. Check "
+                      "whether there is enough before each preemption."},
                {"zh": "被抢占的请求丢掉它全部已算的 K/V：重算量就是这些请求 num_computed_tokens 之和。",
                 "en": "A victim loses all its computed K/V: the recompute is the sum of the victims' num_computed_tokens."}],
     )

@@ -28,8 +28,15 @@ def _close(got, expected, rel: float = 1e-6) -> bool:
     return True
 
 
-def _case(label: dict, args: tuple) -> Check:
-    return Check(label=label, run=lambda fn, _e: tuple(fn(*args)), compare=_close)
+def _case(label: dict, args: tuple, reveal: bool = True, hint: int | None = None) -> Check:
+    return Check(label=label, run=lambda fn, _e: fn(*args), compare=_close, reveal=reveal, hint=hint)
+
+
+def _diagnose_goodput(expected, got, _check) -> int | None:
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return None
+    goodput_right = _close((got[0], expected[1]), expected)
+    return 2 if goodput_right else 0
 
 
 def _r(ok: bool, ttft: float, e2el: float, n: int) -> dict:
@@ -55,22 +62,26 @@ def _file_requests(path: str | Path) -> tuple[list[dict], float]:
 
 def goodput_exercise(result_path: str | Path | None = None, ttft_ms: float = 2000.0,
                      tpot_ms: float = 300.0) -> Exercise:
-    checks = [_case(label, args) for label, args in _HAND]
+    checks = [_case(label, args, hint=1 if "one output token" in label["en"] else None) for label, args in _HAND]
     if result_path is not None:
         reqs, duration = _file_requests(result_path)
         name = Path(result_path).name
         checks.append(_case({"zh": f"你的结果文件 {name}，目标 TTFT ≤ {ttft_ms:g} ms、TPOT ≤ {tpot_ms:g} ms",
                              "en": f"your result file {name}, objectives TTFT ≤ {ttft_ms:g} ms, TPOT ≤ {tpot_ms:g} ms"},
-                            (reqs, duration, ttft_ms, tpot_ms)))
+                            (reqs, duration, ttft_ms, tpot_ms), reveal=False))
     return Exercise(
         name="goodput_p99",
         title={"zh": "练习：从结果文件算 goodput 与 P99 TPOT", "en": "Exercise: goodput and P99 TPOT from a result file"},
-        task={"zh": "实现 goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms)，返回 (goodput 请求/秒, P99 TPOT 毫秒)。"
-                    "requests 是结果文件里的请求记录（success, ttft_s, e2el_s, output_tokens）。",
-              "en": "Write goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms) returning (goodput in requests/s, "
-                    "P99 TPOT in ms). requests are the result file's records (success, ttft_s, e2el_s, output_tokens)."},
+        task={"zh": "实现 goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms)，返回一对 (goodput 请求/秒, P99 TPOT 毫秒)"
+                    "（元组或列表都可以；相对误差 1e-6 以内算对）。requests 是结果文件里的请求记录（success, ttft_s, e2el_s, "
+                    "output_tokens，时间单位秒）。没有任何请求有 TPOT 时，P99 返回 None。",
+              "en": "Write goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms) returning a pair (goodput in "
+                    "requests/s, P99 TPOT in ms) (a tuple or a list; within 1e-6 relative counts as right). requests are "
+                    "the result file's records (success, ttft_s, e2el_s, output_tokens; times in seconds). When no "
+                    "request has a TPOT, the P99 is None."},
         checks=checks,
         reference="labkit.labs.lab05_engine_choice.solutions:goodput_and_p99_tpot",
+        engine=["labkit.benchmark.metrics", "labkit.metrics:percentile"], diagnose=_diagnose_goodput, lab="05",
         hints=[{"zh": "只数 success 为真的请求；TPOT = (e2el − ttft) / (输出 token 数 − 1)，换成毫秒。",
                 "en": "Count only successful requests; TPOT = (e2el − ttft) / (output tokens − 1), in milliseconds."},
                {"zh": "只有 1 个 token 的回复没有 TPOT（不进 P99），但算作满足 TPOT 目标。",
@@ -99,7 +110,7 @@ def _budgets(table: list[dict]) -> list[tuple[float, float]]:
 
 def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
     cases = [(_HAND_TABLE, 600.0, 500.0), (_HAND_TABLE, 300.0, 1000.0), (_HAND_TABLE, 100.0, 1000.0),
-             (_HAND_TABLE, 1000.0, 1000.0)]
+             (_HAND_TABLE, 1000.0, 1000.0), (_HAND_TABLE, 540.0, 400.0)]      # the last: both limits met exactly
     cases += [(table, m, p) for m, p in _budgets(table or [])]
     checks = [Check(label={"zh": f"预算 {m:g} MiB，TPOT P99 ≤ {p:g} ms" + ("（你的表）" if tab is table else ""),
                            "en": f"budget {m:g} MiB, TPOT P99 ≤ {p:g} ms" + (" (your table)" if tab is table else "")},
@@ -108,11 +119,15 @@ def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
         name="pick_config",
         title={"zh": "练习：按预算和 SLO 从实测表中选配置", "en": "Exercise: pick a configuration for a budget and an SLO"},
         task={"zh": "实现 pick_config(table, max_memory_mib, max_tpot_p99_ms)：在内存不超预算且 TPOT P99 满足目标的行中，"
-                    "返回每 CPU 秒输出 token 最多的 variant；没有满足的返回 None。",
+                    "返回每 CPU 秒输出 token 最多的那一行的 variant（字符串）；没有满足的返回 None。"
+                    "tpot_p99_ms 为 None 的行不满足任何目标；边界值（等于预算或目标）算满足。",
               "en": "Write pick_config(table, max_memory_mib, max_tpot_p99_ms): among rows within the memory budget whose "
-                    "TPOT P99 meets the objective, return the variant with the most output tokens per CPU second; None if none fits."},
+                    "TPOT P99 meets the objective, return the variant (a string) of the row with the most output tokens "
+                    "per CPU second; None if none fits. A row whose tpot_p99_ms is None meets no objective; a value equal "
+                    "to the budget or the objective meets it."},
         checks=checks,
         reference="labkit.labs.lab05_engine_choice.solutions:pick_config",
+        diagnose=lambda expected, got, _c: 0 if (got is None) != (expected is None) else 1, lab="05",
         hints=[{"zh": "先过滤：memory_mib ≤ 预算，且 tpot_p99_ms 不是 None 并且 ≤ 目标。",
                 "en": "Filter first: memory_mib ≤ budget, and tpot_p99_ms is not None and ≤ the objective."},
                {"zh": "过滤后为空就返回 None；否则按 tokens_per_cpu_s 取最大的那一行的 variant。",
