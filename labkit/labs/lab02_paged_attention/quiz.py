@@ -118,10 +118,11 @@ ROWS = [
          "block size is a free parameter")]),
     Row("pa-preemption", ("池里没有空闲块时，vLLM 怎么办？本实验的引擎呢？",
                           "With no free block left, what does vLLM do? And this lab's engine?"), [
-        ("vLLM 抢占请求：换出到 CPU 内存，或丢弃后重算；本引擎丢弃后重算",
-         "vLLM preempts: swap to CPU memory, or drop and recompute; this engine drops and recomputes",
-         "对：这是类比里的“换出”（swapping）；论文 §4.5 比较了两种恢复方式。",
-         "Right: the analogy's swapping; the paper's §4.5 compares both recovery methods.", ""),
+        ("抢占请求：论文和 V0 可换出到 CPU 或重算，V1 与本引擎只丢弃后重算",
+         "Preempt: the paper and V0 swap to CPU or recompute; V1 and this engine only recompute",
+         "对：论文 §4.5 比较了换出（swapping）与重算两种恢复方式；vLLM V1 只保留了重算，本引擎也一样。",
+         "Right: the paper's §4.5 compares swapping and recomputation; vLLM V1 kept only recomputation, "
+         "and so does this engine.", ""),
         ("两者都让新来的请求直接失败并返回错误，运行中的请求不受任何影响",
          "Both fail newly arriving requests with an error; running requests are not touched at all",
          "请求不会失败，只是晚一点完成；而且运行中的请求自己也在要新块。",
