@@ -88,17 +88,35 @@ class IncrementalDetokenizer:
     """Turn a growing list of token ids into text deltas without splitting a UTF-8 character.
 
     Byte-level BPE tokens can end in the middle of a multi-byte character (common for Chinese);
-    such a tail decodes to U+FFFD, so we hold it back until the next token completes it.
+    such a tail decodes to U+FFFD, so we hold it back until the next token completes it. A UTF-8
+    character has at most 4 bytes, so a tail that is still unfinished after ``MAX_HELD_TOKENS`` (3)
+    more tokens never will be: it goes out as replacement characters and decoding starts afresh
+    after it. Without that cap a run of stray byte tokens would hold back the rest of the output,
+    and a stream would quietly turn into one final chunk::
+
+        tokens:   "Hi" <0xE4> <0xB8> <0xAD>     -> "Hi", "", "", "中"     (completed at the 3rd byte)
+        tokens:   "Hi" <0x80> <0x80> <0x80> <0x80> -> "Hi", "", "", "", "����"
     """
+
+    MAX_HELD_TOKENS = 3
 
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
-        self.text = ""
+        self.text = ""             # everything returned so far
+        self._start = 0            # tokens before this are settled; the rest is decoded afresh
+        self._tail = ""            # what was returned of decode(token_ids[_start:])
+        self._clean_len = 0        # number of tokens when the decoded tail last ended cleanly
 
     def update(self, token_ids: list[int], final: bool = False) -> str:
-        full = self.tokenizer.decode(token_ids)
-        if full.endswith("\ufffd") and not final:
+        tail = self.tokenizer.decode(token_ids[self._start:])
+        unfinished = tail.endswith("\ufffd")
+        if unfinished and not final and len(token_ids) - self._clean_len <= self.MAX_HELD_TOKENS:
             return ""
-        delta = full[len(self.text):] if full.startswith(self.text) else full
-        self.text = full
+        delta = tail[len(self._tail):] if tail.startswith(self._tail) else tail
+        if unfinished:             # given up on: settle these tokens, decode later ones without them
+            self._start, self._tail = len(token_ids), ""
+        else:
+            self._tail = tail
+        self._clean_len = len(token_ids)
+        self.text += delta
         return delta
