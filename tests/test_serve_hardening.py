@@ -22,6 +22,7 @@ from labkit.serve.detokenize import SequenceText
 from labkit.serve.errors import error_response
 from labkit.serve.limits import ServeLimits
 from labkit.serve.protocol import MAX_STOP_CHARS
+from labkit.serve.protocol import UNSUPPORTED as UNSUPPORTED_FIELDS
 from labkit.serve.server import bind
 from labkit.sim.engine import SimTokenizer
 from tests.serve_util import serving, sim_llm, wait_until
@@ -111,6 +112,15 @@ def test_a_feature_labkit_lacks_is_refused_naming_the_field_not_ignored(sim_serv
     assert "not supported" in assert_400(resp, param)["message"]
 
 
+def test_every_field_on_the_unsupported_list_is_refused_on_both_routes(sim_server):
+    for path, base in (("/v1/completions", {"prompt": "x"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
+        for field in UNSUPPORTED_FIELDS:
+            resp = httpx.post(sim_server.base_url + path, timeout=30,
+                              json={"model": "sim", "max_tokens": 2, **base, field: {"not": "neutral"}})
+            assert_400(resp, field)
+
+
 def test_neutral_values_of_those_fields_change_nothing_and_are_accepted(sim_server):
     for path, base in (("/v1/completions", {"prompt": "x"}),
                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
@@ -137,21 +147,21 @@ def test_max_tokens_beyond_two_to_the_31_names_that_bound(sim_server):
         assert str(1 << 31) in assert_400(resp, field)["message"]
 
 
-def test_max_tokens_beyond_the_remaining_context_is_a_400_like_vllm_not_a_silent_cap(sim_server):
+def test_max_tokens_beyond_the_remaining_context_is_a_400_like_vllm_not_a_silent_cap():
     prompt = "y" * 96                                             # the sim tokenizer: one token per byte
-    c = httpx.Client(base_url=sim_server.base_url, timeout=30)
-    over = c.post("/v1/completions", json={"model": "sim", "prompt": prompt, "max_tokens": 4096 - 96 + 1})
-    message = assert_400(over, "max_tokens")["message"]
-    assert "4096" in message and "at most 4000" in message
-    chat = c.post("/v1/chat/completions", json={"model": "sim", "messages": [{"role": "user", "content": prompt}],
-                                                "max_completion_tokens": 5000})
-    assert "maximum context length (4096 tokens)" in assert_400(chat, "max_tokens")["message"]
-    exact = c.post("/v1/completions", json={"model": "sim", "prompt": "y" * 4000, "max_tokens": 96,
-                                            "ignore_eos": True, "stop": None})
-    assert exact.status_code in (200, 400), exact.text        # fits the context; the 64-block KV pool decides
-    default = c.post("/v1/chat/completions", json={"model": "sim", "messages": [{"role": "user", "content": "hi"}],
-                                                   "max_completion_tokens": 4})
-    assert default.status_code == 200
+    with serving(sim_llm(num_blocks=300), "sim") as server:     # 4800 KV slots: the context (4096) binds first
+        c = httpx.Client(base_url=server.base_url, timeout=60)
+        over = c.post("/v1/completions", json={"model": "sim", "prompt": prompt, "max_tokens": 4096 - 96 + 1})
+        message = assert_400(over, "max_tokens")["message"]
+        assert "maximum context length (4096 tokens)" in message and "at most 4000" in message
+        chat = c.post("/v1/chat/completions", json={"model": "sim", "messages": [{"role": "user", "content": prompt}],
+                                                    "max_completion_tokens": 5000})
+        assert "maximum context length (4096 tokens)" in assert_400(chat, "max_tokens")["message"]
+        exact = c.post("/v1/completions", json={"model": "sim", "prompt": prompt, "max_tokens": 4000,
+                                                "ignore_eos": True})
+        assert exact.status_code == 200 and exact.json()["usage"]["completion_tokens"] == 4000   # not capped
+        default = c.post("/v1/chat/completions", json={"model": "sim", "messages": [{"role": "user", "content": "hi"}]})
+        assert default.status_code == 200, default.text          # no max_tokens: the rest of the context
 
 
 # ------------------------------------------------------------------------------ the detokenizer

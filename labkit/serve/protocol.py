@@ -28,6 +28,7 @@ UNSUPPORTED: dict[str, tuple] = {
     "min_p": (0,), "min_tokens": (0,), "best_of": (1,), "stop_token_ids": ([],), "suffix": ("",),
     "prompt_logprobs": (), "guided_json": (), "guided_regex": (), "guided_choice": (), "guided_grammar": (),
     "structured_outputs": (), "reasoning_effort": (), "audio": (), "prediction": (), "modalities": (["text"],),
+    "web_search_options": (),
 }
 
 
