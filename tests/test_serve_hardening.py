@@ -81,6 +81,12 @@ def test_errors_render_whatever_text_the_client_sent(sim_server):
     wrong_role = post_raw(sim_server, "/v1/chat/completions",
                           '{"model": "sim", "messages": [{"role": "\\ud800", "content": "x"}]}')
     assert wrong_role.status_code == 400 and wrong_role.json()["error"]["param"] == "messages[0].role"
+    surrogate_bytes = httpx.post(sim_server.base_url + "/v1/chat/completions", headers={"content-type": "application/json"},
+                                 content=b'{"model": "sim", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}')
+    assert_400(surrogate_bytes, "messages[0].content")             # UTF-8-encoded surrogate: same check
+    not_utf8 = httpx.post(sim_server.base_url + "/v1/completions", headers={"content-type": "application/json"},
+                          content=b'{"model": "sim", "prompt": "\xff\xfe"}')
+    assert not_utf8.status_code == 400 and not_utf8.json()["error"]["type"] == "invalid_request_error"
     rendered = error_response(404, "The model `\ud800` does not exist", "model")
     assert json.loads(rendered.body)["error"]["message"] == "The model `\ud800` does not exist"
 
@@ -268,6 +274,21 @@ def test_a_slow_but_steady_body_within_the_limit_is_served(strict_server):
     reply = closed_within(sock, 10)
     assert reply is not None and reply.startswith(b"HTTP/1.1 200") and b'"completion_tokens":' in reply.replace(
         b" ", b"")
+
+
+def test_the_client_limits_are_serve_options_checked_by_name():
+    import argparse
+
+    from labkit.serve.cli import add_serve_args, serve_limits
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    limits = serve_limits(parser.parse_args(["--header-timeout", "3", "--body-timeout", "4", "--limit-concurrency",
+                                             "9", "--timeout-graceful-shutdown", "2"]))
+    assert limits == ServeLimits(3.0, 4.0, 9, 2) and serve_limits(parser.parse_args([])) == ServeLimits()
+    for bad, name in ((["--header-timeout", "0"], "header_timeout_s"), (["--limit-concurrency", "0"],
+                                                                         "limit_concurrency")):
+        with pytest.raises(ValueError, match=name):
+            serve_limits(parser.parse_args(bad))
 
 
 # ------------------------------------------------------------------------------ a real server process
