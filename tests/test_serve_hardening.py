@@ -191,6 +191,16 @@ def test_a_character_split_over_four_byte_tokens_still_arrives_whole():
     assert [d for d in deltas if d] == ["a", "😀", "b", "中"]
 
 
+def test_tokens_that_arrive_together_release_every_finished_character_at_once():
+    # Speculative decoding hands over several tokens per step: "ab" + the first 2 bytes of 中.
+    detok, ids = IncrementalDetokenizer(SimTokenizer()), list(b"ab") + list("中".encode()[:2])
+    assert detok.update(ids) == "ab"
+    assert detok.update(ids + ["中".encode()[2]]) == "中"
+    stray = ids + ["中".encode()[2]] + [0x80] * 5 + list("中".encode()[:1])   # 5 stray bytes, then 中 begins
+    assert detok.update(stray) == "\ufffd" * 3                   # the last 3 tokens held, no more
+    assert detok.update(stray + list("中".encode()[1:])) == "\ufffd" * 2 + "中"   # 中 survives the stray bytes
+
+
 def test_the_server_side_text_streams_an_all_bytes_output_too():
     text, ids, streamed = SequenceText(SimTokenizer(), stop=[]), [], ""
     for i in range(32):
