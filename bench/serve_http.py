@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
 
     port = free_port()
     server = start_server(port)
-    target = Target(f"http://127.0.0.1:{port}", DEFAULT_MODEL_NAME, "chat")
+    target = Target(f"http://127.0.0.1:{port}", DEFAULT_MODEL_NAME, "chat", ignore_eos=True)
     workload = build_workload("chat", args.num_prompts, output_len=args.output_len)
     try:
         run(target, workload[:4], math.inf, 0)                                   # warm-up

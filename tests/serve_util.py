@@ -3,13 +3,19 @@ and a reader of the Prometheus text that ``/metrics`` returns."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from contextlib import contextmanager
 
 import httpx
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from labkit import LLM, EngineConfig
 from labkit.serve import BackgroundServer, ServedModel
+from labkit.serve.server import bind
 
 
 @contextmanager
@@ -45,3 +51,63 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval)
+
+
+# ------------------------------------------------------------------ a server that knows only OpenAI
+
+OPENAI_FIELDS = {"model", "prompt", "messages", "stream", "stream_options", "temperature", "top_p", "n",
+                 "max_tokens", "max_completion_tokens", "stop", "seed", "user"}
+
+
+def strict_openai_app(bodies: list[dict]):
+    """An OpenAI-compatible stand-in as strict as ``transformers serve``: any field outside the
+    OpenAI API is a 422 ``Unexpected fields``, and there is no ``/metrics``. It streams one word
+    per requested token and reports that count in ``usage``; it records every body it gets."""
+    app = FastAPI()
+
+    async def answer(request: Request, chat: bool):
+        body = await request.json()
+        bodies.append(body)
+        unexpected = set(body) - OPENAI_FIELDS
+        if unexpected:
+            return JSONResponse({"detail": f"Unexpected fields in the request: {unexpected}"}, status_code=422)
+        n = body.get("max_completion_tokens") or body.get("max_tokens") or 16
+
+        def chunk(text: str | None, extra: dict) -> str:
+            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            return "data: " + json.dumps({"choices": [choice], **extra}) + "\n\n"
+
+        def events():
+            for i in range(n):
+                yield chunk(f" w{i}", {})
+            yield chunk("", {"usage": {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await answer(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await answer(request, chat=True)
+
+    return app
+
+
+@contextmanager
+def strict_openai_server():
+    """``with strict_openai_server() as (base_url, bodies): ...`` on 127.0.0.1, a free port."""
+    bodies: list[dict] = []
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(strict_openai_app(bodies), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: server.started, timeout=20), "the strict server did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", bodies
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

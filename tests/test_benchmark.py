@@ -11,13 +11,16 @@ import httpx
 import pytest
 
 from labkit.benchmark import BenchResult, compute_metrics, latency_cdf, load_results, results_table, ttft_vs_rate
-from labkit.benchmark.cli import format_report
+from labkit.benchmark.cli import DEFAULT_OUTPUT_LEN, format_report
 from labkit.benchmark.cli import main as bench_main
 from labkit.benchmark.client import Target
 from labkit.benchmark.metrics import RequestRecord, parse_goodput
 from labkit.benchmark.runner import LoadShape, arrival_gaps, run_load
 from labkit.benchmark.workload import BenchRequest, build_workload
-from tests.serve_util import scrape, serving, sim_llm
+from labkit.i18n import get_language, set_language
+from labkit.labs.lab05_engine_choice import external
+from labkit.labs.lab05_engine_choice.ablation import Workload
+from tests.serve_util import scrape, serving, sim_llm, strict_openai_server
 
 pytestmark = pytest.mark.timeout(180)     # a stuck run fails its test with every thread's stack
 
@@ -87,7 +90,7 @@ def test_ttft_tpot_itl_e2el_and_goodput_from_scripted_timings_are_exact():
     # TPOT 33.3 ms misses 30 ms for the first two; the third misses TTFT 250 ms: nobody meets both.
     assert m.goodput == 0.0
     assert compute_metrics(outcome.records, 0.84, {"ttft": 250}).goodput == approx(2 / 0.84)
-    assert server.bodies[0]["stream"] is True and server.bodies[0]["ignore_eos"] is True
+    assert server.bodies[0]["stream"] is True and "ignore_eos" not in server.bodies[0]      # opt-in only
     assert server.bodies[0]["stream_options"] == {"include_usage": True} and server.bodies[0]["max_tokens"] == 4
 
 
@@ -163,3 +166,70 @@ def test_result_files_load_into_a_table_and_figures(tmp_path):
     assert "TTFT" in results_table(results)._repr_html_()
     assert len(latency_cdf(results, "itl").data) == 2 and len(ttft_vs_rate(results).data) == 2
     assert "Mean TTFT (ms)" in format_report(results[0].metrics, results[0].settings)
+
+
+# ------------------------------------------------------------------- against servers without extensions
+
+def reported(out: str, name: str) -> str:
+    """The value on the summary line that starts with ``name``."""
+    return next(line[len(name):].strip() for line in out.splitlines() if line.startswith(name))
+
+
+def bench_args(base_url: str, *extra: str) -> list[str]:
+    return ["--base-url", base_url, "--model", "m", "--dataset", "chat", "--num-prompts", "4", "--no-progress",
+            "--request-timeout", "30", "--max-duration", "60", *extra]
+
+
+@pytest.mark.parametrize("endpoint, length_field", [("completions", "max_tokens"), ("chat", "max_completion_tokens")])
+def test_by_default_bench_sends_only_the_openai_api_and_a_strict_server_completes_it(endpoint, length_field, capsys):
+    with strict_openai_server() as (base_url, bodies):
+        bench_main(bench_args(base_url, "--endpoint", endpoint, "--output-len", "5"))
+    out = capsys.readouterr().out
+    assert len(bodies) == 4 and all(b[length_field] == 5 and "ignore_eos" not in b for b in bodies), bodies
+    assert (reported(out, "Successful requests"), reported(out, "Failed requests")) == ("4", "0")
+    assert reported(out, "Total generated tokens") == "20" and "First error" not in out
+
+
+def test_a_dataset_without_output_lengths_still_sends_a_bound_on_every_request():
+    with strict_openai_server() as (base_url, bodies):
+        bench_main(bench_args(base_url))
+    assert [b.get("max_tokens") for b in bodies] == [DEFAULT_OUTPUT_LEN] * 4
+
+
+def test_ignore_eos_is_opt_in_and_a_server_that_refuses_it_is_reported_with_a_missing_metrics(tmp_path, capsys):
+    with strict_openai_server() as (base_url, bodies):
+        bench_main(bench_args(base_url, "--ignore-eos", "--output-len", "5", "--result-file", str(tmp_path / "r.json")))
+    out = capsys.readouterr().out
+    assert all(b["ignore_eos"] is True for b in bodies) and len(bodies) == 4
+    assert "First error: HTTP 422" in out and "ignore_eos" in out.split("First error:")[1]
+    assert "Server /metrics: not available (HTTP 404)" in out
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["metrics"]["completed"] == 0 and saved["first_error"].startswith("HTTP 422")
+    assert saved["server_metrics"] == "not available (HTTP 404)" and saved["settings"]["ignore_eos"] is True
+    assert load_results(tmp_path / "*.json")[0].server_metrics == "not available (HTTP 404)"
+
+
+def test_with_ignore_eos_labkit_serve_produces_exactly_the_requested_lengths(capsys):
+    with serving(sim_llm(num_blocks=256, max_num_seqs=16), "sim") as server:
+        bench_main(["--base-url", server.base_url, "--model", "sim", "--dataset", "chat", "--num-prompts", "6",
+                    "--output-len", "9", "--ignore-eos", "--no-progress", "--request-timeout", "60"])
+    out = capsys.readouterr().out
+    assert reported(out, "Total generated tokens") == "54" and reported(out, "Server /metrics:") == "available"
+
+
+def test_lab05_external_path_says_why_a_run_failed_and_when_metrics_are_missing():
+    requests = tuple(BenchRequest(f"question {i}", 4) for i in range(3))
+    workload = Workload("chat", "对话", "chat", requests)
+    with strict_openai_server() as (base_url, _):
+        plain, _ = external.bench_external(external.EngineTarget(base_url, "m", "transformers"), workload, {})
+        refused, _ = external.bench_external(external.EngineTarget(base_url, "m", "transformers", ignore_eos=True),
+                                             workload, {})
+    assert plain.metrics.completed == 3 and plain.metrics.total_output_tokens == 12
+    before = get_language()
+    set_language("en")
+    try:
+        assert external.problems(plain) == ["/metrics is not available (HTTP 404): KV usage and preemptions are unknown"]
+        first = external.problems(refused)[0]
+    finally:
+        set_language(before)
+    assert refused.metrics.completed == 0 and first.startswith("3 requests failed; the first error: HTTP 422")

@@ -214,7 +214,7 @@ BAD_CHAT = [
     ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": "hi"}, "messages"),
-    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, "max_completion_tokens"),
 ]
 
 

@@ -8,11 +8,13 @@ import datetime as dt
 import math
 import platform
 
-from labkit.benchmark.client import ENDPOINTS, Target
+from labkit.benchmark.client import ENDPOINTS, Target, probe_metrics
 from labkit.benchmark.metrics import BenchMetrics, compute_metrics, parse_goodput
 from labkit.benchmark.results import BenchResult
 from labkit.benchmark.runner import LoadShape, run_load
 from labkit.benchmark.workload import DATASETS, build_workload
+
+DEFAULT_OUTPUT_LEN = 128
 
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +23,12 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", choices=tuple(ENDPOINTS), default="completions")
     parser.add_argument("--dataset", default="chat", help=f"one of {DATASETS}, or a .jsonl of prompts")
     parser.add_argument("--num-prompts", type=int, default=32)
-    parser.add_argument("--output-len", type=int, default=None,
-                        help="max_tokens for prompt-set / JSONL prompts without their own (sent with ignore_eos)")
+    parser.add_argument("--output-len", type=int, default=DEFAULT_OUTPUT_LEN,
+                        help="max_tokens for prompt-set / JSONL prompts without their own "
+                             f"(default {DEFAULT_OUTPUT_LEN}: a run is always bounded)")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="send ignore_eos: true, so each request produces exactly its output length "
+                             "(a vLLM / SGLang / labkit serve extension; other servers refuse it)")
     parser.add_argument("--max-prompt-len", type=int, default=256, help="trace datasets: longest prompt (words)")
     parser.add_argument("--max-output-len", type=int, default=128, help="trace datasets: longest output (tokens)")
     parser.add_argument("--request-rate", type=float, default=math.inf, help="requests/s; inf = all at once")
@@ -44,19 +50,22 @@ def run_bench(args: argparse.Namespace) -> BenchResult:
     shape = LoadShape(args.request_rate, args.burstiness, args.max_concurrency, args.seed)
     workload = build_workload(args.dataset, args.num_prompts, args.seed, args.output_len,
                               args.max_prompt_len, args.max_output_len)
-    target = Target(args.base_url, args.model, args.endpoint, args.temperature, args.api_key)
+    if args.output_len is not None and args.output_len < 1:
+        raise ValueError(f"output_len must be >= 1, got {args.output_len}")
+    target = Target(args.base_url, args.model, args.endpoint, args.temperature, args.api_key, args.ignore_eos)
     outcome = asyncio.run(run_load(target, workload, shape, args.request_timeout, args.max_duration,
                                    progress=not args.no_progress))
     metrics = compute_metrics(outcome.records, outcome.duration_s, slo)
     settings = {k: getattr(args, k) for k in ("base_url", "model", "endpoint", "dataset", "num_prompts",
-                                              "output_len", "request_rate", "burstiness", "max_concurrency",
-                                              "seed", "temperature")}
+                                              "output_len", "ignore_eos", "request_rate", "burstiness",
+                                              "max_concurrency", "seed", "temperature")}
     settings.update(goodput_slo_ms=slo, date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     client_host=platform.node(), client_cpu=platform.processor() or platform.machine())
-    return BenchResult(settings, metrics, outcome.records)
+    return BenchResult(settings, metrics, outcome.records, probe_metrics(target))
 
 
-def format_report(metrics: BenchMetrics, settings: dict) -> str:
+def format_report(metrics: BenchMetrics, settings: dict, first_error: str | None = None,
+                  server_metrics: str | None = None) -> str:
     rows = [("Successful requests", metrics.completed), ("Failed requests", metrics.failed),
             ("Benchmark duration (s)", metrics.duration_s), ("Total input tokens", metrics.total_input_tokens),
             ("Total generated tokens", metrics.total_output_tokens),
@@ -77,6 +86,10 @@ def format_report(metrics: BenchMetrics, settings: dict) -> str:
             shown = "—" if value is None else f"{value:.2f}"
             lines.append(f"{f'{stat} {key.upper()} (ms)':<40}{shown:>16}")
     lines.append("=" * 56)
+    if first_error is not None:
+        lines.append(f"First error: {first_error}")
+    if server_metrics is not None:
+        lines.append(f"Server /metrics: {server_metrics}")
     return "\n".join(lines)
 
 
@@ -89,9 +102,6 @@ def main(argv: list[str] | None = None) -> None:
         result = run_bench(args)
     except ValueError as exc:
         parser.error(str(exc))
-    print(format_report(result.metrics, result.settings))
-    errors = [r.error for r in result.requests if not r.success]
-    if errors:
-        print(f"{len(errors)} requests failed; the first: {errors[0]}")
+    print(format_report(result.metrics, result.settings, result.first_error, result.server_metrics))
     if args.result_file:
         print(f"result file: {result.save(args.result_file)}")

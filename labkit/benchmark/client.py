@@ -3,6 +3,12 @@
 Every request streams (``stream: true``) and asks for the usage chunk
 (``stream_options.include_usage``), so output tokens are the server's own count; a server that
 sends no usage is counted one token per text chunk.
+
+Only the OpenAI API is sent unless asked: a request's output length goes out as ``max_tokens``
+(``/v1/completions``) or ``max_completion_tokens`` (chat), which every OpenAI-compatible server
+knows. ``ignore_eos: true`` (generate exactly that many tokens) is an extension of vLLM, SGLang and
+labkit serve that other servers refuse (``transformers serve``: HTTP 422), so it is opt-in,
+as ``vllm bench serve --ignore-eos`` is.
 """
 
 from __future__ import annotations
@@ -27,11 +33,14 @@ class Target:
     endpoint: str = "completions"         # or "chat"
     temperature: float = 0.0
     api_key: str | None = None
+    ignore_eos: bool = False              # a vLLM / SGLang / labkit extension: opt-in
+
+    def root(self) -> str:
+        base = self.base_url.rstrip("/")
+        return base[:-3] if base.endswith("/v1") else base
 
     def url(self) -> str:
-        base = self.base_url.rstrip("/")
-        base = base[:-3] if base.endswith("/v1") else base
-        return base + ENDPOINTS[self.endpoint]
+        return self.root() + ENDPOINTS[self.endpoint]
 
     def body(self, req: BenchRequest) -> dict:
         body: dict = {"model": self.model, "stream": True, "stream_options": {"include_usage": True},
@@ -41,7 +50,8 @@ class Target:
         else:
             body["prompt"] = req.prompt
         if req.output_len is not None:
-            body["max_tokens"] = req.output_len
+            body["max_completion_tokens" if self.endpoint == "chat" else "max_tokens"] = req.output_len
+        if self.ignore_eos:
             body["ignore_eos"] = True
         return body
 
@@ -98,3 +108,15 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     return record
+
+
+def probe_metrics(target: Target, timeout_s: float = 5.0) -> str:
+    """Whether the server exposes Prometheus ``/metrics``: "available" or "not available (why)".
+    Not every OpenAI-compatible server has it (``transformers serve`` answers 404)."""
+    try:
+        resp = httpx.get(target.root() + "/metrics", headers=target.headers(), timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return f"not available ({type(exc).__name__}: {exc})"
+    if resp.status_code != 200:
+        return f"not available (HTTP {resp.status_code})"
+    return "available"

@@ -27,6 +27,12 @@ class BenchResult:
     settings: dict
     metrics: BenchMetrics
     requests: list[RequestRecord] = field(default_factory=list)
+    server_metrics: str | None = None       # "available" / "not available (HTTP 404)"; None: not probed
+
+    @property
+    def first_error(self) -> str | None:
+        """Why the first failed request failed (a run of 0 completed says why here)."""
+        return next((r.error or "failed" for r in self.requests if not r.success), None)
 
     @property
     def request_rate(self) -> float:
@@ -40,7 +46,8 @@ class BenchResult:
     def to_json(self) -> dict:
         settings = {k: (str(v) if isinstance(v, float) and math.isinf(v) else v) for k, v in self.settings.items()}
         requests = [{k: v for k, v in asdict(r).items() if k != "text"} for r in self.requests]
-        return {"settings": settings, "metrics": asdict(self.metrics), "requests": requests}
+        return {"settings": settings, "metrics": asdict(self.metrics), "first_error": self.first_error,
+                "server_metrics": self.server_metrics, "requests": requests}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -56,7 +63,8 @@ class BenchResult:
         m = dict(data["metrics"])
         for name in LATENCIES:
             m[name] = Summary(**m[name])
-        return cls(settings, BenchMetrics(**m), [RequestRecord(**r) for r in data.get("requests", [])])
+        return cls(settings, BenchMetrics(**m), [RequestRecord(**r) for r in data.get("requests", [])],
+                   data.get("server_metrics"))
 
 
 def load_result(path: str | Path) -> BenchResult:

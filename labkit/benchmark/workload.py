@@ -3,7 +3,7 @@
 Sources (``--dataset``):
 
 - ``chat`` / ``code`` / ``copy``: the project's prompt sets (data/prompts), cycled to ``num_prompts``;
-  output length ``--output-len`` (or the server's default);
+  output length ``--output-len`` (labkit bench: 128 unless given);
 - ``synthetic``: labkit.traces.synthetic_trace, heavy-tailed (log-normal) prompt and output lengths;
 - ``azure-conv`` / ``azure-code``: labkit.traces.azure_like_trace, lengths shaped like the Azure
   LLM inference trace 2023, scaled down by ``scale_trace`` to ``--max-prompt-len`` / ``--max-output-len``;
@@ -11,8 +11,9 @@ Sources (``--dataset``):
 
 Trace prompts are built from the prompt sets' words, one word per requested prompt token: a client
 that may talk to any server has no tokenizer, so lengths are approximate (about 1.3 tokens per
-English word for SmolLM2's tokenizer). Requests with an output length are sent with
-``ignore_eos: true`` so they produce exactly that many tokens (as ``vllm bench serve`` does).
+English word for SmolLM2's tokenizer). A request's output length is sent as ``max_tokens``; to make
+the server produce exactly that many tokens add ``--ignore-eos`` (an extension some servers lack,
+as in ``vllm bench serve``).
 """
 
 from __future__ import annotations

@@ -88,17 +88,44 @@ class IncrementalDetokenizer:
     """Turn a growing list of token ids into text deltas without splitting a UTF-8 character.
 
     Byte-level BPE tokens can end in the middle of a multi-byte character (common for Chinese);
-    such a tail decodes to U+FFFD, so we hold it back until the next token completes it.
+    such a tail decodes to U+FFFD, so we hold it back until the next token completes it. A UTF-8
+    character has at most 4 bytes, so a tail that is still unfinished after ``MAX_HELD_TOKENS`` (3)
+    more tokens never will be: what precedes the last 3 tokens goes out as replacement characters
+    and decoding starts afresh after it. Without that cap a run of stray byte tokens would hold
+    back the rest of the output, and a stream would quietly turn into one final chunk::
+
+        tokens:   "Hi" <0xE4> <0xB8> <0xAD>     -> "Hi", "", "", "中"     (completed at the 3rd byte)
+        tokens:   "Hi" <0x80> <0x80> <0x80> <0x80> -> "Hi", "", "", "", "�"  (3 still held)
     """
+
+    MAX_HELD_TOKENS = 3
 
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
-        self.text = ""
+        self.text = ""             # everything returned so far
+        self._start = 0            # tokens before this are settled; the rest is decoded afresh
+        self._tail = ""            # what was returned of decode(token_ids[_start:])
 
     def update(self, token_ids: list[int], final: bool = False) -> str:
-        full = self.tokenizer.decode(token_ids)
-        if full.endswith("\ufffd") and not final:
-            return ""
-        delta = full[len(self.text):] if full.startswith(self.text) else full
-        self.text = full
+        n = len(token_ids)
+        tail = self.tokenizer.decode(token_ids[self._start:])
+        if tail.endswith("\ufffd") and not final:
+            # Several tokens can arrive at once (speculative decoding): hold back only the last
+            # few that leave a character unfinished, never more than MAX_HELD_TOKENS.
+            for held in range(1, min(self.MAX_HELD_TOKENS, n - self._start) + 1):
+                clean = self.tokenizer.decode(token_ids[self._start:n - held])
+                if not clean.endswith("\ufffd"):
+                    return self._emit(clean)
+            # Given up on: what lies before the last MAX_HELD_TOKENS goes out as it decodes (with
+            # U+FFFD) and is settled; the held tokens may still start a character.
+            settle = n - self.MAX_HELD_TOKENS
+            delta = self._emit(self.tokenizer.decode(token_ids[self._start:settle]))
+            self._start, self._tail = settle, ""
+            return delta
+        return self._emit(tail)
+
+    def _emit(self, tail: str) -> str:
+        delta = tail[len(self._tail):] if tail.startswith(self._tail) else tail
+        self._tail = tail
+        self.text += delta
         return delta

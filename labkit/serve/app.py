@@ -20,7 +20,7 @@ from labkit.serve import openai_format as fmt
 from labkit.serve.engine_loop import EngineLoop
 from labkit.serve.errors import APIError, bad_value, error_response, validation_error
 from labkit.serve.metrics import ServerMetrics
-from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest
+from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest, invalid_unicode_field, unsupported_field
 from labkit.serve.request_stream import RequestStream
 
 METRICS_TIMEOUT_S = 30.0
@@ -53,12 +53,12 @@ def build_app(served: ServedModel) -> FastAPI:
 
     @app.post("/v1/completions")
     async def create_completion(body: CompletionRequest, request: Request):
-        _check_model(body.model, served.name)
+        _check_request(body, served.name)
         return await _generate(request, loop, body, body.prompt, body.max_tokens, "completion", served.name)
 
     @app.post("/v1/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
-        _check_model(body.model, served.name)
+        _check_request(body, served.name)
         engine = served.engine
         prompt_ids = engine.tokenizer.encode(_render_chat(engine.tokenizer, body))
         max_tokens = body.requested_max_tokens()
@@ -109,6 +109,19 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, str(exc.detail))
 
 
+def _check_request(body, served_name: str) -> None:
+    """What the types alone do not catch: text that is not Unicode, features we lack, the model."""
+    fields = body.model_dump()
+    bad_text = invalid_unicode_field(fields)
+    if bad_text is not None:
+        raise APIError(400, f"{bad_text} is not valid Unicode text (it holds a lone surrogate)", bad_text)
+    unsupported = unsupported_field(fields)
+    if unsupported is not None:
+        raise APIError(400, f"{unsupported} is not supported by labkit serve; leave it out or send its neutral "
+                            "value (README: Serve and benchmark)", unsupported)
+    _check_model(body.model, served_name)
+
+
 def _check_model(model: str, served_name: str) -> None:
     if model != served_name:
         raise APIError(404, f"The model `{model}` does not exist; this server serves `{served_name}` "
@@ -138,7 +151,7 @@ async def _generate(request: Request, loop: EngineLoop, body, prompt, max_tokens
     stream = RequestStream(loop, header.id, prompt, params, stop)
     refused = await stream.start()
     if refused is not None and refused.status != 400:
-        raise APIError(refused.status, refused.message)
+        raise APIError(refused.status, refused.message)       # 503 while shutting down, 500 on a bug
     if refused is not None:
         raise bad_value(ValueError(refused.message), ("prompt", "n", "max_tokens"),
                         "prompt" if kind == "completion" else "messages")

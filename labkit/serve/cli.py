@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from labkit.config import EngineConfig, SpecConfig
+from labkit.serve.limits import ServeLimits
 
 DEFAULT_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -17,6 +19,15 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
                         help="a local HF Llama directory, 'sim' (the cost model), or omit for SmolLM2-135M-Instruct")
     parser.add_argument("--served-model-name", default=None, help="the name clients send as `model`")
     parser.add_argument("--log-level", default="info")
+    limits = parser.add_argument_group("client limits")
+    limits.add_argument("--header-timeout", type=float, default=ServeLimits.header_timeout_s,
+                        help="seconds a client has to send its request headers (then the connection is closed)")
+    limits.add_argument("--body-timeout", type=float, default=ServeLimits.body_timeout_s,
+                        help="seconds a client has to send its request body (then 408)")
+    limits.add_argument("--limit-concurrency", type=int, default=ServeLimits.limit_concurrency,
+                        help="connections and requests open at once; past it new requests get a 503")
+    limits.add_argument("--timeout-graceful-shutdown", type=int, default=ServeLimits.timeout_graceful_shutdown,
+                        help="seconds open streams get to end (finish_reason 'abort') after SIGTERM / SIGINT")
     engine = parser.add_argument_group("engine (EngineConfig)")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--num-blocks", type=int, default=None)
@@ -51,6 +62,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         device=args.device, dtype=args.dtype, seed=args.seed, weights=args.weights)
 
 
+def serve_limits(args: argparse.Namespace) -> ServeLimits:
+    return ServeLimits(args.header_timeout, args.body_timeout, args.limit_concurrency,
+                       args.timeout_graceful_shutdown)
+
+
 def served_model_name(args: argparse.Namespace) -> str:
     if args.served_model_name:
         return args.served_model_name
@@ -64,13 +80,20 @@ def main(argv: list[str] | None = None) -> None:
     add_serve_args(parser)
     args = parser.parse_args(argv)
     try:
-        config = engine_config(args)
+        config, limits = engine_config(args), serve_limits(args)
     except ValueError as exc:
         parser.error(str(exc))
     from labkit.llm import LLM
     from labkit.serve.app import ServedModel
-    from labkit.serve.server import run_foreground
+    from labkit.serve.server import bind, run_foreground
 
+    try:                         # before the model loads: a busy port fails now, not after a minute
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        parser.exit(2, f"labkit serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}\n")
     llm = LLM(model=args.model, config=config)
     print(f"labkit serve: {served_model_name(args)} on http://{args.host}:{args.port}/v1", flush=True)
-    run_foreground(ServedModel(llm.engine, served_model_name(args)), args.host, args.port, args.log_level)
+    try:
+        run_foreground(ServedModel(llm.engine, served_model_name(args)), sock, args.log_level, limits)
+    except KeyboardInterrupt:    # uvicorn re-raises the SIGINT it handled; the shutdown was clean
+        sys.exit(130)

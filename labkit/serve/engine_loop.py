@@ -6,6 +6,9 @@
 ``LLMEngine`` is not thread-safe, so only this thread calls ``add_request``, ``step``, ``abort``,
 ``get_request`` and ``stats``. While requests are pending the loop drains the queue between steps;
 when nothing is pending it blocks on the queue (no busy spinning).
+
+Shutting down (``drain``): every open request is aborted here, in the loop, so each of its streams
+gets a last delta with ``finish_reason="abort"`` and can end properly; later submits get a 503.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Snapshot:
 
 
 _STOP = object()
+_DRAIN = object()
 
 
 @dataclass
@@ -79,6 +83,15 @@ class _Group:
     num_done: int = 0
 
 
+def check_context(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+    """vLLM's rule: prompt + max_tokens must fit the context (the engine alone would cap the output
+    silently). A prompt that alone is too long is left to the engine's own, clearer message."""
+    if num_prompt_tokens < max_model_len and num_prompt_tokens + max_tokens > max_model_len:
+        raise ValueError(f"max_tokens ({max_tokens}) + prompt ({num_prompt_tokens} tokens) = "
+                         f"{num_prompt_tokens + max_tokens} tokens, more than this model's maximum context length "
+                         f"({max_model_len} tokens); max_tokens may be at most {max_model_len - num_prompt_tokens}")
+
+
 class EngineLoop:
     def __init__(self, engine, metrics: ServerMetrics):
         self.engine, self.metrics = engine, metrics
@@ -86,6 +99,7 @@ class EngineLoop:
         self._groups: dict[str, _Group] = {}
         self._thread = threading.Thread(target=self._run, name="labkit-engine-loop", daemon=True)
         self.error: str | None = None
+        self._draining = False
 
     # -- called from any thread ------------------------------------------------------------------
     def start(self) -> None:
@@ -94,6 +108,10 @@ class EngineLoop:
     def stop(self, timeout: float = 10.0) -> None:
         self._commands.put(_STOP)
         self._thread.join(timeout)
+
+    def drain(self) -> None:
+        """Abort every open request (each stream ends with ``finish_reason="abort"``); refuse new ones."""
+        self._commands.put(_DRAIN)
 
     def submit(self, submit: Submit) -> None:
         self._commands.put(submit)
@@ -144,7 +162,12 @@ class EngineLoop:
                 return True
 
     def _apply(self, command) -> None:
-        if isinstance(command, Submit):
+        if command is _DRAIN:
+            self._draining = True
+            self._fail_all()
+        elif isinstance(command, Submit) and self._draining:
+            command.deliver(Rejected("the server is shutting down", status=503))
+        elif isinstance(command, Submit):
             self._add(command)
         elif isinstance(command, Abort):
             self._abort_group(command.request_id)
@@ -156,8 +179,9 @@ class EngineLoop:
 
     def _add(self, submit: Submit) -> None:
         try:
-            rid = self.engine.add_request(submit.prompt, submit.params, request_id=submit.request_id,
-                                          chat=False)
+            prompt_ids = self.engine.inputs.encode(submit.prompt, chat=False)
+            check_context(len(prompt_ids), submit.params.max_tokens, self.engine.max_model_len)
+            rid = self.engine.add_request(prompt_ids, submit.params, request_id=submit.request_id, chat=False)
         except ValueError as exc:
             submit.deliver(Rejected(str(exc)))
             return

@@ -6,10 +6,20 @@ sees what to fix; the server itself stays up.
 
 from __future__ import annotations
 
+import json
+
 from fastapi.responses import JSONResponse
 
 _TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-          500: "internal_error", 503: "service_unavailable"}
+          408: "timeout", 500: "internal_error", 503: "service_unavailable"}
+
+
+class ErrorJSONResponse(JSONResponse):
+    """ASCII JSON: an error may echo what the client sent, and that may be a lone surrogate
+    (``"\\ud800"``), which JSON can escape but UTF-8 cannot encode."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 class APIError(Exception):
@@ -24,7 +34,7 @@ class APIError(Exception):
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
     body = {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
             "code": code}
-    return JSONResponse({"error": body}, status_code=status)
+    return ErrorJSONResponse({"error": body}, status_code=status)
 
 
 def bad_value(exc: ValueError, fields: tuple[str, ...], default: str | None = None) -> APIError:

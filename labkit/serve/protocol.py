@@ -2,7 +2,10 @@
 
 Field names and defaults follow the OpenAI API as vLLM's server accepts it (vLLM's extras
 ``top_k`` and ``ignore_eos`` included). Types are strict: ``"max_tokens": "5"`` is a 400, not a 5.
-Unknown fields are ignored, as vLLM does. Range checks live in one place, ``SamplingParams``.
+Fields of the OpenAI API that labkit does not implement (``UNSUPPORTED``) are refused with a 400
+naming them unless they carry their neutral value (``"presence_penalty": 0`` changes nothing);
+other unknown fields are ignored, as vLLM does. Range checks live in ``SamplingParams``, except the
+integer bounds pydantic states with the real limit (``max_tokens`` <= 2**31).
 """
 
 from __future__ import annotations
@@ -14,6 +17,52 @@ from pydantic import BaseModel, ConfigDict, Field
 from labkit.sampling_params import SamplingParams
 
 MAX_STOP_STRINGS = 4          # OpenAI's limit
+MAX_STOP_CHARS = 64           # streaming holds back len(longest stop) - 1 characters: keep that short
+MAX_TOKENS_LIMIT = 1 << 31    # SamplingParams' bound
+
+# Field -> the values that mean "not used". Anything else is a feature labkit serve does not have.
+UNSUPPORTED: dict[str, tuple] = {
+    "tools": ([],), "tool_choice": ("none",), "functions": ([],), "function_call": ("none",),
+    "response_format": ({"type": "text"},), "logit_bias": ({},), "top_logprobs": (0,),
+    "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,),
+    "min_p": (0,), "min_tokens": (0,), "best_of": (1,), "stop_token_ids": ([],), "suffix": ("",),
+    "prompt_logprobs": (), "guided_json": (), "guided_regex": (), "guided_choice": (), "guided_grammar": (),
+    "structured_outputs": (), "reasoning_effort": (), "audio": (), "prediction": (), "modalities": (["text"],),
+    "web_search_options": (),
+}
+
+
+def unsupported_field(body: dict) -> str | None:
+    """The first field of ``body`` that asks for a feature labkit serve does not implement."""
+    for name, neutral in UNSUPPORTED.items():
+        value = body.get(name)
+        neutral_value = not isinstance(value, bool) and any(value == v for v in neutral)
+        if value is not None and not neutral_value:
+            return name
+    return None
+
+
+def invalid_unicode_field(value, path: str = "") -> str | None:
+    """The path (``messages[0].content``) of the first string that is not valid Unicode (a lone
+    surrogate such as ``"\\ud800"`` parses as JSON but cannot be encoded, tokenised or echoed)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{path}.{key}" if path else str(key)
+            found = invalid_unicode_field(str(key), name) or invalid_unicode_field(item, name)
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = invalid_unicode_field(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 class StreamOptions(BaseModel):
@@ -22,14 +71,15 @@ class StreamOptions(BaseModel):
 
 
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+    # extra="allow": unknown fields are kept (not used) so that UNSUPPORTED ones can be refused.
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0
+    top_k: int = Field(0, le=MAX_TOKENS_LIMIT)
     n: int = 1
-    seed: Union[int, None] = None
+    seed: Union[int, None] = Field(None, lt=1 << 63)
     stop: Union[str, list[str], None] = None
     stream: bool = False
     stream_options: Union[StreamOptions, None] = None
@@ -41,6 +91,10 @@ class _SamplingFields(BaseModel):
             raise ValueError(f"stop takes at most {MAX_STOP_STRINGS} strings, got {len(stops)}")
         if any(not s for s in stops):
             raise ValueError("stop strings must not be empty")
+        longest = max((len(s) for s in stops), default=0)
+        if longest > MAX_STOP_CHARS:
+            raise ValueError(f"stop strings may have at most {MAX_STOP_CHARS} characters, got one of {longest} "
+                             "(streamed text is held back by the longest stop string's length)")
         return stops
 
     def include_usage(self) -> bool:
@@ -58,7 +112,7 @@ class CompletionRequest(_SamplingFields):
     """``POST /v1/completions``. ``max_tokens`` defaults to 16, as in OpenAI's and vLLM's API."""
 
     prompt: Union[str, list[int]]
-    max_tokens: int = 16
+    max_tokens: int = Field(16, ge=1, le=MAX_TOKENS_LIMIT)
     echo: Literal[False] = False            # not supported: say so rather than ignore it
     logprobs: None = None
 
@@ -85,8 +139,8 @@ class ChatCompletionRequest(_SamplingFields):
     (vLLM's default); ``max_completion_tokens`` is the newer name for the same limit."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Union[int, None] = None
-    max_completion_tokens: Union[int, None] = None
+    max_tokens: Union[int, None] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_completion_tokens: Union[int, None] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
     logprobs: Literal[False] = False        # not supported: say so rather than ignore it
 
     def requested_max_tokens(self) -> int | None:

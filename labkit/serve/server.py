@@ -1,5 +1,12 @@
 """Run the app under uvicorn: in the foreground (``labkit serve``) or on a background thread
-(tests, notebooks). A background server binds a free port on 127.0.0.1 unless told otherwise."""
+(tests, notebooks). A background server binds a free port on 127.0.0.1 unless told otherwise.
+
+Both bind their socket first (``labkit serve`` does so before loading the model, so a busy port
+fails in a second, not after a model load), apply ``ServeLimits`` (limits.py), and shut down
+gracefully: when uvicorn begins its shutdown (SIGTERM, SIGINT, ``stop()``) the engine loop aborts
+every open request, so each stream ends with ``finish_reason: "abort"`` and ``data: [DONE]``
+within the grace period instead of being cut.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +17,40 @@ import time
 import uvicorn
 
 from labkit.serve.app import ServedModel, build_app
+from labkit.serve.limits import BodyTimeout, ServeLimits, header_timeout_protocol
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening-ready socket; OSError (EADDRINUSE, ...) if the address cannot be had."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
     return sock
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, telling the engine loop to end every open stream as shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, engine_loop):
+        super().__init__(config)
+        self.engine_loop = engine_loop
+
+    async def shutdown(self, sockets=None) -> None:
+        self.engine_loop.drain()
+        await super().shutdown(sockets)
+
+
+def make_server(app, limits: ServeLimits, log_level: str) -> uvicorn.Server:
+    config = uvicorn.Config(BodyTimeout(app, limits.body_timeout_s), log_level=log_level,
+                            http=header_timeout_protocol(limits.header_timeout_s),
+                            limit_concurrency=limits.limit_concurrency,
+                            timeout_graceful_shutdown=limits.timeout_graceful_shutdown)
+    return _DrainingServer(config, app.state.engine_loop)
 
 
 class BackgroundServer:
@@ -25,12 +58,12 @@ class BackgroundServer:
 
     Leaving the block (or ``stop()``) shuts uvicorn down and stops the engine loop."""
 
-    def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+    def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                 limits: ServeLimits = ServeLimits()):
         self.app = build_app(served)
         self._sock = bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(self.app, log_level=log_level, timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
+        self._server = make_server(self.app, limits, log_level)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="labkit-serve", daemon=True)
 
@@ -59,5 +92,7 @@ class BackgroundServer:
         self.stop()
 
 
-def run_foreground(served: ServedModel, host: str, port: int, log_level: str = "info") -> None:
-    uvicorn.run(build_app(served), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=2)
+def run_foreground(served: ServedModel, sock: socket.socket, log_level: str = "info",
+                   limits: ServeLimits = ServeLimits()) -> None:
+    """Serve on ``sock`` (from ``bind``) until SIGTERM / SIGINT."""
+    make_server(build_app(served), limits, log_level).run(sockets=[sock])

@@ -194,7 +194,7 @@ def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str,
     totals = StepTotals()
     llm.engine.hooks.subscribe(totals.on_step, StepEnd)
     with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
-        target = Target(server.base_url, SERVED_NAME, "chat")
+        target = Target(server.base_url, SERVED_NAME, "chat", ignore_eos=True)   # fixed lengths: labkit serve
         cpu0 = time.process_time()
         outcome = run_blocking(run_load(target, list(workload.requests), shape, request_timeout_s=timeout_s,
                                    max_duration_s=timeout_s, progress=False))

@@ -140,7 +140,8 @@ def diagnose_labkit(config, workload: Workload, concurrencies: list[int]) -> lis
         llm.engine.hooks.subscribe(totals.on_step, StepEnd)
         with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
             with MetricsSampler(server.base_url) as sampler:
-                out = run_blocking(run_load(Target(server.base_url, SERVED_NAME, "chat"), list(workload.requests),
+                target = Target(server.base_url, SERVED_NAME, "chat", ignore_eos=True)    # fixed lengths
+                out = run_blocking(run_load(target, list(workload.requests),
                                            LoadShape(max_concurrency=c), 120.0, 120.0, progress=False))
         m = compute_metrics(out.records, out.duration_s)
         points.append(LoadPoint(c, sampler.peak("kv_usage"), totals.preemptions, sampler.peak("waiting"),
