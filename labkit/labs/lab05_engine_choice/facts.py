@@ -141,8 +141,11 @@ PHILOSOPHY: dict[str, tuple[Fact, ...]] = {
              "Ampere), on Linux", "TensorRT-LLM supported hardware"),
         Fact("FP8 / FP4（NVFP4）量化：Hopper 与 Blackwell", "FP8 / FP4 (NVFP4) quantization on Hopper and Blackwell",
              "TensorRT-LLM FP8 / FP4 quantization"),
-        Fact("1.x 起 PyTorch 是唯一的执行后端，TensorRT 引擎后端已移除：两种哲学在靠拢",
-             "Since 1.x PyTorch is the sole execution backend and the TensorRT engine backend is gone: the "
+        Fact("0.17 起提供 PyTorch 后端；1.1.0rc3 的文档里 `tensorrt_llm.LLM` 已是 PyTorch 后端，TensorRT 引擎路径"
+             "作为 `_tensorrt_engine.LLM` 保留", "A PyTorch backend since 0.17; in the 1.1.0rc3 docs `tensorrt_llm.LLM` is "
+             "the PyTorch backend and the TensorRT-engine path remains as `_tensorrt_engine.LLM`", "TRT-LLM 1.1.0rc3 backends"),
+        Fact("1.4 的文档：PyTorch 是唯一的执行后端，TensorRT 引擎后端已移除——两种哲学在靠拢",
+             "The 1.4 docs: PyTorch is the sole execution backend and the TensorRT engine backend is removed: the "
              "philosophies converge", "TRT-LLM 1.4 execution backend"),
         Fact("重叠调度器（overlap scheduler）默认开启：第 n 步的 CPU 工作与第 n+1 步的 GPU 工作重叠",
              "The overlap scheduler is on by default: CPU work of step n overlaps GPU work of step n+1",
@@ -173,10 +176,11 @@ ENGINEERING: tuple[EngineeringCost, ...] = (
     EngineeringCost("vLLM", "pip 安装后直接加载 Hugging Face 检查点，无需构建或转换（`vllm serve MODEL`）",
                     "pip install, then load the Hugging Face checkpoint as is; no build or conversion (`vllm serve MODEL`)",
                     "vLLM supported hardware platforms"),
-    EngineeringCost("TensorRT-LLM", "旧版须先把检查点转换并编译成 TensorRT 引擎；1.x 的 PyTorch 后端免构建，"
-                    "FP8/FP4 需 Model Optimizer 预量化的检查点（`trtllm-serve MODEL`）",
-                    "Older releases convert the checkpoint and build a TensorRT engine; 1.x's PyTorch backend needs no "
-                    "build; FP8/FP4 want a checkpoint pre-quantized with Model Optimizer (`trtllm-serve MODEL`)",
+    EngineeringCost("TensorRT-LLM", "TensorRT 后端（0.x，1.x 早期仍保留）须先转换检查点、按最大形状编译引擎（`trtllm-build`）；"
+                    "PyTorch 后端（0.17 起，1.4 起唯一）免构建；FP8/FP4 需 Model Optimizer 预量化的检查点（`trtllm-serve MODEL`）",
+                    "The TensorRT backend (0.x, still shipped in early 1.x) converts the checkpoint and builds an engine for "
+                    "maximum shapes (`trtllm-build`); the PyTorch backend (since 0.17, the only one from 1.4) needs no build; "
+                    "FP8/FP4 want a checkpoint pre-quantized with Model Optimizer (`trtllm-serve MODEL`)",
                     "TensorRT-LLM supported hardware"),
     EngineeringCost("llama.cpp", "C/C++ 编译（或下载二进制），模型先转换为 GGUF 并量化（`llama-server -m model.gguf`）",
                     "Compile C/C++ (or take a binary); convert the model to GGUF and quantize it (`llama-server -m model.gguf`)",
