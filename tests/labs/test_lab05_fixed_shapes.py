@@ -83,3 +83,8 @@ def test_make_arm_refuses_an_unknown_arm_or_a_fixed_arm_without_buckets():
         fs.make_arm("tensorrt", layers, 4)
     with pytest.raises(ValueError, match="buckets"):
         fs.make_arm("fixed", layers, 4)
+
+
+def test_the_default_config_has_the_default_models_shapes():
+    cfg = fs.default_config()
+    assert cfg.hidden_size > 0 and cfg.num_attention_heads * cfg.head_dim > 0

@@ -120,7 +120,7 @@ def hide_dynamo_warnings() -> None:
 
 def default_config() -> ModelConfig:
     """The shapes of the lab's default model (SmolLM2-135M-Instruct)."""
-    return read_model_config(resolve_model_dir(None, progress=False))
+    return read_model_config(resolve_model_dir(None, progress=False) / "config.json")
 
 
 def dense_layers(cfg: ModelConfig, num_layers: int, seed: int = 0) -> list[LlamaLayer]:
