@@ -176,9 +176,9 @@ ENGINEERING: tuple[EngineeringCost, ...] = (
     EngineeringCost("vLLM", "pip 安装后直接加载 Hugging Face 检查点，无需构建或转换（`vllm serve MODEL`）",
                     "pip install, then load the Hugging Face checkpoint as is; no build or conversion (`vllm serve MODEL`)",
                     "vLLM supported hardware platforms"),
-    EngineeringCost("TensorRT-LLM", "TensorRT 后端（0.x，1.x 早期仍保留）须先转换检查点、按最大形状编译引擎（`trtllm-build`）；"
+    EngineeringCost("TensorRT-LLM", "TensorRT 后端（0.x；1.1.0rc3 的文档里仍保留）须先转换检查点、按最大形状编译引擎（`trtllm-build`）；"
                     "PyTorch 后端（0.17 起，1.4 起唯一）免构建；FP8/FP4 需 Model Optimizer 预量化的检查点（`trtllm-serve MODEL`）",
-                    "The TensorRT backend (0.x, still shipped in early 1.x) converts the checkpoint and builds an engine for "
+                    "The TensorRT backend (0.x; still in the 1.1.0rc3 docs) converts the checkpoint and builds an engine for "
                     "maximum shapes (`trtllm-build`); the PyTorch backend (since 0.17, the only one from 1.4) needs no build; "
                     "FP8/FP4 want a checkpoint pre-quantized with Model Optimizer (`trtllm-serve MODEL`)",
                     "TensorRT-LLM supported hardware"),
