@@ -114,6 +114,8 @@ function render({ model, el }) {
     return item;
   }
 
+  const inputs = () => model.get("show_inputs") !== false;
+
   function drawStats() {
     const pct = (v) => (v === null ? "—" : lkFmt(v * 100) + "%");
     const x = (v) => (v === null ? "—" : lkFmt(v, 2) + "×");
@@ -123,13 +125,15 @@ function render({ model, el }) {
       statItem(L("acceptance_rate"), pct(model.get("acceptance_rate"))),
       statItem(L("alpha"), model.get("alpha") === null ? "—" : lkFmt(model.get("alpha"), 3)),
       statItem(L("mean_length"), lkFmt(model.get("mean_acceptance_length"), 2)),
-      statItem(L("predicted"), model.get("c") === null ? L("need_c") : x(model.get("predicted_speedup"))),
+      statItem(L("predicted"), model.get("c") === null ? L(inputs() ? "need_c" : "from_run")
+                                                       : x(model.get("predicted_speedup"))),
       statItem(L("tpot"), tpot === null ? "—" : lkFmt(tpot * 1000, 2) + " ms"),
-      statItem(L("measured"), model.get("baseline_tpot_s") === null ? L("need_baseline")
+      statItem(L("measured"), model.get("baseline_tpot_s") === null ? L(inputs() ? "need_baseline" : "from_run")
                                                                     : x(model.get("measured_speedup"))));
   }
 
   function drawControls() {
+    controls.style.display = inputs() ? "" : "none";
     cInput.text.textContent = L("c_input");
     baseInput.text.textContent = L("baseline_input");
     const c = model.get("c"), base = model.get("baseline_tpot_s");
@@ -148,12 +152,14 @@ function render({ model, el }) {
       { color: p.accepted, label: L("accepted") }, { color: p.rejected, label: L("rejected") },
       { color: p.predicted, label: L("predicted"), kind: "dash" },
       { color: p.ink, label: L("measured"), kind: "dot" }]));
+    // The speed-up-vs-k panel appears once there is a curve (c known): no empty frame before that.
+    const panels = m.predicted_curve.length ? [drawHistory, drawPositions, drawSpeedup] : [drawHistory, drawPositions];
     const width = lkWidth(el) - 18;
     const narrow = width < 600;
-    const panelW = narrow ? width : width / 3;
-    const ctx = lkSize(canvas, width, narrow ? 3 * AV_PANEL_H : AV_PANEL_H);
+    const panelW = narrow ? width : width / panels.length;
+    const ctx = lkSize(canvas, width, narrow ? panels.length * AV_PANEL_H : AV_PANEL_H);
     const place = (i) => (narrow ? [0, i * AV_PANEL_H] : [i * panelW, 0]);
-    [drawHistory, drawPositions, drawSpeedup].forEach((drawPanel, i) => {
+    panels.forEach((drawPanel, i) => {
       const [x, y] = place(i);
       ctx.save(); ctx.translate(0, y);
       drawPanel(ctx, m, panelBox(x, panelW), L);
@@ -163,7 +169,7 @@ function render({ model, el }) {
 
   return lkWatch(model, el, ["history", "k", "window", "num_drafts", "acceptance_rate", "alpha",
     "mean_acceptance_length", "acceptance_per_pos", "predicted_curve", "predicted_speedup", "c",
-    "baseline_tpot_s", "tpot_s", "measured_speedup", "labels", "palette"], draw);
+    "baseline_tpot_s", "tpot_s", "measured_speedup", "show_inputs", "labels", "palette"], draw);
 }
 
 export default { render };

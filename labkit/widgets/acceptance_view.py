@@ -22,6 +22,11 @@ tested positions that passed::
 
 Measured speed-up = baseline TPOT (same workload without speculation, set ``baseline_tpot_s``) /
 mean TPOT of the requests finished while this view listened (``RequestFinished.timings``).
+
+The speed-up-vs-k panel is drawn only once there is a curve to draw (c is known); until then the
+view shows the two acceptance panels. With ``show_inputs=False`` (a caller that measures c and
+the baseline TPOT itself, e.g. lab 04's live demo) the two number inputs are hidden and the stats
+say the values come from the run.
 """
 
 from __future__ import annotations
@@ -81,15 +86,18 @@ class AcceptanceView(LiveView):
     predicted_curve = traitlets.List().tag(sync=True)          # [[k, speed-up], ...] at (α̂, c)
     tpot_s = traitlets.Float(None, allow_none=True).tag(sync=True)              # mean, speculative
     measured_speedup = traitlets.Float(None, allow_none=True).tag(sync=True)
+    show_inputs = traitlets.Bool(True).tag(sync=True)          # False: c and the baseline come from the caller
 
     def __init__(self, engine: object | None = None, *, c: float | None = None,
-                 baseline_tpot_s: float | None = None, window: int = 200, **kwargs) -> None:
+                 baseline_tpot_s: float | None = None, window: int = 200, show_inputs: bool = True,
+                 **kwargs) -> None:
         self._history: deque[tuple[int, int]] = deque(maxlen=window)
         self._num_drafts = self._num_draft_tokens = self._num_accepted = self._num_rejections = 0
         self._accepted_per_pos: list[int] = []
         self._drafts_per_pos: list[int] = []
         self._tpot_sum, self._tpot_count = 0.0, 0
-        super().__init__(engine, c=c, baseline_tpot_s=baseline_tpot_s, window=window, **kwargs)
+        super().__init__(engine, c=c, baseline_tpot_s=baseline_tpot_s, window=window, show_inputs=show_inputs,
+                         **kwargs)
 
     def ingest(self, event: SpecVerified | RequestFinished) -> None:
         if isinstance(event, RequestFinished):
@@ -168,6 +176,7 @@ class AcceptanceView(LiveView):
             "baseline_input": t("基线 TPOT (ms, 无投机)", "baseline TPOT (ms, no speculation)"),
             "need_c": t("设置 c 以显示预测", "set c to see the prediction"),
             "need_baseline": t("设置基线 TPOT 以显示实测", "set the baseline TPOT to see the measurement"),
+            "from_run": t("运行结束后由本次测量给出", "measured by this run when it ends"),
             "per_verify": t("每次验证 (最近)", "per verification (recent)"),
             "accepted": t("接受", "accepted"),
             "rejected": t("拒绝", "rejected"),

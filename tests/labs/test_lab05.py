@@ -62,8 +62,11 @@ EXPECTED = {
     "MacBook (Apple silicon), local assistant": ("llama.cpp", "llama.cpp hardware and quantization"),
     "H100 chat product, strict TTFT, many LoRA adapters": ("SGLang", "qwen3-8b H100 concurrency 4 TTFT"),
     "small Python team on A100s, weekly new models": ("vLLM", "vLLM supported hardware platforms"),
-    "B200, stable model, NVFP4, max throughput": ("TensorRT-LLM", "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 @ v0.17"),
+    "B200, stable model, NVFP4, max throughput": ("TensorRT-LLM", "TensorRT-LLM FP8 / FP4 quantization"),
     "AMD MI300X, stable model": ("vLLM", "vLLM supported hardware platforms"),
+    "A100s, stable model, max throughput": ("TensorRT-LLM", "v0.6.0 comparison: TRT-LLM r24.07 8B on 1xA100"),
+    "MacBook (Apple silicon), NVFP4 checkpoint": ("llama.cpp", "llama.cpp hardware and quantization"),
+    "Intel Xeon CPU server": ("llama.cpp", "llama.cpp hardware and quantization"),
 }
 
 
@@ -90,11 +93,140 @@ def test_ampere_fp8_and_non_blackwell_nvfp4_are_flagged():
     assert any("NVFP4" in r.text_en and "Blackwell" in r.text_en for r in hopper.reasons)
 
 
-def test_every_reason_cites_a_row_or_names_a_measurement():
+def test_every_reason_cites_a_row_or_is_a_note_and_none_is_measured_without_numbers():
     for scenario in advisor.SCENARIOS.values():
         for reason in advisor.recommend(scenario).reasons:
-            if not reason.source.startswith("measured:"):
+            assert reason.kind != "measured", reason      # nothing handed in, so nothing measured
+            if reason.kind == "cited":
                 assert facts.lookup(reason.source).source
+
+
+def test_a_cpu_reason_marked_measured_is_computed_from_this_runs_numbers():
+    cpu = advisor.SCENARIOS["CPU-only laptop"]
+    paid = advisor.recommend(cpu, advisor.Measured("chat", {"static": 0.67, "contiguous": 0.77, "ngram": 0.9}))
+    [m] = [r for r in paid.reasons if r.kind == "measured"]
+    assert "0.67" in m.text_en and "0.77" in m.text_en and "chat" in m.source
+    assert "pay on this CPU too" in m.text_en and m.weight == 0
+    level = advisor.recommend(cpu, advisor.Measured("chat", {"static": 1.02, "contiguous": 0.97}))
+    [m] = [r for r in level.reasons if r.kind == "measured"]
+    assert "noise" in m.text_en and "1.02" in m.text_en
+    mixed = advisor.recommend(cpu, advisor.Measured("copy", {"static": 0.5, "contiguous": 1.01}))
+    assert "different ways" in next(r for r in mixed.reasons if r.kind == "measured").text_en
+    gpu = advisor.recommend(advisor.Scenario(), advisor.Measured("chat", {"static": 0.67}))
+    assert not any(r.kind == "measured" for r in gpu.reasons)     # a CPU measurement says nothing about a GPU
+
+
+def test_a100_gets_no_h100_or_fp8_figure():
+    for throughput in advisor.LEVELS:
+        for quant in advisor.QUANT:
+            rec = advisor.recommend(advisor.Scenario(hardware="nvidia-ampere", throughput=throughput,
+                                                     model_churn="stable", quantization=quant))
+            for r in rec.reasons:
+                assert "H100" not in r.text_en and "H200" not in r.text_en, r
+                assert not r.source.startswith(("TRT-LLM Llama-3.1-8B FP8", "gpt-oss-120b H100", "qwen3-8b H100")), r
+                assert not (r.engine == "TensorRT-LLM" and r.weight > 0 and "FP8" in r.text_en), r
+
+
+def test_the_h100_fp8_figure_is_quoted_only_for_hopper_with_fp8():
+    for hw in advisor.HARDWARE:
+        for quant in advisor.QUANT:
+            rec = advisor.recommend(advisor.Scenario(hardware=hw, throughput="high", quantization=quant))
+            quoted = any(r.source.startswith("TRT-LLM Llama-3.1-8B FP8") for r in rec.reasons)
+            assert quoted == (hw == "nvidia-hopper" and quant == "fp8"), (hw, quant)
+
+
+def test_apple_or_cpu_with_nvfp4_or_fp8_is_not_told_to_fall_back_to_fp8():
+    for hw in ("apple", "cpu"):
+        for quant in ("nvfp4", "fp8"):
+            rec = advisor.recommend(advisor.Scenario(hardware=hw, quantization=quant))
+            texts = [r.text_en for r in rec.reasons]
+            assert not any("fall back to FP8" in x for x in texts), texts
+            assert any("integer quantization (GGUF)" in x for x in texts), texts
+
+
+def test_sglang_on_cpu_cites_its_cpu_backend_and_on_apple_is_excluded_saying_why():
+    cpu = advisor.recommend(advisor.Scenario(hardware="cpu"))
+    assert "SGLang" not in cpu.excluded and "SGLang" in cpu.scores
+    assert any(r.source == "SGLang CPU backend" and "AMX" in r.text_en for r in cpu.reasons)
+    assert "AMX" in facts.lookup("SGLang CPU backend").value
+    apple = advisor.recommend(advisor.Scenario(hardware="apple"))
+    assert "AMX" in apple.excluded["SGLang"]
+
+
+def test_ties_are_broken_by_the_stated_order_whatever_the_dict_order(monkeypatch):
+    plain = advisor.Scenario()                       # H100, nothing else asked: every engine scores 0
+    rec = advisor.recommend(plain)
+    assert len(rec.tied) > 1 and rec.engine == rec.tied[0] == [e for e in advisor.TIE_ORDER if e in rec.tied][0]
+    zh, en = rec.tie_note()
+    assert "vLLM → SGLang" in en and rec.engine in en
+    monkeypatch.setattr(advisor, "ENGINES", tuple(reversed(advisor.ENGINES)))
+    again = advisor.recommend(plain)
+    assert again.engine == rec.engine and again.runner_up == rec.runner_up
+    assert advisor.recommend(advisor.SCENARIOS["CPU-only laptop"]).tie_note() is None
+
+
+def test_the_recommendation_shows_the_tie_break_and_what_backs_each_reason():
+    from labkit.labs.lab05_engine_choice import views
+
+    html_out = views.recommendation_html(advisor.recommend(advisor.Scenario()))
+    assert "TIE" not in html_out and ("固定顺序" in html_out or "fixed order" in html_out)
+    note = advisor.recommend(advisor.Scenario(structured_output=True))
+    assert any(r.kind == "note" for r in note.reasons)
+    assert "说明" in views.recommendation_html(note) or "note:" in views.recommendation_html(note)
+
+
+# ------------------------------------------------------------------------------------ corrected facts
+
+def _lab05_texts() -> list[str]:
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[2]
+    pkg = root / "labkit" / "labs" / "lab05_engine_choice"
+    texts = [f.read_text(encoding="utf-8") for f in pkg.glob("*.py") if f.name != "quiz.py"]
+    nb = nbformat.read(root / "labs" / "05_engine_choice.ipynb", as_version=4)
+    return texts + [c.source for c in nb.cells]
+
+
+def test_the_sole_backend_statement_is_tied_to_the_1_4_docs_not_all_of_1x():
+    for text in _lab05_texts():
+        assert "1.x 起 PyTorch" not in text and "1.x 起以 PyTorch" not in text and "Since 1.x PyTorch" not in text
+        assert "1.x runs on PyTorch only" not in text and "1.x 以 PyTorch 为唯一后端" not in text
+    trt = facts.PHILOSOPHY["TensorRT-LLM"]
+    sole = [f for f in trt if "唯一" in f.zh]
+    assert sole and all("1.4" in f.zh and "1.4" in f.citation.source for f in sole)
+    assert any("1.1.0rc3" in f.citation.source and "_tensorrt_engine" in f.citation.value for f in trt)
+
+
+def test_no_ranking_is_claimed_for_the_llama_8b_fp8_rows_and_cross_engine_pairs_are_cited():
+    assert not any("相反" in text and "Llama-3.1-8B FP8" in text for text in _lab05_texts())
+    assert len({p.claim for p in facts.CROSS_ENGINE}) == len(facts.CROSS_ENGINE) >= 3
+    for pair in facts.CROSS_ENGINE:
+        assert pair.citation.source and pair.measured_by
+    engines_on_llama8b = {p.engine for p in facts.PUBLISHED if p.model.startswith("Llama-3.1-8B FP8")}
+    assert engines_on_llama8b == {"TensorRT-LLM"}      # why the lab gives no ranking for that model
+
+
+def test_every_trtllm_mechanism_row_cites_a_versioned_page():
+    assert len(facts.TRTLLM_MECHANISM) >= 7
+    aspects = " ".join(m.aspect_en for m in facts.TRTLLM_MECHANISM)
+    for word in ("ahead-of-time", "auto-tuning", "plugins", "CUDA graphs", "in-flight", "paged KV", "NVFP4"):
+        assert word in aspects
+    for m in facts.TRTLLM_MECHANISM:
+        engine_cite, torch_cite = m.citations
+        assert torch_cite.source.startswith(("[doc page", "TensorRT-LLM docs", "nvidia.github.io"))
+        assert (engine_cite is None) == (m.engine_claim == "")
+    assert "enable_padding" in facts.find("TRT-LLM CUDA graph padding").value
+
+
+def test_new_reference_rows_name_their_source_page():
+    for claim in ("SGLang CPU backend", "vLLM speculative auto-disable", "Speculative decoding first papers",
+                  "TRT-LLM 1.1.0rc3 backends", "TRT-LLM engine build shapes"):
+        row = facts.find(claim)
+        assert row.source.startswith("[doc page, lab0") and ("." in row.source)
+    history = facts.find("Speculative decoding first papers").value
+    assert "2211.17192" in history and "Nov 2022" in history and "2302.01318" in history and "Feb 2023" in history
 
 
 def test_bad_scenario_field_is_named():
@@ -125,6 +257,10 @@ def test_gains_rankings_and_the_sentence_follow_the_numbers():
     assert compare.gain_of(rows, "a", "x") == pytest.approx(2.0)      # half the CPU for the same tokens
     assert compare.ranking(rows, "a") == ["x", "y"] and compare.ranking(rows, "b") == ["y", "x"]
     assert "x" in compare.ranking_sentence(rows, "a", "b")
+    lead = rows + [_row("a", "z", 0.25), _row("b", "z", 0.4)]        # z leads both, x and y swap behind it
+    sentence = compare.ranking_sentence(lead, "a", "b")
+    assert ("首位相同" in sentence or "Both workloads are led by z" in sentence)
+    assert "的首位是 z，b 的首位是 z" not in sentence and "by z, b by z" not in sentence
     same = [r for r in rows if r.workload == "a"] + [_row("c", "baseline", 1.0), _row("c", "x", 0.5), _row("c", "y", 2.0)]
     assert compare.ranking(same, "c") == compare.ranking(same, "a")
     assert "0.50" in compare.gain_sentence("y", 0.5)
@@ -257,6 +393,19 @@ def test_simulated_chapter_stages_are_labelled_and_cite_the_engine_steps():
     assert all(s.gain is None or (s.gain > 0 and math.isfinite(s.gain)) for s in stages)
 
 
+def test_the_chapter_figure_keeps_the_latency_stage_apart_from_the_throughput_stages():
+    from labkit.labs.lab05_engine_choice import views
+
+    stages = chapter.chapter_stages((2.0, 1.5), 1.3)
+    regimes = {s.name: s.regime for s in stages}
+    assert regimes["speculative"] == "latency"
+    assert {regimes[n] for n in ("static", "continuous", "paged", "engine-v06", "engine-v1")} == {"throughput"}
+    fig = views.chapter_figure(stages)
+    spec_label = next(s.zh for s in stages if s.name == "speculative")
+    for trace in fig.data:
+        assert (spec_label in list(trace.x)) == (trace.xaxis == "x2")
+
+
 def test_views_draw_measured_and_unavailable_rows_and_the_widget_follows_its_controls():
     from labkit.labs.lab05_engine_choice import views
 
@@ -266,6 +415,11 @@ def test_views_draw_measured_and_unavailable_rows_and_the_widget_follows_its_con
     assert "—" in html and ("没有" in html or "not yet" in html)
     fig = views.ablation_figure(rows, ["a", "b"])
     assert len(fig.data) == 6 and fig.data[0].y[0] == pytest.approx(2.0)
+    named = [_row("a", "baseline", 1.0), ablation.AblationRow("a", ablation.Variant("static", "静态批处理", "static", EngineConfig()),
+                                                            _metrics(50.0), 2.0, weights_bytes=100, peak_kv_bytes=0)]
+    ticks = views.ablation_figure(named, ["a"]).data[0].x
+    assert list(ticks) == ["静态批处理"]                    # the lab's language, not the variant key
+    assert fig.layout.legend.y < 0                         # under the panels, not over the third title
     box = views.advisor_widget(advisor.SCENARIOS["CPU-only laptop"])
     out = box.children[-1]
     assert "llama.cpp" in out.value

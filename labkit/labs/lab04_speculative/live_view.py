@@ -12,13 +12,15 @@ them from the request before each step (see its docstring).
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 import ipywidgets as W
 
 from labkit.i18n import t
 from labkit.labs.common.figures import COLORS
 from labkit.labs.lab04_speculative.live import KINDS, SpecStep, summarize, trace_request
-from labkit.labs.lab04_speculative.sweeps import METHODS, WORKLOADS, Engines
+from labkit.labs.lab04_speculative.speedup import Timers
+from labkit.labs.lab04_speculative.sweeps import METHODS, WORKLOADS, Engines, engine_name
 from labkit.labs.lab04_speculative.views import method_label, workload_label
 
 KIND_STYLE = {
@@ -86,6 +88,32 @@ def summary_line(steps: list[SpecStep]) -> str:
              f"{s.counts['bonus']}, no drafts {s.counts['plain']}; acceptance by draft position: {pos}")
 
 
+@dataclass(frozen=True)
+class Baseline:
+    tpot_s: float | None     # the plain request's TPOT (RequestMetrics: the clock AcceptanceView compares with)
+    step_s: float | None     # mean plain decode step on the engines' clock (for c)
+
+
+def measure_baseline(engines: Engines, prompt: list[int], params) -> Baseline:
+    """Serve ``prompt`` once with plain decoding: its TPOT and its mean decode step."""
+    timers = engines.timed("plain")
+    mark = len(timers.steps)
+    out = engines.get("plain").generate([prompt], params)
+    metrics = out[0].outputs[0].metrics
+    decode = timers.steps[mark + 1:]                 # the first step is the prefill
+    return Baseline(metrics.tpot_s if metrics else None, sum(decode) / len(decode) if decode else None)
+
+
+def measured_c(timers: Timers, marks: tuple[int, int], k: int, plain_step_s: float | None) -> float | None:
+    """c = proposer time per decode step / (k × plain step), from the durations recorded since ``marks``
+    (the same definition as ``speedup.aggregate``); None if nothing was proposed or timed."""
+    proposals = timers.proposals[marks[1]:]
+    decode_steps = len(timers.steps) - marks[0] - 1
+    if not proposals or decode_steps < 1 or not plain_step_s or k < 1:
+        return None
+    return sum(proposals) / decode_steps / (k * plain_step_s)
+
+
 class LiveSpecDemo:
     """Controls + live token stream + AcceptanceView (see the module docstring)."""
 
@@ -117,9 +145,16 @@ class LiveSpecDemo:
             llm = self.engines.get(self.method.value, self.k.value)
             for child in self.acceptance.children:
                 child.close()
-            view = AcceptanceView(llm)
-            self.acceptance.children = (view,)
             prompt = self.engines.encode(self.workload.value, self.prompt_index + 1)[self.prompt_index]
+            params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens.value)
+            self.status.value = t("先用普通解码跑同一个提示，量基线 TPOT 和普通步耗时…",
+                                  "First the same prompt with plain decoding: baseline TPOT and plain step time…")
+            baseline = measure_baseline(self.engines, prompt, params)
+            view = AcceptanceView(llm, show_inputs=False)     # c and the baseline TPOT come from this run
+            self.acceptance.children = (view,)
+            view.baseline_tpot_s = baseline.tpot_s
+            timers = self.engines.timed(engine_name(self.method.value, self.k.value))
+            marks = len(timers.steps), len(timers.proposals)
             decode = lambda ids: llm.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
             self.steps = []
 
@@ -129,7 +164,8 @@ class LiveSpecDemo:
                 self.status.value = html.escape(summary_line(self.steps))
 
             try:
-                trace_request(llm, prompt, SamplingParams(temperature=0.0, max_tokens=self.max_tokens.value), show)
+                trace_request(llm, prompt, params, show)
+                view.c = measured_c(timers, marks, self.k.value, baseline.step_s)
             finally:
                 view.flush()
                 view.detach()      # the engine serves later experiments: this view shows this run only

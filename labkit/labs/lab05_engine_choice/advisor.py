@@ -1,9 +1,15 @@
 """A scenario advisor: plain rules from a deployment's constraints to an engine, with reasons.
 
 Every ``Reason`` names where it comes from: a row of ``data/reference/published-numbers.csv``
-(``source`` = the claim words, looked up with ``facts.lookup``) or a measurement in this lab
-(``source`` starts with ``"measured:"``). The widget in ``views.py`` only displays what
-``recommend`` returns; the rules are tested in ``tests/labs/test_lab05.py``.
+(``source`` = the claim words, looked up with ``facts.lookup``), a measurement of this run
+(``source`` starts with ``"measured:"``; only built from the numbers handed in as ``Measured``), or
+a plain note (``"note:"``, e.g. what the lab did not check). The widget in ``views.py`` only
+displays what ``recommend`` returns; the rules are tested in ``tests/labs/test_lab05.py``.
+
+Each cited reason is checked against the scenario's premises: a figure measured on an H100 in FP8
+is only quoted for Hopper with FP8, an A100 gets the A100 comparison, a format the hardware cannot
+run gets the formats it can. Equal scores are broken by the fixed order ``TIE_ORDER`` (the broadest
+hardware coverage first), and the recommendation says so when it happens.
 
 The rules, in order (the first that decides, decides; the rest add reasons or shift scores):
 
@@ -12,6 +18,7 @@ The rules, in order (the first that decides, decides; the rest add reasons or sh
     3. stable model + max throughput + NVIDIA FP8/FP4 + a team that can run it → TensorRT-LLM
     4. weekly new models, a small Python team → vLLM (no build step, broad hardware)
     5. strict TTFT at low concurrency, or structured output / multi-LoRA heavy → SGLang is a contender
+    6. ties: the first engine of ``TIE_ORDER`` among those with the top score
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ QUANT = ("none", "fp8", "nvfp4", "int4")
 TEAMS = ("small-python", "platform", "nvidia-experts")
 OPERATIONS = ("cluster", "single-server", "edge")
 ENGINES = ("vLLM", "TensorRT-LLM", "SGLang", "llama.cpp")
+TIE_ORDER = ("vLLM", "SGLang", "TensorRT-LLM", "llama.cpp")     # broadest hardware coverage first
+NOISE = 0.10            # a single served run moves by about 10 % here: smaller gaps are "no difference"
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,28 @@ class Scenario:
 class Reason:
     text_zh: str
     text_en: str
-    source: str          # a reference claim (facts.find) or "measured: ..."
+    source: str          # a reference claim (facts.find), "measured: ..." or "note: ..."
     engine: str = ""     # the engine this reason speaks for ("" = general)
     weight: int = 0      # + for, − against; 0 = information
+
+    @property
+    def kind(self) -> str:
+        """"measured" (this run), "note" (no source: says what was not checked) or "cited"."""
+        head = self.source.split(":", 1)[0]
+        return head if head in ("measured", "note") else "cited"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """This run's section-2 numbers for one workload: variant name → output tokens per CPU second
+    ÷ the baseline's (what ``compare.gains`` computes)."""
+
+    workload: str
+    gains: dict[str, float]
+
+    @classmethod
+    def from_gains(cls, workload: str, gains) -> Measured:
+        return cls(workload, {g.variant: g.throughput_x for g in gains})
 
 
 @dataclass
@@ -68,11 +96,27 @@ class Recommendation:
     reasons: list[Reason]
     scores: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)    # engine → why it cannot run here
+    tied: tuple[str, ...] = ()      # engines sharing the top score (more than one: TIE_ORDER decided)
+
+    @property
+    def ranked(self) -> list[str]:
+        """Engines by score, equal scores in ``TIE_ORDER``."""
+        return sorted(self.scores, key=lambda e: (-self.scores[e], TIE_ORDER.index(e)))
 
     @property
     def runner_up(self) -> str | None:
-        ranked = sorted((e for e in self.scores if e != self.engine), key=lambda e: -self.scores[e])
-        return ranked[0] if ranked else None
+        rest = [e for e in self.ranked if e != self.engine]
+        return rest[0] if rest else None
+
+    def tie_note(self) -> tuple[str, str] | None:
+        """(zh, en) saying how a tie was broken, or None when the top score was not shared."""
+        if len(self.tied) < 2:
+            return None
+        names = "、".join(self.tied)
+        order = " → ".join(TIE_ORDER)
+        return (f"{names} 同分（{self.scores[self.engine]}）：按固定顺序 {order}（硬件覆盖最广者优先）选 {self.engine}。",
+                f"{', '.join(self.tied)} tie at {self.scores[self.engine]}: the fixed order {order} (broadest hardware "
+                f"first) picks {self.engine}.")
 
 
 def _r(zh: str, en: str, source: str, engine: str = "", weight: int = 0) -> Reason:
@@ -88,11 +132,12 @@ def _hardware(s: Scenario, reasons: list[Reason], excluded: dict[str, str]) -> N
         reasons.append(_r("llama.cpp 为 CPU 与 Apple 芯片而生（NEON/Metal/AVX），并有 4/5/8 位量化，模型装得进笔记本内存。",
                           "llama.cpp is built for CPUs and Apple silicon (NEON/Metal/AVX) with 4/5/8-bit quantization, "
                           "so a model fits a laptop's memory.", "llama.cpp hardware and quantization", "llama.cpp", 6))
-        reasons.append(_r("本实验在 CPU 上测得：即使 135M 的小模型，单请求改稿的吞吐也只有每秒几个 token；"
-                          "批处理类优化在 CPU 上收益有限。", "Measured in this lab on a CPU: even a 135M model serves a "
-                          "single copy-edit at a few tokens per second; batching optimisations buy little on a CPU.",
-                          "measured: section 2, copy workload", "llama.cpp", 1))
-        excluded["SGLang"] = "GPU-oriented serving stack"
+    if s.hardware == "cpu":
+        reasons.append(_r("SGLang 有 CPU 后端，文档写明为带 AMX 的 Intel Xeon（第 4 代起）启用并优化；别的 CPU 不是它的目标。",
+                          "SGLang has a CPU backend, documented as enabled and optimised for Intel Xeon with AMX (4th "
+                          "generation on); other CPUs are not its target.", "SGLang CPU backend", "SGLang", 0))
+    if s.hardware == "apple":
+        excluded["SGLang"] = "its documented CPU backend targets Intel Xeon with AMX, not Apple silicon"
     if s.hardware in ("amd", "mixed-amd-nvidia"):
         reasons.append(_r("vLLM 在 NVIDIA 与 AMD（ROCm）上用同一套代码和 API，混合机队只需维护一个引擎。",
                           "vLLM runs the same code and API on NVIDIA and AMD (ROCm): one engine for a mixed fleet.",
@@ -103,16 +148,58 @@ def _hardware(s: Scenario, reasons: list[Reason], excluded: dict[str, str]) -> N
                           "TensorRT-LLM supported hardware", "", 0))
 
 
+def _measured_on_cpu(s: Scenario, measured: Measured | None, reasons: list[Reason]) -> None:
+    """What this run measured for batching and paging on this CPU, in numbers (nothing if not handed in)."""
+    if s.hardware not in ("cpu", "apple") or measured is None:
+        return
+    parts = [(name, zh, en, measured.gains[name]) for name, zh, en in
+             (("static", "静态批处理", "static batching"), ("contiguous", "连续预留 KV", "contiguous KV"))
+             if name in measured.gains]
+    if not parts:
+        return
+    numbers_zh = "、".join(f"{zh} {x:.2f}×" for _, zh, _, x in parts)
+    numbers_en = ", ".join(f"{en} {x:.2f}x" for _, _, en, x in parts)
+    worse = [x for *_, x in parts if x <= 1 - NOISE]
+    if len(worse) == len(parts):
+        zh, en = "去掉连续批处理或分页，吞吐就掉：批处理类优化在这台 CPU 上也有收益", \
+            "taking continuous batching or paging away costs throughput: they pay on this CPU too"
+    elif not worse and all(abs(x - 1) < NOISE for *_, x in parts):
+        zh, en = "差别在一次运行的噪声（约 10%）以内：这台 CPU 上看不出批处理类优化的收益", \
+            "within one run's noise (about 10 %): no visible gain from them on this CPU"
+    else:
+        zh, en = "两个开关方向不一，看单独的数", "the two switches point different ways; read each number"
+    reasons.append(_r(f"本次在这台 CPU 上测得（{measured.workload} 负载，每 CPU 秒输出 token 相对基线）：{numbers_zh}——{zh}。",
+                      f"Measured in this run on this CPU ({measured.workload} workload, output tokens per CPU second over "
+                      f"the baseline): {numbers_en}: {en}.", f"measured: section 2, {measured.workload} workload", "", 0))
+
+
 def _quantization(s: Scenario, reasons: list[Reason]) -> None:
     if s.quantization == "nvfp4" and s.hardware != "nvidia-blackwell":
-        reasons.append(_r("NVFP4 需要 Blackwell；这块硬件上退回 FP8 或 INT4。", "NVFP4 needs Blackwell; on this hardware "
-                          "fall back to FP8 or INT4.", "TensorRT-LLM FP8 / FP4 quantization", "", 0))
+        if s.hardware in ("nvidia-hopper", "nvidia-ada"):
+            reasons.append(_r("NVFP4 需要 Blackwell；Hopper/Ada 上可以退回 FP8 或 INT4。", "NVFP4 needs Blackwell; on "
+                              "Hopper/Ada fall back to FP8 or INT4.", "TensorRT-LLM precision by architecture", "", 0))
+        elif s.hardware == "nvidia-ampere":
+            reasons.append(_r("NVFP4 需要 Blackwell，Ampere 也没有 FP8：可用 INT8 / INT4。", "NVFP4 needs Blackwell and "
+                              "Ampere has no FP8: use INT8 / INT4.", "TensorRT-LLM precision by architecture", "", 0))
+        elif s.hardware in ("cpu", "apple"):
+            reasons.append(_r("NVFP4 是 NVIDIA Blackwell 的格式，CPU / Apple 上用不了；这里用 4/5/8 位整数量化（GGUF）。",
+                              "NVFP4 is an NVIDIA Blackwell format, not available on a CPU or Apple silicon; use 4/5/8-bit "
+                              "integer quantization (GGUF) here.", "llama.cpp hardware and quantization", "", 0))
+        else:
+            reasons.append(_r("NVFP4 是 NVIDIA Blackwell 的格式（TensorRT-LLM 文档），这块硬件上不适用。",
+                              "NVFP4 is an NVIDIA Blackwell format (TensorRT-LLM docs); it does not apply to this hardware.",
+                              "TensorRT-LLM FP8 / FP4 quantization", "", 0))
     if s.quantization == "fp8" and s.hardware == "nvidia-ampere":
         reasons.append(_r("Ampere 不支持 FP8（TensorRT-LLM 支持矩阵：Ampere 只有 INT8/INT4）。",
                           "Ampere has no FP8 (TensorRT-LLM support matrix: INT8/INT4 only on Ampere).",
                           "TensorRT-LLM precision by architecture", "", 0))
-    low_precision = s.quantization in ("fp8", "nvfp4") and s.hardware in ("nvidia-hopper", "nvidia-blackwell", "nvidia-ada")
-    if low_precision:
+    if s.quantization == "fp8" and s.hardware in ("cpu", "apple"):
+        reasons.append(_r("FP8 是 Hopper/Ada/Blackwell GPU 的格式；CPU / Apple 上用 4/5/8 位整数量化（GGUF）。",
+                          "FP8 is a Hopper/Ada/Blackwell GPU format; on a CPU or Apple silicon use 4/5/8-bit integer "
+                          "quantization (GGUF).", "llama.cpp hardware and quantization", "", 0))
+    fp8_ok = s.quantization == "fp8" and s.hardware in ("nvidia-hopper", "nvidia-ada", "nvidia-blackwell")
+    fp4_ok = s.quantization == "nvfp4" and s.hardware == "nvidia-blackwell"
+    if fp8_ok or fp4_ok:
         reasons.append(_r("TensorRT-LLM 为 Hopper/Blackwell 的 FP8/FP4 提供现成配方（Model Optimizer 预量化检查点）。",
                           "TensorRT-LLM ships FP8/FP4 recipes for Hopper/Blackwell (Model Optimizer pre-quantized checkpoints).",
                           "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 3))
@@ -121,24 +208,42 @@ def _quantization(s: Scenario, reasons: list[Reason]) -> None:
                           "llama.cpp hardware and quantization", "llama.cpp", 2))
 
 
-def _throughput_and_churn(s: Scenario, reasons: list[Reason]) -> None:
-    if s.nvidia and s.throughput == "high" and s.model_churn == "stable":
-        reasons.append(_r("模型稳定、追求极限吞吐：TensorRT-LLM 公布了 Llama-3.1-8B FP8 在单卡 H100 上 28,837 tok/s；"
-                          "但各家的对比常常互相矛盾（默认参数、版本、负载不同）。",
+def _max_throughput(s: Scenario, reasons: list[Reason]) -> None:
+    """A stable model run for maximum throughput: quote only figures measured on this hardware and precision."""
+    if not (s.nvidia and s.throughput == "high" and s.model_churn == "stable"):
+        return
+    if s.hardware == "nvidia-hopper" and s.quantization == "fp8":
+        reasons.append(_r("模型稳定、追求极限吞吐：TensorRT-LLM 公布了 Llama-3.1-8B FP8 在单卡 H100 上 28,837 tok/s"
+                          "（它自己的 trtllm-bench）；同一模型没有其他引擎的公开数字可比。",
                           "Stable model, maximum throughput: TensorRT-LLM publishes 28,837 tok/s for Llama-3.1-8B FP8 on one "
-                          "H100; but published comparisons disagree (defaults, versions, workloads).",
+                          "H100 (its own trtllm-bench); no other engine's figure for that model is cited here.",
                           "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 @ v0.17", "TensorRT-LLM", 4))
-        reasons.append(_r("反例：默认设置下 gpt-oss-120b 在 H100 上 vLLM 6,095 tok/s，TensorRT-LLM 2,140：先在自己的负载上测。",
-                          "Counter-example: at default settings gpt-oss-120b on an H100 gave vLLM 6,095 tok/s and "
-                          "TensorRT-LLM 2,140: measure on your own workload first.",
+    if s.hardware == "nvidia-hopper":
+        reasons.append(_r("反例：默认设置下 gpt-oss-120b 在 H100 上 vLLM 6,095 tok/s，TensorRT-LLM 2,140（同一方、同一方法）："
+                          "先在自己的负载上测。", "Counter-example: at default settings gpt-oss-120b on an H100 gave vLLM "
+                          "6,095 tok/s and TensorRT-LLM 2,140 (one party, one method): measure on your own workload first.",
                           "gpt-oss-120b H100 total tok/s", "vLLM", 1))
+    elif s.hardware == "nvidia-ampere":
+        reasons.append(_r("A100 上的跨引擎对比（vLLM v0.6.0 博客附录，8B、单卡 A100）：TensorRT-LLM r24.07 吞吐最高，vLLM 第二。",
+                          "Cross-engine comparison on an A100 (vLLM v0.6.0 blog appendix, 8B on one A100): TensorRT-LLM "
+                          "r24.07 had the highest throughput, vLLM second.",
+                          "v0.6.0 comparison: TRT-LLM r24.07 8B on 1xA100", "TensorRT-LLM", 3))
+    elif s.hardware == "nvidia-blackwell" and s.quantization in ("fp8", "nvfp4"):
+        reasons.append(_r("Blackwell 上的 FP4/FP8：TensorRT-LLM 的 PyTorch 后端在 Blackwell 与 Hopper 上支持 FP4 和 FP8；"
+                          "本表没有 Blackwell 上的吞吐数字，先测。", "FP4/FP8 on Blackwell: TensorRT-LLM's PyTorch backend "
+                          "supports FP4 and FP8 on Blackwell and Hopper; no Blackwell throughput figure is cited here, so "
+                          "measure first.", "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 4))
+
+
+def _churn(s: Scenario, reasons: list[Reason]) -> None:
     if s.model_churn == "weekly":
         reasons.append(_r("每周换新模型：vLLM 直接加载 Hugging Face 检查点、无构建步骤，且一份代码跑所有硬件。",
                           "New models weekly: vLLM loads Hugging Face checkpoints directly with no build step, on every "
                           "kind of hardware.", "vLLM supported hardware platforms", "vLLM", 4))
-        reasons.append(_r("TensorRT-LLM 1.x 以 PyTorch 为唯一后端，已不必编译引擎，差距在缩小。",
-                          "TensorRT-LLM 1.x runs on PyTorch only and no longer compiles an engine: the gap is closing.",
-                          "TRT-LLM 1.4 execution backend", "TensorRT-LLM", 1))
+        if s.nvidia:
+            reasons.append(_r("TensorRT-LLM 1.0 的 LLM API 也直接加载 Hugging Face 模型（PyTorch 后端，不构建引擎）：差距在缩小。",
+                              "TensorRT-LLM 1.0's LLM API also loads a Hugging Face model directly (PyTorch backend, no "
+                              "engine build): the gap is closing.", "TRT-LLM 1.0.0 LLM API example", "TensorRT-LLM", 1))
 
 
 def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
@@ -146,9 +251,10 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("低并发下 TTFT：Qwen3-8B、H100、并发 4，SGLang 27.7 ms，TensorRT-LLM 51.6 ms，vLLM 64.0 ms（单次测量）。",
                           "TTFT at low concurrency: Qwen3-8B on an H100 at concurrency 4, SGLang 27.7 ms, TensorRT-LLM 51.6 ms, "
                           "vLLM 64.0 ms (one measurement).", "qwen3-8b H100 concurrency 4 TTFT", "SGLang", 3))
-        reasons.append(_r("本实验测得：调度器的主机时间占每步的一部分，并发越高越明显——低延迟要看引擎的 CPU 开销。",
-                          "Measured in this lab: host (scheduler) time is a share of every step and grows with concurrency; "
-                          "low latency depends on an engine's CPU overhead.", "measured: section 5, host vs model time", "", 0))
+        reasons.append(_r("低延迟要看引擎的 CPU 开销：v0.6.0 之前的 vLLM 剖析里 API 服务器占 33%、调度占 29%（第 5 节在本机测主机时间占比）。",
+                          "Low latency depends on an engine's CPU overhead: a pre-0.6 vLLM profile spent 33% in the API "
+                          "server and 29% scheduling (section 5 measures the host share here).",
+                          "vLLM (pre-0.6) time split", "", 0))
     if s.multi_lora:
         reasons.append(_r("多 LoRA：SGLang 在同一批次内为不同序列用不同适配器。", "Multi-LoRA: SGLang batches different "
                           "adapters for different sequences.", "SGLang multi-LoRA serving", "SGLang", 2))
@@ -157,7 +263,7 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
     if s.structured_output:
         reasons.append(_r("结构化输出：本实验没有核实各引擎的约束解码实现，这一项不加分；请在自己的 JSON schema 上测。",
                           "Structured output: this lab has not checked each engine's constrained decoding, so it scores "
-                          "nothing; test with your own JSON schema.", "measured: not measured in labkit", "", 0))
+                          "nothing; test with your own JSON schema.", "note: not checked in this lab", "", 0))
     if s.team == "small-python":
         reasons.append(_r("小型 Python 团队：vLLM 的调度器是 Python 写的、可读可改（V1 的引擎核心进程）。",
                           "Small Python team: vLLM's scheduler is Python, readable and patchable (V1's engine-core process).",
@@ -171,19 +277,22 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
                           "carry the quantization and tuning work.", "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 2))
 
 
-def recommend(s: Scenario) -> Recommendation:
+def recommend(s: Scenario, measured: Measured | None = None) -> Recommendation:
+    """The engine for scenario ``s``, with every reason; ``measured`` adds this run's section-2 numbers."""
     reasons: list[Reason] = []
     excluded: dict[str, str] = {}
     _hardware(s, reasons, excluded)
+    _measured_on_cpu(s, measured, reasons)
     _quantization(s, reasons)
-    _throughput_and_churn(s, reasons)
+    _max_throughput(s, reasons)
+    _churn(s, reasons)
     _latency_and_features(s, reasons)
     if s.nvidia or s.hardware in ("amd", "mixed-amd-nvidia"):
         excluded.setdefault("llama.cpp", "built for one machine, not for a batched GPU service")
     scores = {e: sum(r.weight for r in reasons if r.engine == e) for e in ENGINES if e not in excluded}
-    scores["vLLM"] = scores.get("vLLM", 0) + 1      # the broadest default: ties go to vLLM
-    best = max(scores, key=lambda e: scores[e])
-    return Recommendation(best, reasons, scores, excluded)
+    top = max(scores.values())
+    tied = tuple(e for e in TIE_ORDER if scores.get(e) == top)
+    return Recommendation(tied[0], reasons, scores, excluded, tied)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -198,7 +307,10 @@ SCENARIOS: dict[str, Scenario] = {
         hardware="nvidia-hopper", latency_slo="high", multi_lora=True, throughput="medium"),
     "small Python team on A100s, weekly new models": Scenario(
         hardware="nvidia-ampere", model_churn="weekly", team="small-python", quantization="fp8"),
+    "A100s, stable model, max throughput": Scenario(hardware="nvidia-ampere", throughput="high", quantization="int4"),
     "B200, stable model, NVFP4, max throughput": Scenario(
         hardware="nvidia-blackwell", throughput="high", quantization="nvfp4", team="nvidia-experts"),
     "AMD MI300X, stable model": Scenario(hardware="amd", throughput="high"),
+    "MacBook (Apple silicon), NVFP4 checkpoint": Scenario(hardware="apple", throughput="low", quantization="nvfp4"),
+    "Intel Xeon CPU server": Scenario(hardware="cpu", throughput="medium", team="platform"),
 }

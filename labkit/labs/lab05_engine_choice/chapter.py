@@ -5,7 +5,9 @@ Each stage carries one number and says where it came from:
 - static → continuous, contiguous → paged: the simulated 13B server (``LLM(model="sim")``: the
   real scheduler and KV bookkeeping, a cost model for the forward pass), on one heavy-tailed
   trace, with the same KV budget — labelled 模拟 / simulated;
-- speculative: this lab's own measurement (section 2: n-gram against the baseline, real model);
+- speculative: this lab's own measurement (section 2: n-gram against the baseline, real model, one
+  request at a time) — a single-request latency gain, so it is drawn apart from the throughput
+  stages, never multiplied into them;
 - engines: cited (vLLM V1 over V0; v0.6.0 over v0.5.3).
 
 Labs 02–04 do not yet write a shared result file, so the stages are measured afresh here.
@@ -31,6 +33,10 @@ class Stage:
     gain: float | None          # × over the previous stage (None: not measured)
     kind: str                   # "simulated", "measured" or "cited"
     source: str
+    regime: str = "throughput"  # "throughput" (many requests under load) or "latency" (one request at a time)
+
+
+REGIMES = ("throughput", "latency")
 
 
 def _sim_throughput(config: EngineConfig, num_requests: int, seed: int = 0) -> float:
@@ -68,7 +74,7 @@ def chapter_stages(sim_gains: tuple[float, float], spec_gain: float | None) -> l
               "LLM(model='sim'), 13B profile, same trace"),
         Stage("paged", "分页 KV", "paged KV", sim_gains[1], "simulated", "LLM(model='sim'), same KV budget"),
         Stage("speculative", "投机解码（n-gram）", "speculative decoding (n-gram)", spec_gain, "measured",
-              "section 2, copy workload, tokens per CPU second"),
+              "section 2, copy workload (one request at a time), tokens per CPU second", regime="latency"),
         Stage("engine-v06", "引擎：CPU 开销优化（vLLM v0.6.0）", "engine: CPU-overhead work (vLLM v0.6.0)", 2.7, "cited",
               str(v06)),
         Stage("engine-v1", "引擎：V1 重写", "engine: the V1 rewrite", 1.7, "cited", str(v1)),

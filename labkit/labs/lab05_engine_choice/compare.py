@@ -53,10 +53,13 @@ def ranking_sentence(rows: list[AblationRow], a: str, b: str) -> str:
         return t(f"这次两个负载的排序相同（首位都是 {ra[0]}）：本次测量没有显出差别，噪声也可能掩盖了它；再跑一次或加大负载。",
                  f"This time both workloads rank the variants the same (both led by {ra[0]}): this run shows no "
                  "difference, or noise hid it; run again or enlarge the workload.")
-    return t(f"两个负载的排序不同：{a} 的首位是 {ra[0]}，{b} 的首位是 {rb[0]}；变化最大的是 {moved}"
-             f"（第 {ra.index(moved) + 1} 位 → 第 {rb.index(moved) + 1} 位，移动 {shift} 位）。",
-             f"The two workloads rank the variants differently: {a} is led by {ra[0]}, {b} by {rb[0]}; {moved} "
-             f"moved most (rank {ra.index(moved) + 1} → {rb.index(moved) + 1}, {shift} places).")
+    move_zh = f"变化最大的是 {moved}（第 {ra.index(moved) + 1} 位 → 第 {rb.index(moved) + 1} 位，移动 {shift} 位）"
+    move_en = f"{moved} moved most (rank {ra.index(moved) + 1} → {rb.index(moved) + 1}, {shift} places)"
+    if ra[0] == rb[0]:
+        return t(f"两个负载的首位相同（都是 {ra[0]}），后面的排序不同：{move_zh}。",
+                 f"Both workloads are led by {ra[0]}, but the rest rank differently: {move_en}.")
+    return t(f"两个负载的排序不同：{a} 的首位是 {ra[0]}，{b} 的首位是 {rb[0]}；{move_zh}。",
+             f"The two workloads rank the variants differently: {a} is led by {ra[0]}, {b} by {rb[0]}; {move_en}.")
 
 
 def plain_table(rows: list[AblationRow], workload: str) -> list[dict]:

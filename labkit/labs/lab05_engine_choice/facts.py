@@ -141,8 +141,11 @@ PHILOSOPHY: dict[str, tuple[Fact, ...]] = {
              "Ampere), on Linux", "TensorRT-LLM supported hardware"),
         Fact("FP8 / FP4（NVFP4）量化：Hopper 与 Blackwell", "FP8 / FP4 (NVFP4) quantization on Hopper and Blackwell",
              "TensorRT-LLM FP8 / FP4 quantization"),
-        Fact("1.x 起 PyTorch 是唯一的执行后端，TensorRT 引擎后端已移除：两种哲学在靠拢",
-             "Since 1.x PyTorch is the sole execution backend and the TensorRT engine backend is gone: the "
+        Fact("0.17 起提供 PyTorch 后端；1.1.0rc3 的文档里 `tensorrt_llm.LLM` 已是 PyTorch 后端，TensorRT 引擎路径"
+             "作为 `_tensorrt_engine.LLM` 保留", "A PyTorch backend since 0.17; in the 1.1.0rc3 docs `tensorrt_llm.LLM` is "
+             "the PyTorch backend and the TensorRT-engine path remains as `_tensorrt_engine.LLM`", "TRT-LLM 1.1.0rc3 backends"),
+        Fact("1.4 的文档：PyTorch 是唯一的执行后端，TensorRT 引擎后端已移除——两种哲学在靠拢",
+             "The 1.4 docs: PyTorch is the sole execution backend and the TensorRT engine backend is removed: the "
              "philosophies converge", "TRT-LLM 1.4 execution backend"),
         Fact("重叠调度器（overlap scheduler）默认开启：第 n 步的 CPU 工作与第 n+1 步的 GPU 工作重叠",
              "The overlap scheduler is on by default: CPU work of step n overlaps GPU work of step n+1",
@@ -173,12 +176,112 @@ ENGINEERING: tuple[EngineeringCost, ...] = (
     EngineeringCost("vLLM", "pip 安装后直接加载 Hugging Face 检查点，无需构建或转换（`vllm serve MODEL`）",
                     "pip install, then load the Hugging Face checkpoint as is; no build or conversion (`vllm serve MODEL`)",
                     "vLLM supported hardware platforms"),
-    EngineeringCost("TensorRT-LLM", "旧版须先把检查点转换并编译成 TensorRT 引擎；1.x 的 PyTorch 后端免构建，"
-                    "FP8/FP4 需 Model Optimizer 预量化的检查点（`trtllm-serve MODEL`）",
-                    "Older releases convert the checkpoint and build a TensorRT engine; 1.x's PyTorch backend needs no "
-                    "build; FP8/FP4 want a checkpoint pre-quantized with Model Optimizer (`trtllm-serve MODEL`)",
+    EngineeringCost("TensorRT-LLM", "TensorRT 后端（0.x；1.1.0rc3 的文档里仍保留）须先转换检查点、按最大形状编译引擎（`trtllm-build`）；"
+                    "PyTorch 后端（0.17 起，1.4 起唯一）免构建；FP8/FP4 需 Model Optimizer 预量化的检查点（`trtllm-serve MODEL`）",
+                    "The TensorRT backend (0.x; still in the 1.1.0rc3 docs) converts the checkpoint and builds an engine for "
+                    "maximum shapes (`trtllm-build`); the PyTorch backend (since 0.17, the only one from 1.4) needs no build; "
+                    "FP8/FP4 want a checkpoint pre-quantized with Model Optimizer (`trtllm-serve MODEL`)",
                     "TensorRT-LLM supported hardware"),
     EngineeringCost("llama.cpp", "C/C++ 编译（或下载二进制），模型先转换为 GGUF 并量化（`llama-server -m model.gguf`）",
                     "Compile C/C++ (or take a binary); convert the model to GGUF and quantize it (`llama-server -m model.gguf`)",
                     "llama.cpp hardware and quantization"),
+)
+
+
+# ---------------------------------------------------------------- TensorRT-LLM in its own terms
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One part of TensorRT-LLM's design: what the TensorRT (engine) backend does, what the PyTorch
+    backend keeps or drops, each with the documentation row (and version) it comes from."""
+
+    aspect_zh: str
+    aspect_en: str
+    engine_zh: str
+    engine_en: str
+    engine_claim: str
+    pytorch_zh: str
+    pytorch_en: str
+    pytorch_claim: str
+
+    @property
+    def citations(self) -> tuple[Citation | None, Citation]:
+        """(engine side, PyTorch side); the engine side is None where the lab states nothing about it."""
+        return (find(self.engine_claim) if self.engine_claim else None), find(self.pytorch_claim)
+
+
+_REMOVED = "TRT-LLM TensorRT engine backend"
+
+TRTLLM_MECHANISM: tuple[Mechanism, ...] = (
+    Mechanism("提前构建（ahead-of-time engine build）", "ahead-of-time engine build",
+              "构建时定下 max_batch_size / max_seq_len / max_num_tokens；构建期参数要改就得重建引擎",
+              "max_batch_size / max_seq_len / max_num_tokens fixed at build time; changing a build-time flag means rebuilding",
+              "TRT-LLM engine build shapes (TensorRT backend, v0.13)",
+              "不构建引擎：`LLM(model=..., max_batch_size=..., max_seq_len=...)` 直接加载 Hugging Face 模型（1.0.0）",
+              "no engine build: `LLM(model=..., max_batch_size=..., max_seq_len=...)` loads a Hugging Face model (1.0.0)",
+              "TRT-LLM 1.0.0 LLM API example"),
+    Mechanism("内核自动调优（kernel auto-tuning）", "kernel auto-tuning",
+              "TensorRT 按优化配置（min / 最优 / max 形状）构建，为“最优”形状选内核；默认一个配置，--multiple_profiles 建更多",
+              "TensorRT builds per optimization profile (min / optimal / max shapes) and optimizes for the optimal one; "
+              "one profile by default, --multiple_profiles builds more",
+              "TRT-LLM build-time flags and optimization profiles",
+              "随 TensorRT 引擎后端一起移除（1.4 文档）", "removed with the TensorRT engine backend (1.4 docs)", _REMOVED),
+    Mechanism("插件（plugins：注意力、GEMM）", "plugins (attention, GEMM)",
+              "gpt_attention_plugin、gemm_plugin 等在构建时按精度启用（PluginConfig）",
+              "gpt_attention_plugin, gemm_plugin and others enabled per precision at build time (PluginConfig)",
+              "TRT-LLM plugins (TensorRT backend)",
+              "TensorRT 插件属于引擎，随引擎后端移除；注意力等概念文档保留（1.4 文档）",
+              "TensorRT plugins belong to the engine and went with it; the attention concept pages are kept (1.4 docs)",
+              "TRT-LLM legacy docs still relevant"),
+    Mechanism("CUDA 图（CUDA graphs）", "CUDA graphs",
+              "—", "—", "",
+              "为一组批大小捕获 CUDA 图；enable_padding 把批补到最近的已捕获大小（1.3.0rc27）",
+              "CUDA graphs captured for a list of batch sizes; enable_padding rounds a batch up to the nearest (1.3.0rc27)",
+              "TRT-LLM CUDA graph padding (PyTorch backend, 1.3.0rc27)"),
+    Mechanism("飞行中批处理（in-flight batching）", "in-flight batching",
+              "预填充与解码的序列同批；输入打包、不补齐（packed, no padding）",
+              "context and generation sequences in one batch; packed inputs, no padding",
+              "TRT-LLM in-flight batching input layout",
+              "保留：调度概念文档仍适用于 PyTorch 后端（1.4 文档）", "kept: the scheduling concepts still apply (1.4 docs)",
+              "TRT-LLM legacy docs still relevant"),
+    Mechanism("分页 KV（paged KV cache）", "paged KV cache",
+              "构建选项 --paged_kv_cache", "build option --paged_kv_cache", "TRT-LLM multiple profiles and timing cache",
+              "保留：KV 缓存管理与复用（1.4 文档）", "kept: KV cache management and reuse (1.4 docs)",
+              "TRT-LLM legacy docs still relevant"),
+    Mechanism("FP8 / NVFP4（Model Optimizer）", "FP8 / NVFP4 via Model Optimizer",
+              "Hopper/Ada：FP8、INT8、INT4；Ampere 无 FP8（0.18 支持矩阵）", "Hopper/Ada: FP8, INT8, INT4; no FP8 on Ampere (0.18 matrix)",
+              "TensorRT-LLM precision by architecture",
+              "FP8 与 FP4：Blackwell 与 Hopper，用 Model Optimizer 预量化的检查点", "FP8 and FP4 on Blackwell and Hopper, "
+              "from checkpoints pre-quantized with Model Optimizer", "TensorRT-LLM FP8 / FP4 quantization"),
+    Mechanism("torch.compile", "torch.compile",
+              "—", "—", "",
+              "用 torch.compile 做轻量的纵向融合，并做分段 CUDA 图（注意力留在 eager）（1.4.0rc1）",
+              "torch.compile for light vertical fusion and piecewise CUDA graphs (attention stays eager) (1.4.0rc1)",
+              "TRT-LLM torch.compile and piecewise CUDA graph"),
+)
+
+
+@dataclass(frozen=True)
+class EnginePair:
+    """One cross-engine comparison made by one party with one method (so its ranking means something)."""
+
+    measured_by: str
+    model: str
+    hardware: str
+    method: str
+    claim: str
+
+    @property
+    def citation(self) -> Citation:
+        return find(self.claim)
+
+
+CROSS_ENGINE: tuple[EnginePair, ...] = (
+    EnginePair("GPUStack", "gpt-oss-120b", "H100", "vllm bench serve, default settings, total tok/s", _OSS),
+    EnginePair("GPUStack", "Qwen3-8B", "1× H100", "concurrency 4, TTFT", _QWEN),
+    EnginePair("vLLM team (v0.6.0 blog appendix)", "Llama 8B", "1× A100", "ShareGPT / decode-heavy, throughput",
+               "v0.6.0 comparison: TRT-LLM r24.07 8B on 1xA100"),
+    EnginePair("vLLM team (v0.6.0 blog appendix)", "Llama 8B / 70B", "H100", "ShareGPT / decode-heavy / prefill-heavy",
+               "v0.6.0 comparison: H100"),
+    EnginePair("BentoML", "Llama-3-8B", "1× A100-80GB", "100 concurrent users, tok/s and TTFT", "BentoML Llama-3-8B A100-80GB"),
 )

@@ -10,13 +10,16 @@ from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.labs.common.figures import style
+from labkit.labs.common.measure import Verdict
 from labkit.labs.common.tables import Table, fmt
 from labkit.labs.lab05_engine_choice import advisor as adv
 from labkit.labs.lab05_engine_choice.ablation import AblationRow
-from labkit.labs.lab05_engine_choice.chapter import Stage
+from labkit.labs.lab05_engine_choice.chapter import REGIMES, Stage
 from labkit.labs.lab05_engine_choice.compare import gains
 from labkit.labs.lab05_engine_choice.diagnose import LoadPoint
-from labkit.labs.lab05_engine_choice.facts import ENGINEERING, PHILOSOPHY, PUBLISHED, cost_table, find, lookup
+from labkit.labs.lab05_engine_choice.facts import (CROSS_ENGINE, ENGINEERING, PHILOSOPHY, PUBLISHED, TRTLLM_MECHANISM,
+                                                   cost_table, find, lookup)
+from labkit.labs.lab05_engine_choice.fixed_shapes import FixedShapeResult
 
 
 def philosophy_table() -> Table:
@@ -33,6 +36,96 @@ def published_table() -> Table:
                  notes=[t("这些对比互相矛盾并不奇怪：默认参数、版本、负载（输入/输出长度、并发）各不相同。",
                           "These comparisons disagree for ordinary reasons: different defaults, versions and workloads "
                           "(input/output lengths, concurrency).")])
+
+
+def cross_engine_table() -> Table:
+    """Only comparisons one party made with one method: their rankings mean something (and still disagree)."""
+    rows = [[p.measured_by, p.model, p.hardware, p.method, p.citation.value, p.citation.source] for p in CROSS_ENGINE]
+    return Table([t("谁测的", "measured by"), t("模型", "model"), t("硬件", "hardware"), t("方法", "method"),
+                  t("结果", "result"), t("出处", "source")], rows,
+                 caption=t("同一方、同一方法测的跨引擎对比", "Cross-engine comparisons by one party with one method"),
+                 notes=[t("上表 TensorRT-LLM 的 Llama-3.1-8B FP8 数字是它自己的 trtllm-bench，表里没有别的引擎测同一模型，"
+                          "所以那一行给不出排名。", "The Llama-3.1-8B FP8 rows above are TensorRT-LLM's own trtllm-bench "
+                          "figures; no other engine is cited on that model, so they give no ranking.")])
+
+
+def trtllm_mechanism_table() -> Table:
+    rows = []
+    for m in TRTLLM_MECHANISM:
+        engine_cite, torch_cite = m.citations
+        rows.append([t(m.aspect_zh, m.aspect_en), t(m.engine_zh, m.engine_en), t(m.pytorch_zh, m.pytorch_en),
+                     "; ".join(c.source for c in (engine_cite, torch_cite) if c is not None)])
+    return Table([t("机制", "mechanism"), t("TensorRT 后端（引擎）", "TensorRT backend (engine)"),
+                  t("PyTorch 后端", "PyTorch backend"), t("出处（文档版本）", "source (documentation version)")], rows,
+                 caption=t("TensorRT-LLM 的做法：每一项注明文档版本", "TensorRT-LLM in its own terms, each with its documentation version"))
+
+
+_ARMS = {"eager": ("不构建（eager，精确形状）", "no build (eager, exact shape)"),
+         "dynamic": ("动态形状编译（dynamic=True）", "compiled for dynamic shapes (dynamic=True)"),
+         "fixed": ("固定形状分桶编译（dynamic=False，补齐）", "compiled per fixed bucket (dynamic=False, padded)")}
+
+
+def fixed_shape_table(r: FixedShapeResult) -> Table:
+    c = r.comparison
+    rows = []
+    for arm, (zh, en) in _ARMS.items():
+        v = c.arms[arm]
+        rows.append([t(zh, en), f"{1e3 * v.best:.3f}", f"{v.spread:.2f}", f"{r.build_s[arm]:.2f}",
+                     f"{r.rebuild_s[arm]:.2f}",
+                     f"{100 * r.padding_waste:.1f}" if arm == "fixed" else "0"])
+    return Table([t("做法", "arm"), t("每步 CPU 时间（ms，最好一轮）", "CPU ms per step (best round)"),
+                  t("轮间波动（最慢/最快）", "round spread (slowest / fastest)"), t("构建 CPU 秒", "build CPU s"),
+                  t(f"形状集合变化：批 {r.new_batch} 首步 CPU 秒", f"shape set changes: first step at batch {r.new_batch}, CPU s"),
+                  t("补齐浪费（%）", "padding waste (%)")], rows,
+                 caption=t(f"为固定形状构建 vs 动态形状：{r.num_layers} 层的解码稠密部分，{len(r.trace)} 步的批大小轨迹，"
+                           f"桶 {'/'.join(map(str, r.buckets))}", f"Fixed shapes vs dynamic shapes: the dense decode step of "
+                           f"{r.num_layers} layers, a {len(r.trace)}-step batch trace, buckets {'/'.join(map(str, r.buckets))}"),
+                 notes=[t(f"计时：{c.clock}，交替轮次；负载 {c.load_before} → {c.load_after}，{c.cores} 核。固定形状一行的真实行与 eager "
+                          f"最大相差 {r.max_abs_diff:.1e}（补齐的行算完就丢）。",
+                          f"Clock: {c.clock}, interleaved rounds; load {c.load_before} → {c.load_after}, {c.cores} cores. "
+                          f"The fixed arm's real rows differ from eager's by at most {r.max_abs_diff:.1e} (padded rows "
+                          "are computed and dropped).")])
+
+
+def fixed_shape_figure(r: FixedShapeResult) -> go.Figure:
+    names = [t(*_ARMS[a]) for a in _ARMS]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[t("每步 CPU 时间（ms）", "CPU time per step (ms)"),
+                                                        t("构建与重建（CPU 秒）", "build and rebuild (CPU s)")])
+    fig.add_trace(go.Bar(x=names, y=[r.step_ms(a) for a in _ARMS], marker_color="#3182bd",
+                         name=t("每步", "per step")), row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=[r.build_s[a] for a in _ARMS], marker_color="#fd8d3c",
+                         name=t("首次构建", "first build")), row=1, col=2)
+    fig.add_trace(go.Bar(x=names, y=[r.rebuild_s[a] for a in _ARMS], marker_color="#e6550d",
+                         name=t(f"批 {r.new_batch} 到来（形状集合变化）", f"batch {r.new_batch} arrives (shape set changes)")),
+                  row=1, col=2)
+    style(fig, t("为固定形状构建：每步省下多少，构建与重建花多少（本机实测）",
+                 "Building for fixed shapes: what a step saves, what building and rebuilding cost (measured here)"), height=460)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.35, xanchor="center", x=0.5), margin=dict(b=150))
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text=t("CPU 秒", "CPU s"), row=1, col=2)
+    return fig
+
+
+def fixed_shape_sentences(r: FixedShapeResult) -> list[str]:
+    """The conclusions, each rendered from a verdict (timed) or from counted numbers."""
+    verdicts: dict[str, Verdict] = r.comparison.verdicts
+    out = [verdicts["fixed"].sentence(
+        greater=("按固定桶编译、补齐之后，每步比不构建的 eager 慢", "compiled per bucket and padded, a step is slower than eager"),
+        less=("按固定桶编译、补齐之后，每步比不构建的 eager 快", "compiled per bucket and padded, a step is faster than eager"),
+        same=("按固定桶编译、补齐之后，每步与 eager 一样快", "compiled per bucket and padded, a step is as fast as eager"),
+        unit="×")]
+    out.append(verdicts["dynamic"].sentence(
+        greater=("动态形状编译的每步比 eager 慢", "a dynamically compiled step is slower than eager"),
+        less=("动态形状编译的每步比 eager 快", "a dynamically compiled step is faster than eager"),
+        same=("动态形状编译的每步与 eager 一样快", "a dynamically compiled step is as fast as eager"), unit="×"))
+    out.append(t(f"代价（计数与计时）：这条轨迹上固定形状多算了 {100 * r.padding_waste:.1f}% 的补齐行；构建 {len(r.buckets)} 个桶花了 "
+                 f"{r.build_s['fixed']:.1f} CPU 秒；批 {r.new_batch} 超出最大的桶，要再编译一个桶，花了 {r.rebuild_s['fixed']:.1f} CPU 秒"
+                 f"（动态形状：{r.rebuild_s['dynamic']:.1f} 秒，eager：{r.rebuild_s['eager']:.2f} 秒）。",
+                 f"Costs (counted and timed): on this trace the fixed arm computed {100 * r.padding_waste:.1f}% padding rows; "
+                 f"building {len(r.buckets)} buckets took {r.build_s['fixed']:.1f} CPU s; batch {r.new_batch} exceeds the "
+                 f"largest bucket and compiled one more, {r.rebuild_s['fixed']:.1f} CPU s (dynamic: "
+                 f"{r.rebuild_s['dynamic']:.1f} s, eager: {r.rebuild_s['eager']:.2f} s)."))
+    return out
 
 
 def cost_view(usd_per_gpu_hour: float) -> Table:
@@ -98,23 +191,28 @@ def compile_notes(rows: list[AblationRow], workload: str) -> list[str]:
 
 
 def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
-    """Three panels, each against the baseline (= 1): throughput, TPOT P99 and memory."""
+    """Three panels, each against the baseline (= 1): throughput, TPOT P99 and memory. The legend sits
+    under the panels (not over the third title); ticks are the variants' names in the lab's language."""
     titles = [t("输出 token / CPU 秒（越高越好）", "output tokens per CPU s (higher is better)"),
               t("TPOT P99（越低越好）", "TPOT P99 (lower is better)"), t("内存（越低越好）", "memory (lower is better)")]
     fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     colors = ["#3182bd", "#e6550d", "#31a354", "#756bb1"]
     for i, w in enumerate(workloads):
         g = gains(rows, w)
-        x = [v.variant for v in g]
+        x = [t(v.zh, v.en) for v in g]
         base = next(r for r in rows if r.workload == w and r.variant.name == "baseline").metrics.tpot.p99_ms
-        tpot = [None if r.metrics.tpot.p99_ms is None or not base else r.metrics.tpot.p99_ms / base
-                for r in rows if r.workload == w and r.available and r.variant.name != "baseline"]
+        by_name = {r.variant.name: r for r in rows if r.workload == w and r.available}
+        tpot = [None if by_name[v.variant].metrics.tpot.p99_ms is None or not base
+                else by_name[v.variant].metrics.tpot.p99_ms / base for v in g]
         for col, y in enumerate(([v.throughput_x for v in g], tpot, [v.memory_x for v in g]), start=1):
-            fig.add_trace(go.Bar(name=w, x=x, y=y, marker_color=colors[i % len(colors)], legendgroup=w,
-                                 showlegend=col == 1), row=1, col=col)
+            fig.add_trace(go.Bar(name=t(f"负载 {w}", f"workload {w}"), x=x, y=y, marker_color=colors[i % len(colors)],
+                                 legendgroup=w, showlegend=col == 1), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot")
     style(fig, t("每个开关的代价与收益（相对基线 = 1，同一负载）", "What each switch costs and buys (baseline = 1, same workload)"),
-          height=420)
+          height=480)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.32, xanchor="center", x=0.5),
+                      margin=dict(b=150))
+    fig.update_xaxes(tickangle=-40)
     fig.update_yaxes(title_text=t("相对基线（倍）", "relative to the baseline (×)"), row=1, col=1)
     return fig
 
@@ -137,36 +235,63 @@ def diagnosis_figure(points: list[LoadPoint]) -> go.Figure:
 
 
 def chapter_figure(stages: list[Stage]) -> go.Figure:
+    """Two panels that are never multiplied together: throughput stages (many requests under load) and
+    the latency stage (one request at a time)."""
     colors = {"simulated": "#9ecae1", "measured": "#31a354", "cited": "#fd8d3c"}
     kinds = {"simulated": t("模拟", "simulated"), "measured": t("本次实测", "measured here"), "cited": t("引用", "cited")}
-    fig = go.Figure()
-    for kind in colors:
-        st = [s for s in stages if s.kind == kind and s.gain is not None]
-        fig.add_trace(go.Bar(x=[t(s.zh, s.en) for s in st], y=[s.gain for s in st], name=kinds[kind],
-                             marker_color=colors[kind], text=[f"{s.gain:.2f}×" for s in st],
-                             hovertext=[s.source for s in st]))
-    fig.update_xaxes(categoryorder="array", categoryarray=[t(s.zh, s.en) for s in stages])
+    titles = [t("吞吐：负载下、许多请求（每一步相对上一步）", "throughput: many requests under load (each over the previous)"),
+              t("延迟：一次一个请求（相对基线）", "latency: one request at a time (over the baseline)")]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], subplot_titles=titles)
+    shown: set[str] = set()
+    for col, regime in enumerate(REGIMES, start=1):
+        mine = [s for s in stages if s.regime == regime]
+        for kind in colors:
+            st = [s for s in mine if s.kind == kind and s.gain is not None]
+            if not st:
+                continue
+            fig.add_trace(go.Bar(x=[t(s.zh, s.en) for s in st], y=[s.gain for s in st], name=kinds[kind],
+                                 marker_color=colors[kind], text=[f"{s.gain:.2f}×" for s in st],
+                                 hovertext=[s.source for s in st], legendgroup=kind, showlegend=kind not in shown),
+                          row=1, col=col)
+            shown.add(kind)
+        fig.update_xaxes(categoryorder="array", categoryarray=[t(s.zh, s.en) for s in mine], tickangle=-30, row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot")
-    return style(fig, t("本章一图：每一步比上一步快多少", "The chapter in one figure: each stage over the previous one"),
-                 t("阶段", "stage"), t("吞吐倍数（相对上一阶段，倍）", "throughput over the previous stage (×)"), height=420)
+    style(fig, t("本章一图：吞吐的阶段与延迟的阶段分开看", "The chapter in one figure: throughput stages apart from the latency stage"),
+          height=480)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.35, xanchor="center", x=0.5), margin=dict(b=150))
+    fig.update_yaxes(title_text=t("倍数（倍）", "gain (×)"), row=1, col=1)
+    return fig
 
 
 # ------------------------------------------------------------------------------ advisor
 
+def reason_source(r: adv.Reason) -> str:
+    """What backs a reason, as the learner reads it: the citation, or which measurement / note."""
+    if r.kind == "measured":
+        return t("本次实测：", "measured in this run: ") + r.source.split(":", 1)[1].strip()
+    if r.kind == "note":
+        return t("说明：", "note: ") + r.source.split(":", 1)[1].strip()
+    return str(lookup(r.source))
+
+
 def recommendation_html(rec: adv.Recommendation) -> str:
     items = []
     for r in rec.reasons:
-        src = r.source if r.source.startswith("measured") else str(lookup(r.source))
         sign = "+" if r.weight > 0 else ("−" if r.weight < 0 else "·")
         who = f"[{html.escape(r.engine)}] " if r.engine else ""
         items.append(f"<li>{sign} {who}{html.escape(t(r.text_zh, r.text_en))}"
-                     f"<br><span style='color:#666;font-size:85%'>{html.escape(src)}</span></li>")
-    scores = ", ".join(f"{e} {s}" for e, s in sorted(rec.scores.items(), key=lambda kv: -kv[1]))
+                     f"<br><span style='color:#666;font-size:85%'>{html.escape(reason_source(r))}</span></li>")
+    scores = ", ".join(f"{e} {rec.scores[e]}" for e in rec.ranked)
+    tie = rec.tie_note()
+    tie_html = f"<div style='color:#666'>{html.escape(t(*tie))}</div>" if tie else ""
     return (f"<div><b>{t('推荐', 'Recommendation')}：{html.escape(rec.engine)}</b>"
-            f"<span style='color:#666'>（{t('得分', 'scores')}：{html.escape(scores)}）</span><ul>{''.join(items)}</ul></div>")
+            f"<span style='color:#666'>（{t('得分', 'scores')}：{html.escape(scores)}）</span>{tie_html}"
+            f"<ul>{''.join(items)}</ul></div>")
 
 
-def advisor_widget(initial: adv.Scenario | None = None) -> W.VBox:
+def advisor_widget(initial: adv.Scenario | None = None, measured: adv.Measured | None = None) -> W.VBox:
+    """Dropdowns for a scenario and the advisor's answer; ``measured`` (this run's section-2 gains)
+    lets the CPU scenarios quote this machine's numbers."""
     s = initial or adv.Scenario()
     controls = {
         "hardware": W.Dropdown(options=adv.HARDWARE, value=s.hardware, description=t("硬件", "hardware")),
@@ -182,7 +307,8 @@ def advisor_widget(initial: adv.Scenario | None = None) -> W.VBox:
     out = W.HTML()
 
     def update(_change=None) -> None:
-        out.value = recommendation_html(adv.recommend(adv.Scenario(**{k: c.value for k, c in controls.items()})))
+        scenario = adv.Scenario(**{k: c.value for k, c in controls.items()})
+        out.value = recommendation_html(adv.recommend(scenario, measured))
 
     for c in controls.values():
         c.observe(update, names="value")
@@ -191,14 +317,18 @@ def advisor_widget(initial: adv.Scenario | None = None) -> W.VBox:
                    W.HBox(list(controls.values())[4:], layout=W.Layout(flex_flow="row wrap")), out])
 
 
-def scenarios_table() -> Table:
+def scenarios_table(measured: adv.Measured | None = None) -> Table:
     rows = []
     for name, s in adv.SCENARIOS.items():
-        rec = adv.recommend(s)
+        rec = adv.recommend(s, measured)
         top = [r for r in rec.reasons if r.engine == rec.engine and r.weight > 0][:2]
-        rows.append([name, rec.engine, rec.runner_up or "—", " / ".join(t(r.text_zh, r.text_en)[:60] for r in top)])
+        tie = rec.tie_note()
+        rows.append([name, rec.engine, rec.runner_up or "—",
+                     " / ".join(t(r.text_zh, r.text_en)[:60] for r in top) or (t(*tie) if tie else "—")])
     return Table([t("场景", "scenario"), t("推荐", "recommendation"), t("次选", "runner-up"), t("主要理由", "key reasons")],
-                 rows, caption=t("命名场景与建议", "Named scenarios and their recommendation"))
+                 rows, caption=t("命名场景与建议", "Named scenarios and their recommendation"),
+                 notes=[t(f"同分时按固定顺序 {' → '.join(adv.TIE_ORDER)} 选（硬件覆盖最广者优先）。",
+                          f"Equal scores are broken by the fixed order {' → '.join(adv.TIE_ORDER)} (broadest hardware first).")])
 
 
 def summary_table(rows: list[AblationRow], workloads: list[str], points: list[LoadPoint]) -> Table:

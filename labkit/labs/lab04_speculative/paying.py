@@ -1,0 +1,156 @@
+"""Where speculation pays: one measured row in the regime where Leviathan's formula comes true.
+
+Sections 3–5 run an fp32 target on the CPU, where verifying k + 1 rows costs several plain steps and
+the textbook's "verification is one ordinary step" does not hold. The regime the formula was written
+for needs a target whose multi-row step costs about one plain step:
+
+    bf16 target, on a CPU with AMX (the matrix units take 16 rows for the price of one)   → preferred
+    the GGUF's 4-bit codes (weights="q4_1"), otherwise: a decode step reads a fifth of the bytes
+
+and two pairs that suit each other: n-gram prompt lookup on copy-heavy edits, and the target's own
+4-bit copy drafting for open chat (skipped with a q4_1 target: the copy would cost what the target
+costs, and ``EngineConfig`` refuses the pair). Each row is timed by ``measure.compare`` (plain and
+speculative interleaved in rounds, decode steps only) and printed beside both predictions: the
+textbook formula at the measured α and c, and the formula with the measured proposal rate and verify
+cost (``speedup.Row.adjusted_prediction``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.i18n import t
+from labkit.labs.common.measure import Comparison, Sample, Verdict, compare
+from labkit.labs.common.tables import Table
+from labkit.labs.lab04_speculative.speedup import Row, aggregate, run_one
+from labkit.labs.lab04_speculative.sweeps import LAB_CONFIG, Engines, engine_name
+from labkit.model.cpu_features import has_amx
+
+PAIRS = (("ngram", "copy"), ("int4", "chat"))     # (method, workload) that suit each other
+
+
+@dataclass(frozen=True)
+class PayingTarget:
+    name: str            # "bf16" or "q4_1"
+    zh: str
+    en: str
+    config: dict         # EngineConfig overrides for ``sweeps.Engines``
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """The (method, workload) rows this target can run (a q4_1 target has no cheaper 4-bit copy)."""
+        return tuple(p for p in PAIRS if not (self.name == "q4_1" and p[0] == "int4"))
+
+
+def choose_target(amx: bool | None = None) -> PayingTarget:
+    """bf16 where the CPU has AMX (its matrix units make a few more rows nearly free), else q4_1."""
+    if has_amx() if amx is None else amx:
+        return PayingTarget("bf16", "bf16 目标模型（这台 CPU 有 AMX）", "bf16 target (this CPU has AMX)",
+                            {**LAB_CONFIG, "dtype": "bfloat16"})
+    return PayingTarget("q4_1", "4 位权重的目标模型（weights=\"q4_1\"，这台 CPU 没有 AMX）",
+                        "4-bit target (weights=\"q4_1\"; this CPU has no AMX)", {**LAB_CONFIG, "weights": "q4_1"})
+
+
+@dataclass(frozen=True)
+class PayingRow:
+    target: str
+    method: str
+    workload: str
+    k: int
+    row: Row                     # α, c, verify cost, both predictions, output identical (speedup.aggregate)
+    comparison: Comparison       # plain vs speculative decode speed, interleaved rounds
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.comparison.verdict
+
+    @property
+    def measured(self) -> float:
+        """Decode speed-up: speculative tokens per second over plain's (best rounds)."""
+        return self.comparison.ratio
+
+
+def _arm(engines: Engines, name: str, prompts: list[list[int]], max_tokens: int, log: list) -> callable:
+    method, _, k = name.partition(" k=")
+    llm = engines.get(method, int(k or 0))
+
+    def run() -> Sample:
+        stats = [run_one(llm, p, max_tokens, engines.timed(name)) for p in prompts]
+        log.append(stats)
+        return Sample(sum(s.decode_s for s in stats), sum(s.decode_tokens for s in stats), stats)
+    return run
+
+
+def measure_pair(engines: Engines, target: str, method: str, workload: str, k: int, num_prompts: int,
+                 max_tokens: int, rounds: int, lab: str | None = None) -> PayingRow:
+    """One row: plain and ``method`` at ``k`` serve the same prompts, one at a time, in rounds."""
+    name = engine_name(method, k)
+    prompts = engines.encode(workload, num_prompts)
+    logs: dict[str, list] = {"plain": [], name: []}
+    arms = {n: _arm(engines, n, prompts, max_tokens, logs[n]) for n in ("plain", name)}
+    comparison = compare(arms, baseline="plain", rounds=rounds, warmup=1, quantity="speed",
+                         id=f"paying_{target}_{method}_{workload}",
+                         claim=(f"{target} 目标上 {method} 的加速比（{workload}）", f"{method} speed-up on a {target} "
+                                f"target ({workload})"), lab=lab)
+    paired = [{"plain": p, name: s} for plain_run, spec_run in zip(logs["plain"][1:], logs[name][1:])
+              for p, s in zip(plain_run, spec_run)]           # warm-up round dropped, as compare does
+    return PayingRow(target, method, workload, k, aggregate(workload, name, paired), comparison)
+
+
+def paying_rows(target: PayingTarget, k: int, num_prompts: int, max_tokens: int, rounds: int,
+                lab: str | None = None, engines: Engines | None = None) -> list[PayingRow]:
+    engines = engines or Engines(target.config)
+    return [measure_pair(engines, target.name, m, w, k, num_prompts, max_tokens, rounds, lab) for m, w in target.pairs()]
+
+
+# ------------------------------------------------------------------------------------ reading them
+
+def within(measured: float, predicted: float | None) -> float | None:
+    """|measured − predicted| / predicted (None without a prediction)."""
+    return None if predicted is None or predicted <= 0 else abs(measured - predicted) / predicted
+
+
+def row_sentence(r: PayingRow) -> str:
+    """The verdict's sentence, then how close each prediction came (counted from the numbers)."""
+    label = METHOD_NAMES[r.method]
+    head = r.verdict.sentence(
+        greater=(f"{label[0]} 在 {r.workload} 上让解码变快了", f"{label[1]} speeds up decoding on {r.workload}"),
+        less=(f"{label[0]} 在 {r.workload} 上让解码变慢了", f"{label[1]} slows decoding on {r.workload}"),
+        same=(f"{label[0]} 在 {r.workload} 上与普通解码一样快", f"{label[1]} decodes {r.workload} as fast as plain"))
+    zh, en = [], []
+    for name_zh, name_en, pred in (("教科书公式", "the textbook formula", r.row.prediction),
+                                   ("按实测验证代价修正的公式", "the formula with the measured verify cost",
+                                    r.row.adjusted_prediction)):
+        gap = within(r.measured, pred)
+        if gap is not None:
+            zh.append(f"{name_zh}预测 {pred:.2f}×，实测与它相差 {100 * gap:.0f}%")
+            en.append(f"{name_en} predicted {pred:.2f}x, {100 * gap:.0f}% from the measurement")
+    if not zh:
+        return head
+    return f"{head} " + t("；".join(zh) + "。", "; ".join(en).capitalize() + ".")
+
+
+METHOD_NAMES = {"ngram": ("n-gram", "n-gram"), "int4": ("4 位副本草稿", "the 4-bit copy")}
+
+
+def paying_table(rows: list[PayingRow]) -> Table:
+    body = []
+    for r in rows:
+        v = r.verdict
+        body.append([r.target, t(*METHOD_NAMES[r.method]), r.workload, r.k, _f(r.row.alpha), f"{r.row.c:.3f}",
+                     f"{r.row.verify_cost:.2f}", _x(r.row.prediction), _x(r.row.adjusted_prediction),
+                     f"{r.measured:.2f}× ({v.ratio_min:.2f}–{v.ratio_max:.2f})", v.confidence, r.row.identical])
+    return Table([t("目标", "target"), t("方法", "method"), t("流量", "workload"), "k", "α", "c", t("验证代价", "verify cost"),
+                  t("教科书预测", "textbook prediction"), t("修正后预测", "adjusted prediction"),
+                  t("实测加速比（各轮范围）", "measured speed-up (round range)"), t("把握", "confidence"),
+                  t("输出相同", "identical")], body,
+                 caption=t("投机付得起的区间：本机实测的一行，旁边是两种预测", "Where speculation pays: measured rows beside both predictions"),
+                 notes=[t(f"计时：{rows[0].comparison.clock}，普通与投机交替轮次，只计解码步。", f"Clock: {rows[0].comparison.clock}, "
+                          "plain and speculative in interleaved rounds, decode steps only.")] if rows else [])
+
+
+def _f(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _x(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}×"
