@@ -10,6 +10,7 @@ from __future__ import annotations
 from labkit.attention.backend import get_backend
 from labkit.config import DEFAULT_NUM_BLOCKS, EngineConfig
 from labkit.engine import LLMEngine
+from labkit.executor import WorkerThreadExecutor
 from labkit.kv import make_kv_manager
 from labkit.kv.paged_kv import PagedKVCache, num_blocks_for_bytes
 from labkit.model.loader import load_model, pick_device, pick_dtype
@@ -53,4 +54,5 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     return LLMEngine(config=config, tokenizer=tokenizer, runner=runner, kv_manager=kv_manager,
                      scheduler=make_scheduler(config, kv_manager, max_model_len), sampler=sampler,
                      proposer=proposer, max_model_len=max_model_len, vocab_size=cfg.vocab_size,
-                     model_config=cfg, model_dir=model_dir)
+                     model_config=cfg, model_dir=model_dir,
+                     executor=WorkerThreadExecutor() if config.async_scheduling else None)

@@ -58,12 +58,16 @@ class SimRunner:
     """Pretends to run the model: returns one-hot logits on a deterministic next byte (all rows in
     one tensor, as the real runner) and records the simulated step time in ``last_model_s``.
     ``last_host_s``: this CPU's wall time inside ``execute`` (the stand-in's own work, which a real
-    accelerator step would not contain; host-path measurements leave it out)."""
+    accelerator step would not contain; host-path measurements leave it out).
 
-    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock):
-        self.model, self.hardware, self.clock = model, hardware, clock
+    ``overlap`` (async scheduling): the modelled accelerator runs beside the host, so a launch does not
+    move the clock; it marks the accelerator busy until ``busy_until`` and the engine waits for that."""
+
+    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock, overlap: bool = False):
+        self.model, self.hardware, self.clock, self.overlap = model, hardware, clock, overlap
         self.last_model_s = 0.0
         self.last_host_s = 0.0
+        self.busy_until = 0.0
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
         t0 = time.perf_counter()
@@ -71,7 +75,10 @@ class SimRunner:
         query_lens = [len(s.token_ids) for s in scheduled]
         seq_lens = [s.start + n for s, n in zip(scheduled, query_lens)]
         self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
-        self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
+        if self.overlap:
+            self.busy_until = self.clock.now + self.last_model_s
+        else:
+            self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
         best = [self.next_byte(s.request_id, end - s.num_logits + i + 1)
                 for s, end in zip(scheduled, seq_lens) for i in range(s.num_logits)]
         logits = None
@@ -88,7 +95,9 @@ class SimRunner:
 
 
 class SimEngine(LLMEngine):
-    """An LLMEngine on the virtual clock: each step advances it by scheduler CPU + simulated model time."""
+    """An LLMEngine on the virtual clock: each step advances it by scheduler CPU + simulated model time.
+    With async scheduling the host's parts advance it as they happen and waiting for the forward moves it
+    to the end of the modelled accelerator step: a step costs about max(host, model), not the sum."""
 
     @property
     def model_profile(self) -> ModelProfile:
@@ -98,7 +107,18 @@ class SimEngine(LLMEngine):
     def hardware(self) -> HardwareProfile:
         return self.runner.hardware
 
+    def _host_elapsed(self, seconds: float) -> None:
+        self.clock.advance_to(self.clock.now + seconds)
+
+    def _await_forward(self, logits):
+        result = logits.result()          # computed at launch: the accelerator's time is modelled
+        wait_s = max(0.0, self.runner.busy_until - self.clock.now)
+        self.clock.advance_to(self.runner.busy_until)
+        return result, wait_s
+
     def step(self):
+        if self.config.async_scheduling:
+            return super().step()
         t0 = time.perf_counter()
         outputs = super().step()
         wall = time.perf_counter() - t0
@@ -136,7 +156,7 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b",
     clock = SimClock()
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     proposer = None if config.speculative is None else make_proposer(config.speculative, config, max_model_len)
-    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock),
+    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock, config.async_scheduling),
                      kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len),
                      sampler=Sampler(config.seed, config.batched_sampling), proposer=proposer, max_model_len=max_model_len,
                      vocab_size=SIM_VOCAB, clock=clock, simulated=True)
