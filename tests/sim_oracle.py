@@ -73,7 +73,7 @@ class ShadowRunner(SimRunner):
     """SimRunner's cost model and clock, plus a shadow KV cache that is written and read back."""
 
     def __init__(self, base: SimRunner, num_slots: int, block_size: int, requests: dict, kv=None):
-        super().__init__(base.model, base.hardware, base.clock, base.overlap)
+        super().__init__(base.model, base.hardware, base.clock, base.overlap, base.build_input)
         self.requests = requests      # read-only, to check what the KV cache hands back
         self.kv = kv                  # read-only, to check the decision's slots and block tables
         self.slots: list[int | None] = [None] * num_slots
@@ -85,7 +85,7 @@ class ShadowRunner(SimRunner):
         self._check_decision(sched)
         self._copy_blocks(sched.block_copies)
         scheduled = sched.scheduled
-        inp = prepare_input(scheduled)
+        inp = self._built_input(sched)
         assert len(set(inp.slot_mapping)) == len(inp.slot_mapping), "two new tokens share one KV slot"
         for token, slot in zip(inp.input_ids, inp.slot_mapping):
             self.slots[slot] = token
@@ -94,6 +94,20 @@ class ShadowRunner(SimRunner):
                 for s, table, end, (_, n) in zip(scheduled, inp.block_tables, inp.seq_lens, inp.logits_rows)]
         rows = [r for r in rows if r is not None]
         return torch.cat(rows) if rows else None
+
+    def _built_input(self, sched):
+        """The engine's own input builder (list path or persistent batch), as plain lists, checked row by
+        row against the decision: the forward reads exactly the decision's tokens, slots and tables."""
+        built, want = self.build_input(sched), prepare_input(sched.scheduled)
+        meta = built.metadata
+        assert built.input_ids.tolist() == want.input_ids and built.positions.tolist() == want.positions
+        assert meta.slot_mapping.tolist() == want.slot_mapping
+        assert meta.query_lens_list == want.query_lens and meta.seq_lens_list == want.seq_lens
+        assert built.logits_indices.tolist() == want.logits_indices
+        tables = meta.block_tables.tolist()
+        for table, expected in zip(tables, want.block_tables):
+            assert table[:len(expected)] == list(expected), (table, expected)
+        return want
 
     def _check_decision(self, sched) -> None:
         """Every row equals the general formulas (``token_slice``, ``slot_mapping``, ``step_kind``).

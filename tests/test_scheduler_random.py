@@ -8,7 +8,8 @@ parallel sampling (n > 1, paged only), and aborts at random steps. The trace is 
 Specification, checked while it runs and when it ends:
 - after every step and every abort the KV manager's invariants hold (ref counts equal the block
   tables holding each block; contiguous regions never overlap), and no block is freed twice;
-- every scheduled sequence reads back exactly its own tokens from the KV cache (``ShadowRunner``);
+- every scheduled sequence reads back exactly its own tokens from the KV cache (``ShadowRunner``),
+  through the inputs the engine's own builder made (list path or persistent batch, checked row by row);
 - every request finishes, and the pool is empty again (paged: no used block; contiguous: no region);
 - every request's output equals the oracle's (``expected_output``): what it would produce alone,
   so batching, preemption, prefix hits, copy-on-write and speculation never change a token; an
@@ -80,7 +81,7 @@ def configs(draw) -> EngineConfig:
         scheduler=scheduler, kv_cache=kv_cache, contiguous_reserve=draw(st.sampled_from(["max_model_len",
                                                                                          "max_tokens"])),
         enable_prefix_caching=kv_cache == "paged" and draw(st.booleans()), enable_chunked_prefill=chunked,
-        speculative=spec, async_scheduling=async_scheduling)
+        speculative=spec, async_scheduling=async_scheduling, persistent_batch=draw(st.booleans()))
 
 
 @st.composite
@@ -251,6 +252,8 @@ def paths_taken(run: TraceRun, trace: TraceSpec) -> set[str]:
         "static": trace.config.scheduler == "static",
         "contiguous": trace.config.kv_cache == "contiguous",
         "async": trace.config.async_scheduling,
+        "persistent batch with drafts": trace.config.persistent_batch and stats["spec_decode_num_draft_tokens"] > 0,
+        "persistent batch with copy-on-write": trace.config.persistent_batch and bool(engine.runner.copies),
         "async preemption": trace.config.async_scheduling and stats["num_preemptions"] > 0,
         "async parallel sampling": trace.config.async_scheduling and any(r.parent_id for r in reqs),
     }
@@ -266,9 +269,17 @@ def test_the_random_traces_reach_every_path_they_are_meant_to_check():
         seen.update(paths_taken(check_trace(trace), trace))
 
     run()
+
+    @settings(max_examples=150, database=None, derandomize=True, **SETTINGS)
+    @given(traces(async_only=True))
+    def run_async(trace):
+        seen.update(paths_taken(check_trace(trace), trace))
+
+    run_async()
     assert seen == {"preemption", "prefix hit", "copy-on-write", "draft accepted", "draft rejected",
                     "abort while running", "abort while waiting", "eos", "max_model_len",
                     "parallel sampling", "static", "contiguous", "async", "async preemption",
+                    "persistent batch with drafts", "persistent batch with copy-on-write",
                     "async parallel sampling"}
 
 

@@ -16,6 +16,7 @@ import torch
 from labkit.config import EngineConfig
 from labkit.engine import LLMEngine
 from labkit.kv import make_kv_manager
+from labkit.model.input_batch import build_from_lists, input_builder
 from labkit.sample.sampler import Sampler
 from labkit.scheduler import make_scheduler
 from labkit.scheduler_output import SchedulerOutput
@@ -60,20 +61,28 @@ class SimRunner:
     ``last_host_s``: this CPU's wall time inside ``execute`` (the stand-in's own work, which a real
     accelerator step would not contain; host-path measurements leave it out).
 
+    It builds the forward's inputs as the real runner does (``build_input``: the list path or the
+    persistent batch) and times that apart (``last_prepare_s``): input preparation is host work a real
+    engine does every step, so host-path measurements count it.
+
     ``overlap`` (async scheduling): the modelled accelerator runs beside the host, so a launch does not
     move the clock; it marks the accelerator busy until ``busy_until`` and the engine waits for that."""
 
-    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock, overlap: bool = False):
+    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock, overlap: bool = False,
+                 build_input=None):
         self.model, self.hardware, self.clock, self.overlap = model, hardware, clock, overlap
+        self.build_input = build_input or (lambda decision: build_from_lists(decision, 1, "cpu"))
         self.last_model_s = 0.0
         self.last_host_s = 0.0
+        self.last_prepare_s = 0.0
         self.busy_until = 0.0
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
         t0 = time.perf_counter()
         scheduled = sched.scheduled
-        query_lens = [len(s.token_ids) for s in scheduled]
-        seq_lens = [s.start + n for s, n in zip(scheduled, query_lens)]
+        meta = self.build_input(sched).metadata
+        self.last_prepare_s = time.perf_counter() - t0
+        query_lens, seq_lens = meta.query_lens_list, meta.seq_lens_list
         self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
         if self.overlap:
             self.busy_until = self.clock.now + self.last_model_s
@@ -156,7 +165,9 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b",
     clock = SimClock()
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     proposer = None if config.speculative is None else make_proposer(config.speculative, config, max_model_len)
-    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock, config.async_scheduling),
+    runner = SimRunner(model, hw, clock, config.async_scheduling,
+                       input_builder(config, max_model_len, kv_manager.meta_block_size))
+    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=runner,
                      kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len),
                      sampler=Sampler(config.seed, config.batched_sampling), proposer=proposer, max_model_len=max_model_len,
                      vocab_size=SIM_VOCAB, clock=clock, simulated=True)
