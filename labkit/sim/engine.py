@@ -82,6 +82,7 @@ class SimRunner:
         scheduled = sched.scheduled
         meta = self.build_input(sched).metadata
         self.last_prepare_s = time.perf_counter() - t0
+        self.clock.advance_to(self.clock.now + self.last_prepare_s)    # host work before the launch
         query_lens, seq_lens = meta.query_lens_list, meta.seq_lens_list
         self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
         if self.overlap:
@@ -126,14 +127,21 @@ class SimEngine(LLMEngine):
         return result, wait_s
 
     def step(self):
-        if self.config.async_scheduling:
-            return super().step()
+        """The clock moves by every bit of host work: scheduling, sampling and applying (sync: here;
+        async: as each happens), input preparation (the runner, before the launch) and the rest of the
+        step (stats, events), here. The stand-in's own work (``last_host_s`` less preparation) is not
+        an accelerator's and is left out."""
+        self.runner.last_host_s = self.runner.last_prepare_s = 0.0
         t0 = time.perf_counter()
         outputs = super().step()
         wall = time.perf_counter() - t0
         stats = self.metrics.last
-        cpu = stats.scheduler_s if stats is not None else wall
-        self.clock.advance_to(self.clock.now + cpu)   # the runner already advanced it by the model time
+        host = stats.scheduler_s if stats is not None else wall
+        rest = max(0.0, wall - host - self.runner.last_host_s)
+        if self.config.async_scheduling:
+            self.clock.advance_to(self.clock.now + rest)
+        else:
+            self.clock.advance_to(self.clock.now + host + rest)   # the runner advanced it by preparation + model
         return outputs
 
 
