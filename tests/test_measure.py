@@ -1,0 +1,275 @@
+"""The measurement module (labkit.labs.common.measure): how rounds run, how a verdict is reached,
+how it is worded, and that injected contention never turns a verdict clearly the wrong way."""
+
+import json
+
+import pytest
+import torch
+
+from labkit.i18n import set_language
+from labkit.labs.common import measure
+from labkit.labs.common.measure import (
+    Clock,
+    ContendedClock,
+    Sample,
+    Verdict,
+    compare,
+    measuring,
+    record_verdict,
+    verdict_from_ratios,
+)
+
+
+class FakeTime:
+    """A clock that only moves when an arm says it did work."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def work(self, seconds):
+        self.now += seconds
+
+
+
+
+def quiet_load():
+    return 0.0
+
+
+def two_arms(fake, base_s=1.0, cand_s=0.5, log=None):
+    def arm(name, cost):
+        def run():
+            if log is not None:
+                log.append(name)
+            fake.work(cost)
+        return run
+    return {"base": arm("base", base_s), "cand": arm("cand", cand_s)}
+
+
+@pytest.fixture(autouse=True)
+def chinese():
+    set_language("zh")
+    yield
+    set_language("zh")
+
+
+# ----------------------------------------------------------------------------- verdict logic
+
+@pytest.mark.parametrize("ratios, direction, confidence", [
+    ([1.2, 1.3, 1.25], "greater", "clear"),
+    ([0.5, 0.6, 0.55], "less", "clear"),
+    ([0.98, 1.01, 1.03], "same", "clear"),
+    ([0.9, 1.2, 1.3], "greater", "within noise"),       # one round below 1: the range includes "no effect"
+    ([1.04, 1.3, 1.4], "greater", "within noise"),      # lowest round inside the margin
+    ([0.7, 0.8, 1.1], "less", "within noise"),
+])
+def test_clear_only_when_every_round_lies_beyond_the_margin(ratios, direction, confidence):
+    v = verdict_from_ratios(ratios, margin=0.05)
+    assert (v.direction, v.confidence) == (direction, confidence)
+    assert (v.ratio_min, v.ratio_max) == (min(ratios), max(ratios))
+
+
+def test_load_above_the_cores_makes_any_verdict_machine_busy_and_keeps_the_direction():
+    v = verdict_from_ratios([2.0, 2.1], load=5.0, cores=2)
+    assert (v.direction, v.confidence) == ("greater", "machine busy")
+    assert verdict_from_ratios([2.0, 2.1], load=2.0, cores=2).confidence == "clear"
+
+
+def test_a_widely_spread_arm_is_machine_busy_even_at_low_load():
+    v = verdict_from_ratios([2.0, 2.1], load=0.1, cores=2, spread=3.0)
+    assert v.confidence == "machine busy" and "spread" in v.reasons[0]
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [-1.0]])
+def test_bad_ratios_are_refused(bad):
+    with pytest.raises(ValueError, match="ratios"):
+        verdict_from_ratios(bad)
+
+
+def test_an_exact_verdict_is_clear_and_compares_with_one():
+    assert (Verdict.exact(3.0).direction, Verdict.exact(3.0).confidence) == ("greater", "clear")
+    assert Verdict.exact(1.0).direction == "same"
+    assert Verdict.exact_ratio(2, 4).direction == "less"
+
+
+def test_verdict_fields_are_checked():
+    with pytest.raises(ValueError, match="direction"):
+        Verdict("faster", "clear", 1, 1, 1, 0)
+    with pytest.raises(ValueError, match="confidence"):
+        Verdict("greater", "sure", 1, 1, 1, 0)
+
+
+# ----------------------------------------------------------------------------- sentences
+
+TEMPLATES = dict(greater=("A 比 B 快", "A is faster than B"), less=("A 比 B 慢", "A is slower than B"),
+                 same=("A 和 B 一样快", "A and B are as fast"))
+
+
+def test_a_clear_verdict_states_the_finding_with_its_range_and_clock():
+    v = verdict_from_ratios([2.0, 2.2], clock="CPU time (time.process_time)")
+    s = v.sentence(**TEMPLATES)
+    assert s.startswith("A 比 B 快") and "2.00×–2.20×" in s and "CPU 时间" in s
+
+
+def test_within_noise_hedges_instead_of_stating():
+    s = verdict_from_ratios([0.9, 1.3]).sentence(**TEMPLATES)
+    assert "噪声之内" in s and "不能说明" in s and not s.startswith("A 比 B")
+
+
+def test_machine_busy_says_what_to_do_in_both_languages():
+    v = verdict_from_ratios([2.0, 2.1], load=9.0, cores=2)
+    zh = v.sentence(**TEMPLATES)
+    assert "机器正忙" in zh and "LABKIT_FAST=1" in zh and "再运行" in zh and "负载 9.0" in zh
+    set_language("en")
+    en = v.sentence(**TEMPLATES)
+    assert "busy" in en and "LABKIT_FAST=1" in en and "Close other programs" in en
+
+
+def test_an_exact_verdict_reads_as_a_plain_statement():
+    assert Verdict.exact(0.5).sentence(**TEMPLATES) == "A 比 B 慢。"
+
+
+# ----------------------------------------------------------------------------- compare
+
+def test_arms_interleave_with_alternating_order_and_the_warmup_is_dropped():
+    fake, log = FakeTime(), []
+    c = compare(two_arms(fake, log=log), baseline="base", rounds=4, warmup=1, clock=fake, load=quiet_load)
+    assert log == ["base", "cand", "cand", "base", "base", "cand", "cand", "base", "base", "cand"]
+    assert c.order[0] == ("base", "cand") and c.order[1] == ("cand", "base")
+    assert len(c.arms["base"].values) == 4 and len(c.arms["cand"].values) == 4
+
+
+def test_warmup_rounds_do_not_count():
+    fake = FakeTime()
+    calls = {"n": 0}
+
+    def slow_first():
+        calls["n"] += 1
+        fake.work(100.0 if calls["n"] == 1 else 1.0)     # the first call pays a one-off cost
+
+    c = compare({"base": slow_first, "cand": lambda: fake.work(0.5)}, baseline="base", rounds=3,
+                warmup=1, clock=fake, load=quiet_load)
+    assert c.arms["base"].values == (1.0, 1.0, 1.0)
+    assert (c.verdict.direction, c.verdict.confidence) == ("less", "clear") and c.ratio == 0.5
+
+
+def test_speed_uses_work_units_and_inverts_the_ratio():
+    fake = FakeTime()
+    arms = {"plain": lambda: (fake.work(1.0), 10)[1], "spec": lambda: (fake.work(1.0), 20)[1]}
+    c = compare(arms, baseline="plain", rounds=3, clock=fake, quantity="speed", work=lambda n, out: out,
+                load=quiet_load)
+    assert c.arms["spec"].best == 20.0 and c.ratio == 2.0 and c.verdict.direction == "greater"
+
+
+def test_an_arm_may_report_its_own_seconds_and_units():
+    fake = FakeTime()
+    arms = {"a": lambda: Sample(2.0, 4, "x"), "b": lambda: Sample(1.0, 4, "y")}
+    c = compare(arms, baseline="a", rounds=2, clock=fake, load=quiet_load)
+    assert c.arms["b"].values == (0.25, 0.25) and c.results == {"a": "x", "b": "y"}
+
+
+def test_the_load_seen_while_measuring_decides_machine_busy():
+    fake = FakeTime()
+    loads = iter([0.5, 7.0])
+    c = compare(two_arms(fake), baseline="base", rounds=2, clock=fake, load=lambda: next(loads))
+    assert c.verdict.confidence == "machine busy" or c.cores >= 7
+    assert (c.load_before, c.load_after) == (0.5, 7.0)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(baseline="nope", rounds=3), "baseline"), (dict(baseline="base", rounds=1), "rounds"),
+    (dict(baseline="base", rounds=3, warmup=-1), "warmup"),
+    (dict(baseline="base", rounds=3, quantity="fast"), "quantity"),
+])
+def test_bad_arguments_name_the_field(kwargs, field):
+    fake = FakeTime()
+    with pytest.raises(ValueError, match=field):
+        compare(two_arms(fake), clock=fake, load=quiet_load, **kwargs)
+
+
+def test_an_arm_that_measured_no_time_is_refused():
+    fake = FakeTime()
+    with pytest.raises(ValueError, match="no time"):
+        compare({"a": lambda: None, "b": lambda: fake.work(1)}, baseline="a", rounds=2, clock=fake,
+                load=quiet_load)
+
+
+def test_measuring_sets_the_threads_from_the_environment_and_restores_them(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("LABKIT_THREADS", raising=False)
+    with measuring() as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    monkeypatch.setenv("LABKIT_THREADS", "zero")
+    with pytest.raises(ValueError, match="LABKIT_THREADS"):
+        measure.measure_threads()
+
+
+def test_the_clock_is_the_cpu_clock_unless_overridden():
+    assert measure.cpu_clock().name.startswith("CPU time")
+    fake = FakeTime()
+    with measure.clock_override(Clock("fake", fake)):
+        assert measure.cpu_clock().name == "fake"
+    assert measure.cpu_clock().name.startswith("CPU time")
+
+
+def test_record_verdict_writes_the_lab_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    fake = FakeTime()
+    compare(two_arms(fake), baseline="base", rounds=3, clock=Clock("fake clock", fake), load=quiet_load,
+            id="demo", claim=("演示", "demo"), lab="09")
+    entry = json.loads((tmp_path / "lab09.json").read_text())["verdicts"]["demo"]
+    assert entry["direction"] == "less" and entry["confidence"] == "clear" and entry["ratio"] == 0.5
+    assert entry["clock"] == "fake clock" and entry["claim"] == {"zh": "演示", "en": "demo"}
+    assert entry["arms"]["base"]["values"] == [1.0, 1.0, 1.0] and entry["load"]["cores"] >= 1
+    assert entry["cpu"]
+    record_verdict("09", Verdict.exact(2.0, id="counted"))
+    assert json.loads((tmp_path / "lab09.json").read_text())["verdicts"]["counted"]["deterministic"]
+    with pytest.raises(ValueError, match="id"):
+        record_verdict("09", Verdict.exact(2.0))
+
+
+# ----------------------------------------------------------------------------- injected contention
+
+def test_the_contended_clock_only_ever_slows_time_down():
+    fake = FakeTime()
+    clock = ContendedClock(fake, seed=3, p=0.5, slow=(1, 10), episode=(0.3, 3.0))
+    readings = []
+    for _ in range(200):
+        fake.work(0.1)
+        readings.append(clock())
+    steps = [b - a for a, b in zip([0.0] + readings, readings)]
+    assert all(0.1 - 1e-9 <= s <= 1.0 + 1e-9 for s in steps) and max(steps) > 0.5
+
+
+@pytest.mark.parametrize("cand_s", [0.5, 0.8, 1.25, 2.0])
+@pytest.mark.parametrize("p", [0.2, 0.5, 0.8])
+def test_contention_never_turns_a_verdict_clearly_the_other_way(cand_s, p):
+    fake = FakeTime()
+    quiet = compare(two_arms(fake, 1.0, cand_s), baseline="base", rounds=5, clock=fake, load=quiet_load).verdict
+    assert quiet.confidence == "clear" and quiet.direction != "same"
+    opposite = {"greater": "less", "less": "greater"}[quiet.direction]
+    outcomes = {}
+    for seed in range(300):
+        fake = FakeTime()
+        noisy = ContendedClock(fake, seed=seed, p=p, slow=(1, 10), episode=(0.3, 3.0))
+        v = compare(two_arms(fake, 1.0, cand_s), baseline="base", rounds=5, clock=noisy, load=quiet_load).verdict
+        assert not (v.clear and v.direction == opposite), (seed, v)
+        outcomes[v.confidence] = outcomes.get(v.confidence, 0) + 1
+    assert outcomes.get("machine busy", 0) + outcomes.get("within noise", 0) > 0   # the noise was felt
+
+
+def test_the_injected_noise_is_strong_enough_to_fool_a_verdict_without_the_spread_guard():
+    """The property above has teeth: judging by the rounds' ratios alone (no spread guard), this
+    noise does produce clear verdicts the wrong way for some seeds."""
+    flipped = 0
+    for seed in range(2000):
+        fake = FakeTime()
+        noisy = ContendedClock(fake, seed=seed, p=0.5, slow=(1, 10), episode=(0.3, 3.0))
+        v = compare(two_arms(fake, 1.0, 0.8), baseline="base", rounds=5, clock=noisy, load=quiet_load,
+                    max_spread=float("inf")).verdict
+        flipped += v.clear and v.direction == "greater"
+    assert flipped > 0
