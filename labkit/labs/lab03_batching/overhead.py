@@ -270,6 +270,33 @@ def before_after(num_running_list: list[int], switch: Switch | None, steps: int 
     return best[False], best[True]
 
 
+# ------------------------------------------------------------------------------ the host line, measured
+
+@dataclass(frozen=True)
+class HostSweep:
+    """The engine's host path per step at each concurrency (the same engine work whatever the profile;
+    only the accelerator's step differs), measured in ``rounds`` interleaved rounds."""
+
+    rows: list[OverheadRow]             # per concurrency: the round with the least engine host time
+    rounds: list[list[OverheadRow]]     # every round, per concurrency
+    load: float | None                  # the highest load average seen while measuring
+    context_len: int                    # tokens per sequence during the timed steps (for the sim's step)
+
+
+def host_sweep(sizes: list[int], rounds: int = 2, steps: int = 5, warmup: int = 2,
+               config_overrides: dict | None = None) -> HostSweep:
+    from labkit.labs.common.measure import machine_load
+
+    load = machine_load()
+    per_round: list[list[OverheadRow]] = []
+    for _ in range(rounds):
+        per_round.append([measure_overhead(n, config_overrides, steps, warmup) for n in sizes])
+        now = machine_load()
+        load = now if load is None else max(load, now or 0.0)
+    best = [min((r[i] for r in per_round), key=lambda row: row.engine_host_s) for i in range(len(sizes))]
+    return HostSweep(best, per_round, load, PROMPT_LEN + warmup + 1 + steps // 2)
+
+
 # ------------------------------------------------------------------------------ the remedies, one at a time
 
 # Each rung adds one switch to the one above (EngineConfig fields; same tokens on every rung).
