@@ -122,10 +122,12 @@ class ContinuousScheduler:
         return budget
 
     def _num_new_tokens(self, req: Request, budget: int) -> int:
-        start = req.num_scheduled_end
+        # Every running request, every step: plain attributes rather than Request's properties
+        # (num_scheduled_end, num_tokens_with_spec + num_output_placeholders).
+        start = req.num_computed_tokens + req.num_inflight_tokens
         if req.num_output_placeholders and self._last_token_in_flight(req):
             return 0                          # it ends when that token is applied: no wasted row
-        return min(req.num_tokens_with_spec + req.num_output_placeholders - start, budget,
+        return min(len(req.all_token_ids) + len(req.spec_token_ids) + req.num_output_placeholders - start, budget,
                    self.max_model_len - start)
 
     def _last_token_in_flight(self, req: Request) -> bool:
@@ -134,7 +136,8 @@ class ContinuousScheduler:
 
     def _add_row(self, out: SchedulerOutput, req: Request, num_new: int, num_spec: int) -> None:
         """This step's share of ``req``, with everything the runner needs to compute it; counted in flight."""
-        start, rid, planned = req.num_scheduled_end, req.request_id, req.num_tokens_planned
+        start, rid = req.num_computed_tokens + req.num_inflight_tokens, req.request_id
+        planned = len(req.all_token_ids) + req.num_output_placeholders     # num_tokens_planned
         table = self.kv.block_table(rid)
         if self.copy_block_tables:
             table = tuple(table)
@@ -162,7 +165,7 @@ class ContinuousScheduler:
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         while True:
-            blocks = self.kv.allocate_slots(req.request_id, req.num_scheduled_end, num_new)
+            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + req.num_inflight_tokens, num_new)
             if blocks is not None:
                 if blocks:
                     out.new_blocks.setdefault(req.request_id, []).extend(blocks)
