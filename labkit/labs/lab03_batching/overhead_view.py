@@ -130,7 +130,7 @@ def async_verdict(run: RemedyRun, load: float | None) -> Verdict:
     """Async scheduling's step over the same engine's synchronous step (the rung below), per round."""
     (sync_name, _), (async_name, _) = RUNGS[-2], RUNGS[-1]
     return verdict_from_ratios(run.step_ratio(async_name, sync_name), load=load, cores=cores(),
-                               id=f"lab03_async_step_{run.profile}", claim=(f"{run.profile} 异步 ÷ 同步一步",
+                               id=f"lab03_async_step_{PROFILES[run.profile][0]}", claim=(f"{run.profile} 异步 ÷ 同步一步",
                                                                            f"{run.profile} async / sync step"))
 
 
