@@ -109,6 +109,12 @@ class SimEngine(LLMEngine):
     With async scheduling the host's parts advance it as they happen and waiting for the forward moves it
     to the end of the modelled accelerator step: a step costs about max(host, model), not the sum."""
 
+    def __init__(self, **parts):
+        super().__init__(**parts)
+        # Host work the clock was charged that StepStats.step_s does not carry: input preparation and
+        # the step's stats and events (clock.now == sum of step_s + this).
+        self.unreported_host_s = 0.0
+
     @property
     def model_profile(self) -> ModelProfile:
         return self.runner.model
@@ -138,6 +144,7 @@ class SimEngine(LLMEngine):
         stats = self.metrics.last
         host = stats.scheduler_s if stats is not None else wall
         rest = max(0.0, wall - host - self.runner.last_host_s)
+        self.unreported_host_s += rest + self.runner.last_prepare_s
         if self.config.async_scheduling:
             self.clock.advance_to(self.clock.now + rest)
         else:
