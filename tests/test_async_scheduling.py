@@ -132,3 +132,15 @@ def test_a_real_model_runs_its_forward_on_the_worker_thread_and_gives_the_same_t
 def test_what_async_scheduling_cannot_do_is_refused_by_name(field, overrides):
     with pytest.raises(ValueError, match=field):
         EngineConfig(**{"async_scheduling": True, **overrides})
+
+
+def test_a_stream_gets_every_token_once_and_one_final_delta():
+    got = {}
+    for async_scheduling in (False, True):
+        llm = sim(async_scheduling)
+        other = llm.engine.add_request("busy neighbour", SamplingParams(max_tokens=25))
+        deltas = list(llm.stream("stream me", SamplingParams(max_tokens=12, stop_token_ids=[101])))
+        assert [d.finished for d in deltas].count(True) == 1 and deltas[-1].finished
+        got[async_scheduling] = ([t for d in deltas for t in d.token_ids], deltas[-1].finish_reason)
+        llm.engine.abort(other)
+    assert got[True] == got[False] and got[False][0]
