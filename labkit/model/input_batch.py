@@ -87,6 +87,7 @@ class InputBatch:
         self.block_size, self.device = block_size, device
         self.block_table = torch.zeros((max_num_reqs, max_blocks_per_req), dtype=torch.int32)
         self.num_blocks = torch.zeros(max_num_reqs, dtype=torch.int32)     # valid entries per row
+        self.seen_end = torch.zeros(max_num_reqs, dtype=torch.long)         # the row's last computed end
         self.row_of: dict[str, int] = {}
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
         self._rids: list[str] = []                  # the last step's requests, in row order
@@ -104,6 +105,7 @@ class InputBatch:
                     self._grow()
                 row = self.row_of[rid] = self._free_rows.pop()
                 self.num_blocks[row] = 0
+                self.seen_end[row] = 0
         self._rids = rids
         self._rows = torch.tensor([self.row_of[r] for r in rids], dtype=torch.long)
 
@@ -112,13 +114,17 @@ class InputBatch:
         n = len(self.num_blocks)
         self.block_table = torch.cat([self.block_table, torch.zeros_like(self.block_table)])
         self.num_blocks = torch.cat([self.num_blocks, torch.zeros_like(self.num_blocks)])
+        self.seen_end = torch.cat([self.seen_end, torch.zeros_like(self.seen_end)])
         self._free_rows.extend(range(2 * n - 1, n - 1, -1))
 
-    def _write_tables(self, decision: SchedulerOutput) -> torch.Tensor:
-        """Write the block-table entries that changed; returns every row's table length."""
+    def _write_tables(self, decision: SchedulerOutput, starts: torch.Tensor) -> torch.Tensor:
+        """Write the block-table entries that changed; returns every row's table length. ``starts``: each
+        row's first position; one before the row's last end means the request was reset in between
+        (preempted and readmitted in a step this batch never saw, or drafts rolled back): rewrite it."""
         scheduled = decision.scheduled
         lens = torch.tensor([len(s.block_table) for s in scheduled], dtype=torch.int32)
         old = self.num_blocks[self._rows]
+        old[starts < self.seen_end[self._rows]] = 0
         # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
         # after a rollback). A row given blocks: from its first new block on (appended blocks sit at the
         # end; a copy-on-write target may sit before them, then the whole row).
@@ -153,14 +159,15 @@ class InputBatch:
         rids = [s.request_id for s in scheduled]
         if rids != self._rids:                      # steady decode: the same requests, same order
             self._bind(rids)
-        lens = self._write_tables(decision)
+        start_list = [s.start for s in scheduled]
+        starts = torch.tensor(start_list, dtype=torch.long)
+        lens = self._write_tables(decision, starts)
         width = max(int(lens.max()), 1) if len(lens) else 1
         if decision.num_scheduled_tokens == len(scheduled):     # one token per row: decode steps
             input_ids = [s.token_ids[0] for s in scheduled]
-            starts = [s.start for s in scheduled]
-            positions = torch.tensor(starts, dtype=torch.long)
+            positions = starts
             token_rows = self._rows
-            query_lens, seq_lens = [1] * len(scheduled), [p + 1 for p in starts]
+            query_lens, seq_lens = [1] * len(scheduled), [p + 1 for p in start_list]
             wants = [s.num_logits for s in scheduled]
             logits_indices = torch.arange(len(scheduled)) if all(wants) else torch.tensor(
                 [i for i, w in enumerate(wants) if w], dtype=torch.long)
@@ -170,6 +177,7 @@ class InputBatch:
             positions = torch.tensor(flat.positions, dtype=torch.long)
             token_rows = torch.repeat_interleave(self._rows, torch.tensor(query_lens))
             logits_indices = torch.tensor(flat.logits_indices, dtype=torch.long)
+        self.seen_end[self._rows] = torch.tensor(seq_lens, dtype=torch.long)
         bs = self.block_size
         slot_mapping = self.block_table[token_rows, positions // bs].long() * bs + positions % bs
         starts_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)

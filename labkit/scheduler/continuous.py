@@ -35,6 +35,8 @@ from labkit.outputs import StepOutput
 from labkit.request import Request, RequestStatus
 from labkit.scheduler_output import PLACEHOLDER, SampledTokens, ScheduledRequest, SchedulerOutput, StepUpdate
 
+_PREEMPTED = RequestStatus.PREEMPTED
+
 
 def step_kind(req: Request, start: int, num_new: int, num_spec: int, num_planned: int) -> str:
     """``num_planned``: the request's known tokens plus those in flight, before this row."""
@@ -110,7 +112,13 @@ class ContinuousScheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            num_new = self._num_new_tokens(req, budget)
+            # Inline (every running request, every step): tokens known or in flight, less those computed
+            # or in flight; capped by the budget and max_model_len.
+            start = req.num_computed_tokens + req.num_inflight_tokens
+            num_new = min(len(req.all_token_ids) + len(req.spec_token_ids) + req.num_output_placeholders - start,
+                          budget, self.max_model_len - start)
+            if req.num_output_placeholders and self._last_token_in_flight(req):
+                num_new = 0                   # it ends when that token is applied: no wasted row
             if num_new <= 0:
                 i += 1
                 continue
@@ -120,15 +128,6 @@ class ContinuousScheduler:
             budget -= num_new
             i += 1
         return budget
-
-    def _num_new_tokens(self, req: Request, budget: int) -> int:
-        # Every running request, every step: plain attributes rather than Request's properties
-        # (num_scheduled_end, num_tokens_with_spec + num_output_placeholders).
-        start = req.num_computed_tokens + req.num_inflight_tokens
-        if req.num_output_placeholders and self._last_token_in_flight(req):
-            return 0                          # it ends when that token is applied: no wasted row
-        return min(len(req.all_token_ids) + len(req.spec_token_ids) + req.num_output_placeholders - start, budget,
-                   self.max_model_len - start)
 
     def _last_token_in_flight(self, req: Request) -> bool:
         return (len(req.output_token_ids) + req.num_output_placeholders >= req.sampling_params.max_tokens
@@ -142,7 +141,7 @@ class ContinuousScheduler:
         if self.copy_block_tables:
             table = tuple(table)
         req.num_inflight_tokens += num_new
-        if num_new == 1 and not num_spec and start == planned - 1 and planned > req.num_prompt_tokens:
+        if num_new == 1 and not num_spec and start == planned - 1 and (req.output_token_ids or req.num_output_placeholders):
             # Steady decode, most rows of most steps: the last output token, one K/V slot, one logits row.
             # Async: that token may be the one the step in flight is sampling (filled in before launch).
             req.num_output_placeholders += 1
@@ -248,7 +247,7 @@ class ContinuousScheduler:
                 continue                     # finished and released while this row was in flight (async)
             if s.num_logits:
                 req.num_output_placeholders -= 1
-            if req.status is not RequestStatus.PREEMPTED:     # preempted meanwhile (async): its K/V is gone
+            if req.status is not _PREEMPTED:     # preempted meanwhile (async): its K/V is gone
                 req.num_inflight_tokens -= s.num_new_tokens
                 req.num_computed_tokens += s.num_new_tokens
             tokens = sampled.token_ids.get(s.request_id)
