@@ -248,8 +248,9 @@ class ContinuousScheduler:
             if s.num_logits:
                 req.num_output_placeholders -= 1
             if req.status is not _PREEMPTED:     # preempted meanwhile (async): its K/V is gone
-                req.num_inflight_tokens -= s.num_new_tokens
-                req.num_computed_tokens += s.num_new_tokens
+                num_new = len(s.token_ids)
+                req.num_inflight_tokens -= num_new
+                req.num_computed_tokens += num_new
             tokens = sampled.token_ids.get(s.request_id)
             if tokens is None or req.is_finished:
                 continue                     # a mid-prompt chunk, or the wasted row after a stop (async)
