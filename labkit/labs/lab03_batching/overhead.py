@@ -365,7 +365,7 @@ def real_model_async(batch: int = 16, max_tokens: int = 24, rounds: int = 3, mod
 
     prompts = [f"Request {i}: write one sentence about the number {i}." for i in range(batch)]
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    wall = Clock("wall clock (time.perf_counter): the forward's thread and the host's overlap", time.perf_counter)
+    wall = Clock("time.perf_counter（墙钟 wall clock：前向线程和主机线程重叠 / the two threads overlap）", time.perf_counter)
     with measuring():
         llms = {flag: LLM(model, config=EngineConfig(max_num_seqs=batch, async_scheduling=flag), progress=False)
                 for flag in (False, True)}

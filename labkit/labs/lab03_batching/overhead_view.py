@@ -94,13 +94,13 @@ def host_vs_step_verdict(round_rows: list[list[OverheadRow]], profile: str, cont
 
 def host_vs_step_sentence(verdict: Verdict, profile: str, num_running: int) -> str:
     return verdict.sentence(
-        greater=(f"{num_running:,} 个运行中请求时，主机路径比 {profile} 的加速器步长（{{ratio}} 倍）：同步引擎里是 CPU 定节奏，GPU 在等",
+        greater=(f"{num_running:,} 个运行中请求时，主机路径比 {profile} 的加速器步长（{{ratio}}）：同步引擎里是 CPU 定节奏，GPU 在等",
                  f"at {num_running:,} running requests the host path is longer than {profile}'s accelerator step "
                  "({ratio}x): in a synchronous engine the CPU sets the pace and the GPU waits"),
-        less=(f"{num_running:,} 个运行中请求时，{profile} 的加速器步比主机路径长（主机只占它的 {{ratio}} 倍）：加速器是瓶颈",
+        less=(f"{num_running:,} 个运行中请求时，{profile} 的加速器步比主机路径长（主机只占它的 {{ratio}}）：加速器是瓶颈",
               f"at {num_running:,} running requests {profile}'s accelerator step is longer than the host path "
               "(the host is {ratio}x of it): the accelerator is the bottleneck"),
-        same=(f"{num_running:,} 个运行中请求时，主机路径和 {profile} 的加速器步差不多长（{{ratio}} 倍）",
+        same=(f"{num_running:,} 个运行中请求时，主机路径和 {profile} 的加速器步差不多长（{{ratio}}）",
               f"at {num_running:,} running requests the host path and {profile}'s accelerator step are about equal ({{ratio}}x)"))
 
 
@@ -136,10 +136,10 @@ def async_verdict(run: RemedyRun, load: float | None) -> Verdict:
 
 def async_sentence(verdict: Verdict, run: RemedyRun) -> str:
     return verdict.sentence(
-        greater=(f"{run.profile}：异步调度让一步变长了（{{ratio}} 倍）", f"{run.profile}: async scheduling made the step longer ({{ratio}}x)"),
-        less=(f"{run.profile}：异步调度把一步缩短到同步的 {{ratio}} 倍（主机工作藏到了加速器的一步后面）",
+        greater=(f"{run.profile}：异步调度让一步变长了（{{ratio}}）", f"{run.profile}: async scheduling made the step longer ({{ratio}}x)"),
+        less=(f"{run.profile}：异步调度把一步缩短到同步的 {{ratio}}（主机工作藏到了加速器的一步后面）",
               f"{run.profile}: async scheduling shortens the step to {{ratio}}x the synchronous one (host work hides behind the accelerator's step)"),
-        same=(f"{run.profile}：异步调度没有改变一步的长短（{{ratio}} 倍）：重叠只能藏起两者中较短的那个",
+        same=(f"{run.profile}：异步调度没有改变一步的长短（{{ratio}}）：重叠只能藏起两者中较短的那个",
               f"{run.profile}: async scheduling leaves the step as it was ({{ratio}}x): overlap can only hide the shorter of the two"))
 
 
@@ -159,8 +159,8 @@ def real_async_sentence(real: RealAsync) -> str:
     same_tokens = (t("两边的贪心输出逐 token 相同。", "Greedy output is identical token for token.") if real.identical else
                    t("两边的输出不同——这是引擎的错误，请报告。", "The outputs differ — an engine bug, please report it."))
     return real.comparison.verdict.sentence(
-        greater=("真实模型上异步调度的吞吐是同步的 {ratio} 倍", "on the real model async scheduling gives {ratio}x the synchronous throughput"),
-        less=("真实模型上异步调度反而更慢（{ratio} 倍）", "on the real model async scheduling is slower ({ratio}x)"),
-        same=("真实模型上异步调度的吞吐和同步一样（{ratio} 倍）：CPU 上一步的模型计算远长于主机工作，能藏起来的很少",
+        greater=("真实模型上异步调度的吞吐是同步的 {ratio}", "on the real model async scheduling gives {ratio}x the synchronous throughput"),
+        less=("真实模型上异步调度反而更慢（{ratio}）", "on the real model async scheduling is slower ({ratio}x)"),
+        same=("真实模型上异步调度的吞吐和同步一样（{ratio}）：CPU 上一步的模型计算远长于主机工作，能藏起来的很少",
               "on the real model async scheduling gives the synchronous throughput ({ratio}x): a CPU forward is far longer than "
               "the host work, so there is little to hide")) + " " + same_tokens
