@@ -35,7 +35,15 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.common import REPO, Section, load_average, report
-from labkit.labs.lab03_batching.overhead import OverheadRow, before_after, host_path_switch, saturation_concurrency
+from labkit.labs.lab03_batching.overhead import (
+    PROFILES,
+    RUNGS,
+    OverheadRow,
+    before_after,
+    host_path_switch,
+    remedies,
+    saturation_concurrency,
+)
 from labkit.model.cpu_features import describe_cpu
 
 ACCELERATOR_S = 0.005
@@ -61,6 +69,41 @@ def section(label: str, rows: list[OverheadRow]) -> Section:
     return Section(f"Host time per step, {label}", HEADERS, [row(r) for r in rows],
                    [f"saturation concurrency (scheduler CPU = 5 ms): {'none' if sat is None else f'{sat:,.0f}'} running requests",
                     f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
+
+
+REMEDY_HEADERS = ["rung", "engine host µs/step (best)", "µs per request (best)", "µs per request (median)",
+                  "µs per request (mean, GC incl.)", "of it: deciding", "input prep", "sampling", "update",
+                  "stats and events", "accelerator ms (simulated)", "step ms (virtual clock)",
+                  "step ÷ max(host, model)", "accelerator busy", "tokens/s (simulated)"]
+
+
+def remedy_rows(run) -> list[list[str]]:
+    out = []
+    for name, r in run.rows.items():
+        n = r.num_running
+        update_s = r.scheduler_s - r.schedule_s - r.sample_s
+        bound = max(r.engine_host_s, r.model_s)
+        out.append([name, f"{1e6 * r.engine_host_s:,.0f}", f"{1e6 * r.engine_host_s / n:.2f}",
+                    f"{1e6 * r.engine_host_median_s / n:.2f}", f"{1e6 * r.engine_host_mean_s / n:.2f}",
+                    f"{1e6 * r.schedule_s:,.0f}", f"{1e6 * r.prepare_s:,.0f}", f"{1e6 * r.sample_s:,.0f}",
+                    f"{1e6 * update_s:,.0f}", f"{1e6 * r.stats_events_s:,.0f}", f"{1e3 * r.model_s:.2f}",
+                    f"{1e3 * r.step_s:.2f}", f"{r.step_s / bound:.2f}", f"{r.busy_share:.0%}", f"{r.tokens_per_s:,.0f}"])
+    return out
+
+
+def remedy_sections(sizes: list[int], steps: int, rounds: int):
+    """The host-path remedies one at a time (sync vs async, list-built vs persistent batch), per profile."""
+    for profile in PROFILES:
+        for n in sizes:
+            run = remedies(n, profile, steps=steps, rounds=rounds)
+            yield Section(f"Host-path remedies, {profile}, {n:,} running requests (simulated accelerator)",
+                          REMEDY_HEADERS, remedy_rows(run),
+                          [f"rungs interleaved ({' → '.join(name for name, _ in RUNGS)}), {rounds} rounds of {steps} "
+                           "steady decode steps; per rung the round with the least engine host time",
+                           "engine host = deciding + input preparation + sampling + update + stats/events (the sim "
+                           "runner's stand-in work left out); step = the virtual clock, which every piece of host "
+                           "work advances; async overlaps it with the simulated accelerator",
+                           f"load average: {load_average()} (highest seen {run.load})", f"cpu: {describe_cpu()}"])
 
 
 def steady_decode_host(sizes: list[int], steps: int) -> None:
@@ -145,6 +188,8 @@ def run(args: argparse.Namespace):
         return
     yield section(f"{switch.name}={switch.off!r}", before)
     yield section(f"{switch.name}={switch.on!r} (measured interleaved with the row above)", after)
+    remedy_sizes = [64] if args.tiny else [256, 1024] if args.quick else [256, 1024, 4096]
+    yield from remedy_sections(remedy_sizes, *((3, 1) if args.tiny else (6, 2)))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

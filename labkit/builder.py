@@ -10,8 +10,10 @@ from __future__ import annotations
 from labkit.attention.backend import get_backend
 from labkit.config import DEFAULT_NUM_BLOCKS, EngineConfig
 from labkit.engine import LLMEngine
+from labkit.executor import WorkerThreadExecutor
 from labkit.kv import make_kv_manager
 from labkit.kv.paged_kv import PagedKVCache, num_blocks_for_bytes
+from labkit.model.input_batch import input_builder
 from labkit.model.loader import load_model, pick_device, pick_dtype
 from labkit.model.q4_model import q4_1_model
 from labkit.model.runner import ModelRunner
@@ -45,7 +47,8 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
                             cfg.head_dim, dtype, device)
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     runner = ModelRunner(net, kv_cache, device, get_backend(config.attention_backend, device),
-                         kv_manager.meta_block_size, compile=config.compile)
+                         kv_manager.meta_block_size, compile=config.compile,
+                         build_input=input_builder(config, max_model_len, kv_manager.meta_block_size, device))
     sampler = Sampler(config.seed, config.batched_sampling)
     proposer = None if config.speculative is None else make_proposer(
         config.speculative, config, max_model_len, runner=runner, kv_manager=kv_manager, sampler=sampler,
@@ -53,4 +56,5 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     return LLMEngine(config=config, tokenizer=tokenizer, runner=runner, kv_manager=kv_manager,
                      scheduler=make_scheduler(config, kv_manager, max_model_len), sampler=sampler,
                      proposer=proposer, max_model_len=max_model_len, vocab_size=cfg.vocab_size,
-                     model_config=cfg, model_dir=model_dir)
+                     model_config=cfg, model_dir=model_dir,
+                     executor=WorkerThreadExecutor() if config.async_scheduling else None)

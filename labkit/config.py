@@ -86,6 +86,13 @@ class EngineConfig:
     # torch.compile each layer's dense halves (labkit.model.compiled): slow first steps, then
     # whatever Inductor's fusion buys on this machine (lab 05 measures it). Not bit-exact.
     compile: bool = False
+    # Overlap scheduling (vLLM's --async-scheduling, SGLang's overlap scheduler): while step N's forward
+    # runs, the host decides step N+1 with placeholders for the tokens N is producing; N's tokens are
+    # applied one step late. Same tokens as the synchronous engine (labkit/engine.py, _step_async).
+    async_scheduling: bool = False
+    # Build the runner's inputs from preallocated per-request columns updated only where a request
+    # changed (vLLM's InputBatch, labkit/model/input_batch.py) instead of from lists every step.
+    persistent_batch: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +128,18 @@ class EngineConfig:
                              "would be the same model (use the default draft or n-gram)")
         if not isinstance(self.compile, bool):
             raise ValueError(f"compile must be a bool, got {self.compile!r}")
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(f"async_scheduling must be a bool, got {self.async_scheduling!r}")
+        if not isinstance(self.persistent_batch, bool):
+            raise ValueError(f"persistent_batch must be a bool, got {self.persistent_batch!r}")
+        if self.async_scheduling and self.speculative is not None:
+            # A verify row's input is the drafts after a token the previous step has not sampled yet,
+            # and how many of them survive decides the next row's start: it cannot be planned ahead.
+            raise ValueError("async_scheduling=True does not support speculative decoding (speculative must be "
+                             "None): the next step's rows depend on how many drafts the running step accepts")
+        if self.async_scheduling and self.scheduler != "continuous":
+            raise ValueError("async_scheduling=True needs scheduler='continuous' (static batches wait for "
+                             "their longest request, there is nothing to overlap)")
         if self.kv_cache == "contiguous" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache='paged' (contiguous regions "
                              "cannot share blocks)")

@@ -9,6 +9,10 @@ State flows one way through a step::
     scheduler.update_from_output()  the one place requests and KV change after the model ran
     proposer.propose(...)           drafts for the next step (speculative decoding)
     events                          observers get immutable events once the state is consistent
+
+With ``EngineConfig(async_scheduling=True)`` the same parts run in an overlapped order
+(``_step_async``): the forward runs on the executor's worker thread while the host plans the next
+step, and each call applies the previous step's tokens.
 """
 
 from __future__ import annotations
@@ -17,23 +21,34 @@ import itertools
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import hooks as ev
 from labkit.config import EngineConfig
+from labkit.executor import InlineExecutor
 from labkit.input_processor import InputProcessor
 from labkit.metrics import MetricsCollector
 from labkit.outputs import StepOutput
 from labkit.request import Request, RequestStatus
 from labkit.sample.sampler import Sampler
 from labkit.sampling_params import SamplingParams
-from labkit.scheduler_output import SchedulerOutput, StepUpdate
+from labkit.scheduler_output import SampledTokens, SchedulerOutput, StepUpdate
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Async scheduling: a step whose forward was launched and whose tokens are not applied yet."""
+
+    decision: SchedulerOutput
+    logits: Future
 
 
 class LLMEngine:
     def __init__(self, *, config: EngineConfig, tokenizer, runner, kv_manager, scheduler, sampler: Sampler,
                  max_model_len: int, vocab_size: int, proposer=None, clock=time.perf_counter,
-                 simulated: bool = False, model_config=None, model_dir: Path | None = None):
+                 simulated: bool = False, model_config=None, model_dir: Path | None = None, executor=None):
         self.config, self.tokenizer, self.runner = config, tokenizer, runner
         self.kv, self.scheduler, self.sampler, self.proposer = kv_manager, scheduler, sampler, proposer
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
@@ -51,6 +66,11 @@ class LLMEngine:
         # step / abort on one engine (or a widget's driver thread steps while a cell generates).
         # Re-entrant, because a hook running inside step() may abort a request.
         self.lock = threading.RLock()
+        self.executor = InlineExecutor() if executor is None else executor
+        self._in_flight: InFlight | None = None
+        # Async: finished requests whose sampler state a row in flight may still need (removed once
+        # that step is sampled).
+        self._retired: list[str] = []
 
     @property
     def requests(self) -> dict[str, Request]:
@@ -139,6 +159,8 @@ class LLMEngine:
             return self._step()
 
     def _step(self) -> list[StepOutput]:
+        if self.config.async_scheduling:
+            return self._step_async()
         t0 = time.perf_counter()
         decision = self.scheduler.schedule(self.clock())
         self._forget_drafts(decision.preempted)
@@ -158,6 +180,66 @@ class LLMEngine:
         self._end_step(decision, model_s, host_s=(t1 - t0, t_sampled - t2, t3 - t2))
         return update.outputs
 
+    def _step_async(self) -> list[StepOutput]:
+        """Overlap scheduling: plan step N+1 while step N's forward runs; apply N's tokens a call late.
+
+            host    | schedule N+1 | wait | sample N | launch N+1 | update N, events |
+            device  |<------ forward N ------>|               |<------ forward N+1 ......
+
+        Decode rows of N+1 whose token N is still producing carry a placeholder, filled in from N's
+        sampled tokens just before N+1 launches. Each call returns step N's outputs.
+        """
+        t0 = time.perf_counter()
+        decision = self.scheduler.schedule(self.clock())
+        t1 = time.perf_counter()
+        self._host_elapsed(t1 - t0)
+        prev, self._in_flight = self._in_flight, None
+        sampled, wait_s, model_s, sample_s = SampledTokens(), 0.0, 0.0, 0.0
+        if prev is not None:
+            logits, wait_s = self._await_forward(prev.logits)
+            model_s = self.runner.last_model_s
+            t2 = time.perf_counter()
+            sampled = self.sampler.sample(prev.decision.scheduled, logits)
+            self._forget_retired()
+            sample_s = time.perf_counter() - t2
+            self._host_elapsed(sample_s)
+        decision.fill_placeholders(sampled)
+        if decision.scheduled:
+            self._in_flight = InFlight(decision, self.executor.launch(self.runner.execute, decision))
+        t3 = time.perf_counter()
+        outputs: list[StepOutput] = []
+        if prev is not None:
+            update = self.scheduler.update_from_output(prev.decision, sampled, self.clock(),
+                                                       token_events=self.hooks.wants(ev.TokensAppended))
+            self._reserved_ids.difference_update(r.request_id for r in update.forked)
+            self._apply(update)
+            outputs = update.outputs
+        after_s = time.perf_counter() - t3
+        self._host_elapsed(after_s)
+        self.step_count += 1
+        self._end_step(decision, model_s, host_s=(t1 - t0, sample_s, sample_s + after_s), wait_s=wait_s)
+        return outputs
+
+    def _await_forward(self, logits: Future) -> tuple:
+        """(the logits, seconds the host waited for them)."""
+        t0 = time.perf_counter()
+        result = logits.result()
+        return result, time.perf_counter() - t0
+
+    def _host_elapsed(self, seconds: float) -> None:
+        """Async: the host just spent ``seconds`` (a simulated engine moves its clock; a real one's moves itself)."""
+
+    def _retire(self, request_id: str) -> None:
+        if self.config.async_scheduling:
+            self._retired.append(request_id)
+        else:
+            self.sampler.remove(request_id)
+
+    def _forget_retired(self) -> None:
+        for rid in self._retired:
+            self.sampler.remove(rid)
+        self._retired.clear()
+
     def _apply(self, update: StepUpdate) -> None:
         """Book what the scheduler changed: metrics, per-request state on the torch side, streams,
         events."""
@@ -170,7 +252,7 @@ class LLMEngine:
                     self._streams[out.request_id].append(out)
         for req in update.finished:
             self.metrics.record_finished(req.timings(), req.token_times)
-            self.sampler.remove(req.request_id)
+            self._retire(req.request_id)
             if self.proposer is not None:
                 self.proposer.forget(req.request_id)
             if req.status is RequestStatus.FINISHED_ABORTED and req.request_id in self._streams:
@@ -196,9 +278,11 @@ class LLMEngine:
             self.sampler.set_draft_probs(rid, p.probs)
 
     # ------------------------------------------------------------------------------ observing
-    def _end_step(self, decision: SchedulerOutput, model_s: float, host_s: tuple[float, float, float]) -> None:
-        """host_s: (schedule, sample, everything after the forward pass) in seconds."""
-        stats = self._step_stats(decision, model_s, *host_s)
+    def _end_step(self, decision: SchedulerOutput, model_s: float, host_s: tuple[float, float, float],
+                  wait_s: float | None = None) -> None:
+        """host_s: (schedule, sample, everything after the forward pass) in seconds. wait_s (async): how
+        long the host waited for the forward; the step took host + wait (sync: host + model)."""
+        stats = self._step_stats(decision, model_s, *host_s, wait_s=wait_s)
         decode_only = bool(decision.scheduled) and all(s.kind != "prefill" for s in decision.scheduled)
         self.metrics.record_step(stats, decode_only)
         if self.hooks.active:
@@ -212,7 +296,7 @@ class LLMEngine:
         return {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
 
     def _step_stats(self, decision: SchedulerOutput, model_s: float, schedule_s: float, sample_s: float,
-                    after_s: float) -> ev.StepStats:
+                    after_s: float, wait_s: float | None = None) -> ev.StepStats:
         scheduler_s = schedule_s + after_s
         waste = self.kv.waste(self._computed(), self._next_waiting_need())
         cfg = self.config
@@ -225,7 +309,7 @@ class LLMEngine:
             batch_occupancy_perc=100.0 * len(decision.scheduled) / cfg.max_num_seqs,
             token_budget_perc=100.0 * decision.num_scheduled_tokens / cfg.max_num_batched_tokens,
             num_preemptions=self.scheduler.num_preemptions, scheduler_s=scheduler_s, model_s=model_s,
-            step_s=scheduler_s + model_s, simulated=self.simulated, schedule_s=schedule_s, sample_s=sample_s)
+            step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated, schedule_s=schedule_s, sample_s=sample_s)
 
     def _next_waiting_need(self) -> int:
         if not self.scheduler.waiting:

@@ -48,6 +48,11 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)   # drafts awaiting verification
     num_computed_tokens: int = 0
+    # Scheduled but not yet applied (update_from_output): tokens whose K/V a step in flight computes, and
+    # the output tokens those steps will append. Both are 0 between steps of a synchronous engine; with
+    # async scheduling the next step is planned from num_computed_tokens + num_inflight_tokens.
+    num_inflight_tokens: int = 0
+    num_output_placeholders: int = 0
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     first_scheduled_time: float | None = None
@@ -79,6 +84,16 @@ class Request:
     @property
     def num_tokens_with_spec(self) -> int:
         return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def num_scheduled_end(self) -> int:
+        """Where the next step's tokens start: computed plus in flight."""
+        return self.num_computed_tokens + self.num_inflight_tokens
+
+    @property
+    def num_tokens_planned(self) -> int:
+        """Known tokens plus the ones steps in flight will append (placeholders until then)."""
+        return len(self.all_token_ids) + self.num_output_placeholders
 
     @property
     def max_total_tokens(self) -> int:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from labkit.outputs import StepOutput
 from labkit.request import Request
 
+PLACEHOLDER = -1    # async scheduling: a decode row's token that the step in flight is still sampling
+
 
 @dataclass(slots=True)      # built for every running request every step: kept light
 class ScheduledRequest:
@@ -59,6 +61,16 @@ class SchedulerOutput:
     freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
     num_scheduled_tokens: int = 0      # sum of num_new_tokens over scheduled (counted as the budget is spent)
+    placeholder_rows: list[int] = field(default_factory=list)   # async: rows whose token is PLACEHOLDER
+
+    def fill_placeholders(self, sampled: "SampledTokens") -> None:
+        """Async scheduling: put the previous step's sampled tokens into the decode rows planned before
+        they existed (each such row's token is its request's last sampled token). Called once, before
+        the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
+        rows, tokens = self.scheduled, sampled.token_ids
+        for i in self.placeholder_rows:
+            rows[i].token_ids = (tokens[rows[i].request_id][-1],)
+        self.placeholder_rows = []
 
 
 @dataclass(frozen=True)

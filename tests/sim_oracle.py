@@ -30,6 +30,7 @@ import torch
 from labkit import LLM, EngineConfig
 from labkit.model.runner import prepare_input
 from labkit.scheduler.continuous import step_kind
+from labkit.scheduler_output import PLACEHOLDER
 from labkit.sim.cost import step_time
 from labkit.sim.engine import SIM_EOS, SIM_VOCAB, SimRunner
 
@@ -72,7 +73,7 @@ class ShadowRunner(SimRunner):
     """SimRunner's cost model and clock, plus a shadow KV cache that is written and read back."""
 
     def __init__(self, base: SimRunner, num_slots: int, block_size: int, requests: dict, kv=None):
-        super().__init__(base.model, base.hardware, base.clock)
+        super().__init__(base.model, base.hardware, base.clock, base.overlap, base.build_input)
         self.requests = requests      # read-only, to check what the KV cache hands back
         self.kv = kv                  # read-only, to check the decision's slots and block tables
         self.slots: list[int | None] = [None] * num_slots
@@ -84,7 +85,7 @@ class ShadowRunner(SimRunner):
         self._check_decision(sched)
         self._copy_blocks(sched.block_copies)
         scheduled = sched.scheduled
-        inp = prepare_input(scheduled)
+        inp = self._built_input(sched)
         assert len(set(inp.slot_mapping)) == len(inp.slot_mapping), "two new tokens share one KV slot"
         for token, slot in zip(inp.input_ids, inp.slot_mapping):
             self.slots[slot] = token
@@ -94,15 +95,39 @@ class ShadowRunner(SimRunner):
         rows = [r for r in rows if r is not None]
         return torch.cat(rows) if rows else None
 
+    def _built_input(self, sched):
+        """The engine's own input builder (list path or persistent batch), as plain lists, checked row by
+        row against the decision: the forward reads exactly the decision's tokens, slots and tables."""
+        built, want = self.build_input(sched), prepare_input(sched.scheduled)
+        meta = built.metadata
+        assert built.input_ids.tolist() == want.input_ids and built.positions.tolist() == want.positions
+        assert meta.slot_mapping.tolist() == want.slot_mapping
+        assert meta.query_lens_list == want.query_lens and meta.seq_lens_list == want.seq_lens
+        assert built.logits_indices.tolist() == want.logits_indices
+        tables = meta.block_tables.tolist()
+        for table, expected in zip(tables, want.block_tables):
+            assert table[:len(expected)] == list(expected), (table, expected)
+        return want
+
     def _check_decision(self, sched) -> None:
-        """Every row equals the general formulas (``token_slice``, ``slot_mapping``, ``step_kind``)."""
+        """Every row equals the general formulas (``token_slice``, ``slot_mapping``, ``step_kind``).
+
+        The row is already counted in flight (``num_inflight_tokens``, and a placeholder if it yields a
+        token). With async scheduling a step in flight before it may be about to append the token a
+        decode row computes: positions past the known tokens must be that row's own (filled) token."""
         assert sched.num_scheduled_tokens == sum(s.num_new_tokens for s in sched.scheduled)
+        assert not sched.placeholder_rows, "the runner got a decision with unfilled placeholders"
         for s in sched.scheduled:
             req = self.requests[s.request_id]
-            assert s.start == req.num_computed_tokens
-            assert tuple(s.token_ids) == tuple(req.token_slice(s.start, s.end)), s
-            assert s.kind == step_kind(req, s.num_new_tokens, s.num_spec_tokens), s
-            assert s.num_logits == (1 + s.num_spec_tokens if s.end == req.num_tokens_with_spec else 0), s
+            assert PLACEHOLDER not in s.token_ids, s
+            assert s.start == req.num_computed_tokens + req.num_inflight_tokens - s.num_new_tokens, s
+            known = req.num_tokens_with_spec
+            assert tuple(s.token_ids[:max(0, known - s.start)]) == tuple(req.token_slice(s.start, min(s.end, known))), s
+            planned_before = req.num_tokens_planned - (1 if s.num_logits else 0)
+            assert s.end <= planned_before + len(req.spec_token_ids), s
+            assert s.kind == step_kind(req, s.start, s.num_new_tokens, s.num_spec_tokens, planned_before), s
+            want_logits = 1 + s.num_spec_tokens if s.end == planned_before + len(req.spec_token_ids) else 0
+            assert s.num_logits == want_logits, s
             if self.kv is not None:
                 assert list(s.slot_mapping) == self.kv.slot_mapping(s.request_id, s.start, s.end), s
                 assert list(s.block_table) == list(self.kv.block_table(s.request_id)), s
@@ -116,7 +141,8 @@ class ShadowRunner(SimRunner):
     def _logits(self, s, table: list[int], end: int, block_size: int, rows: int) -> torch.Tensor | None:
         req = self.requests[s.request_id]
         context = [self.slots[table[p // block_size] * block_size + p % block_size] for p in range(end)]
-        expected = req.token_slice(0, end)
+        known = min(end, req.num_tokens_with_spec)
+        expected = req.token_slice(0, known) + list(s.token_ids[known - s.start:])   # async: the filled token
         assert context == expected, (
             f"request {req.request_id}: KV read back through its block table differs from its tokens "
             f"at positions {[p for p, (a, b) in enumerate(zip(context, expected)) if a != b][:8]}")

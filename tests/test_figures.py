@@ -140,13 +140,7 @@ FIGURES = ["lab02 block ownership", "lab02 breakdown", "lab02 effective use", "l
            "lab02 block size", "lab02 indirection", "lab03 anyscale", "lab03 serving", "lab03 scaling", "lab03 overhead",
            "lab01 cache vs recompute", "lab01 cumulative", "lab04 sweep", "lab04 matrix", "lab04 batch",
            "lab05 ablation", "lab05 chapter"]
-# Known failures on files other helpers own (issue 28's figure check found them); strict, so a fix is noticed.
-KNOWN = {"lab05 ablation": "lab 05's ablation figure labels bars with variant keys ('compile') and its legend with "
-                           "workload keys ('chat'): lab05_engine_choice/views.py should use the zh labels"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=True)) if n in KNOWN
-                                  else n for n in FIGURES])
+@pytest.mark.parametrize("name", FIGURES)
 def test_lab_figures_are_labelled_in_chinese_with_decade_log_ticks(figures, name):
     assert static_problems(figures[name]) == []
 
@@ -170,4 +164,4 @@ def plotly_page():
 @pytest.mark.browser
 def test_lab_figures_as_drawn_keep_axes_near_the_data_and_legends_clear(figures, plotly_page):
     problems = {name: rendered_problems(plotly_page, fig) for name, fig in figures.items()}
-    assert {name: p for name, p in problems.items() if p and name not in KNOWN} == {}
+    assert {name: p for name, p in problems.items() if p} == {}

@@ -61,25 +61,59 @@ def _generate(config: EngineConfig, prompt_ids, batch: int) -> list[list[int]]:
 
 # Batch 8 (7 s) stays in `make test-fast`; batch 1 (384 sequential steps) and the two stress variants
 # (~15-40 s each on 2 busy cores) run in `make test`.
+# async_scheduling=True (the forward on a worker thread, the next step planned meanwhile) and the
+# persistent batch (inputs from columns kept across steps) must give the same tokens in every setting.
+HOST_PATHS = {"sync, lists": {}, "async": {"async_scheduling": True}, "persistent batch": {"persistent_batch": True},
+              "async, persistent batch": {"async_scheduling": True, "persistent_batch": True}}
+ASYNC = pytest.mark.parametrize("host_path", list(HOST_PATHS))
+
+
+@ASYNC
 @pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.slow), 8])
-def test_greedy_matches_transformers(prompt_ids, hf_tokens, batch):
-    tokens, _ = _generate(EngineConfig(), prompt_ids, batch)
+def test_greedy_matches_transformers(prompt_ids, hf_tokens, batch, host_path):
+    tokens, _ = _generate(EngineConfig(**HOST_PATHS[host_path]), prompt_ids, batch)
     assert tokens == hf_tokens
 
 
 @pytest.mark.slow
-def test_greedy_matches_transformers_under_forced_preemption(prompt_ids, hf_tokens):
+@ASYNC
+def test_greedy_matches_transformers_under_forced_preemption(prompt_ids, hf_tokens, host_path):
     # 8 requests of up to ~100 tokens in 16 blocks of 16 slots: they cannot all stay resident.
-    tokens, llm = _generate(EngineConfig(num_blocks=16, block_size=16), prompt_ids, 8)
+    tokens, llm = _generate(EngineConfig(num_blocks=16, block_size=16, **HOST_PATHS[host_path]),
+                            prompt_ids, 8)
     assert llm.engine.stats()["num_preemptions"] > 0
     assert tokens == hf_tokens
 
 
 @pytest.mark.slow
-def test_greedy_matches_transformers_with_chunked_prefill(prompt_ids, hf_tokens):
-    tokens, llm = _generate(EngineConfig(max_num_batched_tokens=16), prompt_ids, 8)
+@ASYNC
+def test_greedy_matches_transformers_with_chunked_prefill(prompt_ids, hf_tokens, host_path):
+    tokens, llm = _generate(EngineConfig(max_num_batched_tokens=16, **HOST_PATHS[host_path]),
+                            prompt_ids, 8)
     assert max(len(p) for p in prompt_ids) > 16          # every prompt needs several chunks
     assert tokens == hf_tokens
+
+
+@pytest.mark.slow
+def test_async_scheduling_gives_the_synchronous_tokens_with_parallel_sampling_and_an_abort(prompt_ids):
+    """n > 1 (seeded sampling: each sequence's generator draws once per token either way) and a request
+    aborted once it has 6 tokens (async: its row in flight is dropped, not appended)."""
+    params = [SamplingParams(max_tokens=16, n=2, temperature=0.8, seed=i) if i % 2 else
+              SamplingParams(max_tokens=16, ignore_eos=True) for i in range(4)]
+
+    def run(async_scheduling: bool) -> list[list[int]]:
+        engine = LLM(config=EngineConfig(async_scheduling=async_scheduling), progress=False).engine
+        ids = [engine.add_request(p, sp) for p, sp in zip(prompt_ids[:4], params)]
+        victim = engine.get_request(ids[2])
+        while engine.has_unfinished_requests():
+            engine.step()
+            if len(victim.output_token_ids) >= 6 and not victim.is_finished:
+                engine.abort(ids[2])
+        reqs = [engine.get_request(rid) for rid in ids]
+        return [r.output_token_ids for req in reqs for r in (req, *(engine.get_request(c) for c in req.child_ids))]
+
+    sync_tokens, async_tokens = run(False), run(True)
+    assert async_tokens == sync_tokens and len(sync_tokens[3]) == 6
 
 
 def test_the_reference_cache_answers_only_the_question_it_stored(tmp_path):

@@ -8,7 +8,8 @@ parallel sampling (n > 1, paged only), and aborts at random steps. The trace is 
 Specification, checked while it runs and when it ends:
 - after every step and every abort the KV manager's invariants hold (ref counts equal the block
   tables holding each block; contiguous regions never overlap), and no block is freed twice;
-- every scheduled sequence reads back exactly its own tokens from the KV cache (``ShadowRunner``);
+- every scheduled sequence reads back exactly its own tokens from the KV cache (``ShadowRunner``),
+  through the inputs the engine's own builder made (list path or persistent batch, checked row by row);
 - every request finishes, and the pool is empty again (paged: no used block; contiguous: no region);
 - every request's output equals the oracle's (``expected_output``): what it would produce alone,
   so batching, preemption, prefix hits, copy-on-write and speculation never change a token; an
@@ -19,7 +20,7 @@ The default run draws a few hundred traces; ``pytest -m slow`` runs 10,000 (``te
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -70,6 +71,8 @@ def configs(draw) -> EngineConfig:
         lo = draw(st.integers(1, 2))
         spec = SpecConfig(method="ngram", num_speculative_tokens=draw(st.integers(1, 4)),
                           prompt_lookup_min=lo, prompt_lookup_max=lo + draw(st.integers(0, 2)))
+    # Async scheduling takes every path a synchronous continuous engine takes, but speculation.
+    async_scheduling = scheduler == "continuous" and spec is None and draw(st.booleans())
     return EngineConfig(
         block_size=block_size, num_blocks=draw(st.integers(min_blocks, 3 * min_blocks)),
         max_num_seqs=draw(st.integers(1, 6)), max_model_len=max_model_len,
@@ -78,7 +81,7 @@ def configs(draw) -> EngineConfig:
         scheduler=scheduler, kv_cache=kv_cache, contiguous_reserve=draw(st.sampled_from(["max_model_len",
                                                                                          "max_tokens"])),
         enable_prefix_caching=kv_cache == "paged" and draw(st.booleans()), enable_chunked_prefill=chunked,
-        speculative=spec)
+        speculative=spec, async_scheduling=async_scheduling, persistent_batch=draw(st.booleans()))
 
 
 @st.composite
@@ -99,8 +102,10 @@ def requests(draw, index: int, config: EngineConfig, prefixes: list[list[int]]) 
 
 
 @st.composite
-def traces(draw, max_requests: int = 8) -> TraceSpec:
+def traces(draw, max_requests: int = 8, async_only: bool = False) -> TraceSpec:
     config = draw(configs())
+    if async_only:
+        config = replace(config, scheduler="continuous", speculative=None, async_scheduling=True)
     prefixes = draw(st.lists(st.lists(ALPHABET, min_size=1, max_size=20), max_size=2))
     num = draw(st.integers(1, max_requests))
     return TraceSpec(config, tuple(draw(requests(i, config, prefixes)) for i in range(num)))
@@ -213,6 +218,15 @@ def test_running_requests_never_exceed_max_num_seqs_without_parallel_sampling(tr
     assert run.max_scheduled <= trace.config.max_num_seqs
 
 
+@settings(max_examples=250, **SETTINGS)
+@given(traces(async_only=True))
+def test_with_async_scheduling_random_traces_still_match_the_oracle_and_free_everything(trace):
+    """Planning each step before the previous one's tokens are applied changes no token, no KV read
+    and no invariant: preemption of a request whose row is in flight, a stop token in flight (one
+    wasted row), aborts between steps and forks of a parent preempted mid-flight included."""
+    check_trace(trace)
+
+
 @pytest.mark.slow
 @settings(max_examples=10_000, **SETTINGS)
 @given(traces(max_requests=5))
@@ -237,6 +251,11 @@ def paths_taken(run: TraceRun, trace: TraceSpec) -> set[str]:
         "parallel sampling": any(r.parent_id for r in reqs),
         "static": trace.config.scheduler == "static",
         "contiguous": trace.config.kv_cache == "contiguous",
+        "async": trace.config.async_scheduling,
+        "persistent batch with drafts": trace.config.persistent_batch and stats["spec_decode_num_draft_tokens"] > 0,
+        "persistent batch with copy-on-write": trace.config.persistent_batch and bool(engine.runner.copies),
+        "async preemption": trace.config.async_scheduling and stats["num_preemptions"] > 0,
+        "async parallel sampling": trace.config.async_scheduling and any(r.parent_id for r in reqs),
     }
     return {name for name, hit in taken.items() if hit}
 
@@ -250,9 +269,18 @@ def test_the_random_traces_reach_every_path_they_are_meant_to_check():
         seen.update(paths_taken(check_trace(trace), trace))
 
     run()
+
+    @settings(max_examples=150, database=None, derandomize=True, **SETTINGS)
+    @given(traces(async_only=True))
+    def run_async(trace):
+        seen.update(paths_taken(check_trace(trace), trace))
+
+    run_async()
     assert seen == {"preemption", "prefix hit", "copy-on-write", "draft accepted", "draft rejected",
                     "abort while running", "abort while waiting", "eos", "max_model_len",
-                    "parallel sampling", "static", "contiguous"}
+                    "parallel sampling", "static", "contiguous", "async", "async preemption",
+                    "persistent batch with drafts", "persistent batch with copy-on-write",
+                    "async parallel sampling"}
 
 
 # ----------------------------------------------------------------------- targeted random cases

@@ -175,12 +175,18 @@ def test_an_idle_engine_jumps_its_clock_to_the_next_arrival():
     assert engine.clock.now < 3601.0 and result.wall_s < 60
 
 
-def test_the_virtual_clock_advances_by_each_steps_scheduler_and_model_time():
-    llm = sim()
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_virtual_clock_advances_by_each_steps_host_and_model_time(async_scheduling):
+    """step_s: scheduler + model (sync) or scheduler + waiting for the overlapped model (async); the
+    clock also carries the input preparation and stats/events the engine did (unreported_host_s)."""
+    llm = LLM(model="sim", config=EngineConfig(max_num_seqs=8, async_scheduling=async_scheduling), progress=False)
     steps: list[ev.StepEnd] = []
     llm.engine.hooks.subscribe(steps.append, ev.StepEnd)
     llm.generate([[97] * 30, [98] * 300], SamplingParams(max_tokens=20))
-    assert llm.engine.clock.now == pytest.approx(sum(s.stats.step_s for s in steps))
+    engine = llm.engine
+    assert engine.unreported_host_s > 0
+    assert engine.clock.now == pytest.approx(sum(s.stats.step_s for s in steps) + engine.unreported_host_s)
+    assert sum(s.stats.model_s for s in steps) <= engine.clock.now
 
 
 def test_time_to_first_token_includes_the_prefill_step():

@@ -11,6 +11,18 @@ The scheduler owns the requests and the KV manager: ``schedule()`` decides and a
 ``update_from_output()`` applies what the model and sampler produced (accepted tokens, rollback of
 rejected drafts, prefix-cache registration, forks of parallel samples, finishing). Nothing else
 writes either.
+
+Async scheduling (``EngineConfig(async_scheduling=True)``) plans step N+1 before step N's tokens are
+applied. Each row is counted in flight when it is scheduled (``Request.num_inflight_tokens``, and one
+``num_output_placeholders`` when it yields a token) and moved to ``num_computed_tokens`` when applied,
+so the next row starts at ``num_computed_tokens + num_inflight_tokens``::
+
+    prompt ......... | o o o | t          t: step N's token, not applied yet (a placeholder)
+    computed ......... |N row| N+1 row    N+1's decode row computes t's K/V; its token id is filled in
+                                          from step N's sampled tokens before the forward starts
+
+A request whose last token (``max_tokens``, ``max_model_len``) is in flight gets no row; one that stops
+on a stop token in step N has already a row in step N+1: that forward is wasted, its token dropped.
 """
 
 from __future__ import annotations
@@ -21,13 +33,16 @@ from labkit import hooks as ev
 from labkit.config import EngineConfig
 from labkit.outputs import StepOutput
 from labkit.request import Request, RequestStatus
-from labkit.scheduler_output import SampledTokens, ScheduledRequest, SchedulerOutput, StepUpdate
+from labkit.scheduler_output import PLACEHOLDER, SampledTokens, ScheduledRequest, SchedulerOutput, StepUpdate
+
+_PREEMPTED = RequestStatus.PREEMPTED
 
 
-def step_kind(req: Request, num_new: int, num_spec: int) -> str:
+def step_kind(req: Request, start: int, num_new: int, num_spec: int, num_planned: int) -> str:
+    """``num_planned``: the request's known tokens plus those in flight, before this row."""
     if num_spec:
         return "verify"
-    if num_new == 1 and req.output_token_ids and req.num_computed_tokens == req.num_tokens - 1:
+    if num_new == 1 and start == num_planned - 1 and num_planned > req.num_prompt_tokens:
         return "decode"
     return "prefill"
 
@@ -41,6 +56,9 @@ class ContinuousScheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        # With async scheduling the runner reads the block tables on its own thread while the next step is
+        # planned: rows then carry a copy (a tuple), not the manager's live list.
+        self.copy_block_tables = config.async_scheduling
 
     # -- queue management -------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -94,34 +112,59 @@ class ContinuousScheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            num_new = min(req.num_tokens_with_spec - req.num_computed_tokens, budget,
-                          self.max_model_len - req.num_computed_tokens)
+            # Inline (every running request, every step): tokens known or in flight, less those computed
+            # or in flight; capped by the budget and max_model_len.
+            start = req.num_computed_tokens + req.num_inflight_tokens
+            num_new = min(len(req.all_token_ids) + len(req.spec_token_ids) + req.num_output_placeholders - start,
+                          budget, self.max_model_len - start)
+            if req.num_output_placeholders and self._last_token_in_flight(req):
+                num_new = 0                   # it ends when that token is applied: no wasted row
             if num_new <= 0:
                 i += 1
                 continue
             if not self._allocate_or_preempt(req, num_new, out):
                 break                         # req itself was preempted (it was the last one)
-            out.scheduled.append(self._scheduled(req, num_new, self._trim_spec(req, num_new)))
+            self._add_row(out, req, num_new, self._trim_spec(req, num_new))
             budget -= num_new
             i += 1
         return budget
 
-    def _scheduled(self, req: Request, num_new: int, num_spec: int) -> ScheduledRequest:
-        """This step's share of ``req``, with everything the runner needs to compute it."""
-        start, rid = req.num_computed_tokens, req.request_id
-        if num_new == 1 and not num_spec and start == len(req.all_token_ids) - 1 and req.output_token_ids:
+    def _last_token_in_flight(self, req: Request) -> bool:
+        return (len(req.output_token_ids) + req.num_output_placeholders >= req.sampling_params.max_tokens
+                or req.num_tokens_planned >= self.max_model_len)
+
+    def _add_row(self, out: SchedulerOutput, req: Request, num_new: int, num_spec: int) -> None:
+        """This step's share of ``req``, with everything the runner needs to compute it; counted in flight."""
+        start, rid = req.num_computed_tokens + req.num_inflight_tokens, req.request_id
+        planned = len(req.all_token_ids) + req.num_output_placeholders     # num_tokens_planned
+        table = self.kv.block_table(rid)
+        if self.copy_block_tables:
+            table = tuple(table)
+        req.num_inflight_tokens += num_new
+        if num_new == 1 and not num_spec and start == planned - 1 and (req.output_token_ids or req.num_output_placeholders):
             # Steady decode, most rows of most steps: the last output token, one K/V slot, one logits row.
-            return ScheduledRequest(rid, (req.all_token_ids[-1],), start, 0, "decode", self.kv.block_table(rid),
-                                    (self.kv.slot(rid, start),), 1)
+            # Async: that token may be the one the step in flight is sampling (filled in before launch).
+            req.num_output_placeholders += 1
+            if start < len(req.all_token_ids):
+                token = req.all_token_ids[start]
+            else:
+                token = PLACEHOLDER
+                out.placeholder_rows.append(len(out.scheduled))
+            out.scheduled.append(ScheduledRequest(rid, (token,), start, 0, "decode", table,
+                                                  (self.kv.slot(rid, start),), 1))
+            return
         end = start + num_new
         tokens = req.token_slice(start, end)
-        num_logits = 1 + num_spec if end == req.num_tokens_with_spec else 0
-        return ScheduledRequest(rid, tuple(tokens), start, num_spec, step_kind(req, num_new, num_spec),
-                                self.kv.block_table(rid), self.kv.slot_mapping(rid, start, end), num_logits)
+        num_logits = 1 + num_spec if end == planned + len(req.spec_token_ids) else 0
+        if num_logits:
+            req.num_output_placeholders += 1
+        out.scheduled.append(ScheduledRequest(rid, tuple(tokens), start, num_spec,
+                                              step_kind(req, start, num_new, num_spec, planned), table,
+                                              self.kv.slot_mapping(rid, start, end), num_logits))
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         while True:
-            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens, num_new)
+            blocks = self.kv.allocate_slots(req.request_id, req.num_computed_tokens + req.num_inflight_tokens, num_new)
             if blocks is not None:
                 if blocks:
                     out.new_blocks.setdefault(req.request_id, []).extend(blocks)
@@ -136,7 +179,7 @@ class ContinuousScheduler:
         out.new_blocks.pop(req.request_id, None)
         out.lost_tokens[req.request_id] = req.num_computed_tokens
         req.status = RequestStatus.PREEMPTED
-        req.num_computed_tokens = 0
+        req.num_computed_tokens = req.num_inflight_tokens = 0   # a row in flight still brings its token
         req.spec_token_ids = []
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -185,7 +228,7 @@ class ContinuousScheduler:
                 out.new_blocks.setdefault(req.request_id, []).extend(blocks)
             if num_cached:
                 out.prefix_hits[req.request_id] = num_cached
-            out.scheduled.append(self._scheduled(req, num_new, 0))
+            self._add_row(out, req, num_new, 0)
             budget -= num_new
         return budget
 
@@ -199,17 +242,26 @@ class ContinuousScheduler:
         request (the engine asks only when someone subscribes to them)."""
         update = StepUpdate(token_events=token_events)
         for s in out.scheduled:
-            req = self.requests[s.request_id]
-            req.num_computed_tokens += s.num_new_tokens
+            req = self.requests.get(s.request_id)
+            if req is None:
+                continue                     # finished and released while this row was in flight (async)
+            if s.num_logits:
+                req.num_output_placeholders -= 1
+            if req.status is not _PREEMPTED:     # preempted meanwhile (async): its K/V is gone
+                num_new = len(s.token_ids)
+                req.num_inflight_tokens -= num_new
+                req.num_computed_tokens += num_new
             tokens = sampled.token_ids.get(s.request_id)
             if tokens is None or req.is_finished:
-                continue
+                continue                     # a mid-prompt chunk, or the wasted row after a stop (async)
             num_draft = self._verify(req, s.num_spec_tokens, len(tokens) - 1, update) if s.num_spec_tokens else 0
             if s.request_id in sampled.fork_token_ids:
                 self._fork(req, sampled.fork_token_ids[s.request_id], now, update)
             update.outputs.append(self._append(req, tokens, now, num_draft, update))
         if update.finished:
             self.running = [r for r in self.running if not r.is_finished]
+            if any(r.is_finished for r in self.waiting):     # async: preempted while its last row ran
+                self.waiting = deque(r for r in self.waiting if not r.is_finished)
         return update
 
     def _verify(self, req: Request, num_spec: int, num_accepted: int, update: StepUpdate) -> int:
@@ -227,14 +279,22 @@ class ContinuousScheduler:
     def _fork(self, parent: Request, first_tokens: list[int], now: float, update: StepUpdate) -> None:
         """Parallel sampling: children share the parent's blocks (copy-on-write when one writes a
         shared block) and start from their own first token, sampled from the parent's last row."""
+        # Async: the parent may have been preempted while its last prompt chunk ran; then the children
+        # have no blocks to share and wait, like their parent, to be recomputed.
+        preempted = parent.status is RequestStatus.PREEMPTED
         for child_id, token in zip(parent.child_ids, first_tokens):
             child = Request(child_id, parent.prompt_token_ids, parent.sampling_params, parent.arrival_time,
-                            eos_token_ids=parent.eos_token_ids, status=RequestStatus.RUNNING,
-                            parent_id=parent.request_id, num_computed_tokens=parent.num_computed_tokens,
+                            eos_token_ids=parent.eos_token_ids,
+                            status=RequestStatus.PREEMPTED if preempted else RequestStatus.RUNNING,
+                            parent_id=parent.request_id,
+                            num_computed_tokens=0 if preempted else parent.num_computed_tokens,
                             first_scheduled_time=parent.first_scheduled_time)
             self.requests[child_id] = child
-            self.kv.fork(parent.request_id, child_id)
-            self.running.append(child)
+            if preempted:
+                self.waiting.appendleft(child)
+            else:
+                self.kv.fork(parent.request_id, child_id)
+                self.running.append(child)
             update.forked.append(child)
             update.outputs.append(self._append(child, [token], now, 0, update))
         parent.forked = True

@@ -16,6 +16,7 @@ import torch
 from labkit.config import EngineConfig
 from labkit.engine import LLMEngine
 from labkit.kv import make_kv_manager
+from labkit.model.input_batch import build_from_lists, input_builder
 from labkit.sample.sampler import Sampler
 from labkit.scheduler import make_scheduler
 from labkit.scheduler_output import SchedulerOutput
@@ -58,20 +59,36 @@ class SimRunner:
     """Pretends to run the model: returns one-hot logits on a deterministic next byte (all rows in
     one tensor, as the real runner) and records the simulated step time in ``last_model_s``.
     ``last_host_s``: this CPU's wall time inside ``execute`` (the stand-in's own work, which a real
-    accelerator step would not contain; host-path measurements leave it out)."""
+    accelerator step would not contain; host-path measurements leave it out).
 
-    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock):
-        self.model, self.hardware, self.clock = model, hardware, clock
+    It builds the forward's inputs as the real runner does (``build_input``: the list path or the
+    persistent batch) and times that apart (``last_prepare_s``): input preparation is host work a real
+    engine does every step, so host-path measurements count it.
+
+    ``overlap`` (async scheduling): the modelled accelerator runs beside the host, so a launch does not
+    move the clock; it marks the accelerator busy until ``busy_until`` and the engine waits for that."""
+
+    def __init__(self, model: ModelProfile, hardware: HardwareProfile, clock: SimClock, overlap: bool = False,
+                 build_input=None):
+        self.model, self.hardware, self.clock, self.overlap = model, hardware, clock, overlap
+        self.build_input = build_input or (lambda decision: build_from_lists(decision, 1, "cpu"))
         self.last_model_s = 0.0
         self.last_host_s = 0.0
+        self.last_prepare_s = 0.0
+        self.busy_until = 0.0
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
         t0 = time.perf_counter()
         scheduled = sched.scheduled
-        query_lens = [len(s.token_ids) for s in scheduled]
-        seq_lens = [s.start + n for s, n in zip(scheduled, query_lens)]
+        meta = self.build_input(sched).metadata
+        self.last_prepare_s = time.perf_counter() - t0
+        self.clock.advance_to(self.clock.now + self.last_prepare_s)    # host work before the launch
+        query_lens, seq_lens = meta.query_lens_list, meta.seq_lens_list
         self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
-        self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
+        if self.overlap:
+            self.busy_until = self.clock.now + self.last_model_s
+        else:
+            self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
         best = [self.next_byte(s.request_id, end - s.num_logits + i + 1)
                 for s, end in zip(scheduled, seq_lens) for i in range(s.num_logits)]
         logits = None
@@ -88,7 +105,15 @@ class SimRunner:
 
 
 class SimEngine(LLMEngine):
-    """An LLMEngine on the virtual clock: each step advances it by scheduler CPU + simulated model time."""
+    """An LLMEngine on the virtual clock: each step advances it by scheduler CPU + simulated model time.
+    With async scheduling the host's parts advance it as they happen and waiting for the forward moves it
+    to the end of the modelled accelerator step: a step costs about max(host, model), not the sum."""
+
+    def __init__(self, **parts):
+        super().__init__(**parts)
+        # Host work the clock was charged that StepStats.step_s does not carry: input preparation and
+        # the step's stats and events (clock.now == sum of step_s + this).
+        self.unreported_host_s = 0.0
 
     @property
     def model_profile(self) -> ModelProfile:
@@ -98,13 +123,32 @@ class SimEngine(LLMEngine):
     def hardware(self) -> HardwareProfile:
         return self.runner.hardware
 
+    def _host_elapsed(self, seconds: float) -> None:
+        self.clock.advance_to(self.clock.now + seconds)
+
+    def _await_forward(self, logits):
+        result = logits.result()          # computed at launch: the accelerator's time is modelled
+        wait_s = max(0.0, self.runner.busy_until - self.clock.now)
+        self.clock.advance_to(self.runner.busy_until)
+        return result, wait_s
+
     def step(self):
+        """The clock moves by every bit of host work: scheduling, sampling and applying (sync: here;
+        async: as each happens), input preparation (the runner, before the launch) and the rest of the
+        step (stats, events), here. The stand-in's own work (``last_host_s`` less preparation) is not
+        an accelerator's and is left out."""
+        self.runner.last_host_s = self.runner.last_prepare_s = 0.0
         t0 = time.perf_counter()
         outputs = super().step()
         wall = time.perf_counter() - t0
         stats = self.metrics.last
-        cpu = stats.scheduler_s if stats is not None else wall
-        self.clock.advance_to(self.clock.now + cpu)   # the runner already advanced it by the model time
+        host = stats.scheduler_s if stats is not None else wall
+        rest = max(0.0, wall - host - self.runner.last_host_s)
+        self.unreported_host_s += rest + self.runner.last_prepare_s
+        if self.config.async_scheduling:
+            self.clock.advance_to(self.clock.now + rest)
+        else:
+            self.clock.advance_to(self.clock.now + host + rest)   # the runner advanced it by preparation + model
         return outputs
 
 
@@ -136,7 +180,9 @@ def build_sim_engine(config: EngineConfig, model_profile: str = "llama-3-8b",
     clock = SimClock()
     kv_manager = make_kv_manager(config, num_blocks, max_model_len)
     proposer = None if config.speculative is None else make_proposer(config.speculative, config, max_model_len)
-    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=SimRunner(model, hw, clock),
+    runner = SimRunner(model, hw, clock, config.async_scheduling,
+                       input_builder(config, max_model_len, kv_manager.meta_block_size))
+    return SimEngine(config=config, tokenizer=SimTokenizer(), runner=runner,
                      kv_manager=kv_manager, scheduler=make_scheduler(config, kv_manager, max_model_len),
                      sampler=Sampler(config.seed, config.batched_sampling), proposer=proposer, max_model_len=max_model_len,
                      vocab_size=SIM_VOCAB, clock=clock, simulated=True)

@@ -318,10 +318,15 @@ def test_notebook_is_committed_without_outputs_and_follows_the_template():
 def test_bench_section_reports_time_per_step_and_the_saturation_concurrency(capsys):
     from bench import scheduler_overhead as bench
 
-    sections = bench.main(["--tiny"])
+    everything = bench.main(["--tiny"])
+    sections = [s for s in everything if s.title.startswith("Host time per step")]
     assert len(sections) == (1 if overhead.host_path_switch() is None else 2)
     assert all([r[0] for r in s.rows] == ["1", "64"] for s in sections)
     assert capsys.readouterr().out.count("saturation concurrency") == len(sections)
+    # then the remedies, one rung at a time, per profile: sync vs async, list-built vs persistent batch
+    remedies = [s for s in everything if s.title.startswith("Host-path remedies")]
+    assert len(remedies) == len(overhead.PROFILES)
+    assert all([r[0] for r in s.rows] == [name for name, _ in overhead.RUNGS] for s in remedies)
 
 
 def test_with_a_switch_the_bench_and_the_lab_run_it_off_then_on(monkeypatch):
@@ -330,7 +335,7 @@ def test_with_a_switch_the_bench_and_the_lab_run_it_off_then_on(monkeypatch):
 
     stand_in = overhead.Switch("enable_prefix_caching")
     monkeypatch.setattr(bench, "host_path_switch", lambda: stand_in)
-    sections = bench.main(["--tiny"])
+    sections = [s for s in bench.main(["--tiny"]) if s.title.startswith("Host time per step")]
     assert [s.title.split(", ")[-1].split(" (")[0] for s in sections] == ["enable_prefix_caching=False",
                                                                            "enable_prefix_caching=True"]
     before, after = overhead.before_after([4], stand_in, steps=1)

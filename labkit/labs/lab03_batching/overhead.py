@@ -10,9 +10,17 @@ host path per step, the figure vLLM's V1 rewrite went after.
 
 While the CPU schedules, a synchronous engine's accelerator waits, so the accelerator is busy
 ``model / (host + model)`` of the time. Once host time per step exceeds the accelerator's step time
-the scheduler, not the accelerator, sets the pace: that is the saturation concurrency. Host time grows
-about linearly in the number of running requests, so ``host(n) = a + b·n`` is fitted and solved for
-``host(n) = accelerator step``.
+the scheduler, not the accelerator, sets the pace. Both grow with the number of running requests n:
+the host line ``host(n) = a + b·n`` is fitted to the measured rows with ``a >= 0`` (a negative
+intercept is no host time at all, so the line is then refitted through the origin), and the crossover
+is where it meets the simulator's own decode step at the same n and context (``crossover``), for a
+model profile: a small model's step is short (the host wins early), a large one's long.
+
+The remedies are ``EngineConfig`` switches measured one at a time (``remedies``): batched sampling,
+the persistent batch (input preparation from columns kept across steps) and async scheduling (the
+accelerator's step overlaps the host's; the step is about max(host, model) instead of the sum). Each
+rung reports the accelerator's busy share and the decode throughput from the simulator's virtual clock,
+which every piece of host work advances (``labkit.sim.engine.SimEngine.step``).
 
 ``config_overrides`` go into ``EngineConfig``: the on/off comparison of an engine optimisation is one
 more call with its switch flipped.
@@ -27,6 +35,7 @@ from dataclasses import dataclass, replace
 from labkit.config import EngineConfig
 from labkit.metrics import percentile
 from labkit.sampling_params import SamplingParams
+from labkit.sim.cost import HARDWARE, MODELS, step_time
 
 PROMPT_LEN = 8
 
@@ -43,6 +52,10 @@ class OverheadRow:
     runner_s: float = 0.0       # of other_s: the simulated runner's own CPU work (the model's stand-in)
     engine_host_median_s: float | None = None   # median engine_host_s over the timed steps
     gc_s: float = 0.0           # Python's garbage collector, mean seconds per timed step (the medians carry it)
+    prepare_s: float = 0.0      # of engine_host_s: building the forward's inputs (list path or persistent batch)
+    engine_host_mean_s: float | None = None     # mean engine_host_s over the timed steps (collections included)
+    step_s: float | None = None  # median step on the simulator's virtual clock (sync: host + model)
+    wait_s: float = 0.0         # async: of step_s, the host waiting for the accelerator (median)
 
     @property
     def host_s(self) -> float:
@@ -56,12 +69,26 @@ class OverheadRow:
     @property
     def stats_events_s(self) -> float:
         """Of engine_host_s: what follows the scheduler's part (step stats, metrics, events, glue)."""
-        return self.other_s - self.runner_s
+        return self.other_s - self.runner_s - self.prepare_s
+
+    @property
+    def busy_share(self) -> float | None:
+        """Share of the (virtual) step the accelerator computes."""
+        return None if not self.step_s else min(1.0, self.model_s / self.step_s)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Decode throughput: one token per running request per step."""
+        return None if not self.step_s else self.num_running / self.step_s
 
     def scheduler_share(self, accelerator_s: float | None = None) -> float:
         """Share of a synchronous step the scheduler takes, against ``accelerator_s`` (default: the sim's)."""
         acc = self.model_s if accelerator_s is None else accelerator_s
         return self.scheduler_s / (self.scheduler_s + acc)
+
+
+# Model profiles on one accelerator where each side wins (labkit.sim.cost.MODELS / HARDWARE).
+PROFILES = {"SmolLM2-135M / H100": ("smollm2-135m", "h100-sxm"), "Llama-3-8B / H100": ("llama-3-8b", "h100-sxm")}
 
 
 def overhead_engine(num_running: int, config_overrides: dict | None = None, model_profile: str = "llama-3-8b",
@@ -78,28 +105,35 @@ def overhead_engine(num_running: int, config_overrides: dict | None = None, mode
 
 
 def measure_overhead(num_running: int, config_overrides: dict | None = None, steps: int = 5,
-                     warmup: int = 2) -> OverheadRow:
+                     warmup: int = 2, model_profile: str = "llama-3-8b", hardware: str = "h100-sxm") -> OverheadRow:
     """Per-step split at ``num_running`` requests in steady decode: the step with the least engine host
     time of ``steps`` (on a shared machine other programs only ever add time; its parts add up), the
-    median engine host time beside it, and the simulated model time."""
-    engine = overhead_engine(num_running, config_overrides).engine
+    median and mean engine host time beside it, the simulated model time and the median virtual step."""
+    engine = overhead_engine(num_running, config_overrides, model_profile, hardware).engine
     params = SamplingParams(max_tokens=warmup + steps + 2, ignore_eos=True)
     for i in range(num_running):
         engine.add_request([97 + i % 26] * PROMPT_LEN, params)
     for _ in range(1 + warmup):                 # the prefill step, then warm-up decodes
         engine.step()
-    rows = []
+    rows, virtual = [], []
     with GCTimer() as gc_time:
         for _ in range(steps):
-            t0 = time.perf_counter()
+            v0, t0 = engine.clock(), time.perf_counter()
             engine.step()
             wall = time.perf_counter() - t0
-            last, runner_s = engine.metrics.last, getattr(engine.runner, "last_host_s", 0.0)
+            virtual.append(engine.clock() - v0)
+            last, runner = engine.metrics.last, engine.runner
+            prepare_s = getattr(runner, "last_prepare_s", 0.0)
+            stand_in_s = getattr(runner, "last_host_s", 0.0) - prepare_s
             rows.append(OverheadRow(num_running, last.scheduler_s, last.model_s, max(0.0, wall - last.scheduler_s),
-                                    schedule_s=last.schedule_s, sample_s=last.sample_s, runner_s=runner_s))
+                                    schedule_s=last.schedule_s, sample_s=last.sample_s, runner_s=stand_in_s,
+                                    prepare_s=prepare_s, wait_s=max(0.0, last.step_s - last.scheduler_s)))
     fastest = min(rows, key=lambda r: r.engine_host_s)
+    hosts = [r.engine_host_s for r in rows]
     return replace(fastest, model_s=percentile([r.model_s for r in rows], 50),
-                   engine_host_median_s=percentile([r.engine_host_s for r in rows], 50), gc_s=gc_time.seconds / steps)
+                   engine_host_median_s=percentile(hosts, 50), engine_host_mean_s=sum(hosts) / len(hosts),
+                   gc_s=gc_time.seconds / steps, step_s=percentile(virtual, 50),
+                   wait_s=percentile([r.wait_s for r in rows], 50))
 
 
 class GCTimer:
@@ -125,26 +159,66 @@ class GCTimer:
 
 
 def scheduler_overhead(num_running_list: list[int], config_overrides: dict | None = None,
-                       steps: int = 5) -> list[OverheadRow]:
-    return [measure_overhead(n, config_overrides, steps) for n in num_running_list]
+                       steps: int = 5, model_profile: str = "llama-3-8b", hardware: str = "h100-sxm") -> list[OverheadRow]:
+    return [measure_overhead(n, config_overrides, steps, model_profile=model_profile, hardware=hardware)
+            for n in num_running_list]
 
 
-def fit_linear(rows: list[OverheadRow], host: bool = False) -> tuple[float, float]:
-    """Least squares (a, b) of scheduler (or whole host) seconds per step = a + b·n."""
-    xs = [r.num_running for r in rows]
-    ys = [r.host_s if host else r.scheduler_s for r in rows]
+def fit_linear(rows: list[OverheadRow], host: bool = False, value=None) -> tuple[float, float]:
+    """(a, b) of seconds per step = a + b·n with a >= 0: least squares, refitted through the origin when
+    the free intercept comes out negative. ``value`` picks the seconds (default: scheduler time, or the
+    whole host time with ``host=True``)."""
+    pick = value or (lambda r: r.host_s if host else r.scheduler_s)
+    xs, ys = [r.num_running for r in rows], [pick(r) for r in rows]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
-    return my - b * mx, b
+    a = my - b * mx
+    if a < 0:
+        a, b = 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return a, b
 
 
-def saturation_concurrency(rows: list[OverheadRow], accelerator_s: float, host: bool = False) -> float | None:
-    """Running requests at which scheduler time per step reaches ``accelerator_s`` (None if it never grows)."""
-    a, b = fit_linear(rows, host)
-    if b <= 0:
+def model_step_s(num_running: int, model_profile: str, hardware: str, context_len: int) -> float:
+    """The simulator's decode step for ``num_running`` sequences of ``context_len`` tokens."""
+    n = max(1, round(num_running))
+    return step_time(MODELS[model_profile], HARDWARE[hardware], [1] * n, [context_len] * n)
+
+
+def crossover(rows: list[OverheadRow], model_profile: str, hardware: str, context_len: int,
+              value=None, limit: int = 1 << 20) -> float | None:
+    """Running requests where the fitted host line (default: the engine's whole host path) reaches the
+    simulator's own decode step at the same concurrency; 1 if the host is already longer at one request,
+    None if it stays shorter up to ``limit``."""
+    a, b = fit_linear(rows, value=value or (lambda r: r.engine_host_s))
+
+    def gap(n: float) -> float:
+        return a + b * n - model_step_s(n, model_profile, hardware, context_len)
+    if gap(1) >= 0:
+        return 1.0
+    if gap(limit) < 0:
         return None
-    return max(0.0, (accelerator_s - a) / b)
+    lo, hi = 1.0, float(limit)
+    while hi - lo > 0.5:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
+    return hi
+
+
+def saturation_concurrency(rows: list[OverheadRow], accelerator_s, host: bool = False) -> float | None:
+    """Running requests at which scheduler time per step reaches the accelerator's step: ``accelerator_s``
+    seconds, or a function of the concurrency (e.g. ``partial(model_step_s, ...)``). None if it never does."""
+    a, b = fit_linear(rows, host)
+    step = accelerator_s if callable(accelerator_s) else (lambda n: accelerator_s)
+    if b <= 0 and a < step(1):
+        return None
+    n = 0.0
+    for _ in range(60):                  # fixed point of n = (step(n) - a) / b; step(n) grows slowly in n
+        nxt = max(0.0, (step(max(n, 1)) - a) / b) if b > 0 else 0.0
+        if abs(nxt - n) < 0.5:
+            return nxt
+        n = nxt
+    return n
 
 
 # ------------------------------------------------------------------------------ the engine's optimisation switch
@@ -194,3 +268,111 @@ def before_after(num_running_list: list[int], switch: Switch | None, steps: int 
         for enabled in (False, True):
             best[enabled].append(min(tries[enabled], key=lambda r: r.scheduler_s))
     return best[False], best[True]
+
+
+# ------------------------------------------------------------------------------ the host line, measured
+
+@dataclass(frozen=True)
+class HostSweep:
+    """The engine's host path per step at each concurrency (the same engine work whatever the profile;
+    only the accelerator's step differs), measured in ``rounds`` interleaved rounds."""
+
+    rows: list[OverheadRow]             # per concurrency: the round with the least engine host time
+    rounds: list[list[OverheadRow]]     # every round, per concurrency
+    load: float | None                  # the highest load average seen while measuring
+    context_len: int                    # tokens per sequence during the timed steps (for the sim's step)
+
+
+def host_sweep(sizes: list[int], rounds: int = 2, steps: int = 5, warmup: int = 2,
+               config_overrides: dict | None = None) -> HostSweep:
+    from labkit.labs.common.measure import machine_load
+
+    load = machine_load()
+    per_round: list[list[OverheadRow]] = []
+    for _ in range(rounds):
+        per_round.append([measure_overhead(n, config_overrides, steps, warmup) for n in sizes])
+        now = machine_load()
+        load = now if load is None else max(load, now or 0.0)
+    best = [min((r[i] for r in per_round), key=lambda row: row.engine_host_s) for i in range(len(sizes))]
+    return HostSweep(best, per_round, load, PROMPT_LEN + warmup + 1 + steps // 2)
+
+
+# ------------------------------------------------------------------------------ the remedies, one at a time
+
+# Each rung adds one switch to the one above (EngineConfig fields; same tokens on every rung).
+RUNGS: tuple[tuple[str, dict], ...] = (
+    ("per-request sampling", {"batched_sampling": False}),
+    ("+ batched sampling", {}),
+    ("+ persistent batch", {"persistent_batch": True}),
+    ("+ async scheduling", {"persistent_batch": True, "async_scheduling": True}),
+)
+
+
+@dataclass(frozen=True)
+class RemedyRun:
+    """The rungs at one concurrency and profile: per rung its best round (least engine host time) and
+    every round's virtual step, measured interleaved (rung 1, 2, 3, 4, then again)."""
+
+    profile: str
+    num_running: int
+    rows: dict[str, OverheadRow]
+    steps: dict[str, list[float]]        # per rung: each round's median virtual step (seconds)
+    load: float | None
+
+    def step_ratio(self, rung: str, base: str = RUNGS[0][0]) -> list[float]:
+        """Per round: this rung's virtual step over the base rung's (below 1: a shorter step)."""
+        return [a / b for a, b in zip(self.steps[rung], self.steps[base])]
+
+
+def remedies(num_running: int, profile: str, steps: int = 6, rounds: int = 2,
+             rungs: tuple[tuple[str, dict], ...] = RUNGS) -> RemedyRun:
+    """Every rung at ``num_running`` on ``profile`` (a key of ``PROFILES``), interleaved."""
+    from labkit.labs.common.measure import machine_load
+
+    model_profile, hardware = PROFILES[profile]
+    tries: dict[str, list[OverheadRow]] = {name: [] for name, _ in rungs}
+    load = machine_load()
+    for _ in range(rounds):
+        for name, overrides in rungs:
+            tries[name].append(measure_overhead(num_running, overrides, steps, model_profile=model_profile,
+                                                hardware=hardware))
+        now = machine_load()
+        load = now if load is None else max(load, now or 0.0)
+    best = {name: min(rows, key=lambda r: r.engine_host_s) for name, rows in tries.items()}
+    return RemedyRun(profile, num_running, best, {name: [r.step_s for r in rows] for name, rows in tries.items()},
+                     load)
+
+
+# ------------------------------------------------------------------------------ the real model
+
+@dataclass(frozen=True)
+class RealAsync:
+    """Sync vs async scheduling on the real CPU model: throughput (wall clock: the point is that two
+    threads overlap) and whether the greedy tokens were identical."""
+
+    batch: int
+    max_tokens: int
+    comparison: object          # labkit.labs.common.measure.Comparison, quantity="speed", async vs sync
+    identical: bool
+
+
+def real_model_async(batch: int = 16, max_tokens: int = 24, rounds: int = 3, model=None) -> RealAsync:
+    """Both engines built once, then ``generate`` of one batch alternately (warm-up dropped). The clock is
+    the wall clock: async scheduling runs the forward on a second thread, so CPU time (which adds both
+    threads up) would hide exactly the overlap being measured."""
+    from labkit import LLM
+    from labkit.labs.common.measure import Clock, compare, measuring
+
+    prompts = [f"Request {i}: write one sentence about the number {i}." for i in range(batch)]
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    wall = Clock("time.perf_counter（墙钟 wall clock：前向线程和主机线程重叠 / the two threads overlap）", time.perf_counter)
+    with measuring():
+        llms = {flag: LLM(model, config=EngineConfig(max_num_seqs=batch, async_scheduling=flag), progress=False)
+                for flag in (False, True)}
+
+        def arm(flag: bool):
+            return lambda: [o.token_ids for o in llms[flag].generate(prompts, params)]
+        c = compare({"sync": arm(False), "async": arm(True)}, baseline="sync", rounds=rounds, warmup=1, clock=wall,
+                    quantity="speed", work=lambda name, out: batch * max_tokens, id="lab03_async_real",
+                    claim=("异步调度的吞吐（真实模型）", "async scheduling throughput (real model)"))
+    return RealAsync(batch, max_tokens, c, c.results["sync"] == c.results["async"])

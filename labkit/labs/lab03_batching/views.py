@@ -286,8 +286,9 @@ def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturati
                f"decode step, batch {decode[-1].size} / batch {decode[0].size} (real model)"),
              f"{decode[-1].step_s / decode[0].step_s:.2f}×", t(f"批大小是 {decode[-1].size // decode[0].size} 倍",
                                                                  f"{decode[-1].size // decode[0].size}x the batch")],
-            [t("调度器成为瓶颈的并发（5 ms 步，模拟）", "concurrency where the scheduler becomes the bottleneck (5 ms step, simulated)"),
-             "—" if saturation is None else f"≈ {saturation:,.0f}", t("运行中请求", "running requests")]]
+            [t("主机路径追上加速器一步的并发（SmolLM2-135M / H100 的步，模拟）",
+               "concurrency where the host path reaches the accelerator step (SmolLM2-135M / H100 step, simulated)"),
+             t("不会追上", "never") if saturation is None else f"≈ {saturation:,.0f}", t("运行中请求", "running requests")]]
     return Table([t("量", "quantity"), t("本次测量", "measured in this run"), t("对照", "for comparison")], rows,
                  caption=t("要记住的三个数", "Three numbers to remember"))
 

@@ -1,0 +1,166 @@
+"""Lab 03 §7's tables, figure and conclusions: drawn only from what ``overhead`` measured.
+
+Every conclusion is a verdict (``labkit.labs.common.measure``): the direction and how sure the
+measurement is (clear / within noise / machine busy), rendered into a sentence, never a fixed claim.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from labkit.i18n import t
+from labkit.labs.common.figures import COLORS, style
+from labkit.labs.common.measure import Verdict, cores, verdict_from_ratios
+from labkit.labs.common.tables import Table
+from labkit.labs.lab03_batching.overhead import (
+    PROFILES,
+    RUNGS,
+    OverheadRow,
+    RealAsync,
+    RemedyRun,
+    crossover,
+    fit_linear,
+    model_step_s,
+)
+
+
+def _us(s: float) -> str:
+    return f"{1e6 * s:,.0f}"
+
+
+def _ms(s: float) -> str:
+    return f"{1e3 * s:.2f}"
+
+
+# ------------------------------------------------------------------------------ host line vs each profile's step
+
+def host_vs_step_table(rows: list[OverheadRow], context_len: int) -> Table:
+    """Per concurrency: the engine's host path (measured) beside each profile's step (simulated)."""
+    body = []
+    for r in rows:
+        line = [f"{r.num_running:,}", _us(r.engine_host_s), f"{1e6 * r.engine_host_s / r.num_running:.2f}"]
+        for model, hw in PROFILES.values():
+            step = model_step_s(r.num_running, model, hw, context_len)
+            line += [_ms(step), t("主机", "host") if r.engine_host_s > step else t("加速器", "accelerator")]
+        body.append(line)
+    head = [t("运行中请求", "running requests"), t("主机路径 µs/步（实测）", "host path µs/step (measured)"),
+            t("µs/请求", "µs per request")]
+    for name in PROFILES:
+        head += [t(f"{name} 步（毫秒，模拟）", f"{name} step (ms, simulated)"), t("更长的一方", "longer side")]
+    return Table(head, body, caption=t(
+        f"同一并发下：主机路径（调度 + 输入准备 + 采样 + 写回 + 统计，本机实测）vs 加速器一步（成本模型，上下文 {context_len} token）",
+        f"At the same concurrency: the host path (deciding + input prep + sampling + update + stats, measured here) "
+        f"vs one accelerator step (cost model, {context_len}-token context)"))
+
+
+def host_vs_step_figure(rows: list[OverheadRow], context_len: int) -> go.Figure:
+    xs = [r.num_running for r in rows]
+    a, b = fit_linear(rows, value=lambda r: r.engine_host_s)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=[1e3 * r.engine_host_s for r in rows], mode="markers",
+                             name=t("主机路径（实测）", "host path (measured)"), marker=dict(color=COLORS["used"])))
+    fig.add_trace(go.Scatter(x=xs, y=[1e3 * (a + b * x) for x in xs], mode="lines", line=dict(dash="dot", color=COLORS["used"]),
+                             name=t("拟合 a + b·n（a ≥ 0）", "fit a + b·n (a ≥ 0)")))
+    for (name, (model, hw)), color in zip(PROFILES.items(), (COLORS["verify"], COLORS["prefill"])):
+        fig.add_trace(go.Scatter(x=xs, y=[1e3 * model_step_s(x, model, hw, context_len) for x in xs], mode="lines+markers",
+                                 name=t(f"{name} 加速器步（模拟）", f"{name} accelerator step (simulated)"), line=dict(color=color)))
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return style(fig, t("主机路径 vs 加速器步，同一并发", "Host path vs accelerator step at the same concurrency"),
+                 t("运行中请求数（对数）", "running requests (log)"), t("毫秒/步（对数）", "ms per step (log)"))
+
+
+def crossover_lines(rows: list[OverheadRow], context_len: int) -> list[str]:
+    """Where the fitted host line meets each profile's step (computed, never a constant)."""
+    a, b = fit_linear(rows, value=lambda r: r.engine_host_s)
+    out = [t(f"主机路径拟合（截距不为负）：{1e3 * a:.3f} ms + {1e6 * b:.2f} µs × 运行中请求数",
+             f"host path fit (non-negative intercept): {1e3 * a:.3f} ms + {1e6 * b:.2f} µs × running requests")]
+    for name, (model, hw) in PROFILES.items():
+        n = crossover(rows, model, hw, context_len)
+        out.append(t(f"{name}：主机线在 {n:,.0f} 个运行中请求时追上加速器步" if n is not None else
+                     f"{name}：到 100 万个运行中请求主机线也追不上加速器步",
+                     f"{name}: the host line meets the accelerator step at {n:,.0f} running requests" if n is not None else
+                     f"{name}: the host line stays below the accelerator step up to a million running requests"))
+    return out
+
+
+def host_vs_step_verdict(round_rows: list[list[OverheadRow]], profile: str, context_len: int, load: float | None) -> Verdict:
+    """At the highest concurrency: host path over the profile's step, one ratio per measured round."""
+    model, hw = PROFILES[profile]
+    ratios = [rows[-1].engine_host_s / model_step_s(rows[-1].num_running, model, hw, context_len) for rows in round_rows]
+    return verdict_from_ratios(ratios, load=load, cores=cores(), id=f"lab03_host_vs_step_{model}",
+                               claim=(f"主机路径 ÷ {profile} 加速器步", f"host path / {profile} accelerator step"))
+
+
+def host_vs_step_sentence(verdict: Verdict, profile: str, num_running: int) -> str:
+    return verdict.sentence(
+        greater=(f"{num_running:,} 个运行中请求时，主机路径比 {profile} 的加速器步长（{{ratio}}）：同步引擎里是 CPU 定节奏，GPU 在等",
+                 f"at {num_running:,} running requests the host path is longer than {profile}'s accelerator step "
+                 "({ratio}x): in a synchronous engine the CPU sets the pace and the GPU waits"),
+        less=(f"{num_running:,} 个运行中请求时，{profile} 的加速器步比主机路径长（主机只占它的 {{ratio}}）：加速器是瓶颈",
+              f"at {num_running:,} running requests {profile}'s accelerator step is longer than the host path "
+              "(the host is {ratio}x of it): the accelerator is the bottleneck"),
+        same=(f"{num_running:,} 个运行中请求时，主机路径和 {profile} 的加速器步差不多长（{{ratio}}）",
+              f"at {num_running:,} running requests the host path and {profile}'s accelerator step are about equal ({{ratio}}x)"))
+
+
+# ------------------------------------------------------------------------------ the remedies
+
+def remedies_table(runs: list[RemedyRun], anchors: dict[str, str]) -> Table:
+    body = []
+    for run in runs:
+        for name, r in run.rows.items():
+            bound = max(r.engine_host_s, r.model_s)
+            body.append([run.profile, f"{run.num_running:,}", name, _us(r.engine_host_s),
+                         f"{1e6 * r.engine_host_s / run.num_running:.2f}", f"{1e6 * r.engine_host_mean_s / run.num_running:.2f}",
+                         _ms(r.model_s), _ms(r.step_s), f"{r.step_s / bound:.2f}", f"{r.busy_share:.0%}",
+                         f"{r.tokens_per_s:,.0f}", anchors.get(name, "")])
+    return Table([t("模型 / 硬件", "model / hardware"), t("运行中请求", "running"), t("开关（逐级叠加）", "rung (cumulative)"),
+                  t("主机 µs/步（实测）", "host µs/step (measured)"), t("µs/请求", "µs/request"),
+                  t("µs/请求（均值，含 GC）", "µs/request (mean, GC incl.)"), t("加速器毫秒（模拟）", "accelerator ms (sim)"),
+                  t("一步毫秒（虚拟时钟）", "step ms (virtual clock)"), t("步 ÷ max(主机, 加速器)", "step / max(host, accel)"),
+                  t("加速器忙碌", "accelerator busy"), t("吞吐 token/s（模拟）", "tokens/s (simulated)"),
+                  t("已发表的对照", "published anchor")], body,
+                 caption=t("逐个打开补救办法：主机时间在本机实测，加速器时间来自成本模型，一步的长短由虚拟时钟记录（所有主机工作都推动它）",
+                           "The remedies one at a time: host time measured here, accelerator time from the cost model, the step "
+                           "from the virtual clock (every piece of host work advances it)"))
+
+
+def async_verdict(run: RemedyRun, load: float | None) -> Verdict:
+    """Async scheduling's step over the same engine's synchronous step (the rung below), per round."""
+    (sync_name, _), (async_name, _) = RUNGS[-2], RUNGS[-1]
+    return verdict_from_ratios(run.step_ratio(async_name, sync_name), load=load, cores=cores(),
+                               id=f"lab03_async_step_{PROFILES[run.profile][0]}", claim=(f"{run.profile} 异步 ÷ 同步一步",
+                                                                           f"{run.profile} async / sync step"))
+
+
+def async_sentence(verdict: Verdict, run: RemedyRun) -> str:
+    return verdict.sentence(
+        greater=(f"{run.profile}：异步调度让一步变长了（{{ratio}}）", f"{run.profile}: async scheduling made the step longer ({{ratio}}x)"),
+        less=(f"{run.profile}：异步调度把一步缩短到同步的 {{ratio}}（主机工作藏到了加速器的一步后面）",
+              f"{run.profile}: async scheduling shortens the step to {{ratio}}x the synchronous one (host work hides behind the accelerator's step)"),
+        same=(f"{run.profile}：异步调度没有改变一步的长短（{{ratio}}）：重叠只能藏起两者中较短的那个",
+              f"{run.profile}: async scheduling leaves the step as it was ({{ratio}}x): overlap can only hide the shorter of the two"))
+
+
+# ------------------------------------------------------------------------------ the real model
+
+def real_async_table(real: RealAsync) -> Table:
+    c = real.comparison
+    body = [[name, f"{a.best:,.1f}", f"{a.median:,.1f}", " / ".join(f"{v:,.1f}" for v in a.values)] for name, a in c.arms.items()]
+    return Table([t("调度", "scheduling"), t("最好 token/s", "best tokens/s"), t("中位 token/s", "median tokens/s"),
+                  t("每轮", "each round")], body,
+                 caption=t(f"真实 CPU 模型，批 {real.batch}，每个请求 {real.max_tokens} 个 token（墙钟，两条线程真的重叠；负载 {c.load_before} → {c.load_after}）",
+                           f"Real CPU model, batch {real.batch}, {real.max_tokens} tokens each (wall clock: the two threads really "
+                           f"overlap; load {c.load_before} → {c.load_after})"))
+
+
+def real_async_sentence(real: RealAsync) -> str:
+    same_tokens = (t("两边的贪心输出逐 token 相同。", "Greedy output is identical token for token.") if real.identical else
+                   t("两边的输出不同——这是引擎的错误，请报告。", "The outputs differ — an engine bug, please report it."))
+    return real.comparison.verdict.sentence(
+        greater=("真实模型上异步调度的吞吐是同步的 {ratio}", "on the real model async scheduling gives {ratio}x the synchronous throughput"),
+        less=("真实模型上异步调度反而更慢（{ratio}）", "on the real model async scheduling is slower ({ratio}x)"),
+        same=("真实模型上异步调度的吞吐和同步一样（{ratio}）：CPU 上一步的模型计算远长于主机工作，能藏起来的很少",
+              "on the real model async scheduling gives the synchronous throughput ({ratio}x): a CPU forward is far longer than "
+              "the host work, so there is little to hide")) + " " + same_tokens

@@ -1,0 +1,202 @@
+"""The runner's inputs for one step: built from lists every step, or from a persistent batch.
+
+``build_from_lists`` is the readable path: flatten every scheduled row's tokens, positions, slots and
+block table (``runner.prepare_input``), then turn the lists into tensors. Each step pays for every
+row's whole block table again, although a decoding request's table changes once every ``block_size``
+steps.
+
+``InputBatch`` (vLLM v1's ``InputBatch``/``BlockTable``) keeps per-request columns that persist across
+steps, one row per request::
+
+    row_of = {"a": 0, "b": 1, "c": 2}          block_table (rows x max_blocks, int32)
+    num_blocks = [2, 1, 3]                     row 0: [7, 2, 0, ...]
+                                               row 1: [4, 0, 0, ...]
+                                               row 2: [9, 5, 8, ...]
+
+Each step it writes only what changed: a row for a request seen for the first time, and the tail of a
+table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
+``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
+``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``. Same
+values as the list path, under the same ``SchedulerOutput`` contract (``tests/sim_oracle.py`` writes
+and reads its shadow KV cache through whichever builder the engine uses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from labkit.attention.metadata import AttentionMetadata
+from labkit.scheduler_output import ScheduledRequest, SchedulerOutput
+
+
+@dataclass
+class ModelInput:
+    input_ids: list[int]
+    positions: list[int]
+    slot_mapping: list[int]
+    query_lens: list[int]
+    seq_lens: list[int]
+    block_tables: list[tuple[int, ...]]
+    logits_indices: list[int]
+    logits_rows: list[tuple[int, int]]    # per scheduled request: (first row, number of rows)
+
+
+def prepare_input(scheduled: list[ScheduledRequest]) -> ModelInput:
+    """Flatten the step's tokens. A request gets logits rows only when this step reaches the end of
+    its known tokens: 1 row for prefill/decode, 1 + k rows when verifying k drafts."""
+    inp = ModelInput([], [], [], [], [], [], [], [])
+    for s in scheduled:
+        offset = len(inp.input_ids)
+        inp.input_ids += s.token_ids
+        inp.positions += range(s.start, s.end)
+        inp.slot_mapping += s.slot_mapping
+        inp.query_lens.append(s.num_new_tokens)
+        inp.seq_lens.append(s.end)
+        inp.block_tables.append(s.block_table)
+        inp.logits_rows.append((len(inp.logits_indices), s.num_logits))
+        inp.logits_indices += range(offset + s.num_new_tokens - s.num_logits, offset + s.num_new_tokens)
+    return inp
+
+
+@dataclass
+class BatchInput:
+    """What the forward pass reads: flat token ids and positions, which rows need logits, and the
+    attention metadata (block tables, slot mapping, lengths)."""
+
+    input_ids: torch.Tensor        # [num_tokens] int64
+    positions: torch.Tensor        # [num_tokens] int64
+    logits_indices: torch.Tensor   # [num_logits] int64, flat token indices whose logits are wanted
+    metadata: AttentionMetadata
+
+
+def build_from_lists(decision: SchedulerOutput, block_size: int, device) -> BatchInput:
+    inp = prepare_input(decision.scheduled)
+    meta = AttentionMetadata.build(inp.query_lens, inp.seq_lens, inp.block_tables, inp.slot_mapping, block_size,
+                                   device=device)
+    return BatchInput(torch.tensor(inp.input_ids, dtype=torch.long, device=device),
+                      torch.tensor(inp.positions, dtype=torch.long, device=device),
+                      torch.tensor(inp.logits_indices, dtype=torch.long, device=device), meta)
+
+
+class InputBatch:
+    """Persistent per-request columns; ``prepare(decision)`` updates what changed and slices the rest."""
+
+    def __init__(self, max_num_reqs: int, max_blocks_per_req: int, block_size: int, device):
+        self.block_size, self.device = block_size, device
+        self.block_table = torch.zeros((max_num_reqs, max_blocks_per_req), dtype=torch.int32)
+        self.num_blocks = torch.zeros(max_num_reqs, dtype=torch.int32)     # valid entries per row
+        self.seen_end = torch.zeros(max_num_reqs, dtype=torch.long)         # the row's last computed end
+        self.row_of: dict[str, int] = {}
+        self._free_rows = list(range(max_num_reqs - 1, -1, -1))
+        self._rids: list[str] = []                  # the last step's requests, in row order
+        self._rows = torch.zeros(0, dtype=torch.long)
+
+    # -- which row holds which request -------------------------------------------------------------
+    def _bind(self, rids: list[str]) -> None:
+        """Rows for this step's requests: new ones get a free row (written in full), gone ones free theirs."""
+        present = set(rids)
+        for rid in [r for r in self.row_of if r not in present]:
+            self._free_rows.append(self.row_of.pop(rid))
+        for rid in rids:
+            if rid not in self.row_of:
+                if not self._free_rows:
+                    self._grow()
+                row = self.row_of[rid] = self._free_rows.pop()
+                self.num_blocks[row] = 0
+                self.seen_end[row] = 0
+        self._rids = rids
+        self._rows = torch.tensor([self.row_of[r] for r in rids], dtype=torch.long)
+
+    def _grow(self) -> None:
+        """More sequences than rows (n > 1 children count beyond max_num_seqs): double the rows."""
+        n = len(self.num_blocks)
+        self.block_table = torch.cat([self.block_table, torch.zeros_like(self.block_table)])
+        self.num_blocks = torch.cat([self.num_blocks, torch.zeros_like(self.num_blocks)])
+        self.seen_end = torch.cat([self.seen_end, torch.zeros_like(self.seen_end)])
+        self._free_rows.extend(range(2 * n - 1, n - 1, -1))
+
+    def _write_tables(self, decision: SchedulerOutput, starts: torch.Tensor) -> torch.Tensor:
+        """Write the block-table entries that changed; returns every row's table length. ``starts``: each
+        row's first position; one before the row's last end means the request was reset in between
+        (preempted and readmitted in a step this batch never saw, or drafts rolled back): rewrite it."""
+        scheduled = decision.scheduled
+        lens = torch.tensor([len(s.block_table) for s in scheduled], dtype=torch.int32)
+        old = self.num_blocks[self._rows]
+        old[starts < self.seen_end[self._rows]] = 0
+        # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
+        # after a rollback). A row given blocks: from its first new block on (appended blocks sit at the
+        # end; a copy-on-write target may sit before them, then the whole row).
+        changed = {i: max(0, min(int(old[i]), int(lens[i])) - 1) for i in (lens != old).nonzero().flatten().tolist()}
+        if decision.new_blocks:
+            index = {rid: i for i, rid in enumerate(self._rids)}
+            for rid, new in decision.new_blocks.items():
+                i = index.get(rid)
+                if i is None:
+                    continue
+                table = scheduled[i].block_table
+                start = len(table) - len(new)
+                if not set(new) <= set(table[start:]):
+                    start = 0
+                changed[i] = min(changed.get(i, start), start)
+        if changed:
+            rows, cols, values = [], [], []
+            for i, start in changed.items():
+                table, row = scheduled[i].block_table, int(self._rows[i])
+                rows += [row] * (len(table) - start)
+                cols += range(start, len(table))
+                values += table[start:]
+            if max(cols, default=0) >= self.block_table.shape[1]:
+                raise ValueError(f"a block table has more than max_blocks_per_req ({self.block_table.shape[1]}) blocks")
+            self.block_table[torch.tensor(rows), torch.tensor(cols)] = torch.tensor(values, dtype=torch.int32)
+            self.num_blocks[self._rows] = lens
+        return lens
+
+    # -- one step ----------------------------------------------------------------------------------
+    def prepare(self, decision: SchedulerOutput) -> BatchInput:
+        scheduled = decision.scheduled
+        rids = [s.request_id for s in scheduled]
+        if rids != self._rids:                      # steady decode: the same requests, same order
+            self._bind(rids)
+        start_list = [s.start for s in scheduled]
+        starts = torch.tensor(start_list, dtype=torch.long)
+        lens = self._write_tables(decision, starts)
+        width = max(int(lens.max()), 1) if len(lens) else 1
+        if decision.num_scheduled_tokens == len(scheduled):     # one token per row: decode steps
+            input_ids = [s.token_ids[0] for s in scheduled]
+            positions = starts
+            token_rows = self._rows
+            query_lens, seq_lens = [1] * len(scheduled), [p + 1 for p in start_list]
+            wants = [s.num_logits for s in scheduled]
+            logits_indices = torch.arange(len(scheduled)) if all(wants) else torch.tensor(
+                [i for i, w in enumerate(wants) if w], dtype=torch.long)
+        else:
+            flat = prepare_input(scheduled)
+            input_ids, query_lens, seq_lens = flat.input_ids, flat.query_lens, flat.seq_lens
+            positions = torch.tensor(flat.positions, dtype=torch.long)
+            token_rows = torch.repeat_interleave(self._rows, torch.tensor(query_lens))
+            logits_indices = torch.tensor(flat.logits_indices, dtype=torch.long)
+        self.seen_end[self._rows] = torch.tensor(seq_lens, dtype=torch.long)
+        bs = self.block_size
+        slot_mapping = self.block_table[token_rows, positions // bs].long() * bs + positions % bs
+        starts_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+        starts_loc[1:] = torch.tensor(query_lens, dtype=torch.int32).cumsum(0)
+        dev = self.device
+        meta = AttentionMetadata(query_start_loc=starts_loc.to(dev),
+                                 seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+                                 block_tables=self.block_table[self._rows, :width].to(dev),
+                                 slot_mapping=slot_mapping.to(dev), block_size=bs,
+                                 max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0),
+                                 query_lens_list=query_lens, seq_lens_list=seq_lens)
+        return BatchInput(torch.tensor(input_ids, dtype=torch.long, device=dev), positions.to(dev),
+                          logits_indices.to(dev), meta)
+
+
+def input_builder(config, max_model_len: int, block_size: int, device="cpu"):
+    """``decision -> BatchInput`` for an engine: the persistent batch's ``prepare`` when
+    ``config.persistent_batch``, else the list path. ``block_size``: the layout attention reads."""
+    if config.persistent_batch:
+        max_blocks = -(-max_model_len // block_size) + 1
+        return InputBatch(config.max_num_seqs, max_blocks, block_size, device).prepare
+    return lambda decision: build_from_lists(decision, block_size, device)
