@@ -273,3 +273,8 @@ def test_the_injected_noise_is_strong_enough_to_fool_a_verdict_without_the_sprea
                     max_spread=float("inf")).verdict
         flipped += v.clear and v.direction == "greater"
     assert flipped > 0
+
+
+def test_one_round_is_never_clear():
+    v = verdict_from_ratios([3.0])
+    assert (v.direction, v.confidence) == ("greater", "within noise") and "one round" in v.reasons[-1]

@@ -32,7 +32,7 @@ How it concludes (``verdict_from_ratios``): with margin m,
     all above 1 + m               greater          clear
     all below 1 − m               less             clear
     all within [1 − m, 1 + m]     same             clear
-    anything else                 from the ratio   within noise
+    anything else, or one round   from the ratio   within noise
     load > cores, or an arm's     from the ratio   machine busy (overrides the above)
     rounds spread > max_spread
     ============================  ===============  =========================================
@@ -271,6 +271,17 @@ class Verdict:
         numbers). The confidence decides the hedge around it."""
         return render(self, greater=greater, less=less, same=same, unit=unit, digits=digits)
 
+    def mark(self, *, greater: tuple[str, str] = ("", ""), less: tuple[str, str] = ("", ""),
+             same: tuple[str, str] = ("", "")) -> str:
+        """A short table mark: the direction's (zh, en) word when clear, else the hedge."""
+        from labkit.i18n import t
+
+        if self.confidence == "within noise":
+            return t("（噪声之内）", " (within noise)")
+        if self.confidence == "machine busy":
+            return t("（机器正忙）", " (machine busy)")
+        return t(*{"greater": greater, "less": less, "same": same}[self.direction])
+
     def as_entry(self) -> dict[str, Any]:
         entry = asdict(self)
         entry["claim"] = {"zh": self.claim[0], "en": self.claim[1]}
@@ -309,6 +320,9 @@ def verdict_from_ratios(ratios: list[float], *, margin: float = DEFAULT_MARGIN, 
     else:
         direction, confidence = _direction(central, margin), "within noise"
         reasons.append(f"round ratios {lo:.3g}–{hi:.3g} do not all lie on one side of 1 ± {margin:g}")
+    if len(ratios) < 2 and confidence == "clear":
+        confidence = "within noise"       # one round has no spread: nothing says how large the noise is
+        reasons.append("one round only: no spread to judge the noise by")
     if load is not None and load > cores:
         confidence = "machine busy"
         reasons.append(f"load {load:.1f} above {cores} cores")
