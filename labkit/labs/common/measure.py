@@ -355,8 +355,10 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
     if verdict.clock:
         where += t(f"，{_clock_zh(verdict.clock)}", f"; {verdict.clock}")
     lower = clause[:1].lower() + clause[1:]
-    if verdict.confidence == "clear":
-        return clause + t(f"（{where}）。", f" ({where}).")
+    if verdict.confidence == "clear":     # the clause states the ratio; add the rounds and the clock
+        rounds = t(f"{verdict.rounds} 轮在 {span}", f"{verdict.rounds} rounds {span}")
+        clock = t(f"，{_clock_zh(verdict.clock)}", f"; {verdict.clock}") if verdict.clock else ""
+        return clause + t(f"（{rounds}{clock}）。", f" ({rounds}{clock}).")
     if verdict.confidence == "within noise":
         return t(f"测得 {where}：差别在噪声之内，这次测量不能说明「{clause}」。",
                  f"Measured {where}: the difference is within noise; this measurement does not show "
