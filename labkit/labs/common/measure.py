@@ -359,6 +359,11 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
         rounds = t(f"{verdict.rounds} 轮在 {span}", f"{verdict.rounds} rounds {span}")
         clock = t(f"，{_clock_zh(verdict.clock)}", f"; {verdict.clock}") if verdict.clock else ""
         return clause + t(f"（{rounds}{clock}）。", f" ({rounds}{clock}).")
+    if verdict.confidence == "within noise" and verdict.rounds < 2:
+        return t(f"只测了一轮（{where}），看不出噪声有多大：看起来{clause}，但这一轮不足以下结论；"
+                 "多测几轮（重跑这一格）才能确定。",
+                 f"Only one round ({where}), so the noise is unknown: it suggests that {lower}, but one round "
+                 "is not enough to conclude; measure more rounds (rerun this cell) to be sure.")
     if verdict.confidence == "within noise":
         return t(f"测得 {where}：差别在噪声之内，这次测量不能说明「{clause}」。",
                  f"Measured {where}: the difference is within noise; this measurement does not show "
