@@ -118,7 +118,10 @@ class CacheComparison:
             return Verdict("same" if abs(headline - 1) <= margin else "greater" if headline > 1 else "less",
                            "within noise", headline, headline, headline, margin, reasons=("no paired tokens",))
         c = self.conditions
-        return verdict_from_ratios(pairs, ratio=headline, margin=margin, load=c.load if c else None,
+        # A decode step with the cache costs about the same at every token: a wide spread means a disturbed run.
+        cache_s = [x.seconds for x in after_first(self.cache) if x.seconds > 0]
+        spread = max(cache_s) / min(cache_s) if len(cache_s) > 1 else None
+        return verdict_from_ratios(pairs, ratio=headline, margin=margin, load=c.load if c else None, spread=spread,
                                    cores=c.num_cpus if c else 1, clock=c.clock if c else "",
                                    load_before=c.load_before if c else None, load_after=c.load_after if c else None,
                                    id=f"cache_vs_recompute/context_{self.prompt_len}",
