@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from labkit.labs.common.display import fast
 from labkit.labs.common.measure import (
     Verdict,
     cores,
@@ -55,7 +54,7 @@ LAB_CONFIG = {"device": "auto", "dtype": "auto", "num_blocks": 64, "max_num_batc
 # Batch experiment: 16 copy-heavy prompts (3,459 tokens) prefill in one step and decode side by side.
 BATCH_CONFIG = {"device": "auto", "dtype": "auto", "num_blocks": 320, "max_num_batched_tokens": 4096,
                 "max_num_seqs": 16}
-ROUNDS = fast(3, 2)   # rounds per comparison: a verdict needs the spread of at least two
+ROUNDS = 2            # rounds per comparison: a verdict needs the spread of at least two (full mode ≤ 3 min)
 LAB = "04"            # results/lab04.json
 
 
