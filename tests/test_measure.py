@@ -278,3 +278,20 @@ def test_the_injected_noise_is_strong_enough_to_fool_a_verdict_without_the_sprea
 def test_one_round_is_never_clear():
     v = verdict_from_ratios([3.0])
     assert (v.direction, v.confidence) == ("greater", "within noise") and "one round" in v.reasons[-1]
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/loadavg"), reason="the instant count is Linux's /proc/loadavg")
+def test_machine_load_sees_programs_that_just_started():
+    import subprocess
+    import sys
+
+    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(measure.cores() + 1)]
+    try:
+        import time
+
+        time.sleep(0.5)
+        assert measure.machine_load() > measure.cores()      # the 1-minute average alone would still be low
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
