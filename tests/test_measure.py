@@ -295,3 +295,10 @@ def test_machine_load_sees_programs_that_just_started():
         for p in loops:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("clock, words", [("CPU time (time.process_time)", "CPU 时间"),
+                                          ("wall clock after torch.cuda.synchronize()", "同步 GPU"),
+                                          ("wall clock (client-side latency)", "客户端")])
+def test_the_sentence_names_the_clock_in_chinese(clock, words):
+    assert words in verdict_from_ratios([2.0, 2.1], clock=clock).sentence(**TEMPLATES)

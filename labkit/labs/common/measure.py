@@ -395,8 +395,10 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
 def _clock_zh(clock: str) -> str:
     if clock.startswith("CPU time"):
         return "CPU 时间"
-    if clock.startswith("wall clock"):
+    if clock.startswith("wall clock after torch.cuda"):
         return "墙钟时间（同步 GPU 后）"
+    if clock.startswith("wall clock"):
+        return "墙钟时间（客户端计时）" if "client" in clock else "墙钟时间"
     return clock
 
 
