@@ -198,7 +198,8 @@ def comparison_lines(c: CacheComparison) -> list[str]:
              t(f"两种方式生成的 token 完全相同：{c.same_output}", f"both produced the same tokens: {c.same_output}"),
              t(f"无缓存处理的 token 数是有缓存的 {c.token_ratio():.1f} 倍（计数，不受机器忙闲影响）。",
                f"Without the cache the model processed {c.token_ratio():.1f} × as many tokens (a count: load cannot change it)."),
-             time_comparison(c.time_verdict(total=True), c.conditions)]
+             time_comparison(c.time_verdict(), c.conditions,
+                             t("不用缓存时，每个新 token（第 2 个起）的 CPU 时间", "CPU time per new token (from the 2nd) without the cache"))]
     return lines + [conditions_note(c.conditions)]
 
 
