@@ -193,13 +193,23 @@ def machine_load() -> float | None:
         average = os.getloadavg()[0]
     except (AttributeError, OSError):
         average = None
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            runnable = float(f.read().split()[3].split("/")[0])
-    except (OSError, IndexError, ValueError):
-        runnable = None
+    runnable = _runnable_now()
     known = [x for x in (average, runnable) if x is not None]
     return max(known) if known else None
+
+
+def _runnable_now(samples: int = 5, gap_s: float = 0.01) -> float | None:
+    """The median of a few instant counts of runnable tasks: a single sample catches passing blips."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                counts.append(float(f.read().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    return statistics.median(counts)
 
 
 def cores() -> int:
