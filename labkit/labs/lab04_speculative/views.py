@@ -175,7 +175,8 @@ def matrix_figure(rows: list[Row]) -> go.Figure:
 def matrix_verdict(rows: list[Row]) -> str:
     best = max(rows, key=lambda r: r.speedup)
     worst = min(rows, key=lambda r: r.speedup)
-    slower = sum(_speed(r).clear and _speed(r).direction == "less" for r in rows)
+    slower = sum(_speed(r).direction == "less" for r in rows)
+    sure = sum(_speed(r).clear and _speed(r).direction == "less" for r in rows)
     bm, bw, wm, ww = (method_label(best.method), workload_label(best.workload), method_label(worst.method),
                       workload_label(worst.workload))
     text = _speed(best).sentence(
@@ -188,10 +189,11 @@ def matrix_verdict(rows: list[Row]) -> str:
     if worst is best:
         return text
     text += " " + _speed(worst).sentence(
-        less=(f"{slower}/{len(rows)} 个组合确定比普通解码更慢，最慢的是 {wm} 在{ww}上：{{ratio}}（α = {_f(worst.alpha)}）——"
-              "草稿猜错时，起草和验证的代价白花了",
-              f"{slower}/{len(rows)} pairs are clearly slower than plain decoding; the slowest is {wm} on {ww}: {{ratio}} "
-              f"(α = {_f(worst.alpha)}): when drafts are wrong, drafting and verifying are paid for nothing"),
+        less=(f"{slower}/{len(rows)} 个组合比普通解码更慢（其中 {sure} 个各轮都一致），最慢的是 {wm} 在{ww}上：{{ratio}}"
+              f"（α = {_f(worst.alpha)}）——草稿猜错时，起草和验证的代价白花了",
+              f"{slower}/{len(rows)} pairs are slower than plain decoding ({sure} of them in every round); the slowest is "
+              f"{wm} on {ww}: {{ratio}} (α = {_f(worst.alpha)}): when drafts are wrong, drafting and verifying are paid "
+              "for nothing"),
         same=(f"最慢的组合 {wm} 在{ww}上与普通解码差不多快（{{ratio}}）：降低 α 的流量（或更大的 k）会把它推到 1 以下",
               f"The slowest pair, {wm} on {ww}, is about as fast as plain decoding ({{ratio}}); traffic with a lower α "
               "(or a larger k) pushes it below 1"),
