@@ -93,6 +93,9 @@ RECORDED = {
 }
 
 
+CONFIDENCE_ZH = {"clear": "明确", "within noise": "在噪声之内", "machine busy": "测量时机器正忙"}
+
+
 def earlier_results() -> dict[str, tuple[str, dict, str]]:
     """stage → (lab, the verdict entry it recorded, when), for the stages an earlier lab recorded."""
     found = {}
@@ -118,8 +121,9 @@ def stages_for_chapter(num_requests: int, spec_gain: float | None) -> tuple[list
             what = t(*RECORDED[stage.name][2])
             stages[i] = replace(stage, gain=float(entry["ratio"]), kind="recorded",
                                 source=f"{summary_path(lab)} · {RECORDED[stage.name][1]} · {entry.get('confidence', '?')}")
+            confidence = entry.get("confidence", "?")
             lines.append(t(f"{t(stage.zh, stage.en)}：{entry['ratio']:.2f}×，取自你在实验 {lab} 的结果（{summary_path(lab)}，"
-                           f"{when}，{what}；结论：{entry.get('confidence', '?')}）。",
+                           f"{when}，{what}；结论：{CONFIDENCE_ZH.get(confidence, confidence)}）。",
                            f"{stage.en}: {entry['ratio']:.2f}×, from your lab {lab} run ({summary_path(lab)}, {when}, {what}; "
                            f"verdict: {entry.get('confidence', '?')})."))
         elif stage.name in RECORDED:
