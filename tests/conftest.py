@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import torch  # noqa: E402
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("LABKIT_FAST", "1")
+# Labs record their verdicts in results/labNN.json (labkit.labs.common.results): never in the repository.
+os.environ.setdefault("LABKIT_RESULTS", tempfile.mkdtemp(prefix="labkit-test-results-"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

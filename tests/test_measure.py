@@ -273,3 +273,32 @@ def test_the_injected_noise_is_strong_enough_to_fool_a_verdict_without_the_sprea
                     max_spread=float("inf")).verdict
         flipped += v.clear and v.direction == "greater"
     assert flipped > 0
+
+
+def test_one_round_is_never_clear():
+    v = verdict_from_ratios([3.0])
+    assert (v.direction, v.confidence) == ("greater", "within noise") and "one round" in v.reasons[-1]
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/loadavg"), reason="the instant count is Linux's /proc/loadavg")
+def test_machine_load_sees_programs_that_just_started():
+    import subprocess
+    import sys
+
+    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(measure.cores() + 1)]
+    try:
+        import time
+
+        time.sleep(0.5)
+        assert measure.machine_load() > measure.cores()      # the 1-minute average alone would still be low
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("clock, words", [("CPU time (time.process_time)", "CPU 时间"),
+                                          ("wall clock after torch.cuda.synchronize()", "同步 GPU"),
+                                          ("wall clock (client-side latency)", "客户端")])
+def test_the_sentence_names_the_clock_in_chinese(clock, words):
+    assert words in verdict_from_ratios([2.0, 2.1], clock=clock).sentence(**TEMPLATES)

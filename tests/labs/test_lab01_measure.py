@@ -29,26 +29,38 @@ def chinese_after_each_test():
     i18n.set_language("zh")
 
 
-@pytest.mark.parametrize("ratio, expect", [(3.0, "是有缓存的 3.0 倍"), (1.04, "几乎一样"), (0.6, "反而更少")])
+def _verdict(ratio, conditions):
+    from labkit.labs.common.measure import verdict_from_ratios
+
+    return verdict_from_ratios([ratio, ratio], margin=views.SAME_BAND, load=conditions.load,
+                               cores=conditions.num_cpus)
+
+
+@pytest.mark.parametrize("ratio, expect", [(3.0, "是有缓存的 3.00×"), (1.04, "几乎一样"), (0.6, "反而更少")])
 def test_the_time_sentence_is_true_for_any_measured_ratio(ratio, expect):
-    sentence = views.time_comparison(ratio, BUSY)
-    assert expect in sentence
+    sentence = views.time_comparison(_verdict(ratio, QUIET), QUIET)
+    assert expect in sentence and "噪声" not in sentence
     assert not re.search(r"多(用了)?\s*[\d.]+\s*倍", sentence), "never the ambiguous 多 X 倍"
     if ratio < 1:
-        assert "被干扰" in sentence and "4.2" in sentence and "重新运行" in sentence   # what it means, what to do
+        assert "被干扰" in sentence and "0.9" in sentence and "重新运行" in sentence   # what it means, what to do
+
+
+def test_a_busy_machine_or_a_bare_ratio_is_hedged():
+    assert "机器正忙" in views.time_comparison(_verdict(3.0, BUSY), BUSY)
+    assert "只测了一轮" in views.time_comparison(3.0, QUIET)          # one number: no spread to judge by
 
 
 def test_the_sentences_switch_to_english():
     i18n.set_language("en")
-    assert "disturbed" in views.time_comparison(0.5, BUSY)
-    assert "3.0 ×" in views.time_comparison(3.0, QUIET)
+    assert "disturbed" in views.time_comparison(_verdict(0.5, QUIET), QUIET)
+    assert "3.00×" in views.time_comparison(_verdict(3.0, QUIET), QUIET)
 
 
 def test_printed_lines_compare_counts_exactly_and_times_honestly():
     lines = views.comparison_lines(comparison(0.05, 0.03, BUSY))     # recompute measured faster: disturbed
     text = "\n".join(lines)
     assert "无缓存处理的 token 数是有缓存的 2.7 倍" in text           # (8+9+10) / (8+1+1)
-    assert "反而更少" in text and "负载 3.6 → 4.2" in text and "机器较忙" in text
+    assert "反而更少" in text and "负载 3.6 → 4.2" in text and "机器较忙" in text and "机器正忙" in text
     assert "反而" not in "\n".join(views.comparison_lines(comparison(0.02, 0.06)))
 
 
@@ -79,3 +91,22 @@ def test_one_thread_restores_the_thread_count_after_an_error():
             assert torch.get_num_threads() == 1
             raise RuntimeError("boom")
     assert torch.get_num_threads() == before
+
+
+def test_contention_never_makes_the_cache_verdict_clearly_reversed():
+    """Random tokens slowed 1-10x (another program took the core): the verdict on recompute ÷ cache
+    may be hedged, never clearly "recompute is cheaper"."""
+    import random
+
+    quiet = comparison(0.02, 0.06).time_verdict()
+    assert (quiet.direction, quiet.confidence) == ("greater", "clear")
+    for seed in range(300):
+        rng = random.Random(seed)
+
+        def slowed(s):
+            return s * (rng.uniform(1, 10) if rng.random() < 0.5 else 1.0)
+
+        cache = tuple(TokenCost("cache", 8 + i, 8 if i == 0 else 1, slowed(0.02)) for i in range(5))
+        recompute = tuple(TokenCost("recompute", 8 + i, 8 + i, slowed(0.06)) for i in range(5))
+        v = CacheComparison(8, cache, recompute, (1,), (1,), QUIET).time_verdict()
+        assert not (v.clear and v.direction == "less"), (seed, v)

@@ -371,3 +371,22 @@ def test_parallel_sampling_over_a_trace_counts_its_saving_from_the_block_tables(
     for step, event in zip(run.steps, run.events):
         assert step.saved_blocks == sum(r - 1 for r in event.block_map.ref_cnt if r > 1)
     assert run.num_copies == 2 * (3 - 1)          # both prompts end inside a block: n - 1 copies each
+
+
+def test_real_model_layouts_are_compared_in_cpu_time_rounds_with_a_verdict():
+    from labkit.labs.lab02_paged_attention import views
+
+    trace = layouts.uniform_trace(3, 8, 4)
+    contiguous, paged = layouts.compare_small(trace, num_blocks=9, max_model_len=32, name="t", rounds=2)
+    assert len(paged.round_seconds) == 2 and paged.seconds == min(paged.round_seconds)
+    assert paged.clock.startswith("CPU time")
+    v = layouts.throughput_verdict(paged, contiguous)
+    assert v.rounds == 2 and v.confidence in ("clear", "within noise", "machine busy")
+    assert "分页" in views.throughput_sentence(paged, contiguous, "t")
+
+
+def test_a_simulated_layout_comparison_is_exact():
+    trace = layouts.uniform_trace(4, 16, 8)
+    runs = [layouts.serve_trace(layouts.paper_server(kind), trace, kind) for kind in ("contiguous", "paged")]
+    v = layouts.throughput_verdict(runs[1], runs[0])
+    assert v.deterministic and v.confidence == "clear"

@@ -229,8 +229,8 @@ def test_traced_speculative_stream_equals_plain_greedy_and_its_labels_add_up(eng
 
 
 def test_sweep_rows_come_from_runs_whose_output_equals_plain_greedy(engines):
-    rows = sweeps.sweep_k(engines, "ngram", "copy", [2], num_prompts=1, max_tokens=6)
-    assert [(r.k, r.identical) for r in rows] == [(2, "1/1")]
+    rows = sweeps.sweep_k(engines, "ngram", "copy", [2], num_prompts=1, max_tokens=6, rounds=2)
+    assert [(r.k, r.identical) for r in rows] == [(2, "2/2")]      # one prompt, served in two rounds
     assert rows[0].speedup > 0 and rows[0].verify_cost > 0
 
 
@@ -296,6 +296,6 @@ def test_live_demo_runs_one_request_and_draws_every_token(engines):
 
 
 def test_batch_one_and_batch_two_serve_the_same_requests(engines):
-    rows = sweeps.batch_effect(engines, "ngram", 2, "copy", [1, 2], max_tokens=4, min_requests=2)
-    assert [(b.batch, b.row.identical) for b in rows] == [(1, "2/2"), (2, "1/1")]
-    assert rows[0].row.steps == rows[1].row.steps      # the same two requests, the same request-steps
+    rows = sweeps.batch_effect(engines, "ngram", 2, "copy", [1, 2], max_tokens=4, min_requests=2, rounds=2)
+    assert [(b.batch, b.row.identical) for b in rows] == [(1, "2/2"), (2, "2/2")]   # batch 2 repeats its one group
+    assert 2 * rows[0].row.steps == rows[1].row.steps      # the same two requests (twice), the same request-steps

@@ -447,9 +447,10 @@ def test_int4_sentences_follow_the_numbers_either_way():
     assert ("更慢" in usual and "解码变快" in usual) or ("slower" in usual and "decoding gets faster" in usual)
     assert quant4.phase_ratios(rows(50, 250), "copy") == (pytest.approx(0.5), pytest.approx(2.5))
     milder = " ".join(quant4.int4_sentences(rows(50, 80), "chat", "copy", agree, 3))
-    assert "不如解码" in milder or "gains less than decoding" in milder
-    surprising = " ".join(quant4.int4_sentences(rows(50, 40), "chat", "copy", agree, 3))
-    assert "出乎预期" in surprising or "unexpected" in surprising
+    assert "预填充也变快" in milder or "prefill gained too" in milder
+    level = " ".join(quant4.int4_sentences(rows(50, 101), "chat", "copy", agree, 3))
+    assert "持平" in level or "as long as the baseline" in level
+    assert "噪声之内" in usual or "within noise" in usual     # hand-made rows hold one round: every verdict is hedged
     reversed_ = " ".join(quant4.int4_sentences(rows(120, 250), "chat", "copy", agree, 3))
     assert ("与预期不同" in reversed_ or "Not as expected" in reversed_) and "解码变快" not in reversed_
     assert ("1 个与" in usual or "1 of 2" in usual) and "2.0" in usual    # (3 + 1) / 2

@@ -68,20 +68,45 @@ def cpu_load() -> tuple[float, int] | None:
         return None
 
 
-def load_note() -> str:
-    """One line for the top of a lab: the machine's load, and a warning when it is above the cores."""
-    from labkit.i18n import t
+FAST_SWITCH = "%env LABKIT_FAST=1"   # the one line that switches a lab to fast mode (then restart and run all)
 
-    load = cpu_load()
+
+def load_note(load: tuple[float, int] | None = None, fast: bool | None = None) -> str:
+    """One line for the top of a lab: the machine's load, and when it is above the cores a warning
+    that recommends fast mode (unless already on) with the one line that switches to it."""
+    from labkit.i18n import t
+    from labkit.labs.common.display import FAST
+
+    load = cpu_load() if load is None else load
     if load is None:
         return ""
     avg, cores = load
     note = t(f"这台机器现在的负载：{avg:.1f}（{cores} 个 CPU 核）", f"Load on this machine: {avg:.1f} ({cores} CPUs)")
     if avg > cores:
-        note += t("。负载高于核数：别的程序在抢 CPU，测出的时间会偏大、偏乱。",
+        note += t("。负载高于核数：别的程序在抢 CPU，测出的时间会偏大、偏乱，结论会标成“机器正忙”。",
                   ". Above the CPU count: other programs compete for the CPU; measured times come out "
-                  "larger and noisier.")
+                  "larger and noisier, and conclusions are marked \"machine busy\".")
+        if not (FAST if fast is None else fast):
+            note += t(f"建议关掉别的程序，或改用快速模式：在第一个单元格最上面加一行 {FAST_SWITCH}，然后“重启内核并运行全部”。",
+                      f" Close other programs, or switch to fast mode: add the line {FAST_SWITCH} at the top of the "
+                      "first cell, then restart the kernel and run all.")
     return note
+
+
+def lab_start() -> str:
+    """The first cell of every lab: torch runs on ``LABKIT_THREADS`` threads (default 1) for the
+    whole kernel (on a shared or busy machine torch's own threads fight other programs for the
+    cores: we measured engine steps 10–25× slower), and the load note."""
+    from labkit.i18n import t
+    from labkit.labs.common.measure import measure_threads
+
+    threads = measure_threads()
+    torch.set_num_threads(threads)
+    note = t(f"torch 用 {threads} 个线程计算（LABKIT_THREADS 可改）；对比计时用 CPU 时间（GPU 上用同步后的墙钟时间）。",
+             f"torch computes on {threads} thread(s) (LABKIT_THREADS changes it); comparisons are timed in CPU "
+             "time (on a GPU: wall time after synchronize).")
+    load = load_note()
+    return f"{note}\n{load}" if load else note
 
 
 @contextmanager

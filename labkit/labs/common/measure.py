@@ -32,7 +32,7 @@ How it concludes (``verdict_from_ratios``): with margin m,
     all above 1 + m               greater          clear
     all below 1 − m               less             clear
     all within [1 − m, 1 + m]     same             clear
-    anything else                 from the ratio   within noise
+    anything else, or one round   from the ratio   within noise
     load > cores, or an arm's     from the ratio   machine busy (overrides the above)
     rounds spread > max_spread
     ============================  ===============  =========================================
@@ -186,11 +186,30 @@ class ContendedClock:
 # ----------------------------------------------------------------------------- machine
 
 def machine_load() -> float | None:
-    """The 1-minute load average, None where the OS has none."""
+    """How many programs want the CPU: the larger of the 1-minute load average and (on Linux) the
+    tasks runnable right now (``/proc/loadavg``, this one included). The average lags a minute
+    behind a program that just started; the instant count does not. None where the OS has neither."""
     try:
-        return os.getloadavg()[0]
+        average = os.getloadavg()[0]
     except (AttributeError, OSError):
-        return None
+        average = None
+    runnable = _runnable_now()
+    known = [x for x in (average, runnable) if x is not None]
+    return max(known) if known else None
+
+
+def _runnable_now(samples: int = 5, gap_s: float = 0.01) -> float | None:
+    """The median of a few instant counts of runnable tasks: a single sample catches passing blips."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                counts.append(float(f.read().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    return statistics.median(counts)
 
 
 def cores() -> int:
@@ -271,6 +290,17 @@ class Verdict:
         numbers). The confidence decides the hedge around it."""
         return render(self, greater=greater, less=less, same=same, unit=unit, digits=digits)
 
+    def mark(self, *, greater: tuple[str, str] = ("", ""), less: tuple[str, str] = ("", ""),
+             same: tuple[str, str] = ("", "")) -> str:
+        """A short table mark: the direction's (zh, en) word when clear, else the hedge."""
+        from labkit.i18n import t
+
+        if self.confidence == "within noise":
+            return t("（噪声之内）", " (within noise)")
+        if self.confidence == "machine busy":
+            return t("（机器正忙）", " (machine busy)")
+        return t(*{"greater": greater, "less": less, "same": same}[self.direction])
+
     def as_entry(self) -> dict[str, Any]:
         entry = asdict(self)
         entry["claim"] = {"zh": self.claim[0], "en": self.claim[1]}
@@ -309,6 +339,9 @@ def verdict_from_ratios(ratios: list[float], *, margin: float = DEFAULT_MARGIN, 
     else:
         direction, confidence = _direction(central, margin), "within noise"
         reasons.append(f"round ratios {lo:.3g}–{hi:.3g} do not all lie on one side of 1 ± {margin:g}")
+    if len(ratios) < 2 and confidence == "clear":
+        confidence = "within noise"       # one round has no spread: nothing says how large the noise is
+        reasons.append("one round only: no spread to judge the noise by")
     if load is not None and load > cores:
         confidence = "machine busy"
         reasons.append(f"load {load:.1f} above {cores} cores")
@@ -341,8 +374,15 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
     if verdict.clock:
         where += t(f"，{_clock_zh(verdict.clock)}", f"; {verdict.clock}")
     lower = clause[:1].lower() + clause[1:]
-    if verdict.confidence == "clear":
-        return clause + t(f"（{where}）。", f" ({where}).")
+    if verdict.confidence == "clear":     # the clause states the ratio; add the rounds and the clock
+        rounds = t(f"{verdict.rounds} 轮在 {span}", f"{verdict.rounds} rounds {span}")
+        clock = t(f"，{_clock_zh(verdict.clock)}", f"; {verdict.clock}") if verdict.clock else ""
+        return clause + t(f"（{rounds}{clock}）。", f" ({rounds}{clock}).")
+    if verdict.confidence == "within noise" and verdict.rounds < 2:
+        return t(f"只测了一轮（{where}），看不出噪声有多大：看起来{clause}，但这一轮不足以下结论；"
+                 "多测几轮（重跑这一格）才能确定。",
+                 f"Only one round ({where}), so the noise is unknown: it suggests that {lower}, but one round "
+                 "is not enough to conclude; measure more rounds (rerun this cell) to be sure.")
     if verdict.confidence == "within noise":
         return t(f"测得 {where}：差别在噪声之内，这次测量不能说明「{clause}」。",
                  f"Measured {where}: the difference is within noise; this measurement does not show "
@@ -365,8 +405,10 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
 def _clock_zh(clock: str) -> str:
     if clock.startswith("CPU time"):
         return "CPU 时间"
-    if clock.startswith("wall clock"):
+    if clock.startswith("wall clock after torch.cuda"):
         return "墙钟时间（同步 GPU 后）"
+    if clock.startswith("wall clock"):
+        return "墙钟时间（客户端计时）" if "client" in clock else "墙钟时间"
     return clock
 
 

@@ -105,6 +105,29 @@ class CacheComparison:
         the first token is a prefill in both modes."""
         return best_seconds(after_first(self.recompute)) / best_seconds(after_first(self.cache))
 
+    def time_verdict(self, total: bool = False, margin: float = 0.1):
+        """A verdict on recompute ÷ cache (``labkit.labs.common.measure``): each new token from the
+        2nd on is one paired round (token n both ways); the headline is ``total_time_ratio`` or
+        ``time_ratio``. Clear only when every token's ratio lies on one side of 1 ± margin."""
+        from labkit.labs.common.measure import Verdict, verdict_from_ratios
+
+        pairs = [r.seconds / c.seconds for c, r in zip(after_first(self.cache), after_first(self.recompute))
+                 if c.seconds > 0 and r.seconds >= 0]
+        headline = self.total_time_ratio() if total else self.time_ratio()
+        if not pairs:
+            return Verdict("same" if abs(headline - 1) <= margin else "greater" if headline > 1 else "less",
+                           "within noise", headline, headline, headline, margin, reasons=("no paired tokens",))
+        c = self.conditions
+        # A decode step with the cache costs about the same at every token: a wide spread means a disturbed run.
+        cache_s = [x.seconds for x in after_first(self.cache) if x.seconds > 0]
+        spread = max(cache_s) / min(cache_s) if len(cache_s) > 1 else None
+        return verdict_from_ratios(pairs, ratio=headline, margin=margin, load=c.load if c else None, spread=spread,
+                                   cores=c.num_cpus if c else 1, clock=c.clock if c else "",
+                                   load_before=c.load_before if c else None, load_after=c.load_after if c else None,
+                                   id=f"cache_vs_recompute/context_{self.prompt_len}",
+                                   claim=(f"无缓存 ÷ 有缓存，每个新 token 的 CPU 时间（上下文 {self.prompt_len}）",
+                                          f"CPU time per new token without ÷ with the cache (context {self.prompt_len})"))
+
 
 def load_average() -> float | None:
     """The 1-minute load average (``machine.cpu_load``), None where the OS has none."""
@@ -172,8 +195,13 @@ def compare_cache_recompute(llm, prompt_ids: list[int], num_new_tokens: int) -> 
     with measured_conditions(box):
         cache_out, cache = with_cache(llm, prompt_ids, num_new_tokens)
         recompute_out, recompute = without_cache(llm, prompt_ids, num_new_tokens)
-    return CacheComparison(len(prompt_ids), tuple(cache), tuple(recompute), tuple(cache_out),
-                           tuple(recompute_out), box[0])
+    comparison = CacheComparison(len(prompt_ids), tuple(cache), tuple(recompute), tuple(cache_out),
+                                 tuple(recompute_out), box[0])
+    from labkit.labs.common.measure import record_verdict
+
+    record_verdict("01", comparison.time_verdict(), token_ratio=comparison.token_ratio(),
+                   same_output=comparison.same_output)
+    return comparison
 
 
 def text_prompt(llm, num_tokens: int, index: int = 0) -> list[int]:

@@ -169,22 +169,28 @@ def conditions_note(c: Conditions | None) -> str:
     return t(f"计时：单线程、CPU 时间；{load}{busy}。", f"Timing: one thread, CPU time; {load}{busy}.")
 
 
-def time_comparison(ratio: float, conditions: Conditions | None, subject: str = "") -> str:
-    """``recompute ÷ cache`` as a sentence that is true for any value of ``ratio``."""
+def time_comparison(measured, conditions: Conditions | None = None, subject: str = "") -> str:
+    """``recompute ÷ cache`` as a sentence rendered from its verdict (``CacheComparison.time_verdict``;
+    a bare ratio counts as one round, so it is hedged): true for any measured value, and a reversed
+    result says what it means and what to do."""
+    from labkit.labs.common.measure import Verdict, verdict_from_ratios
+
     subject = subject or t("无缓存用的 CPU 时间", "CPU time without the cache")
-    if ratio >= 1 + SAME_BAND:
-        return t(f"{subject}是有缓存的 {ratio:.1f} 倍。", f"{subject} is {ratio:.1f} × that with the cache.")
-    if ratio > 1 - SAME_BAND:
-        return t(f"{subject}和有缓存几乎一样（是有缓存的 {ratio:.2f} 倍）：上下文这么短时，每次前向的时间主要花在"
-                 "读一遍全部权重上，多处理几个 token 几乎不多花时间。",
-                 f"{subject} is about the same as with the cache ({ratio:.2f} ×): at such short contexts a "
-                 "forward pass mostly reads all the weights once, and a few more tokens cost little extra.")
+    v = measured if isinstance(measured, Verdict) else verdict_from_ratios(
+        [measured], margin=SAME_BAND, load=conditions.load if conditions else None,
+        cores=conditions.num_cpus if conditions else 1)
     load = f"{conditions.load:.1f}" if conditions and conditions.load is not None else "?"
-    return t(f"这次{subject}反而更少（只是有缓存的 {ratio:.2f} 倍）。无缓存做的计算更多，所以这不是真实的代价："
-             f"测量被干扰了，多半是机器同时在忙别的事（负载 {load}）。关掉其他程序，重新运行做测量的那一格再看。",
-             f"This time {subject} came out lower ({ratio:.2f} × that with the cache). Without the cache the model "
-             f"does more work, so this is not the real cost: the measurement was disturbed, most likely by other "
-             f"programs on this machine (load {load}). Close them and rerun the measuring cell.")
+    return v.sentence(
+        greater=(f"{subject}是有缓存的 {{ratio}}", f"{subject} is {{ratio}} that with the cache"),
+        same=(f"{subject}和有缓存几乎一样（是有缓存的 {{ratio}}）：上下文这么短时，每次前向的时间主要花在"
+              "读一遍全部权重上，多处理几个 token 几乎不多花时间",
+              f"{subject} is about the same as with the cache ({{ratio}}): at such short contexts a "
+              "forward pass mostly reads all the weights once, and a few more tokens cost little extra"),
+        less=(f"这次{subject}反而更少（只是有缓存的 {{ratio}}）。无缓存做的计算更多，所以这不是真实的代价："
+              f"测量被干扰了，多半是机器同时在忙别的事（负载 {load}）。关掉其他程序，重新运行做测量的那一格再看",
+              f"This time {subject} came out lower ({{ratio}} that with the cache). Without the cache the model "
+              f"does more work, so this is not the real cost: the measurement was disturbed, most likely by other "
+              f"programs on this machine (load {load}). Close them and rerun the measuring cell"))
 
 
 def comparison_lines(c: CacheComparison) -> list[str]:
@@ -196,7 +202,8 @@ def comparison_lines(c: CacheComparison) -> list[str]:
              t(f"两种方式生成的 token 完全相同：{c.same_output}", f"both produced the same tokens: {c.same_output}"),
              t(f"无缓存处理的 token 数是有缓存的 {c.token_ratio():.1f} 倍（计数，不受机器忙闲影响）。",
                f"Without the cache the model processed {c.token_ratio():.1f} × as many tokens (a count: load cannot change it)."),
-             time_comparison(c.total_time_ratio(), c.conditions)]
+             time_comparison(c.time_verdict(), c.conditions,
+                             t("不用缓存时，每个新 token（第 2 个起）的 CPU 时间", "CPU time per new token (from the 2nd) without the cache"))]
     return lines + [conditions_note(c.conditions)]
 
 
@@ -208,13 +215,13 @@ def context_table(comparisons: list[CacheComparison]) -> Table:
     for c in comparisons:
         cache, recompute = after_first(c.cache), after_first(c.recompute)
         ratio = c.time_ratio()
-        flag = t("（反了：被干扰）", " (reversed: disturbed)") if ratio < 1 - SAME_BAND else ""
+        flag = t("（反了：被干扰）", " (reversed: disturbed)") if c.time_verdict().direction == "less" else ""
         rows.append([c.prompt_len, cache[0].tokens_processed, recompute[0].tokens_processed,
                      1000 * best_seconds(cache), 1000 * best_seconds(recompute), f"{ratio:.2f}{flag}",
                      t("是", "yes") if c.same_output else t("否", "no")])
     notes = [conditions_note(comparisons[0].conditions)] if comparisons and comparisons[0].conditions else []
-    if any(c.time_ratio() < 1 - SAME_BAND for c in comparisons):
-        notes.append(t("有一行重算比缓存还快：重算做的计算更多，这说明那次测量被机器上的其他程序干扰了；关掉它们后重新运行测量格。",
+    if any(c.time_verdict().direction == "less" for c in comparisons):
+        notes.append(t("有一行重算用的 CPU 时间少于缓存：重算做的计算更多，这说明那次测量被机器上的其他程序干扰了；关掉它们后重新运行测量格。",
                        "A row where recomputing beat the cache: it does more work, so that measurement was disturbed "
                        "by other programs; close them and rerun the measuring cell."))
     return Table([t("提示长度", "prompt tokens"), t("有缓存：处理 token", "cache: tokens"),
@@ -275,7 +282,7 @@ def summary_table(comparison: CacheComparison, facts: KVTensorFacts, report: Fra
            "CPU time per new token without the KV cache ÷ with it, at context {n}")
          .format(n=comparison.prompt_len), f"{comparison.time_ratio():.1f} ×" + (
              t("（反了：测量被干扰，见第 1 节）", " (reversed: disturbed, see section 1)")
-             if comparison.time_ratio() < 1 - SAME_BAND else ""),
+             if comparison.time_verdict().direction == "less" else ""),
          t("第 1 节，真实模型", "section 1, real model")],
         [t("SmolLM2-135M 每个 token 的 KV 字节（{d}）", "SmolLM2-135M KV bytes per token ({d})").format(d=facts.dtype),
          f"{facts.bytes_per_token:,.0f} B", t("第 3 节，引擎的 K/V 张量", "section 3, the engine's K/V tensor")],

@@ -16,7 +16,6 @@ queries: the engine plans the gather once per step and reuses it in every layer,
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +24,10 @@ import torch.nn.functional as F
 from labkit.attention.backend import get_backend
 from labkit.attention.metadata import AttentionMetadata
 from labkit.labs.common.machine import one_thread
+from labkit.labs.common.measure import Verdict, compare, cpu_clock
 
 # SmolLM2-135M's attention shape (config.json): 9 query heads, 3 KV heads, head_dim 64, 30 layers.
+LAB = "02"     # verdicts go to results/lab02.json
 SHAPE = dict(num_heads=9, num_kv_heads=3, head_dim=64, num_layers=30)
 
 
@@ -87,9 +88,10 @@ def dense_step(case: AttentionCase, num_layers: int) -> torch.Tensor:
 
 
 def _seconds(fn) -> float:
-    start = time.perf_counter()
+    clock = cpu_clock()
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class IndirectionCost:
     paged_s: float          # fastest round, one decode step (all layers)
     dense_s: float
     max_abs_diff: float     # paged vs dense output: the same attention, up to rounding
+    verdict: Verdict | None = None   # paged ÷ dense time, from the interleaved rounds
 
     @property
     def overhead(self) -> float:
@@ -111,14 +114,14 @@ def measure_indirection(case: AttentionCase, rounds: int = 7, num_layers: int = 
                         backend=None) -> IndirectionCost:
     """Paged (the engine's CPU backend unless given) vs dense SDPA, interleaved rounds, one thread."""
     backend = backend or get_backend("auto", torch.device("cpu"))
-    paged, dense = [], []
     with one_thread(), torch.inference_mode():
         diff = (paged_step(case, backend, 1) - dense_step(case, 1)).abs().max().item()
-        for r in range(rounds):
-            pair = [("p", lambda: paged_step(case, backend, num_layers)), ("d", lambda: dense_step(case, num_layers))]
-            for name, fn in (pair if r % 2 == 0 else pair[::-1]):
-                (paged if name == "p" else dense).append(_seconds(fn))
-    return IndirectionCost(case.context_len, case.block_size, len(case.block_tables), min(paged), min(dense), diff)
+        c = compare({"dense": lambda: dense_step(case, num_layers), "paged": lambda: paged_step(case, backend, num_layers)},
+                    baseline="dense", rounds=rounds, warmup=1, id=f"indirection/context_{case.context_len}",
+                    claim=(f"分页 ÷ 连续注意力的时间（上下文 {case.context_len}）",
+                           f"paged over dense attention time (context {case.context_len})"), lab=LAB)
+    return IndirectionCost(case.context_len, case.block_size, len(case.block_tables), c.arms["paged"].best,
+                           c.arms["dense"].best, diff, c.verdict)
 
 
 def indirection_sweep(context_lens: list[int], num_seqs: int = 8, block_size: int = 16,

@@ -14,15 +14,20 @@ is the largest such tail seen in any step, measured from the block tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from labkit.config import EngineConfig
 from labkit.hooks import StepEnd, TokensAppended
 from labkit.i18n import t
 from labkit.kv.breakdown import BreakdownRecorder, PoolBreakdown
+from labkit.labs.common.display import fast
+from labkit.labs.common.measure import Verdict, cores, cpu_clock, machine_load, measuring, verdict_from_ratios
 from labkit.replay import replay
 from labkit.sim.paper import PAPER_KV_BYTES, PAPER_MAX_MODEL_LEN, PAPER_MODEL
 from labkit.traces import TraceRequest
+
+ROUNDS = fast(2, 2)      # real-model comparisons: interleaved rounds (a verdict needs a spread)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,9 @@ class LayoutRun:
     block_size: int
     max_tail_slots: int         # largest unfilled tail of one request's blocks in any step (paged)
     outputs: tuple[tuple[int, ...], ...]
+    clock: str = "virtual seconds (simulated)"
+    round_seconds: tuple = ()   # real model: CPU seconds of each round (``compare_small``); seconds = the least
+    load: tuple = (None, None)  # load average before and after the rounds
 
     @property
     def waste(self) -> float:
@@ -93,16 +101,22 @@ def serve_trace(llm, trace: list[TraceRequest], label: str) -> LayoutRun:
     """Replay ``trace`` (exact lengths, greedy, ``labkit.replay``) and measure the pool step by step."""
     engine = llm.engine
     split, run = BreakdownRecorder(engine), _RunRecorder(engine)
+    clock = None if engine.simulated else cpu_clock()
     try:
-        result = replay(engine, trace, keep_outputs=True)
+        with measuring():
+            start = clock() if clock else 0.0
+            result = replay(engine, trace, keep_outputs=True)
+            cpu_s = clock() - start if clock else 0.0
     finally:
         split.detach()
         run.detach()
     steps = max(split.num_steps, 1)
     outputs = tuple(tuple(result.outputs[rid]) for rid in result.request_ids)
+    # The real model is timed in CPU seconds (one thread; a busy neighbour's time slices do not count).
+    seconds, clock_name = (run.seconds, "virtual seconds (simulated)") if clock is None else (cpu_s, clock.name)
     return LayoutRun(label, engine.kv.layout, split.breakdown(), len(trace), split.num_steps,
-                     split.running_sum / steps, run.max_running, run.tokens, run.seconds, engine.simulated,
-                     engine.config.block_size, run.max_tail, outputs)
+                     split.running_sum / steps, run.max_running, run.tokens, seconds, engine.simulated,
+                     engine.config.block_size, run.max_tail, outputs, clock_name, (seconds,))
 
 
 # ----------------------------------------------------------------------------- the engines
@@ -136,11 +150,36 @@ def compare_paper_scale(trace: list[TraceRequest], name: str) -> list[LayoutRun]
             serve_trace(paper_server("paged"), trace, t(f"{name}：分页", f"{name}: paged"))]
 
 
-def compare_small(trace: list[TraceRequest], num_blocks: int, max_model_len: int, name: str) -> list[LayoutRun]:
-    """Real model, same trace, same pool: max-length reservation vs paged."""
-    return [serve_trace(small_server("contiguous", num_blocks, max_model_len), trace,
-                        t(f"{name}：连续，预留 {max_model_len}", f"{name}: contiguous, reserve {max_model_len}")),
-            serve_trace(small_server("paged", num_blocks, max_model_len), trace, t(f"{name}：分页", f"{name}: paged"))]
+def compare_small(trace: list[TraceRequest], num_blocks: int, max_model_len: int, name: str,
+                  rounds: int = ROUNDS) -> list[LayoutRun]:
+    """Real model, same trace, same pool: max-length reservation vs paged, served in ``rounds``
+    interleaved rounds (order alternating); each run keeps its least CPU time and every round's."""
+    servers = [(small_server("contiguous", num_blocks, max_model_len),
+                t(f"{name}：连续，预留 {max_model_len}", f"{name}: contiguous, reserve {max_model_len}")),
+               (small_server("paged", num_blocks, max_model_len), t(f"{name}：分页", f"{name}: paged"))]
+    runs: list[list[LayoutRun]] = [[], []]
+    load_before = machine_load()
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            runs[i].append(serve_trace(servers[i][0], trace, servers[i][1]))
+    load = (load_before, machine_load())
+    return [replace(mine[0], seconds=min(x.seconds for x in mine), round_seconds=tuple(x.seconds for x in mine),
+                    load=load) for mine in runs]
+
+
+def throughput_verdict(paged: LayoutRun, contiguous: LayoutRun, id: str = "") -> Verdict:
+    """Output tokens per second, paged over contiguous: exact when simulated (virtual time is a
+    deterministic cost model), else from the paired rounds' CPU seconds."""
+    claim = ("分页 ÷ 连续预留的吞吐（输出 token/秒）", "paged over contiguous throughput (output tokens per s)")
+    ratio = paged.tokens_per_s / contiguous.tokens_per_s if contiguous.tokens_per_s else math.inf
+    if paged.simulated and contiguous.simulated:
+        return Verdict.exact(ratio, margin=0.05, id=id, claim=claim, clock=paged.clock)
+    pairs = [(paged.output_tokens / p) / (contiguous.output_tokens / c)
+             for p, c in zip(paged.round_seconds, contiguous.round_seconds) if p > 0 and c > 0]
+    loads = [x for x in (*paged.load, *contiguous.load) if x is not None]
+    return verdict_from_ratios(pairs or [ratio], ratio=ratio, margin=0.05, quantity="speed", id=id, claim=claim,
+                               load=max(loads, default=None), cores=cores(), clock=paged.clock,
+                               load_before=paged.load[0], load_after=paged.load[1])
 
 
 def uniform_trace(num_requests: int, prompt_len: int, output_len: int) -> list[TraceRequest]:

@@ -4,12 +4,13 @@ Figures are in ``figures.py``."""
 from __future__ import annotations
 
 from labkit.i18n import t
+from labkit.labs.common.measure import record_verdict
 from labkit.labs.common.references import cite
 from labkit.labs.common.tables import Table
 from labkit.labs.lab02_paged_attention.attention_cost import IndirectionCost
 from labkit.labs.lab02_paged_attention.block_map import BlockMapRun, is_consecutive
 from labkit.labs.lab02_paged_attention.block_size import BlockSizePoint
-from labkit.labs.lab02_paged_attention.layouts import LayoutRun, fit_ratio
+from labkit.labs.lab02_paged_attention.layouts import LayoutRun, fit_ratio, throughput_verdict
 from labkit.labs.lab02_paged_attention.sharing import ForkRun, PrefixRun
 
 
@@ -111,17 +112,29 @@ def block_size_table(points: list[BlockSizePoint]) -> Table:
 
 
 def indirection_table(costs: list[IndirectionCost]) -> Table:
-    rows = [[c.num_seqs, c.context_len, c.block_size, 1000 * c.dense_s, 1000 * c.paged_s, c.overhead, f"{c.max_abs_diff:.1e}"]
-            for c in costs]
+    rows = [[c.num_seqs, c.context_len, c.block_size, 1000 * c.dense_s, 1000 * c.paged_s,
+             f"{c.overhead:+.1f}" + (c.verdict.mark(same=("（持平）", " (level)")) if c.verdict else ""),
+             f"{c.max_abs_diff:.1e}"] for c in costs]
     c = cite("PagedAttention kernel overhead")
     return Table([t("序列数", "sequences"), t("上下文", "context"), t("块大小", "block size"),
                   t("连续 SDPA 毫秒/步", "dense SDPA ms/step"), t("分页 毫秒/步", "paged ms/step"),
-                  t("分页慢了 %", "paged slower by %"), t("输出最大差", "max output difference")], rows,
-                 caption=t("间接寻址的代价：同样的 K/V，一个线程，交替多轮取最快（本机 CPU 实测）",
-                           "The price of indirection: same K/V, one thread, interleaved rounds, fastest kept "
+                  t("分页 ÷ 连续 − 1（%）", "paged ÷ dense − 1 (%)"), t("输出最大差", "max output difference")], rows,
+                 caption=t("间接寻址的代价：同样的 K/V，一个线程，CPU 时间，交替多轮取最快（本机 CPU 实测）",
+                           "The price of indirection: same K/V, one thread, CPU time, interleaved rounds, fastest kept "
                            "(measured on this CPU)"),
                  notes=[t(f"论文：{c.value}（{c.source}，CUDA 内核对 FasterTransformer）。",
                           f"Paper: {c.value} ({c.source}, CUDA kernel vs FasterTransformer).")])
+
+
+def throughput_sentence(paged: LayoutRun, contiguous: LayoutRun, where: str, id: str = "") -> str:
+    """Paged over contiguous throughput, rendered from its verdict (exact when simulated); with
+    ``id`` the verdict is recorded in results/lab02.json."""
+    v = throughput_verdict(paged, contiguous, id)
+    if id:
+        record_verdict("02", v)
+    return v.sentence(greater=(f"{where}：吞吐（输出 token/秒）分页是连续的 {{ratio}}", f"{where}: paged throughput is {{ratio}} contiguous's"),
+                      same=(f"{where}：吞吐（输出 token/秒）分页与连续持平（{{ratio}}）", f"{where}: paged throughput is level with contiguous ({{ratio}})"),
+                      less=(f"{where}：吞吐分页只有连续的 {{ratio}}——分页反而更慢", f"{where}: paged throughput is only {{ratio}} contiguous's: paged came out slower"))
 
 
 def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixRun, PrefixRun], fork: ForkRun,

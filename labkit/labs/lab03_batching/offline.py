@@ -14,13 +14,21 @@ time ratio comes in under the ceiling.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 
 from labkit.config import EngineConfig
-from labkit.sim.paper import PAPER_KV_BYTES, PAPER_MODEL
+from labkit.labs.common.measure import (
+    Verdict,
+    cores,
+    cpu_clock,
+    machine_load,
+    measuring,
+    record_verdict,
+    verdict_from_ratios,
+)
 from labkit.replay import replay, static_decode_occupancy
 from labkit.sim.cost import MODELS
+from labkit.sim.paper import PAPER_KV_BYTES, PAPER_MODEL
 from labkit.traces import TraceRequest
 
 
@@ -60,6 +68,20 @@ class OfflineComparison:
     continuous: OfflineRun
     longest_output: int
     predicted_static_occupancy_perc: float    # labkit.replay.static_decode_occupancy on the lengths
+    round_ratios: tuple = ()                  # real model: continuous / static throughput of each round
+    load: tuple = (None, None)                # load average before and after the rounds
+
+    def verdict(self) -> Verdict:
+        """Continuous over static throughput: exact when simulated (the cost model is deterministic),
+        else from the rounds' CPU times (one round: hedged, it cannot show its own noise)."""
+        claim = ("连续批处理 ÷ 静态批处理的吞吐", "continuous over static throughput")
+        if self.static.simulated and self.continuous.simulated:
+            return Verdict.exact(self.time_ratio, margin=0.05, id="offline/continuous_over_static", claim=claim)
+        loads = [x for x in self.load if x is not None]
+        return verdict_from_ratios(list(self.round_ratios) or [self.time_ratio], ratio=self.time_ratio, margin=0.05,
+                                   quantity="speed", load=max(loads, default=None), cores=cores(),
+                                   clock="CPU time (time.process_time)", load_before=self.load[0],
+                                   load_after=self.load[1], id="offline/continuous_over_static", claim=claim)
 
     @property
     def time_ratio(self) -> float:
@@ -93,9 +115,11 @@ def run_offline(llm, trace: list[TraceRequest], label: str) -> OfflineRun:
             busy_while_waiting.append(last.batch_occupancy_perc)
         waiting_before[0] = last.num_requests_waiting
 
-    c0 = time.process_time()
-    result = replay(engine, trace, keep_outputs=not engine.simulated, on_step=on_step)
-    cpu_s = time.process_time() - c0
+    clock = cpu_clock()
+    with measuring():
+        c0 = clock()
+        result = replay(engine, trace, keep_outputs=not engine.simulated, on_step=on_step)
+        cpu_s = clock() - c0
     s = result.stats
     seconds = s["mean_model_s"] * s["num_steps"] if engine.simulated else cpu_s
     waiting = sum(busy_while_waiting) / len(busy_while_waiting) if busy_while_waiting else None
@@ -109,12 +133,29 @@ def compare_offline(make_llm, trace: list[TraceRequest]) -> OfflineComparison:
     return compare_engines(make_llm("static"), make_llm("continuous"), trace)
 
 
-def compare_engines(static_llm, continuous_llm, trace: list[TraceRequest]) -> OfflineComparison:
-    """Replay ``trace`` on two engines built alike but for the scheduler (widgets may be attached)."""
-    static = run_offline(static_llm, trace, "static")
-    continuous = run_offline(continuous_llm, trace, "continuous")
+def compare_engines(static_llm, continuous_llm, trace: list[TraceRequest], rounds: int = 1,
+                    lab: str | None = "03") -> OfflineComparison:
+    """Replay ``trace`` on two engines built alike but for the scheduler (widgets may be attached),
+    ``rounds`` times, the order alternating (static, continuous, continuous, static, ...); the
+    tables show the first round, the throughput uses each policy's least CPU time. On the real
+    model the verdict is recorded in the lab's results summary."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    runs: dict[str, list[OfflineRun]] = {"static": [], "continuous": []}
+    llms = {"static": static_llm, "continuous": continuous_llm}
+    load_before = machine_load()
+    for r in range(rounds):
+        for name in (("static", "continuous") if r % 2 == 0 else ("continuous", "static")):
+            runs[name].append(run_offline(llms[name], trace, name))
+    load = (load_before, machine_load())
+    static, continuous = (replace(runs[n][0], seconds=min(x.seconds for x in runs[n])) for n in ("static", "continuous"))
+    ratios = tuple((c.output_tokens / c.seconds) / (s.output_tokens / s.seconds)
+                   for s, c in zip(runs["static"], runs["continuous"]) if s.seconds > 0 and c.seconds > 0)
     predicted = static_decode_occupancy([r.output_len for r in trace], static.max_num_seqs)
-    return OfflineComparison(static, continuous, max(r.output_len for r in trace), predicted)
+    comparison = OfflineComparison(static, continuous, max(r.output_len for r in trace), predicted, ratios, load)
+    if lab is not None and not static.simulated:
+        record_verdict(lab, comparison.verdict(), step_ceiling=comparison.step_ceiling)
+    return comparison
 
 
 def same_outputs(comparison: OfflineComparison) -> bool:

@@ -77,20 +77,19 @@ def _pct(value: float | None) -> str:
 
 
 def ceiling_sentence(name: str, c: OfflineComparison) -> str:
-    """One line computed from the numbers, true whichever way they fall."""
-    ratio, ceiling = c.time_ratio, c.step_ceiling
-    if ratio >= 1:
-        head = t(f"{name}：连续批处理的吞吐是静态的 {ratio:.2f} 倍", f"{name}: continuous throughput is {ratio:.2f}x static")
-    else:
-        head = t(f"{name}：这次连续批处理反而更慢（是静态的 {ratio:.2f} 倍），多半是机器在忙别的事，重跑一次",
-                 f"{name}: continuous came out slower this time ({ratio:.2f}x static); the machine was probably busy, rerun")
-    line = head + t(f"；步数上限 {ceiling:.2f} 倍（不超过 静态步数 ÷ 最长请求 = {c.longest_bound:.2f} 倍），"
+    """The throughput ratio rendered from its verdict, then the step ceiling (counted, exact)."""
+    head = c.verdict().sentence(
+        greater=(f"{name}：连续批处理的吞吐是静态的 {{ratio}}", f"{name}: continuous throughput is {{ratio}} static"),
+        same=(f"{name}：连续批处理的吞吐与静态持平（{{ratio}}）", f"{name}: continuous throughput is level with static ({{ratio}})"),
+        less=(f"{name}：这次连续批处理反而更慢（是静态的 {{ratio}}），多半是机器在忙别的事，重跑一次",
+              f"{name}: continuous came out slower this time ({{ratio}} static); the machine was probably busy, rerun"))
+    line = head + t(f" 步数上限 {c.step_ceiling:.2f} 倍（不超过 静态步数 ÷ 最长请求 = {c.longest_bound:.2f} 倍），"
                     f"实测达到上限的 {c.share_of_ceiling:.0%}。",
-                    f"; the step ceiling is {ceiling:.2f}x (at most static steps / longest request = "
+                    f" The step ceiling is {c.step_ceiling:.2f}x (at most static steps / longest request = "
                     f"{c.longest_bound:.2f}x); the measurement reaches {c.share_of_ceiling:.0%} of it.")
     if c.share_of_ceiling > 1:
-        line += t("超过上限说明这次每步的耗时并不恒定：静态批处理的某些步被别的程序拖慢了（看本页开头的负载），重跑可以验证。",
-                  " Above the ceiling means steps did not cost the same: some static steps were slowed by other "
+        line += t("超过上限说明这次每步的耗时并不恒定：静态批处理的某些步受了别的程序干扰（看本页开头的负载），重跑可以验证。",
+                  " Above the ceiling means steps did not cost the same: some static steps were disturbed by other "
                   "programs (see the load note at the top); rerun to check.")
     return line
 

@@ -5,7 +5,12 @@ Shared by lab 04 and ``bench/spec.py`` (the benchmark imports these; it adds tab
 Decode time. Serve prompts that all prefill in the first engine step; decode time is every step
 after it, plus the proposer call that ends the prefill step (it drafts for the first decode step).
 Prefill is the same work with or without speculation, so it is left out. ``clock`` is passed in:
-process CPU time with one thread (a busy neighbour does not count), else wall time.
+``labkit.labs.common.measure.cpu_clock`` (process CPU time on one torch thread: a busy neighbour's
+time slices do not count; the wall clock after synchronize on CUDA).
+
+Verdicts (DESIGN §9). Engines are compared round by round (the same prompts, the order alternating),
+so each round gives its own speed-up and verify cost; ``aggregate`` turns their spread into a
+``Verdict`` (clear / within noise / machine busy) that the lab's sentences are rendered from.
 
 Estimating α (Leviathan et al. 2023, §3.1: the probability that one draft token is accepted, the
 same at every position). The engine reports accepted / drafted (vLLM's acceptance rate), which is
@@ -26,21 +31,21 @@ step (on a CPU in fp32 it costs more: "verify cost"). ``Row.adjusted_prediction`
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from labkit.labs.common.measure import Verdict, cpu_clock, verdict_from_ratios
+
 Clock = Callable[[], float]
 CPU_CONFIG = {"device": "cpu", "dtype": "float32", "num_blocks": 64}
+SPEEDUP_MARGIN = 0.05     # a speed-up within 5 % of 1 is "the same speed"
+VERIFY_MARGIN = 0.10      # a verify step within 10 % of a plain step "costs one plain step"
 
 
 def default_clock(device=None) -> Clock:
-    """Process CPU time on a CPU with one torch thread (a busy neighbour's slices do not count);
-    wall time with more threads (CPU time would sum them) or on a GPU (its work is not CPU time)."""
-    import torch
-
-    on_gpu = getattr(device, "type", device) == "cuda"
-    return time.process_time if torch.get_num_threads() == 1 and not on_gpu else time.perf_counter
+    """The measuring clock (``measure.cpu_clock``): process CPU time on a CPU, where the labs run
+    torch on one thread (``measure.measuring``); the wall clock after synchronize on CUDA."""
+    return cpu_clock(device)
 
 
 def make_llm(model: str | None, spec, config: dict | None = None):
@@ -164,6 +169,10 @@ class Row:
     steps: int = 0           # request-steps while decoding
     num_accepted: int = 0    # accepted drafts, and compared positions (accepted + rejections): α̂ = ratio
     num_trials: int = 0
+    round_speedups: tuple = ()       # per round: plain time per token / speculative time per token
+    round_verify_costs: tuple = ()   # per round: verify cost
+    verdict: Verdict | None = None          # is it faster than plain decoding? (ratio = speed-up)
+    verify_verdict: Verdict | None = None   # does a verify step cost more than a plain step? (ratio = verify cost)
 
     @property
     def method(self) -> str:
@@ -206,8 +215,56 @@ class Row:
         return expected_tokens_per_step(self.alpha, self.k) if self.alpha is not None else None
 
 
-def aggregate(workload: str, name: str, rounds: list[dict[str, RunStats]]) -> Row:
-    """Sum engine ``name`` ("<method> k=<k>") over its rounds, against each round's "plain" run."""
+@dataclass(frozen=True)
+class Conditions:
+    """How a set of rounds was measured: the clock, the load before and after, the cores, the CPU,
+    and for each engine the largest slowest/fastest ratio of its step time over rounds that served
+    the same prompts (a disturbed measurement spreads)."""
+
+    clock: str = ""
+    load_before: float | None = None
+    load_after: float | None = None
+    cores: int = 1
+    cpu: str = ""
+    spread: dict = field(default_factory=dict)
+
+    @property
+    def load(self) -> float | None:
+        loads = [x for x in (self.load_before, self.load_after) if x is not None]
+        return max(loads) if loads else None
+
+
+def _per_token(run: RunStats) -> float:
+    return run.decode_s / max(run.decode_tokens, 1)
+
+
+def _per_step(runs: list[RunStats]) -> float:
+    return sum(r.decode_s for r in runs) / max(sum(r.decode_steps for r in runs), 1)
+
+
+def _verdicts(workload: str, name: str, speedup: float, verify_cost: float, round_speedups: list[float],
+              round_verify: list[float], conditions: Conditions | None) -> tuple[Verdict | None, Verdict | None]:
+    if not round_speedups or any(r <= 0 for r in round_speedups + round_verify):
+        return None, None
+    c = conditions or Conditions()
+    spread = max([c.spread.get(name, 1.0), c.spread.get("plain", 1.0)])
+    info = dict(load=c.load, cores=c.cores, spread=spread, clock=c.clock, load_before=c.load_before,
+                load_after=c.load_after, cpu=c.cpu)
+    speed = verdict_from_ratios(round_speedups, ratio=speedup, margin=SPEEDUP_MARGIN, quantity="speed",
+                                id=f"speedup/{workload}/{name}",
+                                claim=(f"{name} 相对普通解码的加速比（{workload}）",
+                                       f"speed-up of {name} over plain decoding ({workload})"), **info)
+    verify = verdict_from_ratios(round_verify, ratio=verify_cost, margin=VERIFY_MARGIN,
+                                 id=f"verify_cost/{workload}/{name}",
+                                 claim=(f"{name} 验证一步 / 普通解码一步（{workload}）",
+                                        f"verify step / plain step of {name} ({workload})"), **info)
+    return speed, verify
+
+
+def aggregate(workload: str, name: str, rounds: list[dict[str, RunStats]],
+              conditions: Conditions | None = None) -> Row:
+    """Sum engine ``name`` ("<method> k=<k>") over its rounds, against each round's "plain" run;
+    with ``conditions`` (how the rounds were measured) the verdicts are hedged by load and spread."""
     k = int(name.split("k=")[1])
     runs, plain = [r[name] for r in rounds], [r["plain"] for r in rounds]
     drafted = [d for r in runs for d in r.drafted]
@@ -218,10 +275,15 @@ def aggregate(workload: str, name: str, rounds: list[dict[str, RunStats]]) -> Ro
     spec_step_s = sum(r.decode_s for r in runs) / max(steps, 1)
     propose_step_s = sum(r.propose_s for r in runs) / max(steps, 1)
     same = sum(r.token_ids == p.token_ids for r, p in zip(runs, plain))
+    speedup = sum(p.decode_s for p in plain) / max(sum(r.decode_s for r in runs), 1e-9)
+    verify_cost = (spec_step_s - propose_step_s) / plain_step_s
+    round_speedups = [_per_token(p) / _per_token(r) for p, r in zip(plain, runs) if r.decode_s > 0]
+    round_verify = [(_per_step([r]) - r.propose_s / max(r.decode_steps, 1)) / _per_step([p])
+                    for p, r in zip(plain, runs) if p.decode_s > 0 and r.decode_steps]
+    speed_v, verify_v = _verdicts(workload, name, speedup, verify_cost, round_speedups, round_verify, conditions)
     return Row(workload, name, k, acceptance_mle(drafted, accepted), acceptance_rate(drafted, accepted),
                len(drafted) / max(request_steps, 1), propose_step_s / (k * plain_step_s),
-               sum(r.decode_tokens for r in runs) / max(request_steps, 1),
-               (spec_step_s - propose_step_s) / plain_step_s,
-               sum(p.decode_s for p in plain) / max(sum(r.decode_s for r in runs), 1e-9), f"{same}/{len(runs)}",
-               tuple(drafted), request_steps, sum(accepted),
-               sum(a + (1 if a < d else 0) for d, a in zip(drafted, accepted)))
+               sum(r.decode_tokens for r in runs) / max(request_steps, 1), verify_cost, speedup,
+               f"{same}/{len(runs)}", tuple(drafted), request_steps, sum(accepted),
+               sum(a + (1 if a < d else 0) for d, a in zip(drafted, accepted)),
+               tuple(round_speedups), tuple(round_verify), speed_v, verify_v)

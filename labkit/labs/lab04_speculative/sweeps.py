@@ -1,9 +1,12 @@
 """Lab 04's experiments on the real model: speed-up vs k, per workload, and per batch size.
 
-Every engine is built once (``Engines``) and warmed up; plain greedy and the speculative engines
-serve the same prompts in rounds whose order reverses from round to round (a neighbour's load then
-hits both sides of a ratio), and ``speedup.aggregate`` turns the runs into ``Row``s with α, c,
-verify cost, the measured speed-up and both predictions.
+Every engine is built once (``Engines``) and warmed up (its first calls, which allocate and pick
+kernels, are not timed); plain greedy and the speculative engines serve the same prompts in
+``ROUNDS`` rounds whose order reverses from round to round (a neighbour's load then hits both sides
+of a ratio), all on one torch thread and timed on the CPU clock (``labkit.labs.common.measure``).
+``speedup.aggregate`` turns the runs into ``Row``s with α, c, verify cost, the measured speed-up,
+both predictions, and verdicts whose confidence comes from the spread over rounds; each verdict is
+recorded in the learner's ``results/lab04.json``.
 
     engines = Engines()
     rows = sweep_k(engines, "ngram", "copy", ks=[1, 2, 4, 8], num_prompts=1, max_tokens=32)
@@ -11,15 +14,26 @@ verify cost, the measured speed-up and both predictions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from labkit.labs.common.measure import (
+    Verdict,
+    cores,
+    cpu_clock,
+    describe_machine,
+    machine_load,
+    measuring,
+    record_verdict,
+    verdict_from_ratios,
+)
 from labkit.labs.lab04_speculative.speedup import (
     Clock,
+    Conditions,
     Row,
     RunStats,
     Timers,
     aggregate,
-    default_clock,
     make_llm,
     run_batch,
 )
@@ -40,6 +54,8 @@ LAB_CONFIG = {"device": "auto", "dtype": "auto", "num_blocks": 64, "max_num_batc
 # Batch experiment: 16 copy-heavy prompts (3,459 tokens) prefill in one step and decode side by side.
 BATCH_CONFIG = {"device": "auto", "dtype": "auto", "num_blocks": 320, "max_num_batched_tokens": 4096,
                 "max_num_seqs": 16}
+ROUNDS = 2            # rounds per comparison: a verdict needs the spread of at least two (full mode ≤ 3 min)
+LAB = "04"            # results/lab04.json
 
 
 def engine_name(method: str, k: int) -> str:
@@ -56,11 +72,22 @@ class Engines:
         self._clock = clock
 
     @property
+    def device(self):
+        return getattr(self.get("plain").engine.runner, "device", None)
+
+    @property
     def clock(self) -> Clock:
-        if self._clock is None:
-            device = getattr(self.get("plain").engine.runner, "device", None)
-            self._clock = default_clock(device)
-        return self._clock
+        """The clock passed in, else ``measure.cpu_clock`` for the engines' device (read afresh on
+        every call, so ``measure.clock_override`` reaches engines built before it)."""
+        if self._clock is not None:
+            return self._clock
+        device = self.device
+        return lambda: cpu_clock(device)()
+
+    @property
+    def clock_name(self) -> str:
+        return getattr(self._clock, "name", "injected clock") if self._clock is not None else \
+            cpu_clock(self.device).name
 
     def get(self, method: str, k: int = 0):
         from labkit import SpecConfig
@@ -70,8 +97,9 @@ class Engines:
         name = engine_name(method, k)
         if name not in self.llms:
             spec = None if method == "plain" else SpecConfig(num_speculative_tokens=k, **METHODS[method])
-            llm = make_llm(self.model, spec, self.config)
-            llm.generate([[1, 2, 3, 4]], _warmup_params())       # first calls allocate and pick kernels
+            with measuring():
+                llm = make_llm(self.model, spec, self.config)
+                llm.generate([[1, 2, 3, 4]], _warmup_params())   # first calls allocate and pick kernels
             self.llms[name] = llm
         return self.llms[name]
 
@@ -96,15 +124,63 @@ def _warmup_params():
     return SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
 
 
-def measure_rounds(engines: Engines, names: list[str], batches: list[list[list[int]]],
-                   max_tokens: int) -> list[dict[str, RunStats]]:
-    """One round per batch of prompts: every engine serves it; the order reverses each round."""
-    rounds = []
-    for i, batch in enumerate(batches):
-        order = names if i % 2 == 0 else names[::-1]
-        rounds.append({name: run_batch(engines.get(*_split(name)), batch, max_tokens, engines.timed(name))
-                       for name in order})
-    return rounds
+@dataclass(frozen=True)
+class Measured:
+    rounds: list[dict[str, RunStats]]
+    conditions: Conditions
+
+
+def measure_rounds(engines: Engines, names: list[str], batches: list[list[list[int]]], max_tokens: int,
+                   repeats: int = 1, what: tuple[str, str] = ("", "")) -> Measured:
+    """Every engine serves every batch ``repeats`` times, one batch per round, the order of engines
+    reversing each round; on ``measure.measuring()`` threads, with a progress bar naming ``what``."""
+    from tqdm.auto import tqdm
+
+    from labkit.i18n import t
+
+    plan = [b for _ in range(repeats) for b in batches]
+    rounds: list[dict[str, RunStats]] = []
+    label = t(*what) if any(what) else ", ".join(names)
+    bar = tqdm(total=len(plan) * len(names), desc=t(f"测量：{label}", f"measuring: {label}"), leave=False,
+               unit=t("次", "run"))
+    load_before = machine_load()
+    with measuring():
+        for i, batch in enumerate(plan):
+            order = names if i % 2 == 0 else names[::-1]
+            runs = {}
+            for name in order:
+                bar.set_postfix_str(name)
+                runs[name] = run_batch(engines.get(*_split(name)), batch, max_tokens, engines.timed(name))
+                bar.update(1)
+            rounds.append({name: runs[name] for name in names})
+    bar.close()
+    conditions = Conditions(engines.clock_name, load_before, machine_load(), cores(), describe_machine(),
+                            {name: _spread(plan, [r[name] for r in rounds]) for name in names})
+    return Measured(rounds, conditions)
+
+
+def _spread(plan: list[list[list[int]]], runs: list[RunStats]) -> float:
+    """The largest slowest/fastest step time over rounds that served the same batch (1.0 if none repeats)."""
+    by_batch: dict[tuple, list[float]] = {}
+    for batch, run in zip(plan, runs):
+        if run.decode_steps:
+            by_batch.setdefault(tuple(map(tuple, batch)), []).append(run.decode_s / run.decode_steps)
+    spreads = [max(v) / min(v) for v in by_batch.values() if len(v) > 1 and min(v) > 0]
+    return max(spreads, default=1.0)
+
+
+def _record(rows: list[Row], lab: str | None) -> None:
+    if lab is None:
+        return
+    for row in rows:
+        for verdict in (row.verdict, row.verify_verdict):
+            if verdict is not None:
+                record_verdict(lab, verdict, k=row.k, alpha=row.alpha, identical=row.identical,
+                               round_values=list(verdict_rounds(row, verdict)))
+
+
+def verdict_rounds(row: Row, verdict: Verdict) -> tuple:
+    return row.round_speedups if verdict is row.verdict else row.round_verify_costs
 
 
 def _split(name: str) -> tuple[str, int]:
@@ -115,22 +191,37 @@ def _split(name: str) -> tuple[str, int]:
 # ----------------------------------------------------------------------------- the three experiments
 
 def sweep_k(engines: Engines, method: str, workload: str, ks: list[int], num_prompts: int,
-            max_tokens: int) -> list[Row]:
-    """Speed-up vs k for one method on one workload (single stream)."""
+            max_tokens: int, rounds: int | None = None, lab: str | None = LAB) -> list[Row]:
+    """Speed-up vs k for one method on one workload (single stream): each prompt served ``rounds``
+    times (default ``ROUNDS``) by every engine."""
     names = ["plain"] + [engine_name(method, k) for k in ks]
     batches = [[p] for p in engines.encode(workload, num_prompts)]
-    rounds = measure_rounds(engines, names, batches, max_tokens)
-    return [aggregate(workload, name, rounds) for name in names[1:]]
+    m = measure_rounds(engines, names, batches, max_tokens, _repeats(rounds, len(batches)),
+                       (f"{method}，{workload}，k = {ks}", f"{method}, {workload}, k = {ks}"))
+    rows = [aggregate(workload, name, m.rounds, m.conditions) for name in names[1:]]
+    _record(rows, lab)
+    return rows
+
+
+def _repeats(rounds: int | None, batches: int) -> int:
+    """Repeats of the batch list that give at least ``rounds`` rounds."""
+    rounds = ROUNDS if rounds is None else rounds
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    return max(1, math.ceil(rounds / max(batches, 1)))
 
 
 def workload_matrix(engines: Engines, methods: list[str], workloads: list[str], k: int, num_prompts: int,
-                    max_tokens: int) -> list[Row]:
+                    max_tokens: int, rounds: int | None = None, lab: str | None = LAB) -> list[Row]:
     """Every method at one k on every workload (single stream)."""
     names = ["plain"] + [engine_name(m, k) for m in methods]
     rows = []
     for workload in workloads:
-        rounds = measure_rounds(engines, names, [[p] for p in engines.encode(workload, num_prompts)], max_tokens)
-        rows += [aggregate(workload, name, rounds) for name in names[1:]]
+        batches = [[p] for p in engines.encode(workload, num_prompts)]
+        m = measure_rounds(engines, names, batches, max_tokens, _repeats(rounds, len(batches)),
+                           (f"{workload}，k = {k}", f"{workload}, k = {k}"))
+        rows += [aggregate(workload, name, m.rounds, m.conditions) for name in names[1:]]
+    _record(rows, lab)
     return rows
 
 
@@ -140,21 +231,58 @@ class BatchRow:
     row: Row
     plain_step_s: float      # mean plain decode step at this batch size
     spec_step_s: float       # mean speculative decode step
+    plain_step_rounds: tuple = ()   # the plain step per round (its spread hedges comparisons across batch sizes)
 
 
 def batch_effect(engines: Engines, method: str, k: int, workload: str, batch_sizes: list[int],
-                 max_tokens: int, min_requests: int = 4) -> list[BatchRow]:
+                 max_tokens: int, min_requests: int = 4, rounds: int | None = None,
+                 lab: str | None = LAB) -> list[BatchRow]:
     """Speed-up at several batch sizes. Batch size b serves the first max(b, ``min_requests``)
     prompts of the workload in groups of b, so small batches see the same requests (batch 1 and
-    batch 4 both serve prompts 0-3: one at a time, or all four together)."""
+    batch 4 both serve prompts 0-3: one at a time, or all four together); the groups repeat until
+    there are ``rounds`` rounds."""
     names = ["plain", engine_name(method, k)]
     out = []
     for b in batch_sizes:
         prompts = engines.encode(workload, max(b, min_requests), split=None)
-        rounds = measure_rounds(engines, names, [prompts[i:i + b] for i in range(0, len(prompts), b)], max_tokens)
-        plain, spec = [r["plain"] for r in rounds], [r[names[1]] for r in rounds]
-        out.append(BatchRow(b, aggregate(f"batch {b}", names[1], rounds), _mean_step(plain), _mean_step(spec)))
+        groups = [prompts[i:i + b] for i in range(0, len(prompts), b)]
+        m = measure_rounds(engines, names, groups, max_tokens, _repeats(rounds, len(groups)),
+                           (f"批大小 {b}", f"batch {b}"))
+        plain, spec = [r["plain"] for r in m.rounds], [r[names[1]] for r in m.rounds]
+        out.append(BatchRow(b, aggregate(f"batch {b}", names[1], m.rounds, m.conditions), _mean_step(plain),
+                            _mean_step(spec), tuple(_mean_step([p]) for p in plain)))
+    _record([b.row for b in out], lab)
+    if lab is not None and len(out) > 1:
+        for verdict in batch_verdicts(out):
+            record_verdict(lab, verdict)
     return out
+
+
+def batch_verdicts(rows: list[BatchRow]) -> tuple[Verdict, Verdict]:
+    """From the first batch size to the last: (does a plain step get slower?, does the speed-up
+    change?). Different batch sizes are different runs, so each ratio's range is the worst case of
+    the two per-round ranges (the slowest over the fastest round, and the other way round)."""
+    first, last = rows[0], rows[-1]
+    step = _range_verdict(last.plain_step_rounds or (last.plain_step_s,),
+                          first.plain_step_rounds or (first.plain_step_s,), last.plain_step_s / first.plain_step_s,
+                          0.2, last.row.verdict, id=f"batch/plain_step/{first.batch}->{last.batch}",
+                          claim=(f"普通解码一步：批 {last.batch} / 批 {first.batch}",
+                                 f"plain step: batch {last.batch} / batch {first.batch}"))
+    speed = _range_verdict(last.row.round_speedups or (last.row.speedup,),
+                           first.row.round_speedups or (first.row.speedup,), last.row.speedup / first.row.speedup,
+                           0.05, last.row.verdict, id=f"batch/speedup/{first.batch}->{last.batch}",
+                           claim=(f"加速比：批 {last.batch} / 批 {first.batch}",
+                                  f"speed-up: batch {last.batch} / batch {first.batch}"))
+    return step, speed
+
+
+def _range_verdict(top: tuple, bottom: tuple, ratio: float, margin: float, like: Verdict | None, **info) -> Verdict:
+    ends = [min(top) / max(bottom), max(top) / min(bottom)]
+    loads = [] if like is None else [x for x in (like.load_before, like.load_after) if x is not None]
+    hedge = {} if like is None else dict(load=max(loads, default=None), cores=like.cores, spread=like.spread,
+                                         clock=like.clock, load_before=like.load_before,
+                                         load_after=like.load_after, cpu=like.cpu)
+    return verdict_from_ratios(ends, ratio=ratio, margin=margin, **hedge, **info)
 
 
 def _mean_step(runs: list[RunStats]) -> float:

@@ -1,7 +1,8 @@
 """Lab 04 tables, figures and the sentences that read them. Nothing here measures.
 
-Every verdict is computed from the numbers it describes, so it stays true whichever way a noisy
-measurement falls.
+Every comparison sentence is rendered from a ``Verdict`` (``labkit.labs.common.measure``) carried by
+the rows: clear when every round agrees, hedged when the rounds straddle "no effect" or the machine
+was busy. Nothing here decides "faster" or "slower" from a bare number.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.labs.common.figures import COLORS, axis_titles, style
+from labkit.labs.common.measure import Verdict, verdict_from_ratios
 from labkit.labs.common.tables import Table
 from labkit.labs.lab04_speculative.latency import StreamTimes
 from labkit.labs.lab04_speculative.lossless import OTHER, SampleTest
 from labkit.labs.lab04_speculative.speedup import Row
-from labkit.labs.lab04_speculative.sweeps import METHOD_LABELS, BatchRow, OptimalK
+from labkit.labs.lab04_speculative.sweeps import METHOD_LABELS, BatchRow, OptimalK, batch_verdicts
 
 WORKLOAD_LABELS = {"copy": ("抄写式编辑", "copy-heavy editing"), "chat": ("开放对话", "open chat"),
                    "code": ("代码", "code"), "json": ("固定键 JSON", "JSON with fixed keys")}
-NOISE = 0.05   # single runs on a shared machine move by several percent: closer than this is "about the same"
+NOISE = 0.05   # two k whose per-round speed-ups stay within 5 % of each other are "as good"
 LINE_COLORS = {"measured": COLORS["accepted"], "textbook": COLORS["predicted"], "adjusted": "#4C78A8"}
 
 
@@ -94,27 +96,52 @@ def gap_table(rows: list[Row]) -> Table:
                                           "Where the textbook prediction and the measurement part (every factor measured in this run)"))
 
 
+def _speed(row: Row) -> Verdict:
+    """The row's speed-up verdict; rows built by hand (no rounds) count as one exact measurement."""
+    return row.verdict or Verdict.exact(row.speedup, margin=NOISE)
+
+
+def _verify(row: Row) -> Verdict:
+    return row.verify_verdict or Verdict.exact(row.verify_cost, margin=0.1)
+
+
+def ties_with_best(rows: list[Row]) -> list[int]:
+    """The k whose speed-up is not clearly below the best k's, round by round (paired rounds)."""
+    best = max(rows, key=lambda r: r.speedup)
+    ties = []
+    for r in rows:
+        pairs = [a / b for a, b in zip(r.round_speedups, best.round_speedups) if b > 0]
+        v = verdict_from_ratios(pairs, margin=NOISE) if pairs else Verdict.exact(r.speedup / best.speedup, margin=NOISE)
+        if r is best or not (v.clear and v.direction == "less"):
+            ties.append(r.k)
+    return sorted(ties)
+
+
 def sweep_verdict(opt: OptimalK, rows: list[Row]) -> str:
+    best = max(rows, key=lambda r: r.speedup)
     worst = max(rows, key=lambda r: r.verify_cost)
-    ties = sorted(r.k for r in rows if r.speedup >= opt.measured_speedup * (1 - NOISE))
-    lines = [t(f"实测最优 k = {opt.measured_k}（加速比 {opt.measured_speedup:.2f}×）；Leviathan 公式在 α = {opt.alpha:.2f}、"
-               f"c = {opt.c:.3f} 下选 k = {opt.textbook_k}（预测 {opt.textbook_speedup:.2f}×）；代入实测验证代价后选 k = {opt.adjusted_k}。",
-               f"Best measured k = {opt.measured_k} ({opt.measured_speedup:.2f}×); Leviathan's formula at α = {opt.alpha:.2f}, "
-               f"c = {opt.c:.3f} picks k = {opt.textbook_k} (predicts {opt.textbook_speedup:.2f}×); with the measured verify "
-               f"cost it picks k = {opt.adjusted_k}.")]
+    k = best.k
+    lines = [_speed(best).sentence(
+        greater=(f"实测最优 k = {k}：加速比 {{ratio}}，比普通解码快", f"Best measured k = {k}: {{ratio}}, faster than plain decoding"),
+        less=(f"实测最优 k = {k}，可加速比只有 {{ratio}}：比普通解码还慢", f"Best measured k = {k}, yet only {{ratio}}: slower than plain decoding"),
+        same=(f"实测最优 k = {k}：加速比 {{ratio}}，与普通解码差不多快", f"Best measured k = {k}: {{ratio}}, about as fast as plain decoding")),
+        t(f"Leviathan 公式在 α = {opt.alpha:.2f}、c = {opt.c:.3f} 下选 k = {opt.textbook_k}（预测 {opt.textbook_speedup:.2f}×）；"
+          f"代入实测验证代价后选 k = {opt.adjusted_k}。",
+          f"Leviathan's formula at α = {opt.alpha:.2f}, c = {opt.c:.3f} picks k = {opt.textbook_k} "
+          f"(predicts {opt.textbook_speedup:.2f}×); with the measured verify cost it picks k = {opt.adjusted_k}.")]
+    ties = ties_with_best(rows)
     if len(ties) > 1:
-        lines.append(t(f"k = {', '.join(map(str, ties))} 的实测加速比相差不到 {NOISE:.0%}，在单次测量的噪声范围内：把它们看作一样好。",
-                       f"k = {', '.join(map(str, ties))} are within {NOISE:.0%} of each other, within one run's noise: "
-                       "treat them as equally good."))
-    if worst.verify_cost > 1.1:
-        lines.append(t(f"教科书假设“验证 k+1 个 token 只花一个普通步”在这台 CPU 上不成立：k = {worst.k} 时验证一步是普通解码步的 "
-                       f"{worst.verify_cost:.2f} 倍。",
-                       f"The textbook assumption 'verifying k+1 tokens costs one plain step' fails on this CPU: at k = {worst.k} "
-                       f"a verify step costs {worst.verify_cost:.2f} plain steps."))
-    else:
-        lines.append(t(f"在这台机器上验证一步最多是普通解码步的 {worst.verify_cost:.2f} 倍：教科书假设（1 倍）在这里大致成立。",
-                       f"Here a verify step costs at most {worst.verify_cost:.2f} plain steps: the textbook assumption (1) "
-                       "roughly holds on this machine."))
+        lines.append(t(f"k = {', '.join(map(str, ties))} 与 k = {k} 逐轮比较分不出高下（差别不总是超过 {NOISE:.0%}）：把它们看作一样好。",
+                       f"k = {', '.join(map(str, ties))} cannot be told apart from k = {k} round by round (the "
+                       f"difference does not always exceed {NOISE:.0%}): treat them as equally good."))
+    lines.append(_verify(worst).sentence(
+        greater=(f"教科书假设“验证 k+1 个 token 只花一个普通步”在这里不成立：k = {worst.k} 时验证一步是普通解码步的 {{ratio}}",
+                 f"The textbook assumption 'verifying k+1 tokens costs one plain step' fails here: at k = {worst.k} "
+                 f"a verify step costs {{ratio}} plain steps"),
+        same=(f"验证一步最多是普通解码步的 {{ratio}}（k = {worst.k}）：教科书假设（1 倍）在这里大致成立",
+              f"A verify step costs at most {{ratio}} plain steps (k = {worst.k}): the textbook assumption (1) roughly holds here"),
+        less=(f"验证一步最多只花普通解码步的 {{ratio}}（k = {worst.k}）：有的步没有草稿，就是普通步",
+              f"A verify step costs at most {{ratio}} plain steps (k = {worst.k}): steps without drafts are plain steps")))
     return " ".join(lines)
 
 
@@ -126,7 +153,7 @@ def matrix_table(rows: list[Row]) -> Table:
                t("Leviathan 预测", "Leviathan"), t("修正后预测", "adjusted"), t("输出相同", "identical")]
     body = [[method_label(r.method), workload_label(r.workload), r.k, _f(r.alpha), _f(r.accepted_over_drafted),
              f"{100 * r.proposal_rate:.0f}%", _f(r.c, 3), _f(r.verify_cost),
-             _x(r.speedup) + (t("（更慢）", " (slower)") if r.speedup < 1 else ""), _x(r.prediction),
+             _x(r.speedup) + _speed(r).mark(less=("（更慢）", " (slower)")), _x(r.prediction),
              _x(r.adjusted_prediction), r.identical] for r in rows]
     return Table(headers, body, caption=t("各方法 × 各类流量的接受率与加速比（单请求，贪心，本机实测）",
                                           "Acceptance and speed-up per method and workload (single stream, greedy, measured)"))
@@ -146,20 +173,33 @@ def matrix_figure(rows: list[Row]) -> go.Figure:
 
 
 def matrix_verdict(rows: list[Row]) -> str:
-    slower = [r for r in rows if r.speedup < 1]
     best = max(rows, key=lambda r: r.speedup)
-    text = t(f"最好的组合：{method_label(best.method)} 在{workload_label(best.workload)}上，{best.speedup:.2f}×（α = {_f(best.alpha)}）。",
-             f"Best pair: {method_label(best.method)} on {workload_label(best.workload)}, {best.speedup:.2f}× (α = {_f(best.alpha)}).")
-    if slower:
-        worst = min(slower, key=lambda r: r.speedup)
-        text += t(f" {len(slower)}/{len(rows)} 个组合比普通解码更慢，最慢的是 {method_label(worst.method)} 在{workload_label(worst.workload)}上："
-                  f"{worst.speedup:.2f}×（α = {_f(worst.alpha)}）——草稿猜错时，起草和验证的代价白花了。",
-                  f" {len(slower)}/{len(rows)} pairs are slower than plain decoding; the slowest is {method_label(worst.method)} on "
-                  f"{workload_label(worst.workload)}: {worst.speedup:.2f}× (α = {_f(worst.alpha)}): when drafts are wrong, "
-                  "drafting and verifying are paid for nothing.")
-    else:
-        text += t(" 这次没有组合比普通解码更慢；降低 α 的流量（或更大的 k）会把它推到 1 以下，见上面的预测公式。",
-                  " No pair was slower this time; traffic with a lower α (or a larger k) pushes it below 1, as the formula says.")
+    worst = min(rows, key=lambda r: r.speedup)
+    slower = sum(_speed(r).direction == "less" for r in rows)
+    sure = sum(_speed(r).clear and _speed(r).direction == "less" for r in rows)
+    bm, bw, wm, ww = (method_label(best.method), workload_label(best.workload), method_label(worst.method),
+                      workload_label(worst.workload))
+    text = _speed(best).sentence(
+        greater=(f"最好的组合：{bm} 在{bw}上比普通解码快，{{ratio}}（α = {_f(best.alpha)}）",
+                 f"Best pair: {bm} on {bw} decodes faster than plain, {{ratio}} (α = {_f(best.alpha)})"),
+        same=(f"最好的组合 {bm} 在{bw}上也只与普通解码差不多快，{{ratio}}（α = {_f(best.alpha)}）",
+              f"The best pair, {bm} on {bw}, is only about as fast as plain decoding, {{ratio}} (α = {_f(best.alpha)})"),
+        less=(f"连最好的组合 {bm} 在{bw}上也比普通解码慢，{{ratio}}（α = {_f(best.alpha)}）",
+              f"Even the best pair, {bm} on {bw}, is slower than plain decoding, {{ratio}} (α = {_f(best.alpha)})"))
+    if worst is best:
+        return text
+    text += " " + _speed(worst).sentence(
+        less=(f"{slower}/{len(rows)} 个组合比普通解码更慢（其中 {sure} 个各轮都一致），最慢的是 {wm} 在{ww}上：{{ratio}}"
+              f"（α = {_f(worst.alpha)}）——草稿猜错时，起草和验证的代价白花了",
+              f"{slower}/{len(rows)} pairs are slower than plain decoding ({sure} of them in every round); the slowest is "
+              f"{wm} on {ww}: {{ratio}} (α = {_f(worst.alpha)}): when drafts are wrong, drafting and verifying are paid "
+              "for nothing"),
+        same=(f"最慢的组合 {wm} 在{ww}上与普通解码差不多快（{{ratio}}）：降低 α 的流量（或更大的 k）会把它推到 1 以下",
+              f"The slowest pair, {wm} on {ww}, is about as fast as plain decoding ({{ratio}}); traffic with a lower α "
+              "(or a larger k) pushes it below 1"),
+        greater=(f"这次连最慢的组合 {wm} 在{ww}上也比普通解码快（{{ratio}}）；降低 α 的流量（或更大的 k）会把它推到 1 以下，见上面的预测公式",
+                 f"This time even the slowest pair, {wm} on {ww}, is faster than plain decoding ({{ratio}}); traffic with a "
+                 "lower α (or a larger k) pushes it below 1, as the formula says"))
     return text
 
 
@@ -198,18 +238,21 @@ def batch_title(rows: list[BatchRow]) -> str:
 
 def batch_verdict(rows: list[BatchRow]) -> str:
     first, last = rows[0], rows[-1]
-    growth = last.plain_step_s / first.plain_step_s
-    delta = last.row.speedup / first.row.speedup - 1
-    change = (t("几乎不变：差别在单次测量的噪声范围内", "about the same: within one run's noise") if abs(delta) < NOISE
-              else t("下降", "falls") if delta < 0 else t("反而上升：单次测量有噪声，重跑这几格看看", "rises: one run is noisy, rerun these cells"))
-    busy = growth > 1.2
-    why_zh = "：这台机器的算力已经在忙，验证多出来的行不再免费" if busy else "：每步耗时几乎没变，算力还有富余"
-    why_en = ": the machine's compute is busy, extra verify rows are no longer free" if busy else \
-        ": the step time barely changed, compute is still spare"
-    return t(f"批大小从 {first.batch} 到 {last.batch}：普通解码一步的耗时变成原来的 {growth:.2f} 倍{why_zh}；"
-             f"加速比从 {first.row.speedup:.2f}× 变为 {last.row.speedup:.2f}×（{change}）。",
-             f"From batch {first.batch} to {last.batch}: a plain step takes {growth:.2f}× as long{why_en}; "
-             f"the speed-up goes from {first.row.speedup:.2f}× to {last.row.speedup:.2f}× ({change}).")
+    step, speed = batch_verdicts(rows)
+    a, b = first.batch, last.batch
+    s0, s1 = f"{first.row.speedup:.2f}×", f"{last.row.speedup:.2f}×"
+    return " ".join((
+        step.sentence(greater=(f"批大小从 {a} 到 {b}：普通解码一步的耗时变成原来的 {{ratio}}，这台机器的算力已经在忙，验证多出来的行不再免费",
+                               f"From batch {a} to {b}: a plain step takes {{ratio}} as long; the machine's compute is busy, "
+                               "extra verify rows are no longer free"),
+                      same=(f"批大小从 {a} 到 {b}：普通解码一步的耗时几乎没变（{{ratio}}），算力还有富余",
+                            f"From batch {a} to {b}: a plain step takes about as long ({{ratio}}); compute is still spare"),
+                      less=(f"批大小从 {a} 到 {b}：普通解码一步的耗时反而变成原来的 {{ratio}}",
+                            f"From batch {a} to {b}: a plain step takes only {{ratio}} as long")),
+        speed.sentence(less=(f"加速比从 {s0} 下降到 {s1}（变成原来的 {{ratio}}）", f"the speed-up falls from {s0} to {s1} ({{ratio}})"),
+                       same=(f"加速比从 {s0} 到 {s1}，几乎不变", f"the speed-up stays about the same, {s0} to {s1}"),
+                       greater=(f"加速比从 {s0} 上升到 {s1}（变成原来的 {{ratio}}）",
+                                f"the speed-up rises from {s0} to {s1} ({{ratio}})"))))
 
 
 # ----------------------------------------------------------------------------- lossless
@@ -252,15 +295,19 @@ def latency_table(plain: StreamTimes, spec: StreamTimes) -> Table:
 
 
 def latency_verdict(spec: StreamTimes) -> str:
+    """mean ITL / TPOT = (tokens − 1) / (chunks − 1) exactly (latency.py): a counted ratio, so its
+    verdict is exact whatever the clock did."""
     if spec.tpot_s is None or spec.itl_mean_s is None:
         return ""
-    ratio = spec.itl_mean_s / spec.tpot_s
-    return t(f"投机解码时 ITL 均值是 TPOT 的 {ratio:.2f} 倍：每块平均带 {spec.tokens_per_chunk:.2f} 个 token，"
-             f"(token 数 − 1) / (块数 − 1) = {(spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1):.2f}。"
-             "报告里写“ITL”时，先问是哪一种定义。",
-             f"With speculation mean ITL is {ratio:.2f}× TPOT: a chunk carries {spec.tokens_per_chunk:.2f} tokens on "
-             f"average, (tokens − 1) / (chunks − 1) = {(spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1):.2f}. "
-             "When a report says 'ITL', ask which definition.")
+    per_chunk = (spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1)
+    return Verdict.exact(per_chunk).sentence(
+        greater=(f"投机解码时 ITL 均值是 TPOT 的 {{ratio}}：每块平均带 {spec.tokens_per_chunk:.2f} 个 token，"
+                 f"(token 数 − 1) / (块数 − 1) = {per_chunk:.2f}。报告里写“ITL”时，先问是哪一种定义",
+                 f"With speculation mean ITL is {{ratio}} TPOT: a chunk carries {spec.tokens_per_chunk:.2f} tokens on "
+                 f"average, (tokens − 1) / (chunks − 1) = {per_chunk:.2f}. When a report says 'ITL', ask which definition"),
+        same=("每块只有一个 token：ITL 均值等于 TPOT（投机这次没有一次接受过草稿）",
+              "Every chunk is one token: mean ITL equals TPOT (no draft was accepted this time)"),
+        less=("ITL 均值小于 TPOT：每块不到一个 token，这不应发生", "Mean ITL below TPOT: under one token a chunk, which cannot happen"))
 
 
 # ----------------------------------------------------------------------------- summary
@@ -281,9 +328,11 @@ def summary_table(opt: OptimalK, sweep: list[Row], matrix: list[Row], batches: l
                f"{method_label(sweep[0].method)}, {workload_label(sweep[0].workload)}, k = {opt.measured_k}")],
             [t("最差的组合（误解 2）", "worst pair (misreading 2)"), f"{slowest.speedup:.2f}×",
              t(f"{method_label(slowest.method)}，{workload_label(slowest.workload)}，α = {_f(slowest.alpha)}",
-               f"{method_label(slowest.method)}, {workload_label(slowest.workload)}, α = {_f(slowest.alpha)}")],
+               f"{method_label(slowest.method)}, {workload_label(slowest.workload)}, α = {_f(slowest.alpha)}")
+             + _speed(slowest).mark()],
             [t("验证一步 / 普通一步", "verify step / plain step"), f"{worst_verify.verify_cost:.2f}×",
-             t(f"k = {worst_verify.k}（教科书假设 1×）", f"k = {worst_verify.k} (the textbook assumes 1×)")],
+             t(f"k = {worst_verify.k}（教科书假设 1×）", f"k = {worst_verify.k} (the textbook assumes 1×)")
+             + _verify(worst_verify).mark()],
             [t("批大小的影响", "batch size"), f"{first.row.speedup:.2f}× → {last.row.speedup:.2f}×",
              t(f"批 {first.batch} → 批 {last.batch}", f"batch {first.batch} → batch {last.batch}")]]
     return Table([t("要记住的数", "number to remember"), t("本次实测", "measured here"), t("条件", "conditions")], rows,

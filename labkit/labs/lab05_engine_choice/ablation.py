@@ -13,14 +13,22 @@ loopback port per configuration; the weights are loaded once per process and sha
 
 Every variant gets the same KV pool (``num_blocks``), ``max_model_len`` and batch limits, so the
 memory column compares like with like: weights + the peak KV bytes the variant allocated.
+
+Measuring (DESIGN §9, ``labkit.labs.common.measure``): every server runs torch on one thread and is
+compared on CPU seconds (server and client share this process: ``time.process_time``). Each
+workload is served ``ROUNDS`` times by every variant, the variants' order alternating from round to
+round; the rounds' spread decides each gain's verdict (``compare.verdict_of``). A prefix-caching
+variant gets a fresh engine every round (an empty cache), the others keep theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,12 +39,15 @@ from labkit.benchmark.runner import LoadShape, run_load
 from labkit.benchmark.workload import BenchRequest
 from labkit.config import EngineConfig, SpecConfig
 from labkit.hooks import StepEnd
+from labkit.labs.common.display import fast
+from labkit.labs.common.measure import machine_load, measuring
 from labkit.llm import LLM
 from labkit.sampling_params import SamplingParams
 from labkit.serve import BackgroundServer, ServedModel
 from labkit.traces import load_prompts
 
 SERVED_NAME = "labkit-lab05"
+ROUNDS = fast(2, 2)       # rounds per workload: a verdict needs the spread of at least two
 
 
 def run_blocking(coro):
@@ -172,6 +183,12 @@ class AblationRow:
     steps: StepTotals = field(default_factory=StepTotals)
     result_file: str | None = None
     setup_s: float = 0.0               # wall time to build the engine and warm it up (compiling, if asked)
+    rounds: tuple = ()                 # per round: (output tokens, CPU seconds, BenchMetrics)
+    load: tuple = (None, None)         # load average before and after the workload's rounds
+
+    @property
+    def round_tokens_per_cpu_s(self) -> tuple[float, ...]:
+        return tuple(tok / cpu for tok, cpu, _ in self.rounds if cpu > 0)
 
     @property
     def available(self) -> bool:
@@ -219,26 +236,59 @@ def _kv_bytes(llm) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
-                results_dir: Path | None = None) -> AblationRow:
-    if variant.config is None:
-        return AblationRow(workload.name, variant)
-    if variant.only_workload not in (None, workload.name):
-        return AblationRow(workload.name, replace(variant, config=None))
+def _build(variant: Variant) -> tuple[object, float]:
     start = time.perf_counter()
     llm = LLM(config=variant.config, progress=False)
     warm_up(llm)                                          # first-step costs are not the variant's
-    setup_s = time.perf_counter() - start
-    llm.engine.reset_metrics()
-    result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms)
-    path = None
-    if results_dir is not None:
-        path = str(result.save(Path(results_dir) / f"{workload.name}_{variant.name}.json"))
-    peak_kv = int(totals.peak_kv_perc / 100.0 * _kv_bytes(llm))
-    return AblationRow(workload.name, variant, result.metrics, cpu_s, _weights_bytes(llm), peak_kv, totals, path,
-                       setup_s)
+    return llm, time.perf_counter() - start
 
 
+def _measured(variant: Variant, workload: Workload) -> bool:
+    return variant.config is not None and variant.only_workload in (None, workload.name)
+
+
+def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
+                results_dir: Path | None = None) -> AblationRow:
+    """One variant, one round (``run_workload`` measures rounds of every variant)."""
+    return run_workload([variant], workload, slo_ms, results_dir, rounds=1)[0]
+
+
+def run_workload(variant_list: list[Variant], workload: Workload, slo_ms: dict[str, float],
+                 results_dir: Path | None = None, rounds: int | None = None) -> list[AblationRow]:
+    """Every variant serves ``workload`` in ``rounds`` interleaved rounds (order alternating);
+    the table shows each variant's least disturbed round (the one with the most tokens per CPU s)."""
+    rounds = ROUNDS if rounds is None else rounds
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    live = [v for v in variant_list if _measured(v, workload)]
+    llms = {v.name: _build(v) for v in live}
+    done: dict[str, list] = {v.name: [] for v in live}
+    load_before = machine_load()
+    for r in range(rounds):
+        for v in (live if r % 2 == 0 else live[::-1]):
+            if r and v.config.enable_prefix_caching:       # an empty cache every round (setup time: the first build's)
+                llms[v.name] = (_build(v)[0], llms[v.name][1])
+            llm = llms[v.name][0]
+            llm.engine.reset_metrics()
+            result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms)
+            done[v.name].append((result, cpu_s, totals, int(totals.peak_kv_perc / 100.0 * _kv_bytes(llm))))
+    load = (load_before, machine_load())
+    rows = []
+    for v in variant_list:
+        if not _measured(v, workload):
+            rows.append(AblationRow(workload.name, v if v.config is None else replace(v, config=None)))
+            continue
+        llm, setup_s = llms[v.name]
+        runs = done[v.name]
+        best = max(runs, key=lambda x: x[0].metrics.total_output_tokens / max(x[1], 1e-9))
+        result, cpu_s, totals, peak_kv = best
+        path = None
+        if results_dir is not None:
+            path = str(result.save(Path(results_dir) / f"{workload.name}_{v.name}.json"))
+        rows.append(AblationRow(workload.name, v, result.metrics, cpu_s, _weights_bytes(llm), max(x[3] for x in runs),
+                                totals, path, setup_s,
+                                tuple((x[0].metrics.total_output_tokens, x[1], x[0].metrics) for x in runs), load))
+    return rows
 def warm_up(llm) -> None:
     """Run the step shapes a workload will meet: one, a few and many rows per step. A compiled
     engine compiles once per row-count range (1; 2-6; 7-16; more: ``llama.linear`` branches there),
@@ -249,6 +299,38 @@ def warm_up(llm) -> None:
 
 
 def run_ablation(variant_list: list[Variant], workloads: list[Workload], slo_ms: dict[str, float],
-                 results_dir: Path | None = None) -> list[AblationRow]:
-    """Every variant on every workload (workload-major, so one workload's rows are close in time)."""
-    return [run_variant(v, w, slo_ms, results_dir) for w in workloads for v in variant_list]
+                 results_dir: Path | None = None, rounds: int | None = None) -> list[AblationRow]:
+    """Every variant on every workload (workload-major, so one workload's rows are close in time),
+    on ``measure.measuring()`` threads, with a progress bar per workload."""
+    from tqdm.auto import tqdm
+
+    from labkit.i18n import t
+
+    rows: list[AblationRow] = []
+    with measuring(), quiet_compiler():
+        for w in tqdm(workloads, desc=t("测量：各配置轮流服务每个负载", "measuring: every configuration serves each workload"),
+                      unit=t("个负载", "workload"), leave=False):
+            rows += run_workload(variant_list, w, slo_ms, results_dir, rounds)
+    return rows
+
+
+@contextmanager
+def quiet_compiler():
+    """torch.compile's recompile-limit warning is about our warm-up shapes, not the learner's work:
+    raise the limit while the compiled row runs and keep dynamo's log out of the lab's output."""
+    try:
+        import torch._dynamo.config as dynamo_config
+    except Exception:            # torch without dynamo: nothing to quiet
+        yield
+        return
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    before = getattr(dynamo_config, name)
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    setattr(dynamo_config, name, max(before, 64))
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        setattr(dynamo_config, name, before)
+        logger.setLevel(level)

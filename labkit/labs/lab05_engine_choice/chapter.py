@@ -10,14 +10,19 @@ Each stage carries one number and says where it came from:
   stages, never multiplied into them;
 - engines: cited (vLLM V1 over V0; v0.6.0 over v0.5.3).
 
-Labs 02–04 do not yet write a shared result file, so the stages are measured afresh here.
+Labs 02–04 record their verdicts in the learner's results summaries (``results/labNN.json``,
+``labkit.labs.common.results``): ``stages_for_chapter`` takes a stage's number from there when the
+learner's earlier lab recorded it, and measures (or simulates) only what is missing, saying which
+number came from where.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit.config import EngineConfig
+from labkit.i18n import t
+from labkit.labs.common.results import read_summary, summary_path
 from labkit.labs.lab05_engine_choice.facts import find
 from labkit.llm import LLM
 from labkit.sampling_params import SamplingParams
@@ -31,7 +36,7 @@ class Stage:
     zh: str
     en: str
     gain: float | None          # × over the previous stage (None: not measured)
-    kind: str                   # "simulated", "measured" or "cited"
+    kind: str                   # "simulated", "measured", "recorded" (an earlier lab's summary) or "cited"
     source: str
     regime: str = "throughput"  # "throughput" (many requests under load) or "latency" (one request at a time)
 
@@ -79,3 +84,58 @@ def chapter_stages(sim_gains: tuple[float, float], spec_gain: float | None) -> l
               str(v06)),
         Stage("engine-v1", "引擎：V1 重写", "engine: the V1 rewrite", 1.7, "cited", str(v1)),
     ]
+
+
+# ------------------------------------------------------------------------------ earlier labs' results
+
+# stage: (lab, verdict id in that lab's summary, what the number is)
+RECORDED = {
+    "continuous": ("03", "offline/continuous_over_static",
+                   ("连续批处理 ÷ 静态批处理的吞吐（实验 03 离线对比）", "continuous over static throughput (lab 03, offline)")),
+    "paged": ("02", "paged/throughput_over_contiguous",
+              ("分页 ÷ 连续预留的吞吐（实验 02 第 4 节）", "paged over contiguous throughput (lab 02, section 4)")),
+    "speculative": ("04", "speedup/copy/ngram k=4",
+                    ("n-gram k=4 在抄写式编辑上的解码加速比（实验 04）", "n-gram k=4 decode speed-up on copy-heavy editing (lab 04)")),
+}
+
+
+CONFIDENCE_ZH = {"clear": "明确", "within noise": "在噪声之内", "machine busy": "测量时机器正忙"}
+
+
+def earlier_results() -> dict[str, tuple[str, dict, str]]:
+    """stage → (lab, the verdict entry it recorded, when), for the stages an earlier lab recorded."""
+    found = {}
+    for stage, (lab, key, _) in RECORDED.items():
+        summary = read_summary(lab)
+        entry = (summary or {}).get("verdicts", {}).get(key)
+        if entry and isinstance(entry.get("ratio"), (int, float)):
+            found[stage] = (lab, entry, summary.get("updated") or "")
+    return found
+
+
+def stages_for_chapter(num_requests: int, spec_gain: float | None) -> tuple[list[Stage], list[str]]:
+    """The chapter's stages, each number from the learner's earlier lab when recorded there, else
+    simulated (continuous, paged) or this lab's measurement (speculative: ``spec_gain``); with one
+    line per stage saying where its number came from."""
+    found = earlier_results()
+    missing_sim = not {"continuous", "paged"} <= set(found)
+    stages = chapter_stages(simulated_gains(num_requests) if missing_sim else (None, None), spec_gain)
+    lines = []
+    for i, stage in enumerate(stages):
+        if stage.name in found:
+            lab, entry, when = found[stage.name]
+            what = t(*RECORDED[stage.name][2])
+            stages[i] = replace(stage, gain=float(entry["ratio"]), kind="recorded",
+                                source=f"{summary_path(lab)} · {RECORDED[stage.name][1]} · {entry.get('confidence', '?')}")
+            confidence = entry.get("confidence", "?")
+            lines.append(t(f"{t(stage.zh, stage.en)}：{entry['ratio']:.2f}×，取自你在实验 {lab} 的结果（{summary_path(lab)}，"
+                           f"{when}，{what}；结论：{CONFIDENCE_ZH.get(confidence, confidence)}）。",
+                           f"{stage.en}: {entry['ratio']:.2f}×, from your lab {lab} run ({summary_path(lab)}, {when}, {what}; "
+                           f"verdict: {entry.get('confidence', '?')})."))
+        elif stage.name in RECORDED:
+            lab = RECORDED[stage.name][0]
+            how = {"simulated": t("本实验现场模拟", "simulated here"), "measured": t("本实验第 2 节实测", "measured in section 2 here")}
+            lines.append(t(f"{stage.zh}：{how.get(stage.kind, stage.kind)}（{summary_path(lab)} 里没有这个数：做完实验 {lab} 后再运行本格，就会用你自己的结果）。",
+                           f"{stage.en}: {how.get(stage.kind, stage.kind)} ({summary_path(lab)} does not have it: after lab {lab}, "
+                           "run this cell again to use your own result)."))
+    return stages, lines

@@ -1,12 +1,16 @@
 """Reading the ablation: gains against the baseline, rankings per workload, and the sentences a lab
-prints about them (computed from the numbers, so they stay true whichever way a run falls)."""
+prints about them (rendered from verdicts: each gain's rounds decide whether it is clear, within
+noise, or measured on a busy machine)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from labkit.i18n import t
+from labkit.labs.common.measure import Verdict, cores, describe_machine, verdict_from_ratios
 from labkit.labs.lab05_engine_choice.ablation import AblationRow
+
+MARGIN = 0.05     # a gain within 5 % of 1 is "level with the baseline"
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,22 @@ class Gain:
     throughput_x: float          # output tokens per CPU second ÷ the baseline's
     ttft_p99_x: float | None     # P99 TTFT ÷ the baseline's (below 1 = better)
     memory_x: float              # weights + peak KV ÷ the baseline's
+    verdict: Verdict | None = None   # on throughput_x, from the paired rounds
+
+
+def throughput_verdict(row: AblationRow, base: AblationRow) -> Verdict:
+    """Tokens per CPU second of ``row`` over ``base``, round by round (rows measured together)."""
+    mine, theirs = row.round_tokens_per_cpu_s, base.round_tokens_per_cpu_s
+    ratios = [a / b for a, b in zip(mine, theirs) if b > 0] or [row.tokens_per_cpu_s / base.tokens_per_cpu_s]
+    spreads = [max(v) / min(v) for v in (mine, theirs) if len(v) > 1 and min(v) > 0]
+    loads = [x for x in (*row.load, *base.load) if x is not None]
+    return verdict_from_ratios(ratios, ratio=row.tokens_per_cpu_s / base.tokens_per_cpu_s, margin=MARGIN,
+                               load=max(loads, default=None), cores=cores(), spread=max(spreads, default=None),
+                               quantity="speed", clock="CPU time (time.process_time)", cpu=describe_machine(),
+                               load_before=row.load[0], load_after=row.load[1],
+                               id=f"ablation/{row.workload}/{row.variant.name}",
+                               claim=(f"{row.variant.zh}：每 CPU 秒输出 token ÷ 基线（{row.workload}）",
+                                      f"{row.variant.en}: output tokens per CPU s over the baseline ({row.workload})"))
 
 
 def gains(rows: list[AblationRow], workload: str) -> list[Gain]:
@@ -32,7 +52,7 @@ def gains(rows: list[AblationRow], workload: str) -> list[Gain]:
         ttft = (r.metrics.ttft.p99_ms / base.metrics.ttft.p99_ms
                 if r.metrics.ttft.p99_ms and base.metrics.ttft.p99_ms else None)
         out.append(Gain(r.variant.name, r.variant.zh, r.variant.en, r.tokens_per_cpu_s / base.tokens_per_cpu_s,
-                        ttft, r.memory_bytes / base.memory_bytes))
+                        ttft, r.memory_bytes / base.memory_bytes, throughput_verdict(r, base)))
     return out
 
 
@@ -76,17 +96,28 @@ def gain_of(rows: list[AblationRow], workload: str, variant: str) -> float | Non
     return found[0].throughput_x if found else None
 
 
-NOISE_BAND = 0.03       # ±3 %: repeated runs of one configuration differ by about this much here
+def verdict_of(rows: list[AblationRow], workload: str, variant: str) -> Verdict | None:
+    """The throughput verdict of one variant against the baseline; None if not measured."""
+    found = [g for g in gains(rows, workload) if g.variant == variant]
+    return found[0].verdict if found else None
 
 
-def gain_sentence(name: str, gain: float | None) -> str:
-    """"X 是基线的 1.23 倍" — and what a value below 1 means."""
+def record_gains(rows: list[AblationRow], workloads: list[str], lab: str = "05") -> None:
+    """Every gain's verdict into the learner's results/lab05.json."""
+    from labkit.labs.common.measure import record_verdict
+
+    for w in workloads:
+        for g in gains(rows, w):
+            record_verdict(lab, g.verdict, memory_x=g.memory_x, ttft_p99_x=g.ttft_p99_x)
+
+
+def gain_sentence(name: str, gain: Verdict | float | None) -> str:
+    """"X 是基线的 1.23 倍", hedged by the verdict (a bare number counts as one round: within noise)."""
     if gain is None:
         return t(f"{name}：本次没有测。", f"{name}: not measured in this run.")
-    if abs(gain - 1.0) < NOISE_BAND:
-        return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍：与基线持平，差别在这台机器的噪声之内。",
-                 f"{name} yields {gain:.2f}× the baseline's tokens per CPU second: level with it, within this machine's noise.")
-    if gain >= 1.0:
-        return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍。", f"{name} yields {gain:.2f}× the baseline's tokens per CPU second.")
-    return t(f"{name} 的每 CPU 秒吞吐是基线的 {gain:.2f} 倍——在这个负载上它是负收益（付出代价而没有换来吞吐）。",
-             f"{name} yields {gain:.2f}× the baseline's tokens per CPU second: on this workload it costs more than it buys.")
+    v = gain if isinstance(gain, Verdict) else verdict_from_ratios([gain], margin=MARGIN)
+    return v.sentence(
+        greater=(f"{name} 的每 CPU 秒吞吐是基线的 {{ratio}}", f"{name} yields {{ratio}} the baseline's tokens per CPU second"),
+        same=(f"{name} 的每 CPU 秒吞吐是基线的 {{ratio}}：与基线持平", f"{name} yields {{ratio}} the baseline's tokens per CPU second: level with it"),
+        less=(f"{name} 的每 CPU 秒吞吐是基线的 {{ratio}}——在这个负载上它是负收益（付出代价而没有换来吞吐）",
+              f"{name} yields {{ratio}} the baseline's tokens per CPU second: on this workload it costs more than it buys"))

@@ -15,7 +15,7 @@ from labkit.labs.common.tables import Table, fmt
 from labkit.labs.lab05_engine_choice import advisor as adv
 from labkit.labs.lab05_engine_choice.ablation import AblationRow
 from labkit.labs.lab05_engine_choice.chapter import REGIMES, Stage
-from labkit.labs.lab05_engine_choice.compare import gains
+from labkit.labs.lab05_engine_choice.compare import gains, throughput_verdict
 from labkit.labs.lab05_engine_choice.diagnose import LoadPoint
 from labkit.labs.lab05_engine_choice.facts import (CROSS_ENGINE, ENGINEERING, PHILOSOPHY, PUBLISHED, TRTLLM_MECHANISM,
                                                    cost_table, find, lookup)
@@ -175,19 +175,14 @@ def compile_notes(rows: list[AblationRow], workload: str) -> list[str]:
     if "compile" not in mine or "baseline" not in mine:
         return []
     c, b = mine["compile"], mine["baseline"]
-    x = c.tokens_per_cpu_s / b.tokens_per_cpu_s
-    # Single runs on a shared laptop move by 10 % or so: only a larger gap is called a gain or a loss.
-    if x >= 1.1:
-        verdict = t("编译在这台机器上换来了更快的步", "compiling bought faster steps on this machine")
-    elif x <= 0.9:
-        verdict = t("编译在这台机器上反而更慢", "compiling made steps slower on this machine")
-    else:
-        verdict = t("差别在一次测量的噪声（约 10%）以内：编译没有换来看得出的提速",
-                    "within one run's noise (about 10 %): compiling bought no visible speed-up")
+    v = throughput_verdict(c, b)
+    verdict = v.sentence(greater=("编译在这台机器上换来了更快的步", "compiling bought faster steps on this machine"),
+                         less=("编译在这台机器上反而更慢", "compiling made steps slower on this machine"),
+                         same=("编译没有换来看得出的提速", "compiling bought no visible speed-up"))
     return [t(f"torch.compile：准备（建引擎、编译、预热）用了 {c.setup_s:.0f} s，基线 {b.setup_s:.0f} s；"
-              f"每 CPU 秒输出的 token 是基线的 {x:.2f} 倍：{verdict}。",
+              f"每 CPU 秒输出的 token 是基线的 {v.ratio:.2f} 倍。",
               f"torch.compile: setup (engine, compilation, warm-up) took {c.setup_s:.0f} s against the baseline's "
-              f"{b.setup_s:.0f} s; output tokens per CPU second are {x:.2f}x the baseline's: {verdict}.")]
+              f"{b.setup_s:.0f} s; output tokens per CPU second are {v.ratio:.2f}x the baseline's.") + " " + verdict]
 
 
 def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
@@ -237,8 +232,9 @@ def diagnosis_figure(points: list[LoadPoint]) -> go.Figure:
 def chapter_figure(stages: list[Stage]) -> go.Figure:
     """Two panels that are never multiplied together: throughput stages (many requests under load) and
     the latency stage (one request at a time)."""
-    colors = {"simulated": "#9ecae1", "measured": "#31a354", "cited": "#fd8d3c"}
-    kinds = {"simulated": t("模拟", "simulated"), "measured": t("本次实测", "measured here"), "cited": t("引用", "cited")}
+    colors = {"simulated": "#9ecae1", "measured": "#31a354", "recorded": "#006d2c", "cited": "#fd8d3c"}
+    kinds = {"simulated": t("模拟", "simulated"), "measured": t("本次实测", "measured here"),
+             "recorded": t("你前面实验的实测（results/）", "measured in your earlier labs (results/)"), "cited": t("引用", "cited")}
     titles = [t("吞吐：负载下、许多请求（每一步相对上一步）", "throughput: many requests under load (each over the previous)"),
               t("延迟：一次一个请求（相对基线）", "latency: one request at a time (over the baseline)")]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], subplot_titles=titles)
