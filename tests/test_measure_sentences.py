@@ -21,9 +21,7 @@ RENDERERS = {"sentence", "render", "mark"}
 COMPARATIVE = re.compile(r"更快|更慢|变快|变慢|快了|慢了|比[^。；，]{0,24}?[快慢]|加快|拖慢|"
                          r"\b(faster|slower|quicker|speeds? up|slows? down)\b", re.IGNORECASE)
 # Functions another change owns (named here so the debt is visible; remove the entry when converted).
-PENDING = {
-    ("lab03_batching/views.py", "before_after_sentence"): "lab 03 §7 (overhead.py) is converted by helper 'async'",
-}
+PENDING: dict[tuple[str, str], str] = {}
 # Words that describe what a region of a figure means, not what was measured.
 ALLOWED = {
     "below = slower than plain decoding": "legend of the speed-up = 1 line in lab 04's figure",

@@ -292,24 +292,6 @@ def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturati
                  caption=t("要记住的三个数", "Three numbers to remember"))
 
 
-def before_after_sentence(before: list[OverheadRow], after: list[OverheadRow], accelerator_s: float) -> str:
-    """Scheduler time at the highest concurrency and the saturation point, off vs on, read from the numbers."""
-    from labkit.labs.lab03_batching.overhead import saturation_concurrency
-
-    b, a = before[-1], after[-1]
-    sat_b, sat_a = saturation_concurrency(before, accelerator_s), saturation_concurrency(after, accelerator_s)
-
-    def sat(x):
-        return t("不随并发增长", "does not grow") if x is None else f"≈ {x:,.0f}"
-    ratio = b.scheduler_s / a.scheduler_s if a.scheduler_s else float("inf")
-    verdict = (t(f"优化后调度器 CPU 时间是之前的 {1 / ratio:.2f} 倍", f"with the optimisation scheduler CPU time is {1 / ratio:.2f}x before")
-               if ratio >= 1 else
-               t(f"这次优化后反而更慢（是之前的 {1 / ratio:.2f} 倍），多半是机器负载在变，重跑这一格",
-                 f"this time it came out slower ({1 / ratio:.2f}x before); the machine's load probably changed, rerun"))
-    return t(f"{b.num_running:,} 个运行中请求：{verdict}；饱和并发 之前 {sat(sat_b)}，之后 {sat(sat_a)}。",
-             f"{b.num_running:,} running requests: {verdict}; saturation concurrency before {sat(sat_b)}, after {sat(sat_a)}.")
-
-
 def anyscale_sentence(rows: list[AnyscaleRow], system: str = "continuous, paged KV") -> str:
     """How the gain moves with the output cap, read from the numbers."""
     lo, hi = rows[0], rows[-1]
