@@ -248,6 +248,8 @@ def run(args) -> list[Section]:
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads) + [["llama-cpp-python", _version()]])
     engines = systems(args)
+    from labkit.model import linear_forms
+    env.rows.append(["labkit fp32 linear forms (probe, by weight shape and rows)", linear_forms.describe(threads)])
     singles, batch = prompt_set(engines["labkit fp32"].llm.tokenizer, args.batch)
     for e in engines.values():                       # first calls allocate and pick kernels
         e.generate1(singles[0], 4)
