@@ -234,8 +234,9 @@ def _fill(shape: tuple[int, int], threads: int) -> None:
 
 def prepare(weights: list[torch.Tensor]) -> None:
     """Register a model's fp32 CPU weights by shape and fill the table for the current thread count
-    (read from the disk cache, or probed once: about a second for the default model). Later thread
-    counts are filled the first time a product runs with them."""
+    and for one thread (what the labs and benchmarks time with): read from the disk cache, or probed
+    once, about 3 s per thread count for the default model. Other thread counts are filled the first
+    time a product runs with them."""
     if _forced or os.environ.get(ENV):
         return
     groups: dict[tuple, list] = {}
@@ -244,8 +245,14 @@ def prepare(weights: list[torch.Tensor]) -> None:
             groups.setdefault(tuple(w.shape), []).append(w)
     for shape, ws in groups.items():
         _groups.setdefault(shape, probe_weights(ws))
-    for shape in groups:
-        _fill(shape, torch.get_num_threads())
+    current = torch.get_num_threads()
+    for threads in sorted({current, 1}):
+        torch.set_num_threads(threads)
+        try:
+            for shape in groups:
+                _fill(shape, threads)
+        finally:
+            torch.set_num_threads(current)
 
 
 def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> str:
