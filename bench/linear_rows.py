@@ -40,6 +40,8 @@ from bench.common import (
 )
 from labkit.model.cpu_features import describe_cpu
 
+TARGET_VS_BEST = 1.1     # issue 30: no row count slower than 1.1x the best available form
+
 FORMULATIONS = {
     "F.linear(x, W)": lambda x, w: F.linear(x, w),
     "(W @ xᵀ)ᵀ": lambda x, w: torch.mm(w, x.t()).t(),
@@ -110,16 +112,20 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
         linear_forms.prepare(weights)       # the probe's table for this thread count (cached on disk)
     extras = extra_forms()
     formulations = dict(FORMULATIONS, **extras, **{"labkit linear()": llama.linear})
-    table, one_row = [], {}
+    table, one_row, vs_best = [], {}, {}
     for t in rows:
         results = interleaved({name: sweep(weights, fn, t) for name, fn in formulations.items()}, rounds)
         ms = {name: 1e3 * median([r[name] for r in results]) for name in formulations}
         one_row = one_row or ms
+        vs_best[t] = ms["labkit linear()"] / min(ms[n] for n in FORMULATIONS)
         best = min(ms, key=ms.get)
         table.append([str(t)] + [f"{ms[n]:.1f} ({ms[n] / one_row[n]:.2f}x)" for n in formulations] + [best])
     notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
              "relative to the same formulation at T = 1",
              f"cpu: {describe_cpu()}; torch {torch.__version__}; load average {load_average()} at the end"]
+    worst = max(vs_best, key=vs_best.get)
+    notes.append(f"labkit linear() / the faster of {' and '.join(FORMULATIONS)} at each T: at most "
+                 f"{vs_best[worst]:.2f}x (T = {worst}); target (issue 30): <= {TARGET_VS_BEST}x at every T")
     if dtype == torch.bfloat16:
         paired = sorted({tuple(w.shape) for w in weights if llama._one_row_needs_pair(w)})
         multi = "(W @ xᵀ)ᵀ (AMX)" if llama.has_amx() else "F.linear (no AMX)"
