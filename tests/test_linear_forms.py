@@ -86,7 +86,7 @@ def test_the_table_is_cached_on_disk_per_machine_and_read_back_without_probing(f
     key = lf.machine_key(torch.get_num_threads())
     assert stored[key][f"{SHAPES[1][0]}x{SHAPES[1][1]}"] == {str(t): n for t, n in first.items()}
     lf.forget()
-    monkeypatch.setattr(lf, "probe_shape", lambda *a: pytest.fail("probed although the disk cache had the table"))
+    monkeypatch.setattr(lf, "probe_shapes", lambda *a: pytest.fail("probed although the disk cache had the table"))
     lf.prepare(weights(SHAPES[1]))
     assert lf.table()[SHAPES[1]] == first
 

@@ -4,8 +4,9 @@ chosen by a short timing probe among the forms that pass an exactness gate, neve
 Why: the fastest form of a few-row product depends on the CPU's BLAS kernels. A table tuned on one
 Intel Xeon ("(W @ xᵀ)ᵀ for 7..16 rows") made labkit 2.5x slower than the best form at 2 rows on an
 AMD EPYC (issue 30). So the first time a model is loaded on a machine, `prepare` times the
-candidate forms on the model's own weights, grouped by shape, for 1..16 rows (a decode batch, or
-the k + 1 rows of a speculative verification), keeps the fastest *exact* one per (shape, rows), and
+candidate forms on a sweep through the model's own weights (samples of every shape, in turn), for
+1..16 rows (a decode batch, or the k + 1 rows of a speculative verification), keeps the fastest
+*exact* one per row count for every shape (the table is per (shape, rows, threads)), and
 caches the table on disk keyed by the CPU, torch's version and the thread count
 (``$LABKIT_CACHE/linear_forms.json``). Above 16 rows (prefill) it is always ``F.linear``.
 
@@ -44,11 +45,11 @@ import torch
 import torch.nn.functional as F
 
 MAX_ROWS = 16               # row counts the probe covers: decode batches and verification rows
-PROBE_BYTES = 16 << 20      # weight bytes each timed call sweeps per shape (several tensors, beyond L2)
+PROBE_BYTES = 16 << 20      # weight bytes of each shape in the probe's sweep (several tensors, beyond L2)
 MARGIN = 0.03               # another form must beat F.linear by more than this to replace it
 PROBE_ROUNDS = 3            # interleaved rounds; the minimum of each form counts
 DEFAULT_FORM = "F.linear"
-FORMS_VERSION = 1           # part of the cache key: bump when FORMS or the gate change
+FORMS_VERSION = 2           # part of the cache key: bump when FORMS or the gate change
 ENV = "LABKIT_LINEAR_FORM"
 
 
@@ -151,21 +152,21 @@ def probe_weights(weights: list[torch.Tensor], budget: int = PROBE_BYTES) -> lis
 def time_forms(weights: list[torch.Tensor], rows: int, names: list[str], rounds: int = PROBE_ROUNDS
                ) -> dict[str, float]:
     """{form: seconds for one sweep of ``weights`` at ``rows`` rows}, the minimum over interleaved
-    rounds (A B, B A, ...), after one warm-up call of each."""
+    rounds (A B, B A, ...), after one warm-up sweep of each."""
     clock = _clock()
     g = torch.Generator().manual_seed(rows)
-    x = torch.randn(rows, weights[0].shape[1], generator=g)
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g) for w in weights}
+    pairs = [(inputs[w.shape[1]], w) for w in weights]
     best = {name: float("inf") for name in names}
     with torch.inference_mode():
-        for name in names:
-            FORMS[name](x, weights[0])
-        for r in range(rounds):
+        for r in range(rounds + 1):
             for name in (names if r % 2 == 0 else names[::-1]):
                 fn = FORMS[name]
                 t0 = clock()
-                for w in weights:
+                for x, w in pairs:
                     fn(x, w)
-                best[name] = min(best[name], clock() - t0)
+                if r:                        # round 0 warms up
+                    best[name] = min(best[name], clock() - t0)
     return best
 
 
@@ -200,36 +201,53 @@ def _write_cache(data: dict) -> None:
         pass    # a read-only cache only costs a probe next time
 
 
-def probe_shape(shape: tuple[int, int], weights: list[torch.Tensor], threads: int) -> dict[int, str]:
-    """Gate and time every form for one weight shape at 1..MAX_ROWS rows; record and return
-    {rows: chosen form}."""
-    exact = exact_forms(*shape)
-    sample = probe_weights(weights)
-    choice = {}
-    for rows, names in exact.items():
+def probe_shapes(shapes: list[tuple[int, int]], threads: int) -> dict[tuple, dict[int, str]]:
+    """Gate every registered shape, then time, at each row count 1..MAX_ROWS, the forms that are exact
+    for all of them, on one sweep through samples of every shape in turn (as a decode step
+    interleaves its layers' matrices); record and return {shape: {rows: chosen form}}. One form per row
+    count: timed shape by shape in isolation, the probe picked a mix that lost to either form alone in
+    the model's own sweep (``bench.linear_rows`` at 8 and 12 rows on a Xeon with AMX: 1.14x the
+    faster form)."""
+    exact = {shape: exact_forms(*shape) for shape in shapes}
+    samples = {shape: probe_weights(_groups[shape]) for shape in shapes}
+    sweep = [samples[shape][k] for k in range(max(map(len, samples.values())))
+             for shape in shapes if k < len(samples[shape])]
+    choice: dict[tuple, dict[int, str]] = {shape: {} for shape in shapes}
+    for rows in range(1, MAX_ROWS + 1):
+        names = [name for name in FORMS if all(name in exact[shape][rows] for shape in shapes)]
         if not names:
-            raise RuntimeError(f"no linear form passes the exactness gate for shape {shape} at {rows} rows")
-        times = time_forms(sample, rows, names) if len(names) > 1 else {names[0]: float("nan")}
-        _timings[(shape, rows, threads)] = times
-        choice[rows] = choose(times, names) if len(names) > 1 else names[0]
+            raise RuntimeError(f"no linear form passes the exactness gate for every shape at {rows} rows")
+        times = time_forms(sweep, rows, names) if len(names) > 1 else {names[0]: float("nan")}
+        pick = choose(times, names) if len(names) > 1 else names[0]
+        for shape in shapes:
+            _timings[(shape, rows, threads)] = times
+            choice[shape][rows] = pick
     return choice
 
 
-def _fill(shape: tuple[int, int], threads: int) -> None:
-    """Make sure the table holds (shape, 1..MAX_ROWS, threads): from the disk cache, else by probing."""
+def _fill(threads: int) -> None:
+    """Make sure the table holds every registered shape at 1..MAX_ROWS rows for ``threads``: from the
+    disk cache when it has them all, else by probing them together."""
     with _lock:
-        if (shape, 1, threads) in _table:
+        shapes = sorted(_groups)
+        if all((shape, 1, threads) in _table for shape in shapes):
             return
-        key, name = machine_key(threads), f"{shape[0]}x{shape[1]}"
-        data = _read_cache()
-        stored = data.get(key, {}).get(name)
-        if not (isinstance(stored, dict) and all(stored.get(str(t)) in FORMS for t in range(1, MAX_ROWS + 1))):
-            stored = {str(t): form for t, form in probe_shape(shape, _groups[shape], threads).items()}
+        key = machine_key(threads)
+        stored = _read_cache().get(key, {})
+        names = {shape: f"{shape[0]}x{shape[1]}" for shape in shapes}
+        if not all(isinstance(stored.get(names[shape]), dict) and
+                   all(stored[names[shape]].get(str(t)) in FORMS for t in range(1, MAX_ROWS + 1))
+                   for shape in shapes):
+            probed = probe_shapes(shapes, threads)
             data = _read_cache()    # another process may have written meanwhile
-            data.setdefault(key, {})[name] = stored
+            entry = data.setdefault(key, {})
+            for shape in shapes:
+                entry[names[shape]] = {str(t): form for t, form in probed[shape].items()}
             _write_cache(data)
-        for t in range(1, MAX_ROWS + 1):
-            _table[(shape, t, threads)] = stored[str(t)]
+            stored = entry
+        for shape in shapes:
+            for t in range(1, MAX_ROWS + 1):
+                _table[(shape, t, threads)] = stored[names[shape]][str(t)]
 
 
 def prepare(weights: list[torch.Tensor]) -> None:
@@ -249,8 +267,7 @@ def prepare(weights: list[torch.Tensor]) -> None:
     for threads in sorted({current, 1}):
         torch.set_num_threads(threads)
         try:
-            for shape in groups:
-                _fill(shape, threads)
+            _fill(threads)
         finally:
             torch.set_num_threads(current)
 
@@ -271,7 +288,7 @@ def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> 
     if name is None:
         if shape not in _groups:
             return DEFAULT_FORM          # a weight no model registered (e.g. a test's random matrix)
-        _fill(shape, threads)
+        _fill(threads)
         name = _table[(shape, rows, threads)]
     return name
 
