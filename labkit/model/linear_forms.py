@@ -1,10 +1,10 @@
 """Which way to write an fp32 ``x @ Wᵀ`` on this CPU, per weight shape, row count and thread count:
-chosen by a short timing probe among the forms that pass an exactness gate, never from a table.
+chosen by a timing probe among the forms that pass an exactness gate, never from a table.
 
 Why: the fastest form of a few-row product depends on the CPU's BLAS kernels. A table tuned on one
 Intel Xeon ("(W @ xᵀ)ᵀ for 7..16 rows") made labkit 2.5x slower than the best form at 2 rows on an
 AMD EPYC (issue 30). So the first time a model is loaded on a machine, `prepare` times the
-candidate forms on a sweep through the model's own weights (samples of every shape, in turn), for
+candidate forms on a sweep through the model's own weights (every shape's tensors, interleaved), for
 1..16 rows (a decode batch, or the k + 1 rows of a speculative verification), keeps the fastest
 *exact* one per row count for every shape (the table is per (shape, rows, threads)), and
 caches the table on disk keyed by the CPU, torch's version and the thread count
@@ -15,10 +15,11 @@ split the reduction differently, and a different split can change the last bit o
 runs each form on `labkit.model.llama.order_probe` (weights whose sums come out differently under
 any other split) and keeps a form at T rows only if every row it returns has bits that ``F.linear``
 itself gives that row at some row count, i.e. bits transformers' own ``F.linear`` computes in some
-batch shape. Forms that sum in an order of their own (oneDNN's prepacked kernel, a transposed copy
-of the weight, inductor-generated loops) are measured by ``bench.linear_rows`` but never chosen.
+batch shape. Forms that would need a second copy of every weight (a contiguous transposed copy,
+oneDNN's prepacked weight) are measured by ``bench.linear_rows`` but are not candidates; on the AMX Xeon
+measured, the gate rejects oneDNN's at every row count and the transposed copy's at one row.
 
-What the gate does not give in fp32, measured on AVX-512 Xeons with and without AMX: the same bits
+What the gate does not give in fp32, measured on a Xeon with AMX (torch 2.13, MKL): the same bits
 for a row at every row count. The one-row kernel (a gemv) sums in one order, ``F.linear`` at 2..15
 rows in a second, and every multi-row ``(W @ xᵀ)ᵀ`` and ``F.linear`` at 16 or more rows in a third;
 getting one order everywhere would cost a one-row step about 2x (``(W @ xᵀ)ᵀ`` of a pair). That was
