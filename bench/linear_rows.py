@@ -6,10 +6,17 @@
 A decode step multiplies T rows (T = batch size, or k + 1 when verifying k drafts) by every weight
 matrix of the model. Memory-bound, T rows should cost about what one row costs, since the weights
 are read once either way; how close a formulation gets depends on the BLAS kernel it lands in.
-``labkit.model.llama.linear`` picks between ``F.linear(x, W)`` and ``(W @ xᵀ)ᵀ`` by dtype, T and the
-CPU (the rule is printed under each table); this table is the evidence for that choice on the
-machine at hand. The weights are the default model's, fused as the engine holds them (qkv,
-o, gate_up, down per layer, then the LM head).
+``labkit.model.llama.linear`` picks the form per weight shape and T: for fp32 by a timing probe among
+the forms that pass an exactness gate (``labkit.model.linear_forms``, its table printed under the
+fp32 tables), for bf16 by the rule printed under the bf16 tables. This table is the evidence on the
+machine at hand. The weights are the default model's, fused as the engine holds them (qkv, o,
+gate_up, down per layer, then the LM head).
+
+Two more forms are measured and never chosen, because each needs a second copy of every weight and
+sums in an order ``F.linear`` never uses (the gate says so in the notes): ``x @ Wᵀ`` from a
+contiguous transposed copy, and oneDNN's prepacked linear (``torch.ops.mkldnn._linear_pointwise``).
+Under the fp32 table: the read roofline of this CPU (``bench.common.measure_read_bandwidth``) and
+the share of it each form reaches at one row.
 """
 
 from __future__ import annotations
@@ -19,7 +26,21 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from bench.common import Section, add_dtypes_option, interleaved, median, report, set_clock, set_threads, timed
+from bench.common import (
+    Section,
+    add_dtypes_option,
+    interleaved,
+    load_average,
+    measure_read_bandwidth,
+    median,
+    report,
+    set_clock,
+    set_threads,
+    timed,
+)
+from labkit.model.cpu_features import describe_cpu
+
+TARGET_VS_BEST = 1.1     # issue 30: no row count slower than 1.1x the best available form
 
 FORMULATIONS = {
     "F.linear(x, W)": lambda x, w: F.linear(x, w),
@@ -27,13 +48,36 @@ FORMULATIONS = {
 }
 
 
+class Copies:
+    """Forms that read a prepared copy of each weight (made once per weight, outside the timing)."""
+
+    def __init__(self, prepare):
+        self.prepare, self.copies = prepare, {}
+
+    def get(self, w: torch.Tensor):
+        key = (w.data_ptr(), tuple(w.shape), w.dtype)
+        if key not in self.copies:
+            self.copies[key] = self.prepare(w)
+        return self.copies[key]
+
+
+def extra_forms() -> dict:
+    """Measured-only forms: a transposed contiguous copy, and oneDNN's prepacked weight (when this
+    torch build has the op)."""
+    transposed = Copies(lambda w: w.t().contiguous())
+    forms = {"x @ Wᵀ, transposed copy": lambda x, w: torch.mm(x, transposed.get(w))}
+    if hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and torch.backends.mkldnn.is_available():
+        packed = Copies(lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 1))
+        forms["oneDNN prepacked"] = lambda x, w: torch.ops.mkldnn._linear_pointwise(
+            x, packed.get(w), None, "none", [None], "")
+    return forms
+
+
 def model_weights(model: str | None) -> list[torch.Tensor]:
     from labkit import LLM, EngineConfig
 
     config = EngineConfig(device="cpu", dtype="float32", num_blocks=4)
-    net = LLM(model=model, config=config, progress=False).engine.runner.model
-    weights = [w for layer in net.layers for w in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)]
-    return weights + [net.lm_head]
+    return LLM(model=model, config=config, progress=False).engine.runner.model.linear_weights()
 
 
 def sweep(weights: list[torch.Tensor], fn, rows: int):
@@ -41,32 +85,66 @@ def sweep(weights: list[torch.Tensor], fn, rows: int):
     return lambda: timed(lambda: [fn(inputs[w.shape[1]], w) for w in weights])[0]
 
 
+def gate_note(weights: list[torch.Tensor], forms: dict) -> str:
+    """Which measured forms pass the fp32 exactness gate, on every weight shape, at 1 and at 2..16 rows."""
+    from labkit.model import linear_forms
+
+    verdicts = {name: [True, True] for name in forms}
+    for shape in sorted({tuple(w.shape) for w in weights}):
+        exact = linear_forms.exact_forms(*shape, forms=forms)
+        for name in forms:
+            verdicts[name][0] &= name in exact[1]
+            verdicts[name][1] &= all(name in exact[t] for t in exact if t > 1)
+    words = {(True, True): "exact", (False, False): "not exact", (True, False): "exact at 1 row only",
+             (False, True): "exact at 2..16 rows only"}
+    return ("exactness gate (each row's bits are bits F.linear gives it at some row count, on the order probe, "
+            "every weight shape): " + "; ".join(f"{name}: {words[tuple(v)]}" for name, v in verdicts.items()))
+
+
 def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rounds: int) -> Section:
     set_threads(threads)
     clock = set_clock("auto", threads)
-    from labkit.model import llama
+    from labkit.model import linear_forms, llama
 
-    formulations = dict(FORMULATIONS, **{"labkit linear()": llama.linear})
-    table, one_row = [], {}
+    dtype = weights[0].dtype
+    name = str(dtype).removeprefix("torch.")
+    if dtype == torch.float32:
+        linear_forms.prepare(weights)       # the probe's table for this thread count (cached on disk)
+    extras = extra_forms()
+    formulations = dict(FORMULATIONS, **extras, **{"labkit linear()": llama.linear})
+    table, one_row, vs_best = [], {}, {}
     for t in rows:
         results = interleaved({name: sweep(weights, fn, t) for name, fn in formulations.items()}, rounds)
         ms = {name: 1e3 * median([r[name] for r in results]) for name in formulations}
         one_row = one_row or ms
+        vs_best[t] = ms["labkit linear()"] / min(ms[n] for n in FORMULATIONS)
         best = min(ms, key=ms.get)
         table.append([str(t)] + [f"{ms[n]:.1f} ({ms[n] / one_row[n]:.2f}x)" for n in formulations] + [best])
-    dtype = weights[0].dtype
-    name = str(dtype).removeprefix("torch.")
+    notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
+             "relative to the same formulation at T = 1",
+             f"cpu: {describe_cpu()}; torch {torch.__version__}; load average {load_average()} at the end"]
+    worst = max(vs_best, key=vs_best.get)
+    notes.append(f"labkit linear() / the faster of {' and '.join(FORMULATIONS)} at each T: at most "
+                 f"{vs_best[worst]:.2f}x (T = {worst}); target (issue 30): <= {TARGET_VS_BEST}x at every T")
     if dtype == torch.bfloat16:
         paired = sorted({tuple(w.shape) for w in weights if llama._one_row_needs_pair(w)})
         multi = "(W @ xᵀ)ᵀ (AMX)" if llama.has_amx() else "F.linear (no AMX)"
-        rule = (f"labkit linear() uses {multi} for bf16 T in 2..16; one row goes through F.linear, except for "
-                f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
-                f"copies): {', '.join(map(str, paired)) or 'none'}")
+        notes.append(f"labkit linear() uses {multi} for bf16 T in 2..16; one row goes through F.linear, except for "
+                     f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
+                     f"copies): {', '.join(map(str, paired)) or 'none'}")
     else:
-        first, last = llama._MM_ROWS.get(dtype, (0, -1))
-        rule = f"labkit linear() uses (W @ xᵀ)ᵀ for {name} T in {first}..{last}"
-    notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
-             "relative to the same formulation at T = 1", rule]
+        notes.append(f"labkit linear() for float32, chosen by the probe on this CPU ({threads} thread(s)), "
+                     f"by weight shape and rows: {linear_forms.describe(threads)}")
+        notes.append(gate_note(weights, dict(FORMULATIONS, **extras)))
+        if rows and rows[0] == 1:
+            nbytes = sum(w.numel() * w.element_size() for w in weights)
+            detail: dict = {}
+            roof = measure_read_bandwidth(nbytes, detail=detail)
+            shares = ", ".join(f"{n} {nbytes / (one_row[n] / 1e3) / 1e9:.1f} GB/s = "
+                               f"{100 * nbytes / (one_row[n] / 1e3) / roof:.0f} %" for n in formulations)
+            kernels = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in detail.items())
+            notes.append(f"read roofline, {threads} thread(s): {roof / 1e9:.1f} GB/s (best of {kernels} GB/s over "
+                         f"{nbytes / 1e6:.0f} MB); one-row sweep of {nbytes / 1e6:.0f} MB as a share of it: {shares}")
     return Section(f"Weight sweep vs rows, {name}, {threads} thread(s)", ["rows T", *formulations, "fastest"],
                    table, notes)
 

@@ -82,13 +82,25 @@ def full_window(step_rows: list[tuple[float, int]], rows: int) -> list[float]:
 class LlamaCpp:
     """One GGUF file in llama.cpp, greedy, one thread: a batch-1 context and a 16-sequence one."""
 
-    def __init__(self, path, n_ctx: int, n_seq: int):
+    def __init__(self, path, n_ctx: int, n_seq: int, extra_bufts: bool = True):
         import llama_cpp
         from llama_cpp import Llama
         from llama_cpp import _internals as internals
+        from llama_cpp import llama as llama_module
 
-        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=1,
-                         n_threads_batch=1, verbose=False)
+        default_params = llama_module.llama_cpp.llama_model_default_params
+
+        def model_params():                  # Llama() takes no such argument; it asks this function
+            params = default_params()
+            params.use_extra_bufts = extra_bufts
+            return params
+
+        llama_module.llama_cpp.llama_model_default_params = model_params
+        try:
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=1,
+                             n_threads_batch=1, verbose=False)
+        finally:
+            llama_module.llama_cpp.llama_model_default_params = default_params
         self.n_vocab = self.llm.n_vocab()
         params = llama_cpp.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_seq * n_ctx, 512, 512, n_seq
@@ -195,8 +207,19 @@ def systems(args) -> dict[str, object]:
 
     out = {f"labkit {m}": Labkit(m, args.batch) for m in LABKIT_MODES}
     n_ctx = 512 + args.max_tokens
-    out.update({f"llama.cpp {k}": LlamaCpp(gguf_path(k), n_ctx, args.batch) for k in LLAMA_KINDS})
+    out.update({f"llama.cpp {k}": LlamaCpp(gguf_path(k), n_ctx, args.batch, extra_bufts=extra_bufts(k))
+                for k in LLAMA_KINDS})
     return out
+
+
+def extra_bufts(kind: str) -> bool:
+    """Whether llama.cpp may put this kind's weights in its extra CPU buffer types (AMX tiles, repacked
+    blocks). Not for Q4_1 on an AMX CPU: there llama-cpp-python 0.3.36, built from source, segfaults in
+    its first ``llama_decode`` (seen on a 2-core Xeon with AMX; F32 and BF16 run, and Q4_1 runs with
+    the plain CPU buffers)."""
+    from labkit.model.cpu_features import has_amx
+
+    return not (kind == "Q4_1" and has_amx())
 
 
 def rounds(engines: dict, prompts: list, max_tokens: int, count: int, batched: bool) -> list[dict]:
@@ -247,7 +270,13 @@ def run(args) -> list[Section]:
     threads = set_threads(1)
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads) + [["llama-cpp-python", _version()]])
+    plain = [k for k in LLAMA_KINDS if not extra_bufts(k)]
+    if plain:
+        env.rows.append(["llama.cpp extra buffer types (AMX, repacked weights)",
+                         f"off for {', '.join(plain)} (it segfaults with them on this AMX CPU; see extra_bufts)"])
     engines = systems(args)
+    from labkit.model import linear_forms
+    env.rows.append(["labkit fp32 linear forms (probe, by weight shape and rows)", linear_forms.describe(threads)])
     singles, batch = prompt_set(engines["labkit fp32"].llm.tokenizer, args.batch)
     for e in engines.values():                       # first calls allocate and pick kernels
         e.generate1(singles[0], 4)

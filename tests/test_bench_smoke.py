@@ -104,7 +104,11 @@ def test_linear_rows_benchmark_times_every_formulation(tiny_model):
                                            "Weight sweep vs rows, bfloat16, 1 thread(s)"]
     for section in sections:
         assert [r[0] for r in section.rows] == ["1", "2"]
-        assert section.rows[0][-1] in linear_rows.FORMULATIONS or section.rows[0][-1] == "labkit linear()"
+        assert section.rows[0][-1] in section.headers[1:-1]         # "fastest" names a measured form
+        assert "labkit linear()" in section.headers and any(n.startswith("cpu: ") for n in section.notes)
+    fp32 = sections[0].notes
+    assert any("chosen by the probe" in n for n in fp32) and any("exactness gate" in n for n in fp32)
+    assert any(n.startswith("read roofline") and "labkit linear()" in n for n in fp32)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),

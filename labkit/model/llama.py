@@ -18,13 +18,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
+from labkit.model import linear_forms
 from labkit.model.config import ModelConfig
 from labkit.model.cpu_features import has_amx
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
-# fp32: F.linear is fastest for 1-6 rows (at 2-6 rows (W @ xᵀ)ᵀ took up to 2x longer), while for 8-14
-# rows (W @ xᵀ)ᵀ was 1.1-1.7x faster (about equal at 16); above 16 rows both cost the same.
+# fp32: chosen per (weight shape, T, threads) by a timing probe on the CPU at hand, among the forms
+# that pass an exactness gate (`labkit.model.linear_forms`); a fixed table tuned on one Xeon was 2.5x
+# slower than the best form at 2 rows on an AMD EPYC (issue 30).
 # bf16: the products must give each row the same bits at any row count, because speculative decoding
 # verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
 # Multi-row products (any form) agree with each other row for row; the one-row kernel (a gemv) agrees
@@ -35,7 +37,6 @@ from labkit.model.cpu_features import has_amx
 # more than one row). A table of forms tuned on one CPU is what made bf16 run at
 # a third of fp32 speed on another (issue 20): the check is about bits, never timing, so it is
 # deterministic on a given CPU.
-_MM_ROWS = {torch.float32: (7, 16)}    # first and last row count
 _pair_rows: dict[tuple, bool] = {}
 
 
@@ -85,9 +86,10 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
             if rows == 1 and (has_amx() or _one_row_needs_pair(weight)):
                 return _bf16_rows(x.expand(2, -1), weight)[:1]
             return _bf16_rows(x, weight) if 1 < rows <= 16 else F.linear(x, weight)
-        first, last = _MM_ROWS.get(x.dtype, (0, -1))
-        if first <= rows <= last:
-            return torch.mm(weight, x.t()).t()
+        if x.dtype == torch.float32 and weight.dtype == torch.float32 and rows <= linear_forms.MAX_ROWS:
+            if torch.compiler.is_compiling():
+                return F.linear(x, weight)      # inductor picks its own kernel
+            return linear_forms.product(x, weight)
     return F.linear(x, weight)
 
 
@@ -210,6 +212,12 @@ class LlamaModel(nn.Module):
         x = rms_norm(x.index_select(0, logits_indices), self.norm, self.config.rms_norm_eps)
         return linear(x, self.lm_head).float()
 
+    def linear_weights(self) -> list[torch.Tensor]:
+        """Every matrix a forward pass multiplies by, in the order it does: qkv, o, gate_up, down per
+        layer, then the LM head."""
+        return [w for layer in self.layers for w in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj,
+                                                      layer.down_proj)] + [self.lm_head]
+
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Copy HF Llama weights in, fusing q/k/v and gate/up projections."""
         def take(name):
@@ -228,3 +236,6 @@ class LlamaModel(nn.Module):
                 layer.o_proj.copy_(take(p + "self_attn.o_proj.weight"))
                 layer.gate_up_proj.copy_(torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]))
                 layer.down_proj.copy_(take(p + "mlp.down_proj.weight"))
+        if self.embed_tokens.device.type == "cpu" and self.embed_tokens.dtype == torch.float32:
+            # fp32 product forms for this CPU: from the disk cache, or timed once (`linear_forms`).
+            linear_forms.prepare(self.linear_weights())

@@ -1,0 +1,356 @@
+"""Which way to write an fp32 ``x @ Wᵀ`` on this CPU, per weight shape, row count and thread count:
+chosen by a timing probe among the forms that pass an exactness gate, never from a table.
+
+Why: the fastest form of a few-row product depends on the CPU's BLAS kernels. A table tuned on one
+Intel Xeon ("(W @ xᵀ)ᵀ for 7..16 rows") made labkit 2.5x slower than the best form at 2 rows on an
+AMD EPYC (issue 30). So the first time a model is loaded on a machine, `prepare` times the
+candidate forms on a sweep through the model's own weights (every shape's tensors, interleaved), for
+1..16 rows (a decode batch, or the k + 1 rows of a speculative verification), keeps the fastest
+*exact* one per row count for every shape (the table is per (shape, rows, threads)), and
+caches the table on disk keyed by the CPU, torch's version and the thread count
+(``$LABKIT_CACHE/linear_forms.json``). Above 16 rows (prefill) it is always ``F.linear``.
+
+The exactness gate (`exact_forms`): every candidate computes the same fp32 products, but kernels
+split the reduction differently, and a different split can change the last bit of a sum. The gate
+runs each form on `labkit.model.llama.order_probe` (weights whose sums come out differently under
+any other split) and keeps a form at T rows only if every row it returns has bits that ``F.linear``
+itself gives that row at some row count, i.e. bits transformers' own ``F.linear`` computes in some
+batch shape. Forms that would need a second copy of every weight (a contiguous transposed copy,
+oneDNN's prepacked weight) are measured by ``bench.linear_rows`` but are not candidates; on the AMX Xeon
+measured, the gate rejects oneDNN's at every row count and the transposed copy's at one row.
+
+What the gate does not give in fp32, measured on a Xeon with AMX (torch 2.13, MKL): the same bits
+for a row at every row count. The one-row kernel (a gemv) sums in one order, ``F.linear`` at 2..15
+rows in a second, and every multi-row ``(W @ xᵀ)ᵀ`` and ``F.linear`` at 16 or more rows in a third;
+getting one order everywhere would cost a one-row step about 2x (``(W @ xᵀ)ᵀ`` of a pair). That was
+already so before the probe; greedy parity with transformers and speculative equality are
+token-level in fp32 and tested (tests/test_parity.py, tests/test_spec_engine.py). bf16 keeps its own
+rule in ``labkit.model.llama`` (bit-level row invariance, needed there).
+
+Tests and demonstrations can fix the choice: ``with forced("F.linear"): ...`` (or the environment
+variable ``LABKIT_LINEAR_FORM=F.linear``) skips the probe; ``choose`` is a pure function of a timing
+table and the exact forms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+MAX_ROWS = 16               # row counts the probe covers: decode batches and verification rows
+# Weight bytes of each shape in the probe's sweep: all of them for the default model. A 16 MiB sample
+# per shape stayed in the cache (480 MiB of L3 on the AMX Xeon this was measured on) and chose
+# F.linear at 4-8 rows, where in the model's full sweep it took 1.2x as long as (W @ xᵀ)ᵀ: which
+# kernel streams weights better is only seen when the weights stream. So the first load on a machine
+# spends ~10 s per thread count probing (then the disk cache answers).
+PROBE_BYTES = 1 << 30
+MARGIN = 0.03               # another form must beat F.linear by more than this to replace it
+PROBE_ROUNDS = 2            # interleaved rounds after a warm-up; the minimum of each form counts
+DEFAULT_FORM = "F.linear"
+FORMS_VERSION = 3           # part of the cache key: bump when FORMS or the gate change
+ENV = "LABKIT_LINEAR_FORM"
+
+
+def _pair(fn: Callable) -> Callable:
+    """One row computed as two copies of itself (a multi-row kernel's order for a single row)."""
+    return lambda x, w: fn(x.expand(2, -1), w)[:1] if x.shape[0] == 1 else fn(x, w)
+
+
+def _w_xt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.mm(w, x.t()).t()
+
+
+PAIR = " of a pair"
+
+# Candidate forms: each computes x @ Wᵀ for x [T, in] and W [out, in] as the model stores it.
+FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "F.linear": F.linear,
+    "(W @ xᵀ)ᵀ": _w_xt,
+    "F.linear" + PAIR: _pair(F.linear),
+    "(W @ xᵀ)ᵀ" + PAIR: _pair(_w_xt),
+}
+
+_lock = threading.Lock()
+_table: dict[tuple, str] = {}            # (shape, rows, threads) -> form name
+_groups: dict[tuple, list] = {}          # shape -> the model's fp32 weights of that shape
+_timings: dict[tuple, dict] = {}         # (shape, rows, threads) -> {form: seconds}, as probed
+_forced: list[str] = []
+
+
+# ----------------------------------------------------------------------------- exactness gate
+
+def probe_rows(in_features: int, rows: int = 24) -> torch.Tensor:
+    """Input rows for the order probe: the all-ones row at distinct scales (2 and 3 change the sums'
+    magnitudes, -1 their sign), so each row's result is its own."""
+    scales = torch.tensor([1.0, 2.0, 3.0, -1.0, 0.5, 5.0, -3.0, 1.5])
+    return scales.repeat((rows + 7) // 8)[:rows, None] * torch.ones(rows, in_features)
+
+
+def exact_forms(out_features: int, in_features: int, max_rows: int = MAX_ROWS,
+                forms: dict | None = None) -> dict[int, list[str]]:
+    """{rows: forms that pass the gate at that row count} for an fp32 weight of this shape, with the
+    current thread count: a form passes at T rows if each of its T result rows, on the order probe,
+    has bits that ``F.linear`` gives that row at some row count from 1 to max_rows + 1 (so
+    ``F.linear`` itself always passes). Pair forms are candidates for one row only."""
+    from labkit.model.llama import order_probe
+
+    forms = FORMS if forms is None else forms
+    w, _ = order_probe(out_features, in_features)
+    w = w.float()
+    xs = probe_rows(in_features, max_rows + 1)
+    with torch.inference_mode():
+        seen: list[set[bytes]] = [set() for _ in range(len(xs))]
+        for u in range(1, len(xs) + 1):
+            for i, row in enumerate(F.linear(xs[:u], w)):
+                seen[i].add(row.numpy().tobytes())
+        out = {}
+        for t in range(1, max_rows + 1):
+            out[t] = [name for name, fn in forms.items()
+                      if fn is F.linear or ((t == 1 or not name.endswith(PAIR)) and all(
+                          row.contiguous().numpy().tobytes() in seen[i] for i, row in enumerate(fn(xs[:t], w))))]
+    return out
+
+
+# ----------------------------------------------------------------------------- timing
+
+def choose(timings: dict[str, float], exact: list[str], margin: float = MARGIN) -> str:
+    """The fastest form among the exact ones (``timings``: seconds per form; forms without a time are
+    skipped), except that the first exact form (``F.linear``, what transformers computes) is kept
+    unless another is faster by more than ``margin`` (a fraction): a near tie is noise on a shared
+    machine, and should not flip the choice from one probe to the next. Raises if no exact form was
+    timed."""
+    timed = [name for name in exact if name in timings]
+    if not timed:
+        raise ValueError(f"no exact form was timed: exact {exact}, timed {sorted(timings)}")
+    best = min(timed, key=lambda name: (timings[name], timed.index(name)))
+    return timed[0] if timings[timed[0]] <= timings[best] * (1 + margin) else best
+
+
+def _clock() -> Callable[[], float]:
+    # One thread: the process CPU clock (a neighbour's load does not count). More: wall time.
+    return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
+def probe_weights(weights: list[torch.Tensor], budget: int = PROBE_BYTES) -> list[torch.Tensor]:
+    """The first tensors of a same-shape group up to ``budget`` bytes (at least one, cut to its first
+    rows if it alone is larger): each timed call sweeps them in turn, so the product streams its
+    weights as a decode step does, in a few milliseconds."""
+    chosen, size = [], 0
+    for w in weights:
+        nbytes = w.numel() * w.element_size()
+        if size + nbytes > budget:
+            if not chosen:
+                chosen.append(w[:max(budget // (w.shape[1] * w.element_size()), 1)])
+            break
+        chosen.append(w)
+        size += nbytes
+    return chosen
+
+
+def time_forms(weights: list[torch.Tensor], rows: int, names: list[str], rounds: int = PROBE_ROUNDS
+               ) -> dict[str, float]:
+    """{form: seconds for one sweep of ``weights`` at ``rows`` rows}, the minimum over interleaved
+    rounds (A B, B A, ...), after one warm-up sweep of each."""
+    clock = _clock()
+    g = torch.Generator().manual_seed(rows)
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g) for w in weights}
+    pairs = [(inputs[w.shape[1]], w) for w in weights]
+    best = {name: float("inf") for name in names}
+    with torch.inference_mode():
+        for r in range(rounds + 1):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                fn = FORMS[name]
+                t0 = clock()
+                for x, w in pairs:
+                    fn(x, w)
+                if r:                        # round 0 warms up
+                    best[name] = min(best[name], clock() - t0)
+    return best
+
+
+# ----------------------------------------------------------------------------- the table
+
+def cache_path() -> Path:
+    from labkit.model.loader import cache_root
+    return cache_root() / "linear_forms.json"
+
+
+def machine_key(threads: int) -> str:
+    from labkit.model.cpu_features import describe_cpu
+    return f"{describe_cpu()} | torch {torch.__version__} | {threads} thread(s) | float32 | forms v{FORMS_VERSION}"
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(data: dict) -> None:
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass    # a read-only cache only costs a probe next time
+
+
+def probe_shapes(shapes: list[tuple[int, int]], threads: int) -> dict[tuple, dict[int, str]]:
+    """Gate every registered shape, then time, at each row count 1..MAX_ROWS, the forms that are exact
+    for all of them, on one sweep through samples of every shape in turn (as a decode step
+    interleaves its layers' matrices); record and return {shape: {rows: chosen form}}. One form per row
+    count: timed shape by shape in isolation, the probe picked a mix that lost to either form alone in
+    the model's own sweep (``bench.linear_rows`` at 8 and 12 rows on a Xeon with AMX: 1.14x the
+    faster form)."""
+    exact = {shape: exact_forms(*shape) for shape in shapes}
+    samples = {shape: probe_weights(_groups[shape]) for shape in shapes}
+    sweep = [samples[shape][k] for k in range(max(map(len, samples.values())))
+             for shape in shapes if k < len(samples[shape])]
+    choice: dict[tuple, dict[int, str]] = {shape: {} for shape in shapes}
+    for rows in range(1, MAX_ROWS + 1):
+        names = [name for name in FORMS if all(name in exact[shape][rows] for shape in shapes)]
+        if not names:
+            raise RuntimeError(f"no linear form passes the exactness gate for every shape at {rows} rows")
+        times = time_forms(sweep, rows, names) if len(names) > 1 else {names[0]: float("nan")}
+        pick = choose(times, names) if len(names) > 1 else names[0]
+        for shape in shapes:
+            _timings[(shape, rows, threads)] = times
+            choice[shape][rows] = pick
+    return choice
+
+
+def _fill(threads: int) -> None:
+    """Make sure the table holds every registered shape at 1..MAX_ROWS rows for ``threads``: from the
+    disk cache when it has them all, else by probing them together."""
+    with _lock:
+        shapes = sorted(_groups)
+        if all((shape, 1, threads) in _table for shape in shapes):
+            return
+        key = machine_key(threads)
+        stored = _read_cache().get(key, {})
+        names = {shape: f"{shape[0]}x{shape[1]}" for shape in shapes}
+        if not all(isinstance(stored.get(names[shape]), dict) and
+                   all(stored[names[shape]].get(str(t)) in FORMS for t in range(1, MAX_ROWS + 1))
+                   for shape in shapes):
+            probed = probe_shapes(shapes, threads)
+            data = _read_cache()    # another process may have written meanwhile
+            entry = data.setdefault(key, {})
+            for shape in shapes:
+                entry[names[shape]] = {str(t): form for t, form in probed[shape].items()}
+            _write_cache(data)
+            stored = entry
+        for shape in shapes:
+            for t in range(1, MAX_ROWS + 1):
+                _table[(shape, t, threads)] = stored[names[shape]][str(t)]
+
+
+def prepare(weights: list[torch.Tensor]) -> None:
+    """Register a model's fp32 CPU weights by shape and fill the table for the current thread count
+    and for one thread (what the labs and benchmarks time with): read from the disk cache, or probed
+    once, about 10 s per thread count for the default model. Other thread counts are filled the first
+    time a product runs with them."""
+    if _forced or os.environ.get(ENV):
+        return
+    groups: dict[tuple, list] = {}
+    for w in weights:
+        if isinstance(w, torch.Tensor) and w.dtype == torch.float32 and w.device.type == "cpu" and w.dim() == 2:
+            groups.setdefault(tuple(w.shape), []).append(w)
+    for shape, ws in groups.items():
+        _groups.setdefault(shape, probe_weights(ws))
+    current = torch.get_num_threads()
+    for threads in sorted({current, 1}):
+        torch.set_num_threads(threads)
+        try:
+            _fill(threads)
+        finally:
+            torch.set_num_threads(current)
+
+
+def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> str:
+    """The form ``labkit.model.llama.linear`` uses for an fp32 CPU product of this shape and row count."""
+    if _forced:
+        return _forced[-1]
+    env = os.environ.get(ENV)
+    if env:
+        if env not in FORMS:
+            raise ValueError(f"{ENV}={env!r}: choose one of {', '.join(FORMS)}")
+        return env
+    if not 1 <= rows <= MAX_ROWS:
+        return DEFAULT_FORM
+    threads = torch.get_num_threads() if threads is None else threads
+    name = _table.get((shape, rows, threads))
+    if name is None:
+        if shape not in _groups:
+            return DEFAULT_FORM          # a weight no model registered (e.g. a test's random matrix)
+        _fill(threads)
+        name = _table[(shape, rows, threads)]
+    return name
+
+
+def product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weightᵀ in the form chosen for this shape, row count and thread count."""
+    return FORMS[form_name(tuple(weight.shape), x.shape[0])](x, weight)
+
+
+def table(threads: int | None = None) -> dict[tuple, dict[int, str]]:
+    """{shape: {rows: form}} known for a thread count (the current one by default)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    out: dict[tuple, dict[int, str]] = {}
+    for (shape, rows, n), name in sorted(_table.items()):
+        if n == threads:
+            out.setdefault(shape, {})[rows] = name
+    return out
+
+
+def timings(threads: int | None = None) -> dict[tuple, dict[str, float]]:
+    """{(shape, rows): {form: seconds}} from probes run in this process (empty when the table came
+    from the disk cache)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return {(s, r): v for (s, r, n), v in _timings.items() if n == threads}
+
+
+def describe(threads: int | None = None) -> str:
+    """One line per shape: the row ranges each form covers, e.g. ``576x1536: F.linear 1-6, (W @ xᵀ)ᵀ 7-16``."""
+    lines = []
+    for shape, rows in table(threads).items():
+        runs: list[list] = []
+        for t in sorted(rows):
+            if runs and runs[-1][0] == rows[t] and runs[-1][2] == t - 1:
+                runs[-1][2] = t
+            else:
+                runs.append([rows[t], t, t])
+        spans = ", ".join(f"{n} {a}" if a == b else f"{n} {a}-{b}" for n, a, b in runs)
+        lines.append(f"{shape[0]}x{shape[1]}: {spans}")
+    return "; ".join(lines)
+
+
+@contextmanager
+def forced(name: str) -> Iterator[None]:
+    """Use one form for every fp32 CPU product of 1..MAX_ROWS rows inside the block (tests, demos)."""
+    if name not in FORMS:
+        raise ValueError(f"unknown linear form {name!r}: choose one of {', '.join(FORMS)}")
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def forget() -> None:
+    """Drop the in-process table and registered weights (tests; the disk cache stays)."""
+    with _lock:
+        _table.clear()
+        _groups.clear()
+        _timings.clear()
