@@ -58,6 +58,7 @@ class LLMEngine:
         self.hooks = ev.EventBus()
         self.metrics = MetricsCollector()
         self.step_count = 0
+        self._propose_s = 0.0      # the last step's proposer call (StepStats.propose_s)
         self._ids = itertools.count()
         self._reserved_ids: set[str] = set()      # children's ids, taken from the moment n > 1 is asked
         self._streams: dict[str, deque[StepOutput]] = {}
@@ -272,7 +273,9 @@ class LLMEngine:
             return
         ready = [r for r in self.scheduler.running
                  if r.num_computed_tokens == r.num_tokens - 1 and not r.num_forks_pending]
+        started = time.perf_counter()
         proposals = self.proposer.propose(ready)
+        self._propose_s = time.perf_counter() - started
         self.scheduler.set_drafts({rid: p.token_ids for rid, p in proposals.items()})
         for rid, p in proposals.items():
             self.sampler.set_draft_probs(rid, p.probs)
@@ -309,7 +312,8 @@ class LLMEngine:
             batch_occupancy_perc=100.0 * len(decision.scheduled) / cfg.max_num_seqs,
             token_budget_perc=100.0 * decision.num_scheduled_tokens / cfg.max_num_batched_tokens,
             num_preemptions=self.scheduler.num_preemptions, scheduler_s=scheduler_s, model_s=model_s,
-            step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated, schedule_s=schedule_s, sample_s=sample_s)
+            step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated, schedule_s=schedule_s, sample_s=sample_s,
+            propose_s=self._propose_s)
 
     def _next_waiting_need(self) -> int:
         if not self.scheduler.waiting:

@@ -94,6 +94,7 @@ class StepStats:
     schedule_s: float = 0.0        # of scheduler_s: deciding (scheduler.schedule())
     sample_s: float = 0.0          # of scheduler_s: sampling and verification; the rest is update,
                                    # bookkeeping and proposing
+    propose_s: float = 0.0         # of scheduler_s: the proposer drafting for the next step (0 without one)
 
 
 # ----------------------------------------------------------------------------- events

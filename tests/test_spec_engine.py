@@ -159,3 +159,19 @@ def joint_probabilities(llm, prompt, first_tokens) -> dict[tuple[int, int], floa
         for x2, q in zip(top.indices.tolist(), top.values.tolist()):
             joint[(x1, x2)] = float(p1[x1]) * q
     return joint
+
+
+def test_step_stats_carry_the_proposer_time_only_when_there_is_a_proposer():
+    """StepStats.propose_s: the proposer's share of the step's host time (the engine room's c)."""
+    from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+    from labkit.hooks import StepEnd
+
+    def propose_times(spec):
+        llm = LLM(model="sim", config=EngineConfig(speculative=spec), progress=False)
+        seen = []
+        llm.engine.hooks.subscribe(lambda e: seen.append(e.stats.propose_s), StepEnd)
+        llm.generate([[1, 2, 3, 1, 2, 3, 1, 2]], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+        return seen
+    assert set(propose_times(None)) == {0.0}
+    timed = propose_times(SpecConfig(method="ngram", num_speculative_tokens=2))
+    assert timed and all(p >= 0 for p in timed) and any(p > 0 for p in timed)

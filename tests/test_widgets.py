@@ -354,6 +354,25 @@ def test_acceptance_view_counts_per_position_and_speedups():
     assert view.measured_speedup == pytest.approx(0.030 / 0.015)
 
 
+def test_without_a_given_c_the_view_measures_it_from_the_proposer_time_and_the_baseline():
+    """c = mean proposer time per drafting step / (k · baseline TPOT); a given c wins over it."""
+    bus = EventBus()
+    view = AcceptanceView(hooks=bus)
+    bus.emit(SpecVerified("a", 4, 2, (True, True, False, False)))
+    bus.emit(step_end(1, propose_s=0.002))
+    bus.emit(step_end(2, propose_s=0.004))
+    bus.emit(step_end(3, propose_s=0.0))                  # a step that drafted nothing does not count
+    view.flush()
+    assert view.c_measured is None and view.predicted_speedup is None      # no baseline yet
+    view.baseline_tpot_s = 0.025
+    view.flush()
+    assert view.c_measured == pytest.approx(0.003 / (4 * 0.025))
+    assert view.predicted_speedup == pytest.approx(leviathan_speedup(view.alpha, 4, view.c_measured))
+    view.c = 0.5
+    view.flush()
+    assert view.predicted_speedup == pytest.approx(leviathan_speedup(view.alpha, 4, 0.5))
+
+
 def test_setting_c_recomputes_the_prediction_at_once():
     bus = EventBus()
     view = AcceptanceView(hooks=bus)

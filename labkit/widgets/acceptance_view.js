@@ -125,8 +125,10 @@ function render({ model, el }) {
       statItem(L("acceptance_rate"), pct(model.get("acceptance_rate"))),
       statItem(L("alpha"), model.get("alpha") === null ? "—" : lkFmt(model.get("alpha"), 3)),
       statItem(L("mean_length"), lkFmt(model.get("mean_acceptance_length"), 2)),
-      statItem(L("predicted"), model.get("c") === null ? L(inputs() ? "need_c" : "from_run")
-                                                       : x(model.get("predicted_speedup"))),
+      statItem(L("c"), model.get("c") !== null ? lkFmt(model.get("c"), 3)
+        : model.get("c_measured") !== null ? lkFmt(model.get("c_measured"), 3) + L("c_measured") : "—"),
+      statItem(L("predicted"), model.get("predicted_speedup") === null ? L(inputs() ? "need_c" : "from_run")
+                                                                      : x(model.get("predicted_speedup"))),
       statItem(L("tpot"), tpot === null ? "—" : lkFmt(tpot * 1000, 2) + " ms"),
       statItem(L("measured"), model.get("baseline_tpot_s") === null ? L(inputs() ? "need_baseline" : "from_run")
                                                                     : x(model.get("measured_speedup"))));
@@ -168,7 +170,7 @@ function render({ model, el }) {
   }
 
   return lkWatch(model, el, ["history", "k", "window", "num_drafts", "acceptance_rate", "alpha",
-    "mean_acceptance_length", "acceptance_per_pos", "predicted_curve", "predicted_speedup", "c",
+    "mean_acceptance_length", "acceptance_per_pos", "predicted_curve", "predicted_speedup", "c", "c_measured",
     "baseline_tpot_s", "tpot_s", "measured_speedup", "show_inputs", "labels", "palette"], draw);
 }
 

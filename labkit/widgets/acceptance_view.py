@@ -23,6 +23,14 @@ tested positions that passed::
 Measured speed-up = baseline TPOT (same workload without speculation, set ``baseline_tpot_s``) /
 mean TPOT of the requests finished while this view listened (``RequestFinished.timings``).
 
+c, when not given: measured from the run, as the paper defines it (one draft step over one target
+step). Each step's ``StepStats.propose_s`` is the proposer drafting k tokens for the next step, and a
+target step costs the baseline TPOT (a plain decode step makes one token), so::
+
+    c = mean proposer time per drafting step / (k · baseline TPOT)
+
+For n-gram lookup c is close to 0; for a draft model it is its k forwards' share of a target step.
+
 The speed-up-vs-k panel is drawn only once there is a curve to draw (c is known); until then the
 view shows the two acceptance panels. With ``show_inputs=False`` (a caller that measures c and
 the baseline TPOT itself, e.g. lab 04's live demo) the two number inputs are hidden and the stats
@@ -35,7 +43,7 @@ from collections import deque
 
 import traitlets
 
-from labkit.hooks import RequestFinished, SpecVerified
+from labkit.hooks import RequestFinished, SpecVerified, StepEnd
 from labkit.i18n import t
 from labkit.widgets.base import LiveView, bundle_esm
 
@@ -66,7 +74,7 @@ class AcceptanceView(LiveView):
     """Accepted vs rejected draft tokens and measured vs predicted speed-up."""
 
     _esm = bundle_esm("acceptance_view.js")
-    EVENT_TYPES = (SpecVerified, RequestFinished)
+    EVENT_TYPES = (SpecVerified, RequestFinished, StepEnd)
 
     c = traitlets.Float(None, allow_none=True).tag(sync=True)                # draft/target cost ratio
     baseline_tpot_s = traitlets.Float(None, allow_none=True).tag(sync=True)  # TPOT without speculation
@@ -87,6 +95,7 @@ class AcceptanceView(LiveView):
     tpot_s = traitlets.Float(None, allow_none=True).tag(sync=True)              # mean, speculative
     measured_speedup = traitlets.Float(None, allow_none=True).tag(sync=True)
     show_inputs = traitlets.Bool(True).tag(sync=True)          # False: c and the baseline come from the caller
+    c_measured = traitlets.Float(None, allow_none=True).tag(sync=True)   # c from this run (module docstring)
 
     def __init__(self, engine: object | None = None, *, c: float | None = None,
                  baseline_tpot_s: float | None = None, window: int = 200, show_inputs: bool = True,
@@ -96,12 +105,17 @@ class AcceptanceView(LiveView):
         self._accepted_per_pos: list[int] = []
         self._drafts_per_pos: list[int] = []
         self._tpot_sum, self._tpot_count = 0.0, 0
+        self._propose_sum, self._propose_count = 0.0, 0
         super().__init__(engine, c=c, baseline_tpot_s=baseline_tpot_s, window=window, show_inputs=show_inputs,
                          **kwargs)
 
-    def ingest(self, event: SpecVerified | RequestFinished) -> None:
+    def ingest(self, event: SpecVerified | RequestFinished | StepEnd) -> None:
         if isinstance(event, RequestFinished):
             self._ingest_timing(event)
+        elif isinstance(event, StepEnd):
+            if event.stats.propose_s > 0:
+                self._propose_sum += event.stats.propose_s
+                self._propose_count += 1
         elif event.drafted > 0:    # a step where the proposer had nothing to offer is no draft
             self._ingest_verify(event)
 
@@ -138,8 +152,14 @@ class AcceptanceView(LiveView):
         self.alpha = estimate_alpha(self._num_accepted, self._num_rejections)
         self._sync_speedups()
 
+    def _measured_c(self) -> float | None:
+        if not self._propose_count or not self.baseline_tpot_s or self.k < 1:
+            return None
+        return self._propose_sum / self._propose_count / (self.k * self.baseline_tpot_s)
+
     def _sync_speedups(self) -> None:
-        alpha, c = self.alpha, self.c
+        self.c_measured = self._measured_c()
+        alpha, c = self.alpha, (self.c if self.c is not None else self.c_measured)
         if alpha is None or c is None:
             self.predicted_speedup, self.predicted_curve = None, []
         else:
@@ -177,6 +197,8 @@ class AcceptanceView(LiveView):
             "need_c": t("设置 c 以显示预测", "set c to see the prediction"),
             "need_baseline": t("设置基线 TPOT 以显示实测", "set the baseline TPOT to see the measurement"),
             "from_run": t("运行结束后由本次测量给出", "measured by this run when it ends"),
+            "c": "c",
+            "c_measured": t("（本次实测）", " (measured in this run)"),
             "per_verify": t("每次验证 (最近)", "per verification (recent)"),
             "accepted": t("接受", "accepted"),
             "rejected": t("拒绝", "rejected"),
