@@ -113,9 +113,12 @@ def row_sentence(r: PayingRow) -> str:
     """The verdict's sentence, then how close each prediction came (counted from the numbers)."""
     label = METHOD_NAMES[r.method]
     head = r.verdict.sentence(
-        greater=(f"{label[0]} 在 {r.workload} 上让解码变快了", f"{label[1]} speeds up decoding on {r.workload}"),
-        less=(f"{label[0]} 在 {r.workload} 上让解码变慢了", f"{label[1]} slows decoding on {r.workload}"),
-        same=(f"{label[0]} 在 {r.workload} 上与普通解码一样快", f"{label[1]} decodes {r.workload} as fast as plain"))
+        greater=(f"{label[0]} 在 {r.workload} 上让解码变快了：加速比 {{ratio}}",
+                 f"{label[1]} speeds up decoding on {r.workload}: {{ratio}}"),
+        less=(f"{label[0]} 在 {r.workload} 上让解码变慢了：加速比只有 {{ratio}}",
+              f"{label[1]} slows decoding on {r.workload}: only {{ratio}}"),
+        same=(f"{label[0]} 在 {r.workload} 上与普通解码一样快（{{ratio}}）",
+              f"{label[1]} decodes {r.workload} as fast as plain ({{ratio}})"))
     zh, en = [], []
     for name_zh, name_en, pred in (("教科书公式", "the textbook formula", r.row.prediction),
                                    ("按实测验证代价修正的公式", "the formula with the measured verify cost",
