@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from labkit.model.cache_dir import cache_root
 from labkit.model.loader import _hf_name, _unpermute
 
 BLOCK = 32
@@ -81,7 +82,6 @@ def _read_blocks(name: str, kind: str, in_features: int, raw: np.ndarray) -> Qua
 
 
 def _cache_file(gguf_path: Path) -> Path:
-    from labkit.model.loader import cache_root
 
     return cache_root() / "gguf" / f"{gguf_path.name}.{gguf_path.stat().st_size}.blocks.safetensors"
 

