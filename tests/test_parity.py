@@ -68,8 +68,13 @@ HOST_PATHS = {"sync, lists": {}, "async": {"async_scheduling": True}, "persisten
 ASYNC = pytest.mark.parametrize("host_path", list(HOST_PATHS))
 
 
-@ASYNC
-@pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.slow), 8])
+# Batch 1 (384 sequential steps, 1-2 minutes each on 2 busy cores) runs the list-built synchronous path and
+# both switches together; each switch alone is held to the same tokens at batch 8 and under the stress variants.
+BATCH_1_PATHS = ("sync, lists", "async, persistent batch")
+
+
+@pytest.mark.parametrize("batch, host_path",
+                         [pytest.param(1, p, marks=pytest.mark.slow) for p in BATCH_1_PATHS] + [(8, p) for p in HOST_PATHS])
 def test_greedy_matches_transformers(prompt_ids, hf_tokens, batch, host_path):
     tokens, _ = _generate(EngineConfig(**HOST_PATHS[host_path]), prompt_ids, batch)
     assert tokens == hf_tokens
