@@ -371,6 +371,12 @@ def test_without_a_given_c_the_view_measures_it_from_the_proposer_time_and_the_b
     view.c = 0.5
     view.flush()
     assert view.predicted_speedup == pytest.approx(leviathan_speedup(view.alpha, 4, 0.5))
+    own_bus = EventBus()                                  # a caller that measures c itself (lab 04's demo)
+    caller_measured = AcceptanceView(hooks=own_bus, baseline_tpot_s=0.025, show_inputs=False)
+    assert not own_bus.wants(StepEnd)                     # so the engine builds no per-step snapshot for it
+    own_bus.emit(SpecVerified("a", 4, 2, (True, True, False, False)))
+    caller_measured.flush()
+    assert caller_measured.c_measured is None
 
 
 def test_setting_c_recomputes_the_prediction_at_once():

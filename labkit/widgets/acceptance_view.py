@@ -30,6 +30,7 @@ target step costs the baseline TPOT (a plain decode step makes one token), so::
     c = mean proposer time per drafting step / (k · baseline TPOT)
 
 For n-gram lookup c is close to 0; for a draft model it is its k forwards' share of a target step.
+Only a view with ``show_inputs=True`` listens to ``StepEnd`` for this.
 
 The speed-up-vs-k panel is drawn only once there is a curve to draw (c is known); until then the
 view shows the two acceptance panels. With ``show_inputs=False`` (a caller that measures c and
@@ -106,6 +107,8 @@ class AcceptanceView(LiveView):
         self._drafts_per_pos: list[int] = []
         self._tpot_sum, self._tpot_count = 0.0, 0
         self._propose_sum, self._propose_count = 0.0, 0
+        if not show_inputs:      # the caller measures c itself: no per-step event (and block-map snapshot) needed
+            self.EVENT_TYPES = (SpecVerified, RequestFinished)
         super().__init__(engine, c=c, baseline_tpot_s=baseline_tpot_s, window=window, show_inputs=show_inputs,
                          **kwargs)
 
