@@ -43,3 +43,30 @@ def test_contention_never_makes_async_scheduling_clearly_slower(work, quiet_mach
     assert_never_clearly_opposite(
         work, lambda: overhead.real_model_async(batch=2, max_tokens=3, rounds=4, model="sim"), "greater",
         verdict_of=lambda r: r.comparison.verdict)
+
+
+@pytest.fixture(scope="module")
+def real_pair():
+    from labkit.labs.lab03_batching import offline
+
+    make = offline.real_engine_factory(2, max_model_len=64)
+    return make("static"), make("continuous")
+
+
+def test_contention_never_makes_continuous_batching_clearly_slower_on_the_real_model(work, real_pair, monkeypatch):
+    from labkit.labs.lab03_batching import offline
+    from labkit.traces import TraceRequest
+
+    real_replay = offline.replay
+
+    def replay(engine, trace, **kwargs):
+        out = real_replay(engine, trace, **kwargs)
+        work.advance(float(out.stats["num_steps"]))      # a step costs the same either way
+        return out
+
+    monkeypatch.setattr(offline, "replay", replay)
+    monkeypatch.setattr(offline, "machine_load", lambda: 0.0)
+    trace = [TraceRequest(0.0, p, o) for p, o in ((6, 3), (4, 1), (5, 3))]
+    assert_never_clearly_opposite(
+        work, lambda: offline.compare_engines(*real_pair, trace, rounds=2, lab=None), "greater",
+        verdict_of=lambda c: c.verdict(), round_ratios_of=lambda c: c.round_ratios)
