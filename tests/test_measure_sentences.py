@@ -5,19 +5,28 @@ slower, ...) may only appear as a template passed to ``Verdict.sentence`` / ``re
 (which add the hedge the measurement earned). Anywhere else it is a conclusion built from a bare
 number, and this test names its file and line. Question banks (quiz, exercises, solutions) teach
 with such words and are not conclusions about a measurement; docstrings are not printed.
+
+The labs' notebooks (labs/*.ipynb, labs/dashboards/*.ipynb) are scanned the same way, code cell by
+code cell (IPython magics and shell lines dropped first; a cell that still does not parse is not
+Python and is skipped): a cell prints a comparison only by calling the lab module that renders it
+from a verdict.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-LABS = Path(__file__).resolve().parents[1] / "labkit" / "labs"
+ROOT = Path(__file__).resolve().parents[1]
+LABS = ROOT / "labkit" / "labs"
+NOTEBOOKS = sorted([*ROOT.glob("labs/*.ipynb"), *ROOT.glob("labs/dashboards/*.ipynb")])
 NOT_CONCLUSIONS = {"quiz.py", "exercises.py", "solutions.py"}
 RENDERERS = {"sentence", "render", "mark"}
+QUESTIONS = {"predict"}        # labkit.labs.common.display.predict asks the learner; it concludes nothing
 COMPARATIVE = re.compile(r"更快|更慢|变快|变慢|快了|慢了|比[^。；，]{0,24}?[快慢]|加快|拖慢|"
                          r"\b(faster|slower|quicker|speeds? up|slows? down)\b", re.IGNORECASE)
 # Functions another change owns (named here so the debt is visible; remove the entry when converted).
@@ -48,7 +57,7 @@ def _inside_renderer(parents: list[ast.AST]) -> bool:
         if isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            if name in RENDERERS:
+            if name in RENDERERS or name in QUESTIONS:
                 return True
     return False
 
@@ -73,6 +82,29 @@ def bare_comparisons(source: str, pending: frozenset[str] = frozenset()) -> list
     return found
 
 
+def code_cells(notebook: dict) -> list[tuple[str, str]]:
+    """(cell id, Python source) of each code cell that parses once magic (``%``) and shell (``!``)
+    lines are dropped; cells that still do not parse are not Python and are left out."""
+    cells = []
+    for i, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        kept = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+        try:
+            ast.parse(kept)
+        except SyntaxError:
+            continue
+        cells.append((cell.get("id") or f"cell {i}", kept))
+    return cells
+
+
+def notebook_comparisons(notebook: dict) -> list[tuple[str, int, str]]:
+    """(cell id, line, text) of each comparative string literal of a code cell outside a verdict renderer."""
+    return [(cell_id, line, text) for cell_id, source in code_cells(notebook) for line, text in bare_comparisons(source)]
+
+
 def test_the_scanner_catches_a_sentence_built_from_a_bare_number():
     bad = 'def v(r):\n    return t(f"快了 {r:.2f} 倍", "faster") if r > 1 else t("更慢", "slower")\n'
     assert [line for line, _ in bare_comparisons(bad)] == [2, 2, 2, 2]
@@ -85,3 +117,24 @@ def test_lab_modules_render_comparisons_only_from_verdicts(path):
     rel = path.relative_to(LABS).as_posix()
     found = bare_comparisons(path.read_text(encoding="utf-8"), frozenset(f for (p, f) in PENDING if p == rel))
     assert not found, "\n".join(f"{path.relative_to(LABS)}:{line}: {text!r}" for line, text in found)
+
+
+def test_the_notebook_scanner_reads_code_cells_past_their_magics_and_skips_what_is_not_python():
+    def cell(cell_id, source, kind="code"):
+        return {"cell_type": kind, "id": cell_id, "source": source}
+
+    notebook = {"cells": [
+        cell("md", "比普通解码快", "markdown"),
+        cell("bare", ["%env LABKIT_FAST=1\n", "print('没有变快' if ttft >= base else t('快了', 'faster'))\n"]),
+        cell("shell", "!ls\nfor x in: pass\n"),
+        cell("good", "print(v.sentence(greater=('更快', 'faster'), less=('更慢', 'slower'), same=('', '')))"),
+        cell("ask", "predict('开启后首 token 快了几倍？', lambda: ratio, unit='倍')"),
+    ]}
+    assert [c for c, _ in code_cells(notebook)] == ["bare", "good", "ask"]
+    assert notebook_comparisons(notebook) == [("bare", 2, "没有变快"), ("bare", 2, "快了"), ("bare", 2, "faster")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_lab_notebooks_render_comparisons_only_from_verdicts(path):
+    found = notebook_comparisons(json.loads(path.read_text(encoding="utf-8")))
+    assert not found, "\n".join(f"{path.relative_to(ROOT)} cell {c} line {line}: {text!r}" for c, line, text in found)

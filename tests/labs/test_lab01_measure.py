@@ -110,3 +110,23 @@ def test_contention_never_makes_the_cache_verdict_clearly_reversed():
         recompute = tuple(TokenCost("recompute", 8 + i, 8 + i, slowed(0.06)) for i in range(5))
         v = CacheComparison(8, cache, recompute, (1,), (1,), QUIET).time_verdict()
         assert not (v.clear and v.direction == "less"), (seed, v)
+
+
+# ----------------------------------------------------------------------------- contention injected into the real path
+
+def test_contention_never_makes_recomputing_clearly_cheaper_than_the_cache(llm, monkeypatch):
+    from tests.labs.noise import WorkClock, assert_never_clearly_opposite
+
+    work, engine = WorkClock(), llm.engine
+    real_step = engine.step
+
+    def step():
+        out = real_step()
+        work.advance(1.0 + 0.05 * engine.metrics.last.num_scheduled_tokens)   # a forward costs more per token
+        return out
+
+    monkeypatch.setattr(engine, "step", step)
+    monkeypatch.setattr(kv, "load_average", lambda: 0.0)       # contention comes from the clock alone
+    prompt = kv.text_prompt(llm, 16)
+    assert_never_clearly_opposite(work, lambda: kv.compare_cache_recompute(llm, prompt, 5), "greater",
+                                  verdict_of=lambda c: c.time_verdict())

@@ -9,8 +9,10 @@ from labkit.config import EngineConfig
 from labkit.i18n import set_language
 from labkit.labs.common import results
 from labkit.labs.lab05_engine_choice import ablation, chapter, compare
+from labkit.labs.lab05_engine_choice import fixed_shapes as fs
 
 from .test_lab05 import _metrics
+from .test_lab05_fixed_shapes import TINY
 
 
 def _row(workload, name, cpu_rounds, tokens=100, load=(0.1, 0.1)):
@@ -68,3 +70,85 @@ def test_quiet_compiler_raises_the_recompile_limit_and_restores_it():
     with ablation.quiet_compiler():
         assert dynamo_config.recompile_limit >= 64
     assert dynamo_config.recompile_limit == before
+
+
+# ----------------------------------------------------------------------------- contention injected into the real path
+
+def test_contention_never_turns_a_fixed_shape_verdict_clearly_around(monkeypatch):
+    """The three arms run their real (eager, uncompiled here) layers; each decode step costs a known
+    time on a work clock (dynamic 1.3x eager, fixed 0.7x) and contention is injected over it."""
+    import functools
+
+    from labkit.labs.common import measure
+    from tests.labs.noise import WorkClock, assert_never_clearly_opposite
+
+    work = WorkClock()
+    cost = {"eager": 1.0, "dynamic": 1.3, "fixed": 0.7}
+    real_make = fs.make_arm
+
+    def make_arm(name, layers, max_rows, buckets=None, seed=1):
+        arm = real_make("eager", layers, max_rows, seed=seed)
+        arm.name, arm.buckets = name, fs.check_buckets(buckets) if name == "fixed" else None
+        return arm
+
+    def run_trace(self, trace):
+        for b in trace:
+            self.run(b)
+            work.advance(cost[self.name])
+        return len(trace)
+
+    monkeypatch.setattr(fs, "make_arm", make_arm)
+    monkeypatch.setattr(fs.DecodeArm, "run_trace", run_trace)
+    monkeypatch.setattr(fs, "compare", functools.partial(measure.compare, load=lambda: 0.0))
+
+    def run():
+        return fs.run_fixed_shapes(TINY, num_layers=1, num_steps=4, rounds=3, buckets=(1, 2, 4, 8))
+
+    for arm, expected in (("fixed", "less"), ("dynamic", "greater")):
+        assert_never_clearly_opposite(work, run, expected, verdict_of=lambda r, arm=arm: r.comparison.verdicts[arm])
+
+
+def _served(monkeypatch, work, names=("baseline", "fast")):
+    """Variants that really serve over HTTP (the simulator behind the server); each token produced
+    costs a known time on ``work`` (the second variant half the first's)."""
+    from labkit import LLM
+
+    variants = [ablation.Variant(name, name, name, EngineConfig(max_num_seqs=4, max_model_len=256 * (i + 1)))
+                for i, name in enumerate(names)]
+    llms = {}
+
+    def build(variant):
+        if variant.name not in llms:
+            llm = LLM("sim", config=variant.config, progress=False)
+            real = llm.engine.step
+
+            def step(real=real, c=0.5 if variant.name == names[1] else 1.0):
+                out = real()
+                work.advance(c * len(out))      # per token produced (arrivals over HTTP vary the steps)
+                return out
+
+            llm.engine.step = step
+            llms[variant.name] = llm
+        return llms[variant.name], 0.0
+
+    monkeypatch.setattr(ablation, "_build", build)
+    monkeypatch.setattr(ablation, "_weights_bytes", lambda llm: 100)
+    monkeypatch.setattr(ablation, "_kv_bytes", lambda llm: 100)
+    monkeypatch.setattr(ablation, "machine_load", lambda: 0.0)
+    return variants
+
+
+def test_contention_never_turns_an_ablation_gain_clearly_around(monkeypatch):
+    """Tokens per CPU second (``serve_and_bench`` reads measure's clock) under injected contention."""
+    from tests.labs.noise import WorkClock, assert_never_clearly_opposite
+
+    work = WorkClock()
+    variants = _served(monkeypatch, work)
+    workload = ablation.chat_workload(2, 3, 3)
+
+    def run():
+        rows = ablation.run_workload(variants, workload, {"ttft": 1e6, "tpot": 1e6}, rounds=3)
+        return compare.gains(rows, "chat")[0]
+
+    assert_never_clearly_opposite(work, run, "greater")
+

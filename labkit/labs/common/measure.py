@@ -125,6 +125,15 @@ def cpu_clock(device: Any = None) -> Clock:
     return Clock("CPU time (time.process_time)", time.process_time)
 
 
+def wall_clock(name: str = "wall clock (time.perf_counter)") -> Clock:
+    """The wall clock, for a comparison whose point is that threads overlap (CPU time would add
+    them up); inside :func:`clock_override` the injected clock, as for :func:`cpu_clock`, so noise
+    tests reach these measurements too."""
+    if _override:
+        return _override[-1]
+    return Clock(name, time.perf_counter)
+
+
 def as_clock(clock: Clock | Callable[[], float] | None, device: Any = None) -> Clock:
     if clock is None:
         return cpu_clock(device)

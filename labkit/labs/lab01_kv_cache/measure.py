@@ -18,7 +18,6 @@ The price is memory: every token keeps one K and one V vector per KV head in eve
 from __future__ import annotations
 
 import os
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ import torch
 
 from labkit.metrics import StepRecorder, StepRow
 from labkit.labs.common.machine import cpu_load, one_thread
+from labkit.labs.common.measure import cpu_clock
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.sim.cost import MODELS, ModelProfile
@@ -141,7 +141,7 @@ def measured_conditions(box: list):
     before = load_average()
     with one_thread():
         yield
-    box.append(Conditions(1, "CPU time (time.process_time)", before, load_average(), os.cpu_count() or 1))
+    box.append(Conditions(1, cpu_clock().name, before, load_average(), os.cpu_count() or 1))
 
 
 def run_alone(llm, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], list[StepRow], list[float]]:
@@ -150,13 +150,13 @@ def run_alone(llm, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], l
     engine = llm.engine
     if engine.has_unfinished_requests():
         raise RuntimeError("the engine is busy; these measurements need it to themselves")
-    cpu = []
+    cpu, clock = [], cpu_clock()       # process CPU time (the injected clock inside measure.clock_override)
     with StepRecorder(engine) as rec:
         rid = engine.add_request(list(prompt_ids), SamplingParams(max_tokens=max_tokens, **GREEDY))
         while engine.has_unfinished_requests():
-            started = time.process_time()
+            started = clock()
             engine.step()
-            cpu.append(time.process_time() - started)
+            cpu.append(clock() - started)
     if len(cpu) != len(rec.rows):
         raise RuntimeError(f"{len(rec.rows)} StepEnd events for {len(cpu)} engine steps")
     return list(engine.get_request(rid).output_token_ids), rec.rows, cpu

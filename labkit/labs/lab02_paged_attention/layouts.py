@@ -177,8 +177,12 @@ def throughput_verdict(paged: LayoutRun, contiguous: LayoutRun, id: str = "") ->
     pairs = [(paged.output_tokens / p) / (contiguous.output_tokens / c)
              for p, c in zip(paged.round_seconds, contiguous.round_seconds) if p > 0 and c > 0]
     loads = [x for x in (*paged.load, *contiguous.load) if x is not None]
+    # The same trace served again costs the same: a run whose rounds differ widely was disturbed.
+    spreads = [max(run.round_seconds) / min(run.round_seconds) for run in (paged, contiguous)
+               if len(run.round_seconds) > 1 and min(run.round_seconds) > 0]
     return verdict_from_ratios(pairs or [ratio], ratio=ratio, margin=0.05, quantity="speed", id=id, claim=claim,
-                               load=max(loads, default=None), cores=cores(), clock=paged.clock,
+                               load=max(loads, default=None), cores=cores(), spread=max(spreads, default=None),
+                               clock=paged.clock,
                                load_before=paged.load[0], load_after=paged.load[1])
 
 

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
+from labkit.labs.common.measure import Verdict, cores, machine_load, verdict_from_ratios, wall_clock
 from labkit.labs.common.references import cite
 from labkit.hooks import BlockMapSnapshot, PrefixHit, RequestFinished, StepEnd
 from labkit.metrics import StepRecorder
@@ -47,6 +48,7 @@ class PrefixRun:
     hit_tokens: int                 # prompt tokens taken from the cache (Σ PrefixHit)
     queries: int                    # engine.stats()["prefix_cache_queries"]
     hits: int                       # engine.stats()["prefix_cache_hits"]
+    load: tuple = (None, None)      # machine load before and after the off/on pair was served
 
     @property
     def hit_rate(self) -> float:
@@ -95,6 +97,9 @@ def serve_one_by_one(llm, prompts: list[list[int]], prefix_len: int, max_tokens:
     engine.hooks.subscribe(on_event, RequestFinished, PrefixHit)
     before = engine.stats()
     ids = []
+    real_clock = engine.clock
+    if not engine.simulated:        # TTFT on measure's wall clock: the injected one inside clock_override
+        engine.clock = wall_clock()
     try:
         with StepRecorder(engine) as rec:
             for prompt in prompts:
@@ -103,6 +108,7 @@ def serve_one_by_one(llm, prompts: list[list[int]], prefix_len: int, max_tokens:
                     engine.step()
     finally:
         engine.hooks.unsubscribe(on_event)
+        engine.clock = real_clock
     after = engine.stats()
     return PrefixRun(engine.config.enable_prefix_caching, prefix_len, tuple(len(p) for p in prompts),
                      tuple(ttft[rid] for rid in ids), sum(r.prefill_tokens for r in rec.rows), hit[0],
@@ -111,9 +117,46 @@ def serve_one_by_one(llm, prompts: list[list[int]], prefix_len: int, max_tokens:
 
 
 def compare_prefix_caching(prompts: list[list[int]], prefix_len: int, block_size: int = 16) -> tuple[PrefixRun, PrefixRun]:
-    """(off, on) on fresh engines, same prompts, same order."""
-    return (serve_one_by_one(prefix_server(False, block_size=block_size), prompts, prefix_len),
-            serve_one_by_one(prefix_server(True, block_size=block_size), prompts, prefix_len))
+    """(off, on) on fresh engines, same prompts, same order, interleaved request by request (the
+    order alternating: off on, on off, ...) so that a slow spell of the machine falls on both; the
+    machine load seen is kept."""
+    llms = {False: prefix_server(False, block_size=block_size), True: prefix_server(True, block_size=block_size)}
+    runs: dict[bool, list[PrefixRun]] = {False: [], True: []}
+    before = machine_load()
+    for i, prompt in enumerate(prompts):
+        for caching in ((False, True) if i % 2 == 0 else (True, False)):
+            runs[caching].append(serve_one_by_one(llms[caching], [prompt], prefix_len))
+    load = (before, machine_load())
+    off, on = (_joined(runs[c], load) for c in (False, True))
+    return off, on
+
+
+def _joined(parts: list[PrefixRun], load: tuple) -> PrefixRun:
+    """Requests served one call each, as one run."""
+    first = parts[0]
+    return PrefixRun(first.caching, first.prefix_len, tuple(n for p in parts for n in p.prompt_lens),
+                     tuple(x for p in parts for x in p.ttft_s), sum(p.prefill_tokens for p in parts),
+                     sum(p.hit_tokens for p in parts), sum(p.queries for p in parts), sum(p.hits for p in parts), load)
+
+
+TTFT_CLOCK = "wall clock (the engine's request timings: TTFT)"
+
+
+def ttft_verdict(off: PrefixRun, on: PrefixRun, id: str = "", name: str = "") -> Verdict:
+    """TTFT with prefix caching off over on (above 1: caching shortens it), request by request from
+    the 2nd on (the 1st finds an empty cache either way): each request is one paired round. Requests
+    alike in length should take alike: a run whose TTFTs spread widely was disturbed."""
+    later_off, later_on = off.ttft_s[1:] or off.ttft_s, on.ttft_s[1:] or on.ttft_s
+    pairs = [a / b for a, b in zip(later_off, later_on) if b > 0]
+    ratio = off.mean_ttft_after_first() / on.mean_ttft_after_first() if on.mean_ttft_after_first() > 0 else math.inf
+    spreads = [max(x) / min(x) for x in (later_off, later_on) if len(x) > 1 and min(x) > 0]
+    loads = [x for x in (*off.load, *on.load) if x is not None]
+    where = f"（{name}）" if name else ""
+    return verdict_from_ratios(pairs or [ratio], ratio=ratio, margin=0.05, load=max(loads, default=None), cores=cores(),
+                               spread=max(spreads, default=None), clock=TTFT_CLOCK, load_before=off.load[0],
+                               load_after=on.load[1], id=id,
+                               claim=(f"首 token 延迟（TTFT）前缀缓存关 ÷ 开{where}",
+                                      f"TTFT with prefix caching off over on{f' ({name})' if name else ''}"))
 
 
 def cacheable_tokens(prompt_len: int, block_size: int) -> int:

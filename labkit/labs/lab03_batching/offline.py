@@ -70,6 +70,8 @@ class OfflineComparison:
     predicted_static_occupancy_perc: float    # labkit.replay.static_decode_occupancy on the lengths
     round_ratios: tuple = ()                  # real model: continuous / static throughput of each round
     load: tuple = (None, None)                # load average before and after the rounds
+    spread: float | None = None               # real model: the larger slowest/fastest round of a policy
+    clock: str = "CPU time (time.process_time)"
 
     def verdict(self) -> Verdict:
         """Continuous over static throughput: exact when simulated (the cost model is deterministic),
@@ -80,7 +82,7 @@ class OfflineComparison:
         loads = [x for x in self.load if x is not None]
         return verdict_from_ratios(list(self.round_ratios) or [self.time_ratio], ratio=self.time_ratio, margin=0.05,
                                    quantity="speed", load=max(loads, default=None), cores=cores(),
-                                   clock="CPU time (time.process_time)", load_before=self.load[0],
+                                   spread=self.spread, clock=self.clock, load_before=self.load[0],
                                    load_after=self.load[1], id="offline/continuous_over_static", claim=claim)
 
     @property
@@ -151,8 +153,12 @@ def compare_engines(static_llm, continuous_llm, trace: list[TraceRequest], round
     static, continuous = (replace(runs[n][0], seconds=min(x.seconds for x in runs[n])) for n in ("static", "continuous"))
     ratios = tuple((c.output_tokens / c.seconds) / (s.output_tokens / s.seconds)
                    for s, c in zip(runs["static"], runs["continuous"]) if s.seconds > 0 and c.seconds > 0)
+    # The same trace replayed again costs the same: rounds that differ widely were disturbed.
+    spreads = [max(x.seconds for x in mine) / min(x.seconds for x in mine) for mine in runs.values()
+               if len(mine) > 1 and min(x.seconds for x in mine) > 0]
     predicted = static_decode_occupancy([r.output_len for r in trace], static.max_num_seqs)
-    comparison = OfflineComparison(static, continuous, max(r.output_len for r in trace), predicted, ratios, load)
+    comparison = OfflineComparison(static, continuous, max(r.output_len for r in trace), predicted, ratios, load,
+                                   max(spreads, default=None), cpu_clock().name)
     if lab is not None and not static.simulated:
         record_verdict(lab, comparison.verdict(), step_ceiling=comparison.step_ceiling)
     return comparison

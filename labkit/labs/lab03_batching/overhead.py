@@ -361,11 +361,11 @@ def real_model_async(batch: int = 16, max_tokens: int = 24, rounds: int = 3, mod
     the wall clock: async scheduling runs the forward on a second thread, so CPU time (which adds both
     threads up) would hide exactly the overlap being measured."""
     from labkit import LLM
-    from labkit.labs.common.measure import Clock, compare, measuring
+    from labkit.labs.common.measure import compare, measuring, wall_clock
 
     prompts = [f"Request {i}: write one sentence about the number {i}." for i in range(batch)]
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    wall = Clock("time.perf_counter（墙钟 wall clock：前向线程和主机线程重叠 / the two threads overlap）", time.perf_counter)
+    wall = wall_clock("time.perf_counter（墙钟 wall clock：前向线程和主机线程重叠 / the two threads overlap）")
     with measuring():
         llms = {flag: LLM(model, config=EngineConfig(max_num_seqs=batch, async_scheduling=flag), progress=False)
                 for flag in (False, True)}

@@ -40,7 +40,7 @@ from labkit.benchmark.workload import BenchRequest
 from labkit.config import EngineConfig, SpecConfig
 from labkit.hooks import StepEnd
 from labkit.labs.common.display import fast
-from labkit.labs.common.measure import machine_load, measuring
+from labkit.labs.common.measure import cpu_clock, machine_load, measuring, wall_clock
 from labkit.llm import LLM
 from labkit.sampling_params import SamplingParams
 from labkit.serve import BackgroundServer, ServedModel
@@ -212,10 +212,12 @@ def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str,
     llm.engine.hooks.subscribe(totals.on_step, StepEnd)
     with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
         target = Target(server.base_url, SERVED_NAME, "chat", ignore_eos=True)   # fixed lengths: labkit serve
-        cpu0 = time.process_time()
+        clock = cpu_clock()     # process CPU time: server and client share this process (injected in tests)
+        cpu0 = clock()
         outcome = run_blocking(run_load(target, list(workload.requests), shape, request_timeout_s=timeout_s,
-                                   max_duration_s=timeout_s, progress=False))
-        cpu_s = time.process_time() - cpu0
+                                   max_duration_s=timeout_s, progress=False,
+                                   clock=wall_clock("wall clock (client-side latency)")))
+        cpu_s = clock() - cpu0
     metrics = compute_metrics(outcome.records, outcome.duration_s, slo_ms)
     settings = {"base_url": server.base_url, "model": SERVED_NAME, "endpoint": "chat", "dataset": workload.name,
                 "num_prompts": len(workload.requests), "request_rate": shape.request_rate,
