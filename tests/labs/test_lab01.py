@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from labkit.labs.lab01_kv_cache.solutions import FirstFitAllocator, kv_bytes_per_token
 from labkit.hooks import StepEnd
 from labkit.kv.breakdown import PARTS, snapshot_slots
+from labkit.labs.common.lazy import once
+from labkit.labs.common.machine import meminfo_budget
+from labkit.labs.common.references import cite
 from labkit.labs.lab01_kv_cache import fragmentation as frag
 from labkit.labs.lab01_kv_cache import measure as kv
 from labkit.labs.lab01_kv_cache import preemption, servers
 from labkit.labs.lab01_kv_cache.quiz import questions
-from labkit.labs.common.lazy import once
-from labkit.labs.common.machine import meminfo_budget
-from labkit.labs.common.references import cite
+from labkit.labs.lab01_kv_cache.solutions import FirstFitAllocator, kv_bytes_per_token
 from labkit.traces import TraceRequest
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "labs" / "01_kv_cache.ipynb"

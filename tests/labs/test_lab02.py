@@ -13,14 +13,23 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig
+from labkit.assess import MultipleChoice, Numeric
 from labkit.attention import cpu_batched, reference
 from labkit.kv.kv_cache_manager import KVCacheManager, hash_block
 from labkit.labs.exercises import exercise
-from labkit.labs.lab02_paged_attention import (allocator_replay, analogy, attention_cost, block_map, block_size,
-                                               figures, layouts, sharing, views)
+from labkit.labs.lab02_paged_attention import (
+    allocator_replay,
+    analogy,
+    attention_cost,
+    block_map,
+    block_size,
+    figures,
+    layouts,
+    sharing,
+    views,
+)
 from labkit.labs.lab02_paged_attention.quiz import questions
 from labkit.labs.lab02_paged_attention.solutions import BlockAllocator, block_hashes, slot_mapping
-from labkit.assess import MultipleChoice, Numeric
 from labkit.traces import TraceRequest, azure_like_trace
 
 

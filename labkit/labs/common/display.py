@@ -12,13 +12,11 @@ JupyterLab and in Voila.
 from __future__ import annotations
 
 import html
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
 
 import ipywidgets as W
-from IPython.display import HTML, display
 
 from labkit.assess.questions import format_number, parse_number
 from labkit.assess.source import show_source, source_html  # noqa: F401  (re-exported for labs)

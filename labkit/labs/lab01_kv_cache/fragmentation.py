@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.kv.breakdown import PARTS, BreakdownRecorder, PoolBreakdown
 from labkit.i18n import t
+from labkit.kv.breakdown import PARTS, BreakdownRecorder, PoolBreakdown
 from labkit.labs.common.references import cite, percentages
 from labkit.replay import replay
 from labkit.traces import TraceRequest
+
 
 @dataclass(frozen=True)
 class FragmentationReport:

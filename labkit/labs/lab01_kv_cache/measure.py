@@ -21,11 +21,9 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
-
-from labkit.metrics import StepRecorder, StepRow
 from labkit.labs.common.machine import cpu_load, one_thread
 from labkit.labs.common.measure import cpu_clock
+from labkit.metrics import StepRecorder, StepRow
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.sim.cost import MODELS, ModelProfile

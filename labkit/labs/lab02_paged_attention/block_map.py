@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.hooks import BlocksAllocated, BlocksFreed, BlockMapSnapshot, EventBus, StepEnd
-from labkit.i18n import t
+from labkit.hooks import BlockMapSnapshot, BlocksAllocated, BlocksFreed, EventBus, StepEnd
 from labkit.sampling_params import SamplingParams
 
 

@@ -25,14 +25,13 @@ import math
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
+from labkit.hooks import BlockMapSnapshot, PrefixHit, RequestFinished, StepEnd
 from labkit.labs.common.measure import Verdict, cores, machine_load, verdict_from_ratios, wall_clock
 from labkit.labs.common.references import cite
-from labkit.hooks import BlockMapSnapshot, PrefixHit, RequestFinished, StepEnd
 from labkit.metrics import StepRecorder
 from labkit.replay import text_corpus
 from labkit.sampling_params import SamplingParams
 from labkit.traces import LogNormalLengths, TraceRequest, load_prompts, synthetic_trace
-
 
 # ----------------------------------------------------------------------------- prefix caching
 
@@ -257,7 +256,8 @@ def alpaca_like_trace(num_requests: int, seed: int = 0) -> list[TraceRequest]:
     """Log-normal lengths (sigma 1) whose means are Alpaca's (the cited row, Kwon et al. Fig. 11b):
     for a log-normal, mean = median * e^(sigma^2 / 2)."""
     prompt_mean, output_mean = (float(x) for x in cite("Alpaca mean input/output").value.split("/"))
-    median = lambda mean: mean / math.exp(0.5)
+    def median(mean: float) -> float:
+        return mean / math.exp(0.5)
     return synthetic_trace(num_requests, seed=seed, prompt_len=LogNormalLengths(median(prompt_mean), 1.0, 1, 1024),
                            output_len=LogNormalLengths(median(output_mean), 1.0, 1, 1024))
 
@@ -269,6 +269,7 @@ def parallel_sampling_trace(llm, trace: list[TraceRequest], n: int) -> ForkRun:
                  SamplingParams(n=n, temperature=1.0, seed=i, max_tokens=r.output_len, ignore_eos=True))
                 for i, r in enumerate(trace)]
     steps, events = _run_recorded(llm.engine, requests)
-    mean = lambda values: round(sum(values) / len(values))
+    def mean(values: list[int]) -> int:
+        return round(sum(values) / len(values))
     return ForkRun(n, mean([r.prompt_len for r in trace]), mean([r.output_len for r in trace]),
                    llm.engine.config.block_size, tuple(steps), tuple(events))

@@ -321,7 +321,7 @@ def fidelity_sentence(real: list[ServingResult], simulated: list[ServingResult])
 def synthesis_table(rows: list[AnyscaleRow], real: OfflineComparison) -> Table:
     """The chapter's two multipliers from this run, side by side: more requests fit (paged KV, same
     continuous scheduler) and slots refilled every step (continuous vs static, same memory)."""
-    static, contiguous, paged = "static, max-length reservation", "continuous, max-length reservation", "continuous, paged KV"
+    contiguous, paged = "continuous, max-length reservation", "continuous, paged KV"
     body = []
     for row in rows:
         fit = row.runs[paged].mean_batch / row.runs[contiguous].mean_batch

@@ -17,8 +17,16 @@ from labkit.labs.lab05_engine_choice.ablation import AblationRow
 from labkit.labs.lab05_engine_choice.chapter import REGIMES, Stage
 from labkit.labs.lab05_engine_choice.compare import gains, throughput_verdict
 from labkit.labs.lab05_engine_choice.diagnose import LoadPoint
-from labkit.labs.lab05_engine_choice.facts import (CROSS_ENGINE, ENGINEERING, PHILOSOPHY, PUBLISHED, TRTLLM_MECHANISM,
-                                                   cost_table, find, lookup)
+from labkit.labs.lab05_engine_choice.facts import (
+    CROSS_ENGINE,
+    ENGINEERING,
+    PHILOSOPHY,
+    PUBLISHED,
+    TRTLLM_MECHANISM,
+    cost_table,
+    find,
+    lookup,
+)
 from labkit.labs.lab05_engine_choice.fixed_shapes import FixedShapeResult
 
 
