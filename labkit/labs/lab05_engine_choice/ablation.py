@@ -256,20 +256,28 @@ def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
 
 
 def run_workload(variant_list: list[Variant], workload: Workload, slo_ms: dict[str, float],
-                 results_dir: Path | None = None, rounds: int | None = None) -> list[AblationRow]:
+                 results_dir: Path | None = None, rounds: int | None = None,
+                 built: dict[str, tuple[object, float]] | None = None) -> list[AblationRow]:
     """Every variant serves ``workload`` in ``rounds`` interleaved rounds (order alternating);
-    the table shows each variant's least disturbed round (the one with the most tokens per CPU s)."""
+    the table shows each variant's least disturbed round (the one with the most tokens per CPU s).
+    ``built`` (name -> (llm, setup seconds)) keeps engines between workloads: an engine serves one
+    workload after another as a server would; a prefix-caching one starts each round with an empty cache."""
     rounds = ROUNDS if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     live = [v for v in variant_list if _measured(v, workload)]
-    llms = {v.name: _build(v) for v in live}
+    built = {} if built is None else built
+    reused = {v.name for v in live if v.name in built}
+    for v in live:
+        if v.name not in built:
+            built[v.name] = _build(v)
+    llms = {v.name: built[v.name] for v in live}
     done: dict[str, list] = {v.name: [] for v in live}
     load_before = machine_load()
     for r in range(rounds):
         for v in (live if r % 2 == 0 else live[::-1]):
-            if r and v.config.enable_prefix_caching:       # an empty cache every round (setup time: the first build's)
-                llms[v.name] = (_build(v)[0], llms[v.name][1])
+            if (r or v.name in reused) and v.config.enable_prefix_caching:   # an empty cache every round
+                llms[v.name] = (_build(v)[0], llms[v.name][1])             # (setup time: the first build's)
             llm = llms[v.name][0]
             llm.engine.reset_metrics()
             result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms)
@@ -309,10 +317,11 @@ def run_ablation(variant_list: list[Variant], workloads: list[Workload], slo_ms:
     from labkit.i18n import t
 
     rows: list[AblationRow] = []
+    built: dict[str, tuple[object, float]] = {}          # each engine is built (and compiled) once
     with measuring(), quiet_compiler():
         for w in tqdm(workloads, desc=t("测量：各配置轮流服务每个负载", "measuring: every configuration serves each workload"),
                       unit=t("个负载", "workload"), leave=False):
-            rows += run_workload(variant_list, w, slo_ms, results_dir, rounds)
+            rows += run_workload(variant_list, w, slo_ms, results_dir, rounds, built)
     return rows
 
 
