@@ -58,9 +58,13 @@ reset-lab:
 	done; \
 	[ -n "$$found" ] || { echo "no notebook in labs/ matches LAB=$(LAB)" >&2; exit 1; }
 
+# Two test processes where there are two cores (each runs torch on one thread; a file's tests stay in one
+# process, so its fixtures load once): about half the wall time of one process. TEST_JOBS=1 runs them in one.
+TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))" 2>/dev/null || echo 1)
+
 test: setup
 	$(PY) -m ruff check labkit tests bench scripts
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 
 test-fast: setup
 	$(PY) -m pytest -m "not slow and not browser"

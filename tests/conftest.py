@@ -14,6 +14,10 @@ import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Under pytest-xdist with two or more workers (make test on two cores) each worker runs torch on one
+# thread: two processes of two threads each would oversubscribe the cores.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    torch.set_num_threads(1)
 os.environ.setdefault("LABKIT_FAST", "1")
 # Labs record their verdicts in results/labNN.json (labkit.labs.common.results): never in the repository.
 os.environ.setdefault("LABKIT_RESULTS", tempfile.mkdtemp(prefix="labkit-test-results-"))
