@@ -23,6 +23,7 @@ and reads its shadow KV cache through whichever builder the engine uses).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -80,6 +81,14 @@ def build_from_lists(decision: SchedulerOutput, block_size: int, device) -> Batc
                       torch.tensor(inp.logits_indices, dtype=torch.long, device=device), meta)
 
 
+def long_tensor(values: list[int]) -> torch.Tensor:
+    """A Python list of ints as an int64 tensor, through an ``array`` (about 3x faster than
+    ``torch.tensor(list)`` at a thousand values: one C loop instead of one Python object per element)."""
+    if not values:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.frombuffer(array("q", values), dtype=torch.long)
+
+
 class InputBatch:
     """Persistent per-request columns; ``prepare(decision)`` updates what changed and slices the rest."""
 
@@ -117,12 +126,11 @@ class InputBatch:
         self.seen_end = torch.cat([self.seen_end, torch.zeros_like(self.seen_end)])
         self._free_rows.extend(range(2 * n - 1, n - 1, -1))
 
-    def _write_tables(self, decision: SchedulerOutput, starts: torch.Tensor) -> torch.Tensor:
+    def _write_tables(self, decision: SchedulerOutput, tables: list, starts: torch.Tensor) -> torch.Tensor:
         """Write the block-table entries that changed; returns every row's table length. ``starts``: each
         row's first position; one before the row's last end means the request was reset in between
         (preempted and readmitted in a step this batch never saw, or drafts rolled back): rewrite it."""
-        scheduled = decision.scheduled
-        lens = torch.tensor([len(s.block_table) for s in scheduled], dtype=torch.int32)
+        lens = long_tensor(list(map(len, tables))).to(torch.int32)
         old = self.num_blocks[self._rows]
         old[starts < self.seen_end[self._rows]] = 0
         # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
@@ -135,7 +143,7 @@ class InputBatch:
                 i = index.get(rid)
                 if i is None:
                     continue
-                table = scheduled[i].block_table
+                table = tables[i]
                 start = len(table) - len(new)
                 if not set(new) <= set(table[start:]):
                     start = 0
@@ -143,7 +151,7 @@ class InputBatch:
         if changed:
             rows, cols, values = [], [], []
             for i, start in changed.items():
-                table, row = scheduled[i].block_table, int(self._rows[i])
+                table, row = tables[i], int(self._rows[i])
                 rows += [row] * (len(table) - start)
                 cols += range(start, len(table))
                 values += table[start:]
@@ -154,15 +162,38 @@ class InputBatch:
         return lens
 
     # -- one step ----------------------------------------------------------------------------------
+    def _prepare_decode(self, cols, starts: torch.Tensor, width: int) -> BatchInput:
+        """A columnar decode step: one token per row at ``starts``; every tensor is a slice or vectorised
+        arithmetic over the columns (the same values the general branch computes)."""
+        n, bs, dev = len(cols.request_ids), self.block_size, self.device
+        seq = starts + 1
+        self.seen_end[self._rows] = seq
+        seq_lens = seq.tolist()
+        slot_mapping = self.block_table[self._rows, starts // bs].long() * bs + starts % bs
+        meta = AttentionMetadata(query_start_loc=torch.arange(n + 1, dtype=torch.int32).to(dev),
+                                 seq_lens=seq.to(dtype=torch.int32, device=dev),
+                                 block_tables=self.block_table[self._rows, :width].to(dev),
+                                 slot_mapping=slot_mapping.to(dev), block_size=bs,
+                                 max_query_len=1 if n else 0, max_seq_len=max(seq_lens, default=0),
+                                 query_lens_list=[1] * n, seq_lens_list=seq_lens)
+        return BatchInput(long_tensor(cols.token_ids).to(dev), starts.to(dev), torch.arange(n, device=dev), meta)
+
     def prepare(self, decision: SchedulerOutput) -> BatchInput:
-        scheduled = decision.scheduled
-        rids = [s.request_id for s in scheduled]
+        cols = decision.columns
+        if cols is not None:             # the common decode step: the scheduler's columns, no row objects
+            rids, start_list, tables = cols.request_ids, cols.starts, cols.block_tables
+        else:
+            scheduled = decision.scheduled
+            rids = [s.request_id for s in scheduled]
+            start_list = [s.start for s in scheduled]
+            tables = [s.block_table for s in scheduled]
         if rids != self._rids:                      # steady decode: the same requests, same order
             self._bind(rids)
-        start_list = [s.start for s in scheduled]
-        starts = torch.tensor(start_list, dtype=torch.long)
-        lens = self._write_tables(decision, starts)
+        starts = long_tensor(start_list)
+        lens = self._write_tables(decision, tables, starts)
         width = max(int(lens.max()), 1) if len(lens) else 1
+        if cols is not None:
+            return self._prepare_decode(cols, starts, width)
         if decision.num_scheduled_tokens == len(scheduled):     # one token per row: decode steps
             input_ids = [s.token_ids[0] for s in scheduled]
             positions = starts
