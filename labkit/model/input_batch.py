@@ -100,6 +100,8 @@ class InputBatch:
         self.row_of: dict[str, int] = {}
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
         self._rids: list[str] = []                  # the last step's requests, in row order
+        self._row_list: list[int] = []              # their rows (and as a tensor, below)
+        self._index: dict[str, int] = {}            # request id -> its position in this step
         self._rows = torch.zeros(0, dtype=torch.long)
 
     # -- which row holds which request -------------------------------------------------------------
@@ -116,7 +118,9 @@ class InputBatch:
                 self.num_blocks[row] = 0
                 self.seen_end[row] = 0
         self._rids = rids
-        self._rows = torch.tensor([self.row_of[r] for r in rids], dtype=torch.long)
+        self._row_list = [self.row_of[r] for r in rids]
+        self._index = {rid: i for i, rid in enumerate(rids)}
+        self._rows = torch.tensor(self._row_list, dtype=torch.long)
 
     def _grow(self) -> None:
         """More sequences than rows (n > 1 children count beyond max_num_seqs): double the rows."""
@@ -130,15 +134,19 @@ class InputBatch:
         """Write the block-table entries that changed; returns every row's table length. ``starts``: each
         row's first position; one before the row's last end means the request was reset in between
         (preempted and readmitted in a step this batch never saw, or drafts rolled back): rewrite it."""
-        lens = long_tensor(list(map(len, tables))).to(torch.int32)
+        lens_list = list(map(len, tables))
+        lens = long_tensor(lens_list).to(torch.int32)
         old = self.num_blocks[self._rows]
         old[starts < self.seen_end[self._rows]] = 0
         # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
         # after a rollback). A row given blocks: from its first new block on (appended blocks sit at the
-        # end; a copy-on-write target may sit before them, then the whole row).
-        changed = {i: max(0, min(int(old[i]), int(lens[i])) - 1) for i in (lens != old).nonzero().flatten().tolist()}
+        # end; a copy-on-write target may sit before them, then the whole row). Plain lists from here:
+        # reading tensor elements one by one costs a microsecond each.
+        differ = (lens != old).nonzero().flatten().tolist()
+        old_list = old.tolist() if differ else []
+        changed = {i: max(0, min(old_list[i], lens_list[i]) - 1) for i in differ}
         if decision.new_blocks:
-            index = {rid: i for i, rid in enumerate(self._rids)}
+            index = self._index
             for rid, new in decision.new_blocks.items():
                 i = index.get(rid)
                 if i is None:
@@ -150,14 +158,15 @@ class InputBatch:
                 changed[i] = min(changed.get(i, start), start)
         if changed:
             rows, cols, values = [], [], []
+            row_list = self._row_list
             for i, start in changed.items():
-                table, row = tables[i], int(self._rows[i])
+                table, row = tables[i], row_list[i]
                 rows += [row] * (len(table) - start)
                 cols += range(start, len(table))
                 values += table[start:]
             if max(cols, default=0) >= self.block_table.shape[1]:
                 raise ValueError(f"a block table has more than max_blocks_per_req ({self.block_table.shape[1]}) blocks")
-            self.block_table[torch.tensor(rows), torch.tensor(cols)] = torch.tensor(values, dtype=torch.int32)
+            self.block_table[long_tensor(rows), long_tensor(cols)] = long_tensor(values).to(torch.int32)
             self.num_blocks[self._rows] = lens
         return lens
 
