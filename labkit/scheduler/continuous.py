@@ -21,6 +21,10 @@ so the next row starts at ``num_computed_tokens + num_inflight_tokens``::
     computed ......... |N row| N+1 row    N+1's decode row computes t's K/V; its token id is filled in
                                           from step N's sampled tokens before the forward starts
 
+With the persistent batch (``EngineConfig(persistent_batch=True)``) a step whose rows are all steady decode
+rows is handed over as columns (``DecodeColumns``) and applied from columns (``_update_decode``): the
+common decode step builds no object per request. The same decision, read as rows, is ``out.scheduled``.
+
 A request whose last token (``max_tokens``, ``max_model_len``) is in flight gets no row; one that stops
 on a stop token in step N has already a row in step N+1: that forward is wasted, its token dropped.
 """
