@@ -16,10 +16,10 @@ steps, one row per request::
 Each step it writes only what changed: a row for a request seen for the first time, and the tail of a
 table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
 ``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
-``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``. A step of steady decode rows comes as columns (``DecodeColumns``:
-request ids, token ids, positions, slots, block tables; no ``ScheduledRequest`` per row), and its tensors
-are built from those lists in one C loop each (``long_tensor``). Same
-values as the list path, under the same ``SchedulerOutput`` contract (``tests/sim_oracle.py`` writes
+``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``.
+A step of steady decode rows comes as columns (``DecodeColumns``: request ids, token ids, positions,
+slots, block tables; no ``ScheduledRequest`` per row), and its tensors are built from those lists in
+one C loop each (``long_tensor``). Same values as the list path, under the same ``SchedulerOutput`` contract (``tests/sim_oracle.py`` writes
 and reads its shadow KV cache through whichever builder the engine uses).
 """
 
