@@ -68,9 +68,6 @@ class ContinuousScheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
-        # With async scheduling the runner reads the block tables on its own thread while the next step is
-        # planned: rows then carry a copy (a tuple), not the manager's live list.
-        self.copy_block_tables = config.async_scheduling
         # Persistent batch: a step of steady decode rows is handed over as columns (DecodeColumns), with
         # no row object per request; the first other row turns it into a list of rows.
         self.columnar = config.persistent_batch
@@ -152,9 +149,9 @@ class ContinuousScheduler:
         """This step's share of ``req``, with everything the runner needs to compute it; counted in flight."""
         start, rid = req.num_computed_tokens + req.num_inflight_tokens, req.request_id
         planned = len(req.all_token_ids) + req.num_output_placeholders     # num_tokens_planned
+        # The manager's own list: it never changes once handed out, so a step in flight (async) may read
+        # it while the next is planned.
         table = self.kv.block_table(rid)
-        if self.copy_block_tables:
-            table = tuple(table)
         req.num_inflight_tokens += num_new
         if num_new == 1 and not num_spec and start == planned - 1 and (req.output_token_ids or req.num_output_placeholders):
             # Steady decode, most rows of most steps: the last output token, one K/V slot, one logits row.
