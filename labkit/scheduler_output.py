@@ -107,15 +107,18 @@ class SchedulerOutput:
         """Async scheduling: put the previous step's sampled tokens into the decode rows planned before
         they existed (each such row's token is its request's last sampled token). Called once, before
         the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
+        if not self.placeholder_rows:
+            return
+        last = sampled.last_tokens()
         if self.columns is not None:
-            cols = self.columns
+            ids, tokens = self.columns.request_ids, self.columns.token_ids
             for i in self.placeholder_rows:
-                cols.token_ids[i] = sampled.last_token(cols.request_ids[i])
+                tokens[i] = last[ids[i]]
             self.rows = []                  # rebuilt from the filled columns if asked for
         else:
             rows = self.rows
             for i in self.placeholder_rows:
-                rows[i].token_ids = (sampled.last_token(rows[i].request_id),)
+                rows[i].token_ids = (last[rows[i].request_id],)
         self.placeholder_rows = []
 
 
@@ -135,12 +138,11 @@ class SampledTokens:
     row_tokens: list[int] | None = None
     row_ids: list[str] | None = None
 
-    def last_token(self, request_id: str) -> int:
-        """The last token ``request_id`` gained this step (async scheduling fills placeholders with it)."""
+    def last_tokens(self) -> dict[str, int]:
+        """Each request's last token this step (async scheduling fills placeholders with them)."""
         if self.row_tokens is not None:
-            if not self.token_ids:          # built once, on the first ask
-                self.token_ids.update((rid, (t,)) for rid, t in zip(self.row_ids, self.row_tokens))
-        return self.token_ids[request_id][-1]
+            return dict(zip(self.row_ids, self.row_tokens))
+        return {rid: tokens[-1] for rid, tokens in self.token_ids.items()}
 
 
 @dataclass
