@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.scheduler_overhead import HOST_PATH_ARMS, host_path_grid
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig, outputs, scheduler_output
 from labkit import hooks as ev
 from labkit.kv.contiguous import ContiguousKVManager
@@ -176,3 +177,11 @@ def test_decode_outputs_read_like_the_list_of_step_outputs():
     assert outs[-1] == expected[-1] and outs[1:] == expected[1:]
     with pytest.raises(IndexError):
         outs[3]
+
+
+def test_the_bench_grid_reports_every_arm_at_every_size_with_best_at_most_the_mean():
+    section = host_path_grid([1, 4], steps=2, rounds=1)
+    assert [(r[0], r[1]) for r in section.rows] == [(n, arm) for n in ("1", "4") for arm in HOST_PATH_ARMS]
+    for r in section.rows:
+        best, mean = float(r[2]), float(r[3])
+        assert 0 < best <= mean
