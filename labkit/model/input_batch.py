@@ -74,21 +74,20 @@ class BatchInput:
     metadata: AttentionMetadata
 
 
-def build_from_lists(decision: SchedulerOutput, block_size: int, device) -> BatchInput:
-    inp = prepare_input(decision.scheduled)
-    meta = AttentionMetadata.build(inp.query_lens, inp.seq_lens, inp.block_tables, inp.slot_mapping, block_size,
-                                   device=device)
-    return BatchInput(torch.tensor(inp.input_ids, dtype=torch.long, device=device),
-                      torch.tensor(inp.positions, dtype=torch.long, device=device),
-                      torch.tensor(inp.logits_indices, dtype=torch.long, device=device), meta)
-
-
 def long_tensor(values: list[int]) -> torch.Tensor:
     """A Python list of ints as an int64 tensor, through an ``array`` (about 3x faster than
     ``torch.tensor(list)`` at a thousand values: one C loop instead of one Python object per element)."""
     if not values:
         return torch.zeros(0, dtype=torch.long)
     return torch.frombuffer(array("q", values), dtype=torch.long)
+
+
+def build_from_lists(decision: SchedulerOutput, block_size: int, device) -> BatchInput:
+    inp = prepare_input(decision.scheduled)
+    meta = AttentionMetadata.build(inp.query_lens, inp.seq_lens, inp.block_tables, inp.slot_mapping, block_size,
+                                   device=device)
+    return BatchInput(long_tensor(inp.input_ids).to(device), long_tensor(inp.positions).to(device),
+                      long_tensor(inp.logits_indices).to(device), meta)
 
 
 class InputBatch:
