@@ -136,7 +136,7 @@ class ContinuousScheduler:
                 continue
             if not self._allocate_or_preempt(req, num_new, out):
                 break                         # req itself was preempted (it was the last one)
-            self._add_row(out, req, num_new, self._trim_spec(req, num_new) if req.spec_token_ids else 0)
+            self._add_row(out, req, num_new, self._trim_spec(req, num_new) if req.spec_token_ids else 0, start)
             budget -= num_new
             i += 1
         return budget
@@ -145,9 +145,12 @@ class ContinuousScheduler:
         return (len(req.output_token_ids) + req.num_output_placeholders >= req.sampling_params.max_tokens
                 or req.num_tokens_planned >= self.max_model_len)
 
-    def _add_row(self, out: SchedulerOutput, req: Request, num_new: int, num_spec: int) -> None:
-        """This step's share of ``req``, with everything the runner needs to compute it; counted in flight."""
-        start, rid = req.num_computed_tokens + req.num_inflight_tokens, req.request_id
+    def _add_row(self, out: SchedulerOutput, req: Request, num_new: int, num_spec: int, start: int | None = None) -> None:
+        """This step's share of ``req``, with everything the runner needs to compute it; counted in flight.
+        ``start``: ``num_computed_tokens + num_inflight_tokens``, when the caller has it already."""
+        if start is None:
+            start = req.num_computed_tokens + req.num_inflight_tokens
+        rid = req.request_id
         planned = len(req.all_token_ids) + req.num_output_placeholders     # num_tokens_planned
         # The manager's own list: it never changes once handed out, so a step in flight (async) may read
         # it while the next is planned.
@@ -300,10 +303,11 @@ class ContinuousScheduler:
                 skipped.append(i)            # finished and released while this row was in flight (async)
                 continue
             req.num_output_placeholders -= 1
-            if req.status is not _PREEMPTED:
+            status = req.status
+            if status is not _PREEMPTED:
                 req.num_inflight_tokens -= 1
                 req.num_computed_tokens += 1
-            if req.status._value_ in _FINISHED_VALUES:
+            if status._value_ in _FINISHED_VALUES:
                 skipped.append(i)            # the wasted row after a stop (async)
                 continue
             req.output_token_ids.append(token)
