@@ -17,7 +17,9 @@ figure is the step with the least host time of a few (other programs only add ti
 with the median step beside it, and the garbage collector's mean time per step (the best step
 usually had no collection; a full one scans the whole heap and lands in a few steps). The saturation
 concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog 2025-01-27) on
-the least-squares line through the rows' scheduler time. When the engine has a host-path optimisation
+the least-squares line through the rows' scheduler time. The host-path grid crosses the two switches of
+issue 26 (list-built vs persistent batch, sync vs async) at 1, 64 and 1,024 running requests, per request,
+best step and mean with the garbage collector on. When the engine has a host-path optimisation
 switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
 runs with it off and on, interleaved at each concurrency so a change in the machine's load hits both.
 """
@@ -41,6 +43,7 @@ from labkit.labs.lab03_batching.overhead import (
     OverheadRow,
     before_after,
     host_path_switch,
+    measure_overhead,
     remedies,
     saturation_concurrency,
 )
@@ -104,6 +107,50 @@ def remedy_sections(sizes: list[int], steps: int, rounds: int):
                            "runner's stand-in work left out); step = the virtual clock, which every piece of host "
                            "work advances; async overlaps it with the simulated accelerator",
                            f"load average: {load_average()} (highest seen {run.load})", f"cpu: {describe_cpu()}"])
+
+
+# The host path's two switches, crossed (issue 26): each arm is an EngineConfig override.
+HOST_PATH_ARMS: dict[str, dict] = {
+    "list-built, sync": {},
+    "persistent batch, sync": {"persistent_batch": True},
+    "list-built, async": {"async_scheduling": True},
+    "persistent batch, async": {"persistent_batch": True, "async_scheduling": True},
+}
+HOST_PATH_PROFILE = ("smollm2-135m", "h100-sxm")     # a small model: its short step is where host time shows
+
+
+def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
+    """µs per request of the engine's host path, list-built vs persistent batch, sync vs async: the four arms
+    interleaved (A B C D, A B C D ...) at each concurrency, with the garbage collector on as in a real run.
+    Best: the step with the least host time over all rounds; mean: the lowest round mean (collections and
+    everything else the step pays included)."""
+    from labkit.labs.common.measure import machine_load
+
+    rows, load = [], machine_load()
+    for n in sizes:
+        tries: dict[str, list[OverheadRow]] = {name: [] for name in HOST_PATH_ARMS}
+        for _ in range(rounds):
+            for name, overrides in HOST_PATH_ARMS.items():
+                tries[name].append(measure_overhead(n, overrides, steps, model_profile=HOST_PATH_PROFILE[0],
+                                                    hardware=HOST_PATH_PROFILE[1]))
+            load = max(load or 0.0, machine_load() or 0.0)
+        for name, got in tries.items():
+            best = min(got, key=lambda r: r.engine_host_s)
+            mean = min(r.engine_host_mean_s for r in got)
+            update_s = best.scheduler_s - best.schedule_s - best.sample_s
+            rows.append([f"{n:,}", name, f"{1e6 * best.engine_host_s / n:.2f}", f"{1e6 * mean / n:.2f}",
+                         f"{1e6 * best.gc_s / n:.2f}", f"{1e6 * best.schedule_s / n:.2f}", f"{1e6 * best.prepare_s / n:.2f}",
+                         f"{1e6 * best.sample_s / n:.2f}", f"{1e6 * update_s / n:.2f}",
+                         f"{1e6 * best.stats_events_s / n:.2f}"])
+    return Section("Host path per request: list-built vs persistent batch, sync vs async (simulated accelerator, "
+                   f"{' / '.join(HOST_PATH_PROFILE)})",
+                   ["running requests", "arm", "µs per request (best step)", "µs per request (mean, GC on)",
+                    "of the best round: GC µs per request (mean)", "deciding", "input prep", "sampling", "update",
+                    "stats and events"], rows,
+                   [f"arms interleaved at each concurrency, {rounds} rounds of {steps} steady decode steps; host = "
+                    "the step's engine work less the simulated runner's stand-in (input preparation counted)",
+                    "target (issue 26): persistent batch ≤ 2 µs per request at 1,024 running",
+                    f"load average: {load_average()} (highest seen {load})", f"cpu: {describe_cpu()}"])
 
 
 def steady_decode_host(sizes: list[int], steps: int) -> None:
@@ -188,6 +235,7 @@ def run(args: argparse.Namespace):
         return
     yield section(f"{switch.name}={switch.off!r}", before)
     yield section(f"{switch.name}={switch.on!r} (measured interleaved with the row above)", after)
+    yield host_path_grid([1, 64] if args.tiny else [1, 64, 1024], *((3, 1) if args.tiny else (20, 3)))
     remedy_sizes = [64] if args.tiny else [256, 1024] if args.quick else [256, 1024, 4096]
     yield from remedy_sections(remedy_sizes, *((3, 1) if args.tiny else (6, 2)))
 

@@ -166,9 +166,9 @@ class LLMEngine:
         decision = self.scheduler.schedule(self.clock())
         self._forget_drafts(decision.preempted)
         t1 = time.perf_counter()
-        logits = self.runner.execute(decision) if decision.scheduled else None
+        logits = self.runner.execute(decision) if decision.num_rows else None
         t2 = time.perf_counter()
-        sampled = self.sampler.sample(decision.scheduled, logits)
+        sampled = self._sample(decision, logits)
         t_sampled = time.perf_counter()
         update = self.scheduler.update_from_output(decision, sampled, self.clock(),
                                                    token_events=self.hooks.wants(ev.TokensAppended))
@@ -177,7 +177,7 @@ class LLMEngine:
         self._propose()
         t3 = time.perf_counter()
         self.step_count += 1
-        model_s = self.runner.last_model_s if decision.scheduled else 0.0
+        model_s = self.runner.last_model_s if decision.num_rows else 0.0
         self._end_step(decision, model_s, host_s=(t1 - t0, t_sampled - t2, t3 - t2))
         return update.outputs
 
@@ -200,12 +200,12 @@ class LLMEngine:
             logits, wait_s = self._await_forward(prev.logits)
             model_s = self.runner.last_model_s
             t2 = time.perf_counter()
-            sampled = self.sampler.sample(prev.decision.scheduled, logits)
+            sampled = self._sample(prev.decision, logits)
             self._forget_retired()
             sample_s = time.perf_counter() - t2
             self._host_elapsed(sample_s)
         decision.fill_placeholders(sampled)
-        if decision.scheduled:
+        if decision.num_rows:
             self._in_flight = InFlight(decision, self.executor.launch(self.runner.execute, decision))
         t3 = time.perf_counter()
         outputs: list[StepOutput] = []
@@ -220,6 +220,13 @@ class LLMEngine:
         self.step_count += 1
         self._end_step(decision, model_s, host_s=(t1 - t0, sample_s, sample_s + after_s), wait_s=wait_s)
         return outputs
+
+    def _sample(self, decision: SchedulerOutput, logits) -> SampledTokens:
+        """Tokens for the decision's logits rows: a columnar decode step (persistent batch) is sampled
+        from its columns, any other from its rows."""
+        if decision.columns is not None and logits is not None:
+            return self.sampler.sample_columns(decision.columns.request_ids, logits)
+        return self.sampler.sample(decision.scheduled, logits)
 
     def _await_forward(self, logits: Future) -> tuple:
         """(the logits, seconds the host waited for them)."""
@@ -286,7 +293,8 @@ class LLMEngine:
         """host_s: (schedule, sample, everything after the forward pass) in seconds. wait_s (async): how
         long the host waited for the forward; the step took host + wait (sync: host + model)."""
         stats = self._step_stats(decision, model_s, *host_s, wait_s=wait_s)
-        decode_only = bool(decision.scheduled) and all(s.kind != "prefill" for s in decision.scheduled)
+        decode_only = decision.num_rows > 0 and (decision.columns is not None
+                                                 or all(s.kind != "prefill" for s in decision.scheduled))
         self.metrics.record_step(stats, decode_only)
         if self.hooks.active:
             self._events[:0] = self._scheduling_events(decision)
@@ -309,7 +317,7 @@ class LLMEngine:
             kv_cache_usage_perc=100.0 * self.kv.usage(), kv_waste_perc=100.0 * waste.waste,
             kv_reserved_unused_perc=100.0 * waste.reserved_unused,
             kv_internal_frag_perc=100.0 * waste.internal, kv_external_frag_perc=100.0 * waste.external,
-            batch_occupancy_perc=100.0 * len(decision.scheduled) / cfg.max_num_seqs,
+            batch_occupancy_perc=100.0 * decision.num_rows / cfg.max_num_seqs,
             token_budget_perc=100.0 * decision.num_scheduled_tokens / cfg.max_num_batched_tokens,
             num_preemptions=self.scheduler.num_preemptions, scheduler_s=scheduler_s, model_s=model_s,
             step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated, schedule_s=schedule_s, sample_s=sample_s,

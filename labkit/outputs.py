@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -59,3 +60,41 @@ class StepOutput:          # dataclass's __init__ costs ~4x as much); read it, n
     new_token_ids: tuple[int, ...]
     finished: bool
     finish_reason: str | None
+
+
+class DecodeOutputs(Sequence):
+    """A columnar decode step's outputs (persistent batch): request ``request_ids[i]`` gained the one
+    token ``token_ids[i]``; ``finish_reasons`` holds the rows that finished. Reads like the list of
+    ``StepOutput`` the engine returns otherwise; each ``StepOutput`` is built when it is read, so a
+    caller that reads none (``generate`` collects from the requests) builds none."""
+
+    __slots__ = ("request_ids", "token_ids", "finish_reasons")
+
+    def __init__(self, request_ids: list[str], token_ids: list[int], finish_reasons: dict[int, str]):
+        self.request_ids, self.token_ids, self.finish_reasons = request_ids, token_ids, finish_reasons
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    def _output(self, i: int) -> StepOutput:
+        reason = self.finish_reasons.get(i)
+        return StepOutput(self.request_ids[i], (self.token_ids[i],), reason is not None, reason)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._output(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("DecodeOutputs index out of range")
+        return self._output(i)
+
+    def __iter__(self):
+        for i in range(len(self.request_ids)):
+            yield self._output(i)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"DecodeOutputs({list(self)!r})"

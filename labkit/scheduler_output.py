@@ -51,8 +51,30 @@ class ScheduledRequest:
 
 
 @dataclass
+class DecodeColumns:
+    """A step whose every row is a steady decode row, kept as columns (``EngineConfig(persistent_batch=True)``):
+    row i computes ``token_ids[i]`` at position ``starts[i]`` of ``request_ids[i]``, writes its K/V to
+    ``slots[i]``, reads its context through ``block_tables[i]`` and wants one logits row. Nothing is
+    built per request; ``SchedulerOutput.scheduled`` turns the columns into ``ScheduledRequest`` rows
+    for whoever asks (the same values)."""
+
+    request_ids: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    block_tables: list[Sequence[int]] = field(default_factory=list)
+
+    def rows(self) -> list[ScheduledRequest]:
+        return [ScheduledRequest(rid, (token,), start, 0, "decode", table, (slot,), 1) for rid, token, start, slot, table
+                in zip(self.request_ids, self.token_ids, self.starts, self.slots, self.block_tables)]
+
+
+@dataclass
 class SchedulerOutput:
-    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    """``scheduled``: the step's rows in order. A columnar decision (``columns`` set) holds them as
+    ``DecodeColumns`` and builds the row objects only when ``scheduled`` is read."""
+
+    rows: list[ScheduledRequest] = field(default_factory=list)
     block_copies: list[tuple[int, int]] = field(default_factory=list)   # (src, dst): copy-on-write, before the step
     preempted: list[str] = field(default_factory=list)
     new_blocks: dict[str, list[int]] = field(default_factory=dict)
@@ -62,14 +84,41 @@ class SchedulerOutput:
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
     num_scheduled_tokens: int = 0      # sum of num_new_tokens over scheduled (counted as the budget is spent)
     placeholder_rows: list[int] = field(default_factory=list)   # async: rows whose token is PLACEHOLDER
+    columns: DecodeColumns | None = None     # every row a steady decode row, as columns (persistent batch)
+
+    @property
+    def scheduled(self) -> list[ScheduledRequest]:
+        if self.columns is not None and len(self.rows) != len(self.columns.request_ids):
+            self.rows = self.columns.rows()
+        return self.rows
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.columns.request_ids) if self.columns is not None else len(self.rows)
+
+    def add_row(self, row: ScheduledRequest) -> None:
+        """A row that is not a steady decode one: from here on the step is a list of row objects."""
+        if self.columns is not None:
+            self.rows = self.scheduled
+            self.columns = None
+        self.rows.append(row)
 
     def fill_placeholders(self, sampled: "SampledTokens") -> None:
         """Async scheduling: put the previous step's sampled tokens into the decode rows planned before
         they existed (each such row's token is its request's last sampled token). Called once, before
         the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
-        rows, tokens = self.scheduled, sampled.token_ids
-        for i in self.placeholder_rows:
-            rows[i].token_ids = (tokens[rows[i].request_id][-1],)
+        if not self.placeholder_rows:
+            return
+        last = sampled.last_tokens()
+        if self.columns is not None:
+            ids, tokens = self.columns.request_ids, self.columns.token_ids
+            for i in self.placeholder_rows:
+                tokens[i] = last[ids[i]]
+            self.rows = []                  # rebuilt from the filled columns if asked for
+        else:
+            rows = self.rows
+            for i in self.placeholder_rows:
+                rows[i].token_ids = (last[rows[i].request_id],)
         self.placeholder_rows = []
 
 
@@ -85,6 +134,15 @@ class SampledTokens:
 
     token_ids: dict[str, Sequence[int]] = field(default_factory=dict)   # a plain row's: a 1-tuple, kept as the StepOutput's
     fork_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    # A columnar decode step (``DecodeColumns``): one token per row, in row order; ``token_ids`` stays empty.
+    row_tokens: list[int] | None = None
+    row_ids: list[str] | None = None
+
+    def last_tokens(self) -> dict[str, int]:
+        """Each request's last token this step (async scheduling fills placeholders with them)."""
+        if self.row_tokens is not None:
+            return dict(zip(self.row_ids, self.row_tokens))
+        return {rid: tokens[-1] for rid, tokens in self.token_ids.items()}
 
 
 @dataclass
@@ -92,7 +150,7 @@ class StepUpdate:
     """What ``update_from_output`` changed: outputs for the caller, events for observers, the
     requests that finished and the children that were forked (in order)."""
 
-    outputs: list[StepOutput] = field(default_factory=list)
+    outputs: Sequence[StepOutput] = field(default_factory=list)   # a columnar decode step: DecodeOutputs
     events: list = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
     forked: list[Request] = field(default_factory=list)

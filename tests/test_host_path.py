@@ -15,11 +15,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from bench.scheduler_overhead import HOST_PATH_ARMS, host_path_grid
+from labkit import LLM, EngineConfig, SamplingParams, SpecConfig, outputs, scheduler_output
 from labkit import hooks as ev
 from labkit.kv.contiguous import ContiguousKVManager
 from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.outputs import DecodeOutputs, StepOutput
 from labkit.sample.sampler import Sampler
+from labkit.scheduler import continuous
 from labkit.scheduler_output import ScheduledRequest
 
 
@@ -117,3 +120,68 @@ def test_one_token_slot_is_slot_mapping(layout):
     for i, rid in enumerate("abc"):
         for p in range(9 + 4 * i):
             assert kv.slot(rid, p) == kv.slot_mapping(rid, p, p + 1)[0]
+
+
+class CountingRow(ScheduledRequest):
+    made = 0
+
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+class CountingStepOutput(StepOutput):
+    made = 0
+
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_steady_decode_step_with_the_persistent_batch_builds_no_object_per_request(monkeypatch, async_scheduling):
+    """50 decode steps of 64 running requests: no ``ScheduledRequest`` and no ``StepOutput`` is built
+    (the decision and the outputs are columns) until a request finishes; the list path builds one of
+    each per request per step, and both give the same tokens."""
+    for module in (continuous, scheduler_output):
+        monkeypatch.setattr(module, "ScheduledRequest", CountingRow)
+    for module in (continuous, outputs):
+        monkeypatch.setattr(module, "StepOutput", CountingStepOutput)
+    tokens = {}
+    for persistent in (False, True):
+        config = EngineConfig(max_num_seqs=64, persistent_batch=persistent, async_scheduling=async_scheduling)
+        engine = LLM(model="sim", config=config, progress=False).engine
+        ids = [engine.add_request([97 + i % 26] * 5, SamplingParams(max_tokens=60, ignore_eos=True)) for i in range(64)]
+        for _ in range(4):                       # the prefill step, then into steady decode
+            engine.step()
+        CountingRow.made = CountingStepOutput.made = 0
+        for _ in range(50):
+            engine.step()
+        made = (CountingRow.made, CountingStepOutput.made)
+        assert made == ((0, 0) if persistent else (50 * 64, 50 * 64)), made
+        while engine.has_unfinished_requests():
+            engine.step()
+        tokens[persistent] = [engine.get_request(rid).output_token_ids for rid in ids]
+    assert tokens[True] == tokens[False]
+
+
+def test_decode_outputs_read_like_the_list_of_step_outputs():
+    outs = DecodeOutputs(["a", "b", "c"], [97, 98, 99], {1: "length"})
+    expected = [StepOutput("a", (97,), False, None), StepOutput("b", (98,), True, "length"),
+                StepOutput("c", (99,), False, None)]
+    assert list(outs) == expected and outs == expected and len(outs) == 3
+    assert outs[-1] == expected[-1] and outs[1:] == expected[1:]
+    with pytest.raises(IndexError):
+        outs[3]
+
+
+def test_the_bench_grid_reports_every_arm_at_every_size_with_best_at_most_the_mean():
+    section = host_path_grid([1, 4], steps=2, rounds=1)
+    assert [(r[0], r[1]) for r in section.rows] == [(n, arm) for n in ("1", "4") for arm in HOST_PATH_ARMS]
+    for r in section.rows:
+        best, mean = float(r[2]), float(r[3])
+        assert 0 < best <= mean

@@ -118,7 +118,8 @@ class KVCacheManager:
             table = table + computed_blocks
             self.num_cached_blocks[request_id] = len(table)
         new = self.pool.allocate(max(need, 0))
-        if cow:
+        if cow:             # on a copy: a table handed out (a step in flight may read it) never changes
+            table = list(table)
             new += self._copy_on_write(table, num_computed_tokens // self.block_size)
         self.block_tables[request_id] = table + new[:max(need, 0)]
         return new
@@ -154,7 +155,7 @@ class KVCacheManager:
         dropped = table[keep:]
         if dropped:
             self.pool.free(list(reversed(dropped)))
-            del table[keep:]
+            self.block_tables[request_id] = table[:keep]     # a new list, as every change (see block_table)
             self.num_cached_blocks[request_id] = min(self.num_cached_blocks.get(request_id, 0), keep)
         return dropped
 
@@ -172,6 +173,9 @@ class KVCacheManager:
 
     # -- what the runner needs ------------------------------------------------------------------
     def block_table(self, request_id: str) -> list[int]:
+        """The request's table. Never changed in place once handed out (growing, copy-on-write and
+        trimming each store a new list), so a step in flight can keep reading it while the next one is
+        planned (async scheduling) without a copy per row."""
         return self.block_tables[request_id]
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:

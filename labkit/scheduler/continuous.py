@@ -21,6 +21,10 @@ so the next row starts at ``num_computed_tokens + num_inflight_tokens``::
     computed ......... |N row| N+1 row    N+1's decode row computes t's K/V; its token id is filled in
                                           from step N's sampled tokens before the forward starts
 
+With the persistent batch (``EngineConfig(persistent_batch=True)``) a step whose rows are all steady decode
+rows is handed over as columns (``DecodeColumns``) and applied from columns (``_update_decode``): the
+common decode step builds no object per request. The same decision, read as rows, is ``out.scheduled``.
+
 A request whose last token (``max_tokens``, ``max_model_len``) is in flight gets no row; one that stops
 on a stop token in step N has already a row in step N+1: that forward is wasted, its token dropped.
 """
@@ -31,11 +35,19 @@ from collections import deque
 
 from labkit import hooks as ev
 from labkit.config import EngineConfig
-from labkit.outputs import StepOutput
+from labkit.outputs import DecodeOutputs, StepOutput
 from labkit.request import Request, RequestStatus
-from labkit.scheduler_output import PLACEHOLDER, SampledTokens, ScheduledRequest, SchedulerOutput, StepUpdate
+from labkit.scheduler_output import (
+    PLACEHOLDER,
+    DecodeColumns,
+    SampledTokens,
+    ScheduledRequest,
+    SchedulerOutput,
+    StepUpdate,
+)
 
 _PREEMPTED = RequestStatus.PREEMPTED
+_FINISHED_VALUES = frozenset(s.value for s in RequestStatus if s.finished)
 
 
 def step_kind(req: Request, start: int, num_new: int, num_spec: int, num_planned: int) -> str:
@@ -56,9 +68,9 @@ class ContinuousScheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
-        # With async scheduling the runner reads the block tables on its own thread while the next step is
-        # planned: rows then carry a copy (a tuple), not the manager's live list.
-        self.copy_block_tables = config.async_scheduling
+        # Persistent batch: a step of steady decode rows is handed over as columns (DecodeColumns), with
+        # no row object per request; the first other row turns it into a list of rows.
+        self.columnar = config.persistent_batch
 
     # -- queue management -------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -100,7 +112,7 @@ class ContinuousScheduler:
     # -- one step: decide ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         """This step's decision (``now``: the engine's clock, stamped on first-scheduled requests)."""
-        out = SchedulerOutput()
+        out = SchedulerOutput(columns=DecodeColumns() if self.columnar else None)
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted and self.waiting:
             budget = self._schedule_waiting(out, budget, now)
@@ -124,7 +136,7 @@ class ContinuousScheduler:
                 continue
             if not self._allocate_or_preempt(req, num_new, out):
                 break                         # req itself was preempted (it was the last one)
-            self._add_row(out, req, num_new, self._trim_spec(req, num_new))
+            self._add_row(out, req, num_new, self._trim_spec(req, num_new) if req.spec_token_ids else 0, start)
             budget -= num_new
             i += 1
         return budget
@@ -133,13 +145,16 @@ class ContinuousScheduler:
         return (len(req.output_token_ids) + req.num_output_placeholders >= req.sampling_params.max_tokens
                 or req.num_tokens_planned >= self.max_model_len)
 
-    def _add_row(self, out: SchedulerOutput, req: Request, num_new: int, num_spec: int) -> None:
-        """This step's share of ``req``, with everything the runner needs to compute it; counted in flight."""
-        start, rid = req.num_computed_tokens + req.num_inflight_tokens, req.request_id
+    def _add_row(self, out: SchedulerOutput, req: Request, num_new: int, num_spec: int, start: int | None = None) -> None:
+        """This step's share of ``req``, with everything the runner needs to compute it; counted in flight.
+        ``start``: ``num_computed_tokens + num_inflight_tokens``, when the caller has it already."""
+        if start is None:
+            start = req.num_computed_tokens + req.num_inflight_tokens
+        rid = req.request_id
         planned = len(req.all_token_ids) + req.num_output_placeholders     # num_tokens_planned
+        # The manager's own list: it never changes once handed out, so a step in flight (async) may read
+        # it while the next is planned.
         table = self.kv.block_table(rid)
-        if self.copy_block_tables:
-            table = tuple(table)
         req.num_inflight_tokens += num_new
         if num_new == 1 and not num_spec and start == planned - 1 and (req.output_token_ids or req.num_output_placeholders):
             # Steady decode, most rows of most steps: the last output token, one K/V slot, one logits row.
@@ -149,18 +164,26 @@ class ContinuousScheduler:
                 token = req.all_token_ids[start]
             else:
                 token = PLACEHOLDER
-                out.placeholder_rows.append(len(out.scheduled))
-            out.scheduled.append(ScheduledRequest(rid, (token,), start, 0, "decode", table,
-                                                  (self.kv.slot(rid, start),), 1))
+                out.placeholder_rows.append(out.num_rows)
+            cols = out.columns
+            if cols is not None:
+                cols.request_ids.append(rid)
+                cols.token_ids.append(token)
+                cols.starts.append(start)
+                cols.slots.append(self.kv.slot(rid, start))
+                cols.block_tables.append(table)
+            else:
+                out.rows.append(ScheduledRequest(rid, (token,), start, 0, "decode", table,
+                                                 (self.kv.slot(rid, start),), 1))
             return
         end = start + num_new
         tokens = req.token_slice(start, end)
         num_logits = 1 + num_spec if end == planned + len(req.spec_token_ids) else 0
         if num_logits:
             req.num_output_placeholders += 1
-        out.scheduled.append(ScheduledRequest(rid, tuple(tokens), start, num_spec,
-                                              step_kind(req, start, num_new, num_spec, planned), table,
-                                              self.kv.slot_mapping(rid, start, end), num_logits))
+        out.add_row(ScheduledRequest(rid, tuple(tokens), start, num_spec,
+                                     step_kind(req, start, num_new, num_spec, planned), table,
+                                     self.kv.slot_mapping(rid, start, end), num_logits))
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         while True:
@@ -241,6 +264,9 @@ class ContinuousScheduler:
         prefix cache; finish what stopped. ``token_events``: record a ``TokensAppended`` per
         request (the engine asks only when someone subscribes to them)."""
         update = StepUpdate(token_events=token_events)
+        if out.columns is not None and sampled.row_tokens is not None:
+            self._update_decode(out.columns, sampled.row_tokens, now, update)
+            return update
         for s in out.scheduled:
             req = self.requests.get(s.request_id)
             if req is None:
@@ -263,6 +289,54 @@ class ContinuousScheduler:
             if any(r.is_finished for r in self.waiting):     # async: preempted while its last row ran
                 self.waiting = deque(r for r in self.waiting if not r.is_finished)
         return update
+
+    def _update_decode(self, cols: DecodeColumns, tokens: list[int], now: float, update: StepUpdate) -> None:
+        """``update_from_output`` for a columnar step of steady decode rows (one token each): the same
+        changes, with no row object, token tuple or ``StepOutput`` per request (``DecodeOutputs``)."""
+        requests, max_model_len = self.requests, self.max_model_len
+        caching, token_events = self.config.enable_prefix_caching, update.token_events
+        reasons: dict[int, str] = {}
+        skipped: list[int] = []
+        for i, (rid, token) in enumerate(zip(cols.request_ids, tokens)):
+            req = requests.get(rid)
+            if req is None:
+                skipped.append(i)            # finished and released while this row was in flight (async)
+                continue
+            req.num_output_placeholders -= 1
+            status = req.status
+            if status is not _PREEMPTED:
+                req.num_inflight_tokens -= 1
+                req.num_computed_tokens += 1
+            if status._value_ in _FINISHED_VALUES:
+                skipped.append(i)            # the wasted row after a stop (async)
+                continue
+            req.output_token_ids.append(token)
+            req.all_token_ids.append(token)
+            req.token_times.append(now)
+            if req.first_token_time is None:
+                req.first_token_time = now
+            if token_events:
+                update.events.append(ev.TokensAppended(rid, (token,), 0))
+            if caching:                      # before finishing frees them: full blocks stay reusable
+                self.kv.cache_blocks(rid, req.all_token_ids, req.num_computed_tokens)
+            if token in req.stop_token_ids:
+                status = RequestStatus.FINISHED_STOPPED
+            elif len(req.output_token_ids) >= req.sampling_params.max_tokens or len(req.all_token_ids) >= max_model_len:
+                status = RequestStatus.FINISHED_LENGTH
+            else:
+                continue
+            self._finish(req, status, now, update)
+            reasons[i] = status.value
+        outputs = DecodeOutputs(cols.request_ids, tokens, reasons)
+        if skipped:
+            gone = set(skipped)
+            update.outputs = [out for i, out in enumerate(outputs) if i not in gone]
+        else:
+            update.outputs = outputs
+        if update.finished:
+            self.running = [r for r in self.running if not r.is_finished]
+            if any(r.is_finished for r in self.waiting):
+                self.waiting = deque(r for r in self.waiting if not r.is_finished)
 
     def _verify(self, req: Request, num_spec: int, num_accepted: int, update: StepUpdate) -> int:
         """Roll back the rejected drafts: their K/V was computed, but they are not the sequence.

@@ -79,7 +79,6 @@ class SimRunner:
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
         t0 = time.perf_counter()
-        scheduled = sched.scheduled
         meta = self.build_input(sched).metadata
         self.last_prepare_s = time.perf_counter() - t0
         self.clock.advance_to(self.clock.now + self.last_prepare_s)    # host work before the launch
@@ -89,8 +88,11 @@ class SimRunner:
             self.busy_until = self.clock.now + self.last_model_s
         else:
             self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
-        best = [self.next_byte(s.request_id, end - s.num_logits + i + 1)
-                for s, end in zip(scheduled, seq_lens) for i in range(s.num_logits)]
+        if sched.columns is not None:       # one logits row per decode row, at its own position
+            best = [self.next_byte(rid, end) for rid, end in zip(sched.columns.request_ids, seq_lens)]
+        else:
+            best = [self.next_byte(s.request_id, end - s.num_logits + i + 1)
+                    for s, end in zip(sched.scheduled, seq_lens) for i in range(s.num_logits)]
         logits = None
         if best:
             logits = torch.full((len(best), SIM_VOCAB), -1e4)
