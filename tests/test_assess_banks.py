@@ -167,3 +167,12 @@ def test_lab02s_pool_maps_show_what_their_explanations_say():
     assert not paged.externally_fragmented and paged.scattered() >= 2 and paged.free_slots < paged.waiting_need
     question = next(q for q in section_checks("lab02_paged_attention") if isinstance(q, WhichFigure))
     assert str(exact.free_slots) in question.explanations[0]["zh"] and str(max(exact.holes())) in question.explanations[0]["zh"]
+
+
+def test_lab04_asks_about_the_learners_own_tokens_per_step_once_measured(tmp_path, monkeypatch):
+    from labkit.labs.common.results import record
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    assert not any(q.id == "sd-own-speedup" for q in bank("lab04_speculative") if isinstance(q, Numeric))
+    record("04", "predictions", "ngram-tokens-per-step", {"kind": "measured", "guess": 2, "measured": 2.7})
+    own = next(q for q in bank("lab04_speculative") if isinstance(q, Numeric) and q.id == "sd-own-speedup")
+    assert "2.70" in own.question["zh"] and own.check(1.8).correct and not own.check(2.7).correct

@@ -7,7 +7,7 @@ quiz and the lab's formulas cannot drift apart. Text is ``{"zh": ..., "en": ...}
 from __future__ import annotations
 
 from labkit.assess import Numeric, Ordering, Quiz
-from labkit.assess.bank import Row, render
+from labkit.assess.bank import Row, on_own_result, render
 from labkit.spec_decode.theory import expected_speedup, expected_tokens_per_step, optimal_k
 
 
@@ -180,10 +180,30 @@ def _best_k() -> Numeric:
                        f"the largest is at k = {k}. With a modest α and a costly draft, more drafts only cost more."))
 
 
+OWN_STEP_COST = 1.5      # a stated "if", not a measurement: the question is about reading the learner's own τ
+
+
+def _own_speedup(tokens_per_step: float) -> Numeric:
+    """On the learner's own run (section 2's prediction ``ngram-tokens-per-step``): speed-up from τ."""
+    answer = tokens_per_step / OWN_STEP_COST
+    return Numeric(
+        question=_t(f"你在第 2 节测得：n-gram、k = 4、抄写式编辑，每个解码步平均产出 {tokens_per_step:.2f} 个 token。"
+                    f"如果一个投机步的耗时是普通解码步的 {OWN_STEP_COST} 倍，端到端的加速比约是多少？",
+                    f"In section 2 you measured: n-gram, k = 4, copy-style edits, {tokens_per_step:.2f} tokens per decode "
+                    f"step on average. If a speculative step takes {OWN_STEP_COST}× a plain decode step, what is the "
+                    "end-to-end speed-up, roughly?"),
+        answer=round(answer, 2), rel_tol=0.03, unit=_t("倍", "×"), id="sd-own-speedup",
+        hint=_t("普通解码每步 1 个 token；加速比 = 每步产出的 token 数 ÷ 每步的相对代价。",
+                "Plain decoding yields 1 token per step; speed-up = tokens per step ÷ the step's relative cost."),
+        explanation=_t(f"{tokens_per_step:.2f} ÷ {OWN_STEP_COST} ≈ {answer:.2f}：多产出的 token 先要付清每步多花的时间。",
+                       f"{tokens_per_step:.2f} ÷ {OWN_STEP_COST} ≈ {answer:.2f}: the extra tokens must first pay for "
+                       "the costlier step."))
+
+
 def questions() -> list:
     where_speedup, greedy_rule, rejection_rule, alpha_vs_rate, misreading, lossless, itl = render(ROWS)
     return [where_speedup, greedy_rule, rejection_rule, _expected_tokens(), _speedup(), _best_k(),
-            alpha_vs_rate, misreading, lossless, itl]
+            *on_own_result("04", "ngram-tokens-per-step", _own_speedup), alpha_vs_rate, misreading, lossless, itl]
 
 
 def quiz() -> Quiz:
