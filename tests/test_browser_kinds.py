@@ -75,7 +75,7 @@ def test_voila_draws_and_answers_an_ordering_and_a_which_figure_question(tmp_pat
             page.wait_for_function("() => /顺序正确|应排在/.test(document.body.innerText)", timeout=TIMEOUT_MS)
 
             page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=TIMEOUT_MS)
-            titles = page.locator(".js-plotly-plot .gtitle").all_inner_texts()
+            titles = page.locator(".js-plotly-plot .gtitle").all_text_contents()     # SVG text
             assert titles[:3] == ["A", "B", "C"], titles
             page.get_by_role("button", name="B", exact=True).click()
             page.wait_for_function("() => /外部碎片。|散开不是碎片|区域之间的空闲/.test(document.body.innerText)",
