@@ -154,7 +154,7 @@ def pool_map(layout: str, trace: list[TraceRequest] | None = None) -> PoolMap:
 
 def _request_colour(rid: str, light: bool) -> str:
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-               "#bcbd22", "#7f7f7f", "#393b79", "#637939"]
+               "#bcbd22", "#006d2c", "#393b79", "#637939"]   # no grey: it would read as free
     colour = palette[int(rid) % len(palette)] if rid.isdigit() else palette[hash(rid) % len(palette)]
     if not light:
         return colour
