@@ -38,8 +38,46 @@ def test_a_measured_quantity_is_judged_by_relative_error_without_a_verdict():
 def test_a_measured_quantity_inside_the_runs_spread_says_so():
     p = display.predict("多慢？", lambda: 4.0, unit="倍", spread=lambda: (3.6, 4.5))
     inside, outside = p.reveal("4.4"), p.reveal("6")
-    assert inside.judgement == "inside spread" and "波动范围 3.6–4.5" in inside.message
-    assert outside.judgement == "outside spread" and "偏高 50%" in outside.message
+    assert inside.judgement == "inside spread" and "本机这次各轮测得 3.6–4.5 倍的范围之内" in inside.message
+    assert "噪声" in inside.message and "偏高" not in inside.message
+    assert outside.judgement == "outside spread" and "偏高 50%" in outside.message and "范围之外" in outside.message
+
+
+def test_the_spread_may_be_a_verdict_or_a_compare_result_read_after_the_measurement():
+    """``spread=`` takes what ``compare()`` / ``verdict_from_ratios`` give: ratio_min..ratio_max over rounds."""
+    from labkit.labs.common.measure import verdict_from_ratios
+
+    runs = []
+    verdict = verdict_from_ratios([1.8, 2.1, 2.4], ratio=2.0, margin=0.05)
+    p = display.predict("加速比？", lambda: runs.append(1) or 2.0, unit="倍", spread=lambda: verdict if runs else None,
+                        lab="04", id="speedup")
+    inside = p.reveal("2.3")
+    assert inside.spread == (1.8, 2.4) and inside.judgement == "inside spread"
+    outside = p.reveal("3")
+    assert outside.judgement == "outside spread" and "偏高 50%" in outside.message and "1.8–2.4" in outside.message
+    entry = read_summary("04")["predictions"]["speedup"]
+    assert entry["measured"] == 2.0 and entry["spread"] == [1.8, 2.4] and entry["judgement"] == "outside spread"
+
+
+def test_an_english_reveal_inside_the_spread_says_it_is_within_the_machines_noise():
+    from labkit import set_language
+
+    set_language("en")
+    try:
+        message = display.predict("?", 4.0, unit="×", spread=(3.0, 5.0)).reveal("3.5").message
+    finally:
+        set_language("zh")
+    assert "inside what this machine measured 3–5 × across rounds" in message
+
+
+@pytest.mark.parametrize("spread", [(1.0,), "wide", (1.0, "x")])
+def test_a_spread_that_is_not_a_pair_is_refused_by_name(spread):
+    with pytest.raises(ValueError, match="spread must be"):
+        display.predict("?", 1.0, spread=spread).reveal("1")
+
+
+def test_an_undefined_spread_gives_no_band():
+    assert display.predict("?", 1.0, spread=(float("nan"), 2.0)).reveal("1").judgement == "relative error"
 
 
 @pytest.mark.parametrize("measured, truth", [(1.3, "bigger"), (1.02, "same"), (0.7, "smaller")])

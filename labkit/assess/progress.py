@@ -64,10 +64,14 @@ def lab_progress(lab: str, summary: dict | None) -> LabProgress:
     exercises = [e for e in summary.get("exercises", {}).values() if isinstance(e, dict)]
     predictions = tuple({"id": key, **entry} for key, entry in summary.get("predictions", {}).items()
                         if isinstance(entry, dict))
-    sizes = [q["quiz_size"] for q in quiz if isinstance(q.get("quiz_size"), int)]
+    sizes: dict[str, int] = {}       # per quiz of the lab (its final quiz, short checks in sections): its size
+    for q in quiz:
+        if isinstance(q.get("quiz_size"), int):
+            group = str(q.get("quiz", "quiz"))
+            sizes[group] = max(sizes.get(group, 0), q["quiz_size"])
     return LabProgress(
         lab, quiz_answered=len(quiz), quiz_first_right=sum(bool(q.get("first_attempt_correct")) for q in quiz),
-        quiz_size=max(sizes) if sizes else None,
+        quiz_size=sum(sizes.values()) if sizes else None,
         exercises_attempted=len(exercises), exercises_passed=sum(bool(e.get("passed")) for e in exercises),
         exercises_first_try=sum(e.get("passed_at_attempt") == 1 for e in exercises),
         predictions=predictions, updated=summary.get("updated"))
@@ -183,12 +187,21 @@ def _number(value: Any) -> str:
     return format_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
+def _measured(p: dict) -> str:
+    """The measured value with its unit, and the run's spread when the prediction recorded one."""
+    text = f"{_number(p.get('measured'))} {p.get('unit') or ''}".strip()
+    spread = p.get("spread")
+    if isinstance(spread, list) and len(spread) == 2 and all(isinstance(v, (int, float)) for v in spread):
+        text += t(f"（各轮 {_number(spread[0])}–{_number(spread[1])}）", f" (rounds {_number(spread[0])}–{_number(spread[1])})")
+    return text
+
+
 def _predictions_html(p: LabProgress) -> str:
     head = [t("预测", "prediction"), t("类型", "kind"), t("你的预测", "your guess"), t("测得", "measured"),
             t("判断", "judgement")]
     rows = [[html.escape(str(x.get("question", x["id"]))[:80]), html.escape(str(x.get("kind", ""))),
              html.escape(_number(x.get("guess"))),
-             html.escape(f"{_number(x.get('measured'))} {x.get('unit') or ''}".strip()), html.escape(_judgement(x))]
+             html.escape(_measured(x)), html.escape(_judgement(x))]
             for x in p.predictions]
     title = t(f"实验 {p.lab} 的预测与实测", f"Lab {p.lab}: predictions beside the measurements")
     return f"<h5 style='margin:6px 0 2px 0'>{html.escape(title)}</h5>" + _table(head, rows, "labkit-predictions")

@@ -23,7 +23,7 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 from labkit.assess.learner import learner_id
 from labkit.assess.text import Text, localize
@@ -194,3 +194,149 @@ def scale_factor(x: float, answer: float, allowed: float) -> str | None:
     fits = [(abs(x * f - answer) / abs(answer), name) for factor, name in _SCALES
             for f in (factor, 1 / factor) if abs(x * f - answer) <= slack]
     return min(fits)[1] if fits else None
+
+
+def _text_key(text: Text) -> str:
+    return text if isinstance(text, str) else text.get("zh") or next(iter(text.values()), "")
+
+
+def _seeded_order(n: int, key: str, learner: str | None) -> list[int]:
+    indices = list(range(n))
+    seed = hashlib.sha256(f"{learner or learner_id()}|{key}".encode()).digest()
+    random.Random(seed).shuffle(indices)
+    return indices
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """Put ``items`` in order; ``items`` is written in the right order.
+
+    ``reasons[i]`` says why item i can only come after the item before it (shown when the learner
+    puts it too early), ``explanation`` is shown with the right order. ``check(order)`` takes the
+    learner's arrangement as item indices (as written) or item texts; it is exact, and a wrong
+    arrangement is told the first neighbouring pair that is the wrong way round.
+    The widget starts from a shuffled order (per learner, never the right one).
+    """
+
+    question: Text
+    items: Sequence[Text]
+    reasons: Sequence[Text] = ()
+    explanation: Text = ""
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 3 <= len(self.items) <= len(LETTERS):
+            raise ValueError(f"items must have 3 to {len(LETTERS)} entries, got {len(self.items)}")
+        if self.reasons and len(self.reasons) != len(self.items):
+            raise ValueError(f"reasons must have one entry per item, got {len(self.reasons)} for "
+                             f"{len(self.items)} items")
+        texts = [_text_key(i) for i in self.items]
+        if len(set(texts)) != len(texts):
+            raise ValueError("items must be distinct")
+
+    @property
+    def answer(self) -> list[int]:
+        return list(range(len(self.items)))
+
+    def key(self) -> str:
+        return self.id if self.id is not None else _text_key(self.question)
+
+    def start_order(self, learner: str | None = None) -> list[int]:
+        """The order the widget shows first: shuffled per learner, never already right."""
+        order = _seeded_order(len(self.items), self.key(), learner)
+        if order == self.answer:
+            order = order[1:] + order[:1]
+        return order
+
+    def _index_of(self, item: Union[int, str]) -> int | None:
+        if isinstance(item, int) and not isinstance(item, bool):
+            return item if 0 <= item < len(self.items) else None
+        if isinstance(item, str):
+            for i, text in enumerate(self.items):
+                if item.strip() in ([text] if isinstance(text, str) else list(text.values())):
+                    return i
+        return None
+
+    def parse(self, order: Sequence[Union[int, str]]) -> list[int] | None:
+        """The arrangement as item indices, or None when it is not each item exactly once."""
+        if isinstance(order, (str, bytes)) or not hasattr(order, "__len__"):
+            return None
+        indices = [self._index_of(x) for x in order]
+        if None in indices or sorted(indices) != self.answer:
+            return None
+        return indices
+
+    def check(self, order: Sequence[Union[int, str]]) -> Feedback:
+        indices = self.parse(order)
+        if indices is None:
+            return Feedback(False, t(f"请把 {len(self.items)} 项各排一次（收到 {list(order)!r}）。",
+                                     f"Arrange each of the {len(self.items)} items once (got {list(order)!r})."))
+        if indices == self.answer:
+            done = t("✓ 顺序正确。", "✓ Right order.")
+            return Feedback(True, f"{done} {localize(self.explanation)}".strip())
+        early, late = next((b, a) for a, b in zip(indices, indices[1:]) if a > b)
+        placed = sum(i == j for i, j in zip(indices, self.answer))
+        pair = t(f"✗ 顺序不对：「{localize(self.items[early])}」应排在「{localize(self.items[late])}」之前。",
+                 f"✗ Not the right order: '{localize(self.items[early])}' comes before "
+                 f"'{localize(self.items[late])}'.")
+        why = localize(self.reasons[late]) if self.reasons else ""
+        where = t(f"（{placed}/{len(self.items)} 项已在正确位置）", f"({placed}/{len(self.items)} items in place)")
+        return Feedback(False, t("", " ").join(p for p in (pair, why, where) if p))
+
+
+@dataclass(frozen=True)
+class WhichFigure:
+    """Pick the figure that shows a stated phenomenon, among two to four labelled A, B, C, D.
+
+    ``figures[i]`` is a plotly figure or a zero-argument function building one (called when the
+    question is drawn); figures are built from the lab's own data and carry no title that tells.
+    ``explanations[i]`` says why figure i does or does not show it; ``misconceptions[i]`` names the
+    misreading a wrong figure stands for ("" for the answer). Shown shuffled per learner like
+    ``MultipleChoice``; ``check`` addresses figures by original index or letter in that order.
+    """
+
+    question: Text
+    figures: Sequence[Any]
+    answer: int
+    explanations: Sequence[Text]
+    misconceptions: Sequence[str]
+    shuffle: bool = True
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 2 <= len(self.figures) <= 4:
+            raise ValueError(f"figures must have 2 to 4 entries, got {len(self.figures)}")
+        if not 0 <= self.answer < len(self.figures):
+            raise ValueError(f"answer must be a figure index in [0, {len(self.figures) - 1}], got {self.answer!r}")
+        for name in ("explanations", "misconceptions"):
+            if len(getattr(self, name)) != len(self.figures):
+                raise ValueError(f"{name} must have one entry per figure, got {len(getattr(self, name))} for "
+                                 f"{len(self.figures)} figures")
+        for i, m in enumerate(self.misconceptions):
+            if (i == self.answer) == bool(m.strip()):
+                raise ValueError(f"figure {i} " + ("is the answer and must not name a misconception"
+                                                   if i == self.answer else
+                                                   "is a distractor and must name its misconception"))
+
+    def key(self) -> str:
+        return self.id if self.id is not None else _text_key(self.question)
+
+    def order(self, learner: str | None = None) -> list[int]:
+        if not self.shuffle:
+            return list(range(len(self.figures)))
+        return _seeded_order(len(self.figures), self.key(), learner)
+
+    def figure(self, index: int):
+        """Figure ``index`` (original order), built if it was given as a function."""
+        figure = self.figures[index]
+        return figure() if callable(figure) else figure
+
+    def check(self, choice: Union[int, str]) -> Feedback:
+        index = choice if isinstance(choice, int) and not isinstance(choice, bool) else None
+        if isinstance(choice, str) and len(choice.strip()) == 1 and choice.strip().upper() in LETTERS[:len(self.figures)]:
+            index = LETTERS.index(choice.strip().upper())
+        if index is None or not 0 <= index < len(self.figures):
+            return Feedback(False, t(f"没有这张图：{choice!r}", f"No such figure: {choice!r}"))
+        correct = index == self.answer
+        verdict = t("✓ 正确。", "✓ Correct.") if correct else t("✗ 不对。", "✗ Not quite.")
+        return Feedback(correct, f"{verdict} {localize(self.explanations[index])}".strip())

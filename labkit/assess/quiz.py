@@ -8,10 +8,16 @@ question answered more than once says how many attempts it took.
 
     Quiz([MultipleChoice(...), Numeric(...)])   # last expression in a cell → the quiz is shown
     Quiz(questions, lab="02")                   # also records first answers in results/lab02.json
+    Quiz([Ordering(...)], lab="04", id="spec-steps")   # a short check inside a section, its own quiz
+
+Kinds: ``MultipleChoice`` (letter buttons), ``Numeric`` (a box), ``Ordering`` (rows moved with ▲/▼,
+then checked; the feedback names the first pair out of order) and ``WhichFigure`` (two to four
+plotly figures titled A–D, a letter button under each).
 
 With ``lab``, each question's first answer (right or not) and its attempt count are written to the
 lab's results summary (``labkit.labs.common.results``, section ``quiz``), keyed by the question's
-id; ``labkit.assess.progress()`` reads them. Later attempts update the count, never the first verdict.
+id, with the quiz's ``id`` (so progress adds the sizes of a lab's quizzes); ``labkit.assess.progress()``
+reads them. Later attempts update the count, never the first verdict.
 """
 
 from __future__ import annotations
@@ -25,13 +31,16 @@ from labkit.assess.questions import (
     Feedback,
     MultipleChoice,
     Numeric,
+    Ordering,
+    WhichFigure,
     parse_number,
 )
 from labkit.assess.text import Text, localize_html, relabel_on_language_change
 from labkit.i18n import t
 from labkit.labs.common.results import record
 
-Question = Union[MultipleChoice, Numeric]
+Question = Union[MultipleChoice, Numeric, Ordering, WhichFigure]
+KINDS = {MultipleChoice: "choice", Numeric: "numeric", Ordering: "ordering", WhichFigure: "figure"}
 
 _GREEN, _RED = "#1b7f3b", "#b3261e"
 
@@ -58,13 +67,15 @@ class _Attempts:
             self.first_correct = feedback.correct
 
 
-def record_answer(lab: str | None, question: "Question", attempts: _Attempts, quiz_size: int) -> None:
-    """Write a question's first verdict and attempt count to the lab's results summary."""
+def record_answer(lab: str | None, question: "Question", attempts: _Attempts, quiz_size: int,
+                  quiz: str = "quiz") -> None:
+    """Write a question's first verdict and attempt count to the lab's results summary; ``quiz``
+    names the quiz it belongs to (a lab may show short checks in its sections besides its final quiz)."""
     if lab is None or attempts.count == 0:
         return
     record(lab, "quiz", question.key(), {"first_attempt_correct": bool(attempts.first_correct),
-                                         "attempts": attempts.count, "quiz_size": quiz_size,
-                                         "kind": "choice" if isinstance(question, MultipleChoice) else "numeric"})
+                                         "attempts": attempts.count, "quiz_size": quiz_size, "quiz": quiz,
+                                         "kind": KINDS[type(question)]})
 
 
 def _title_html(number: int, question: Text) -> str:
@@ -151,19 +162,136 @@ class NumericView:
         self.feedback.value = _feedback_html(self.result, self.attempts.count)
 
 
+class OrderingView:
+    """The items as rows with ▲/▼ buttons, starting from this learner's shuffled order, and a check
+    button; every check is an attempt (the arrangement is always each item once)."""
+
+    def __init__(self, question: Ordering, number: int, on_answer) -> None:
+        self.question, self.number, self.on_answer = question, number, on_answer
+        self.arrangement = question.start_order()
+        self.submitted: list[int] | None = None
+        self.attempts = _Attempts()
+        self.title = W.HTML()
+        self.labels = [W.HTML(layout=W.Layout(min_width="24em")) for _ in question.items]
+        self.ups = [W.Button(description="▲", layout=W.Layout(width="3em")) for _ in question.items]
+        self.downs = [W.Button(description="▼", layout=W.Layout(width="3em")) for _ in question.items]
+        for row, (up, down) in enumerate(zip(self.ups, self.downs)):
+            up.on_click(lambda _b, row=row: self.move(row, -1))
+            down.on_click(lambda _b, row=row: self.move(row, +1))
+        self.button = W.Button()
+        self.button.on_click(lambda _b: self.answer(list(self.arrangement)))
+        self.feedback = W.HTML()
+        rows = [W.HBox([up, down, label], layout=W.Layout(align_items="center"))
+                for up, down, label in zip(self.ups, self.downs, self.labels)]
+        self.box = W.VBox([self.title, *rows, self.button, self.feedback])
+        self.relabel()
+
+    @property
+    def result(self) -> Feedback | None:
+        return None if self.submitted is None else self.question.check(self.submitted)
+
+    def move(self, row: int, step: int) -> None:
+        """Swap the item on ``row`` with its neighbour above (-1) or below (+1)."""
+        other = row + step
+        if 0 <= other < len(self.arrangement):
+            a = self.arrangement
+            a[row], a[other] = a[other], a[row]
+            self.relabel()
+
+    def answer(self, order) -> None:
+        self.submitted = list(order)
+        result = self.result
+        indices = self.question.parse(order)
+        if indices is not None:                     # an arrangement that is not each item once is no attempt
+            self.arrangement = indices
+            self.attempts.record(result)
+        self.button.button_style = "success" if result.correct else "danger"
+        self.relabel()
+        self.on_answer()
+
+    def relabel(self) -> None:
+        self.title.value = _title_html(self.number, self.question.question)
+        for row, (label, index) in enumerate(zip(self.labels, self.arrangement)):
+            label.value = f"<span class='labkit-order-item'>{row + 1}. {localize_html(self.question.items[index])}</span>"
+            self.ups[row].disabled, self.downs[row].disabled = row == 0, row == len(self.arrangement) - 1
+        self.button.description = t("检查顺序", "Check the order")
+        self.feedback.value = _feedback_html(self.result, self.attempts.count)
+
+
+def _plotly_output(fig) -> dict:
+    """A plotly figure as one display_data output, in the mimetype JupyterLab's and Voila's plotly
+    renderer draws (what ``fig.show()`` sends there); set on an Output widget directly, so it needs
+    no running display hook and a test can read it."""
+    import json
+
+    figure = json.loads(fig.to_json())
+    figure["config"] = {"displayModeBar": False, "responsive": False}
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"application/vnd.plotly.v1+json": figure, "text/plain": "<plotly figure>"}}
+
+
+class FigureView:
+    """The figures side by side in this learner's order, titled A, B, C, D, each with its letter
+    button under it; a click shows why that figure does or does not show the phenomenon."""
+
+    def __init__(self, question: WhichFigure, number: int, on_answer) -> None:
+        import plotly.graph_objects as go
+
+        self.question, self.number, self.on_answer = question, number, on_answer
+        self.order = question.order()
+        self.choice: int | None = None
+        self.attempts = _Attempts()
+        self.title = W.HTML()
+        self.buttons = [W.Button(description=LETTERS[row], layout=W.Layout(width="4em")) for row in range(len(self.order))]
+        cells = []
+        for row, index in enumerate(self.order):
+            fig = go.Figure(question.figure(index))
+            fig.update_layout(title=dict(text=f"<b>{LETTERS[row]}</b>", x=0.02), width=360, height=280,
+                              margin=dict(l=40, r=10, t=40, b=40), showlegend=False)
+            out = W.Output(layout=W.Layout(width="370px"))
+            out.outputs = (_plotly_output(fig),)
+            self.buttons[row].on_click(lambda _b, index=index: self.answer(index))
+            cells.append(W.VBox([out, self.buttons[row]], layout=W.Layout(align_items="center")))
+        self.feedback = W.HTML()
+        grid = W.Box(cells, layout=W.Layout(display="flex", flex_flow="row wrap"))
+        self.box = W.VBox([self.title, grid, self.feedback])
+        self.relabel()
+
+    @property
+    def result(self) -> Feedback | None:
+        return None if self.choice is None else self.question.check(self.choice)
+
+    def answer(self, index: int) -> None:
+        self.choice = index
+        result = self.result
+        self.attempts.record(result)
+        for row, button in enumerate(self.buttons):
+            button.button_style = ("success" if result.correct else "danger") if self.order[row] == index else ""
+        self.relabel()
+        self.on_answer()
+
+    def relabel(self) -> None:
+        self.title.value = _title_html(self.number, self.question.question)
+        self.feedback.value = _feedback_html(self.result, self.attempts.count)
+
+
+_VIEWS = {MultipleChoice: ChoiceView, Numeric: NumericView, Ordering: OrderingView, WhichFigure: FigureView}
+
+
 def _view_for(question: Question, number: int, on_answer):
-    if isinstance(question, MultipleChoice):
-        return ChoiceView(question, number, on_answer)
-    if isinstance(question, Numeric):
-        return NumericView(question, number, on_answer)
-    raise TypeError(f"a quiz question must be MultipleChoice or Numeric, got {type(question).__name__}")
+    view = _VIEWS.get(type(question))
+    if view is None:
+        raise TypeError("a quiz question must be MultipleChoice, Numeric, Ordering or WhichFigure, "
+                        f"got {type(question).__name__}")
+    return view(question, number, on_answer)
 
 
 class QuizView:
     """The widgets of one displayed quiz plus a running score line."""
 
-    def __init__(self, questions: Sequence[Question], title: Text | None, lab: str | None = None) -> None:
-        self.title_text, self.lab = title, lab
+    def __init__(self, questions: Sequence[Question], title: Text | None, lab: str | None = None,
+                 quiz_id: str = "quiz") -> None:
+        self.title_text, self.lab, self.quiz_id = title, lab, quiz_id
         self.views = []
         for n, q in enumerate(questions, start=1):
             self.views.append(_view_for(q, n, self._answered(n - 1)))
@@ -176,7 +304,7 @@ class QuizView:
     def _answered(self, index: int):
         def on_answer() -> None:
             view = self.views[index]
-            record_answer(self.lab, view.question, view.attempts, len(self.views))
+            record_answer(self.lab, view.question, view.attempts, len(self.views), self.quiz_id)
             self.relabel()
         return on_answer
 
@@ -198,14 +326,18 @@ class QuizView:
 class Quiz:
     """A list of questions shown together. ``quiz.check(answers)`` judges without any widget."""
 
-    def __init__(self, questions: Sequence[Question], title: Text | None = None, lab: str | None = None) -> None:
+    def __init__(self, questions: Sequence[Question], title: Text | None = None, lab: str | None = None,
+                 id: str = "quiz") -> None:
         if not questions:
             raise ValueError("a quiz needs at least one question")
         for q in questions:
-            if not isinstance(q, (MultipleChoice, Numeric)):
-                raise TypeError(f"a quiz question must be MultipleChoice or Numeric, got {type(q).__name__}")
+            if type(q) not in _VIEWS:
+                raise TypeError("a quiz question must be MultipleChoice, Numeric, Ordering or WhichFigure, "
+                                f"got {type(q).__name__}")
+        if not isinstance(id, str) or not id:
+            raise ValueError(f"id must be a non-empty string, got {id!r}")
         self.questions = list(questions)
-        self.title, self.lab = title, lab
+        self.title, self.lab, self.id = title, lab, id
 
     def check(self, answers: Sequence) -> list[Feedback]:
         if len(answers) != len(self.questions):
@@ -214,7 +346,7 @@ class Quiz:
 
     def view(self) -> QuizView:
         """Fresh widgets for this quiz (each display gets its own, with its own answers)."""
-        return QuizView(self.questions, self.title, self.lab)
+        return QuizView(self.questions, self.title, self.lab, self.id)
 
     def widget(self) -> W.VBox:
         return self.view().box

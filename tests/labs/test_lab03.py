@@ -184,6 +184,7 @@ def test_decode_and_prefill_timings_come_from_real_engine_steps():
     decode = scaling.decode_step_times(llm, [1, 2], steps=1, prompt_len=4)
     prefill = scaling.prefill_step_times(llm, [8, 32], repeats=1)
     assert [d.size for d in decode] == [1, 2] and all(d.step_s > 0 for d in decode + prefill)
+    assert all(d.all_s and min(d.all_s) == d.step_s for d in decode)       # every step kept, for the spread
     assert not llm.engine.has_unfinished_requests()
 
 

@@ -12,6 +12,7 @@ JupyterLab and in Voila.
 from __future__ import annotations
 
 import html
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
@@ -62,6 +63,23 @@ class PredictionResult:
     judgement: str = ""
 
 
+def spread_of(spread: Any) -> tuple[float, float] | None:
+    """A run's spread as (low, high): from a pair, or from a verdict or a ``compare()`` result
+    (``ratio_min``, ``ratio_max``: the ratio's range over the paired rounds); None stays None."""
+    if spread is None:
+        return None
+    if hasattr(spread, "ratio_min") and hasattr(spread, "ratio_max"):
+        spread = (spread.ratio_min, spread.ratio_max)
+    try:
+        low, high = (float(v) for v in spread)
+    except (TypeError, ValueError):
+        raise ValueError("spread must be a (low, high) pair, a verdict or a compare() result (ratio_min, "
+                         f"ratio_max), got {spread!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None                      # an undefined ratio (a zero time) gives no band
+    return (min(low, high), max(low, high))
+
+
 def _relative_error(x: float, actual: float) -> float | None:
     return (x - actual) / abs(actual) if actual != 0 else None
 
@@ -96,7 +114,9 @@ class Prediction:
       * ``"exact"``: an address, a count: the guess is right or wrong, and ``working`` (the worked
         computation, a text or a function of the measured value) is shown either way;
       * ``"measured"``: a timed or sampled quantity: the relative error, and whether the guess lies
-        in the run's ``spread`` (low, high), a pair or a function returning one, when there is one;
+        in the run's ``spread`` when there is one: a (low, high) pair in the prediction's unit, or a
+        verdict / ``compare()`` result (its ``ratio_min``..``ratio_max`` over rounds, for a ratio),
+        or a function returning either (called at reveal, after the measurement);
       * ``"direction"``: bigger / same / smaller than ``baseline`` (e.g. 1.0 for a speed-up),
         "same" meaning within ``same_within`` (relative) of it.
 
@@ -124,8 +144,7 @@ class Prediction:
     def actual(self) -> float:
         if self._actual is None:
             self._actual = float(self.answer() if callable(self.answer) else self.answer)
-            spread = self.spread() if callable(self.spread) else self.spread
-            self._spread = (float(spread[0]), float(spread[1])) if spread is not None else None
+            self._spread = spread_of(self.spread() if callable(self.spread) else self.spread)
         return self._actual
 
     def reveal(self, guess: Union[float, str], record: bool = True) -> PredictionResult:
@@ -166,10 +185,12 @@ class Prediction:
         if spread is not None:
             low, high = min(spread), max(spread)
             inside = low <= x <= high
-            band = t(f"本次运行的波动范围 {format_number(low)}–{format_number(high)} {unit}",
-                     f"this run's spread {format_number(low)}–{format_number(high)} {unit}")
-            tail = t(f"在{band}之内。", f"Inside {band}.") if inside else \
-                t(f"{_off_by(error, x, actual)}（{band}）", f"{_off_by(error, x, actual)} ({band})")
+            band = t(f"本机这次各轮测得 {format_number(low)}–{format_number(high)} {unit}",
+                     f"this machine measured {format_number(low)}–{format_number(high)} {unit} across rounds")
+            tail = t(f"你的预测落在{band}的范围之内：差别在这台机器自己的噪声里，算猜中了。",
+                     f"Your guess lies inside what {band}: within this machine's own noise, a hit.") if inside else \
+                t(f"{_off_by(error, x, actual)}（{band}，你的预测在这个范围之外）",
+                  f"{_off_by(error, x, actual)} ({band}; your guess lies outside that band)")
             judgement = "inside spread" if inside else "outside spread"
         else:
             tail = _off_by(error, x, actual) if x != actual else t("与测得值相同。", "Equal to the measured value.")

@@ -229,6 +229,15 @@ def staggered_run(llm, prompts: list[list[int]], join_steps: list[int], max_toke
     return rec.rows
 
 
+def prefill_decode_spread(rows: list[StepRow]) -> tuple[float, float] | None:
+    """The prefill step over each decode step that ran the first request alone (before the next one
+    joined): the (lowest, highest) ratio this run measured, or None when there is no such step."""
+    alone = [r.step_s for r in rows[1:] if r.prefill_tokens == 0 and r.num_requests == 1 and r.step_s > 0]
+    if not alone:
+        return None
+    return rows[0].step_s / max(alone), rows[0].step_s / min(alone)
+
+
 def after_first(costs: tuple[TokenCost, ...]) -> list[TokenCost]:
     """Tokens 2..N: the first token comes from the prompt's prefill in both modes."""
     return list(costs[1:])

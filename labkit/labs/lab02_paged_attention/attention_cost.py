@@ -109,6 +109,13 @@ class IndirectionCost:
         """% slower than dense (negative: faster)."""
         return 100.0 * (self.paged_s / self.dense_s - 1.0)
 
+    @property
+    def overhead_spread(self) -> tuple[float, float] | None:
+        """The overhead (%) over the interleaved rounds: paged ÷ dense of each round, lowest and highest."""
+        if self.verdict is None:
+            return None
+        return 100.0 * (self.verdict.ratio_min - 1.0), 100.0 * (self.verdict.ratio_max - 1.0)
+
 
 def measure_indirection(case: AttentionCase, rounds: int = 7, num_layers: int = SHAPE["num_layers"],
                         backend=None) -> IndirectionCost:

@@ -6,7 +6,7 @@ Numeric answers are computed here from the formulas the lab uses (``solutions.sl
 
 from __future__ import annotations
 
-from labkit.assess import Numeric, Quiz
+from labkit.assess import Numeric, Quiz, WhichFigure
 from labkit.assess.bank import Row, render
 from labkit.labs.lab02_paged_attention.sharing import cacheable_tokens
 from labkit.labs.lab02_paged_attention.solutions import slot_mapping
@@ -215,3 +215,52 @@ def questions() -> list:
 
 def quiz() -> Quiz:
     return Quiz(questions(), title=_t("概念检查：PagedAttention", "Concept check: PagedAttention"), lab="02")
+
+
+# ----------------------------------------------------------------------------- checks inside the lab's sections
+
+def fragmentation_figure() -> WhichFigure:
+    """Which pool map shows external fragmentation? Three layouts replayed on the simulated engine
+    (``pool_maps``); the explanations quote each map's own counts."""
+    from labkit.labs.lab02_paged_attention import pool_maps as pm
+
+    exact, max_len, paged = (pm.pool_map(layout) for layout in pm.LAYOUTS)
+    holes = exact.holes()
+    return WhichFigure(
+        question=_t("三张图是同一条轨迹、同一个 384 槽位的 KV 池在某一步的样子（模拟引擎）：每格一个槽位，颜色是持有它的请求，"
+                    "深色 = 存有 K/V，浅色 = 被请求占着但还没存，白色 = 空闲。哪一张出现了外部碎片（external fragmentation）？",
+                    "The same trace in the same 384-slot KV pool at one step (simulated engine): one cell per slot, coloured "
+                    "by the request holding it, dark = holds K/V, light = held but empty, white = free. Which one shows "
+                    "external fragmentation?"),
+        figures=[pm.slot_figure(exact), pm.slot_figure(max_len), pm.slot_figure(paged)],
+        answer=0,
+        explanations=[
+            _t(f"对：空闲 {exact.free_slots} 个槽位，比队首请求要的 {exact.waiting_need} 个多，可它们散成 {len(holes)} 段，"
+               f"最大的一段只有 {max(holes)} 个。连续布局要一整段，所以它只能等：空闲够、却用不上，这就是外部碎片。",
+               f"Right: {exact.free_slots} slots are free, more than the {exact.waiting_need} the head of the queue needs, "
+               f"but they lie in {len(holes)} holes, the largest {max(holes)} slots. A contiguous layout needs one run, "
+               "so it waits: enough is free, none of it usable. That is external fragmentation."),
+            _t(f"浅色的一大片（{max_len.reserved_empty} 个槽位被占着却没存 K/V）是按最大长度预留的浪费，在请求自己的区域里面："
+               "内部碎片和“为以后预留”。池子里没有空闲的洞可言——外部碎片说的是区域之间的空闲。",
+               f"The wide light areas ({max_len.reserved_empty} slots held without K/V) are waste inside each request's own "
+               "region from max-length reservation: internal fragmentation and reserved-for-later. There is no free hole "
+               "at all; external fragmentation is free space between regions."),
+            _t(f"同一个请求的块散在池子各处（{paged.scattered()} 个请求的块不连续），但分页本来就不要求连续，散开不是碎片。"
+               f"这里只剩 {paged.free_slots} 个空闲槽位，不够队首请求的 {paged.waiting_need} 个：它等的是内存不够，不是碎片。",
+               f"A request's blocks lie all over the pool ({paged.scattered()} requests hold non-consecutive blocks), but "
+               f"paging never needs them consecutive: scattered is not fragmented. Only {paged.free_slots} slots are free, "
+               f"fewer than the {paged.waiting_need} the head needs: it waits for memory, not because of fragmentation."),
+        ],
+        misconceptions=["", "reserved-but-empty slots are external fragmentation",
+                        "scattered blocks mean the pool is fragmented"],
+        id="pa-which-map-external")
+
+
+def section_checks() -> list:
+    """The questions this lab asks inside its sections (shown by their own cells, not in ``quiz()``)."""
+    return [fragmentation_figure()]
+
+
+def fragmentation_check() -> Quiz:
+    return Quiz([fragmentation_figure()], title=_t("读图：外部碎片在哪里", "Read the maps: where is the external fragmentation"),
+                lab="02", id="pa-which-map")

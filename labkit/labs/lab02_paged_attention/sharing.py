@@ -158,6 +158,13 @@ def ttft_verdict(off: PrefixRun, on: PrefixRun, id: str = "", name: str = "") ->
                                       f"TTFT with prefix caching off over on{f' ({name})' if name else ''}"))
 
 
+def ttft_ratio_spread(off: PrefixRun, on: PrefixRun) -> tuple[float, float] | None:
+    """Request by request (the 2nd on: the first finds an empty cache either way), TTFT off ÷ on:
+    the (lowest, highest) ratio this run measured; None without such a pair."""
+    pairs = [a / b for a, b in zip(off.ttft_s[1:], on.ttft_s[1:]) if b > 0]
+    return (min(pairs), max(pairs)) if pairs else None
+
+
 def cacheable_tokens(prompt_len: int, block_size: int) -> int:
     """The most prompt tokens a hit can cover: full blocks before the block of the last token."""
     return (prompt_len - 1) // block_size * block_size

@@ -282,6 +282,11 @@ class HostSweep:
     load: float | None                  # the highest load average seen while measuring
     context_len: int                    # tokens per sequence during the timed steps (for the sim's step)
 
+    def host_ms_spread(self, index: int = -1) -> tuple[float, float]:
+        """The engine's host path per step (ms) at concurrency ``index``: lowest and highest over the rounds."""
+        values = [1000 * r[index].engine_host_s for r in self.rounds]
+        return min(values), max(values)
+
 
 def host_sweep(sizes: list[int], rounds: int = 2, steps: int = 5, warmup: int = 2,
                config_overrides: dict | None = None) -> HostSweep:

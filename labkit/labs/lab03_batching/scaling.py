@@ -31,6 +31,7 @@ class StepTiming:
     kind: str           # "decode" | "prefill"
     size: int           # decode: batch size; prefill: prompt tokens
     step_s: float       # model time of the fastest measured step (least disturbed by other programs)
+    all_s: tuple[float, ...] = ()   # every measured step's model time, in order
 
 
 def scaling_engine(max_batch: int = 32, max_prompt: int = 512):
@@ -59,8 +60,15 @@ def decode_step_times(llm, batch_sizes: list[int], steps: int = 3, prompt_len: i
     for b in batch_sizes:
         rows = _run(engine, [prompt_tokens(engine, prompt_len, i, corpus) for i in range(b)], steps + 1)
         decode = [r.model_s for r in rows if r.prefill_tokens == 0 and r.decode_tokens == b]
-        out.append(StepTiming("decode", b, min(decode)))
+        out.append(StepTiming("decode", b, min(decode), tuple(decode)))
     return out
+
+
+def step_ratio_spread(a: StepTiming, b: StepTiming) -> tuple[float, float] | None:
+    """``a`` ÷ ``b`` step by step (the i-th measured step of each): the (lowest, highest) ratio, or None
+    when either kept no steps."""
+    pairs = [x / y for x, y in zip(a.all_s, b.all_s) if y > 0]
+    return (min(pairs), max(pairs)) if pairs else None
 
 
 def prefill_step_times(llm, token_counts: list[int], repeats: int = 2) -> list[StepTiming]:
