@@ -461,3 +461,30 @@ def test_the_checked_code_runs_in_a_grandchild_whose_parent_leads_its_own_sessio
     parent = result.failure.got
     assert parent != os.getpid()
     assert not _alive(parent)                   # the session leader is gone with the check
+
+
+@pytest.mark.timeout(30)
+def test_the_checked_code_cannot_write_into_the_kernels_own_pipes():
+    # A kernel's channels (its ZMQ sockets, a test runner's pipes) are inherited through the fork:
+    # the checked grandchild closes its copies, so nothing the learner writes reaches them.
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    written = []
+
+    def kv_writes_to_the_kernel(*args, _fd=write_end):
+        try:
+            os.write(_fd, b"garbage")
+            written.append(True)
+        except OSError:
+            pass
+        return 0
+
+    try:
+        ex = exercise("kv_bytes_per_token")
+        result = ex.check(kv_writes_to_the_kernel)
+        assert not result.passed
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 64)                 # empty: the write never reached the kernel's pipe
+    finally:
+        os.close(read_end)
+        os.close(write_end)

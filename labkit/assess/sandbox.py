@@ -35,6 +35,7 @@ import contextlib
 import io
 import os
 import signal
+import stat
 import sys
 import sysconfig
 import time
@@ -144,9 +145,30 @@ def _no_input(*_args):
     raise EOFError("input() is not available while your code is checked")
 
 
+def _close_inherited_channels(keep: int) -> None:
+    """Close every pipe and socket above stderr that the fork inherited, except ``keep`` (the result
+    pipe): the learner's code must not be able to write into the kernel's own channels (its ZMQ
+    sockets, a test runner's pipes). Only this process's copies close; the kernel keeps its own."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:                               # no /proc (macOS): the usual range
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd < 3 or fd == keep:
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:                           # already closed (e.g. listdir's own descriptor)
+            continue
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _child(fd: int, target: Any, cases: Sequence[Callable[[Any], Any]],
            memory_limit_mb: float | None, forbidden: Sequence[Any], protected: frozenset[str]) -> None:
     out_of_memory = plain.dumps({"error": asdict(ErrorInfo("MemoryError", ""))})   # built before any limit
+    _close_inherited_channels(keep=fd)
     _prepare_child(memory_limit_mb, forbidden, protected)
     for case in cases:
         try:
