@@ -67,7 +67,7 @@ test: setup
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not browser"
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow and not browser"
 
 bench: setup
 	$(PY) -m bench
