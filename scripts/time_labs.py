@@ -48,13 +48,14 @@ def notebooks(selected: list[str]) -> list[Path]:
     return chosen
 
 
-def run_one(path: Path, fast: bool, cell_timeout: int) -> dict:
+def run_one(path: Path, fast: bool, cell_timeout: int, keep: Path | None = None) -> dict:
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="labkit-time-") as tmp:
-        env = dict(os.environ, PYTHONPATH=str(REPO), LABKIT_RESULTS=str(Path(tmp) / "results"))
+        results = keep if keep is not None else Path(tmp) / "results"
+        env = dict(os.environ, PYTHONPATH=str(REPO), LABKIT_RESULTS=str(results))
         env.pop("LABKIT_FAST", None)
         if fast:
             env["LABKIT_FAST"] = "1"
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, default=0, help="busy-loop processes running beside the kernel")
     parser.add_argument("--cell-timeout", type=int, default=900)
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("--keep-results", type=Path, help="write the labs' results/labNN.json here (to compare "
+                        "verdicts between an idle and a busy run) instead of a temporary folder")
     args = parser.parse_args(argv)
     if args.busy < 0:
         parser.error("--busy: a count of processes, 0 or more")
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU: {_cpu_line()}; cores {os.cpu_count()}; busy-loop processes beside the kernel: {args.busy}",
               flush=True)
         for path in notebooks(args.labs):
-            row = run_one(path, args.fast, args.cell_timeout)
+            row = run_one(path, args.fast, args.cell_timeout, args.keep_results)
             rows.append(row)
             slow = "; ".join(f"cell {c['cell']} {c['s']} s" for c in row["slowest"][:3])
             print(f"{row['lab']:<28} {row['mode']:<4} {row['wall_s']:>7.1f} s   load {row['load_before']:.1f} -> "
