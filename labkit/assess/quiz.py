@@ -230,9 +230,10 @@ def _plotly_output(fig) -> dict:
             "data": {"application/vnd.plotly.v1+json": figure, "text/plain": "<plotly figure>"}}
 
 
-class FigureView:
+class FigureView(ChoiceView):
     """The figures side by side in this learner's order, titled A, B, C, D, each with its letter
-    button under it; a click shows why that figure does or does not show the phenomenon."""
+    button under it; a click shows why that figure does or does not show the phenomenon. Picking
+    and marking are ``ChoiceView``'s; only the layout and the relabel differ."""
 
     def __init__(self, question: WhichFigure, number: int, on_answer) -> None:
         import plotly.graph_objects as go
@@ -256,19 +257,6 @@ class FigureView:
         grid = W.Box(cells, layout=W.Layout(display="flex", flex_flow="row wrap"))
         self.box = W.VBox([self.title, grid, self.feedback])
         self.relabel()
-
-    @property
-    def result(self) -> Feedback | None:
-        return None if self.choice is None else self.question.check(self.choice)
-
-    def answer(self, index: int) -> None:
-        self.choice = index
-        result = self.result
-        self.attempts.record(result)
-        for row, button in enumerate(self.buttons):
-            button.button_style = ("success" if result.correct else "danger") if self.order[row] == index else ""
-        self.relabel()
-        self.on_answer()
 
     def relabel(self) -> None:
         self.title.value = _title_html(self.number, self.question.question)
