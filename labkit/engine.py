@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import hooks as ev
+from labkit import host_clock
 from labkit.config import EngineConfig
 from labkit.executor import InlineExecutor
 from labkit.input_processor import InputProcessor
@@ -162,20 +163,20 @@ class LLMEngine:
     def _step(self) -> list[StepOutput]:
         if self.config.async_scheduling:
             return self._step_async()
-        t0 = time.perf_counter()
+        t0 = host_clock.now()
         decision = self.scheduler.schedule(self.clock())
         self._forget_drafts(decision.preempted)
-        t1 = time.perf_counter()
+        t1 = host_clock.now()
         logits = self.runner.execute(decision) if decision.num_rows else None
-        t2 = time.perf_counter()
+        t2 = host_clock.now()
         sampled = self._sample(decision, logits)
-        t_sampled = time.perf_counter()
+        t_sampled = host_clock.now()
         update = self.scheduler.update_from_output(decision, sampled, self.clock(),
                                                    token_events=self.hooks.wants(ev.TokensAppended))
         self._reserved_ids.difference_update(r.request_id for r in update.forked)
         self._apply(update)
         self._propose()
-        t3 = time.perf_counter()
+        t3 = host_clock.now()
         self.step_count += 1
         model_s = self.runner.last_model_s if decision.num_rows else 0.0
         self._end_step(decision, model_s, host_s=(t1 - t0, t_sampled - t2, t3 - t2))
@@ -190,24 +191,24 @@ class LLMEngine:
         Decode rows of N+1 whose token N is still producing carry a placeholder, filled in from N's
         sampled tokens just before N+1 launches. Each call returns step N's outputs.
         """
-        t0 = time.perf_counter()
+        t0 = host_clock.now()
         decision = self.scheduler.schedule(self.clock())
-        t1 = time.perf_counter()
+        t1 = host_clock.now()
         self._host_elapsed(t1 - t0)
         prev, self._in_flight = self._in_flight, None
         sampled, wait_s, model_s, sample_s = SampledTokens(), 0.0, 0.0, 0.0
         if prev is not None:
             logits, wait_s = self._await_forward(prev.logits)
             model_s = self.runner.last_model_s
-            t2 = time.perf_counter()
+            t2 = host_clock.now()
             sampled = self._sample(prev.decision, logits)
             self._forget_retired()
-            sample_s = time.perf_counter() - t2
+            sample_s = host_clock.now() - t2
             self._host_elapsed(sample_s)
         decision.fill_placeholders(sampled)
         if decision.num_rows:
             self._in_flight = InFlight(decision, self.executor.launch(self.runner.execute, decision))
-        t3 = time.perf_counter()
+        t3 = host_clock.now()
         outputs: list[StepOutput] = []
         if prev is not None:
             update = self.scheduler.update_from_output(prev.decision, sampled, self.clock(),
@@ -215,7 +216,7 @@ class LLMEngine:
             self._reserved_ids.difference_update(r.request_id for r in update.forked)
             self._apply(update)
             outputs = update.outputs
-        after_s = time.perf_counter() - t3
+        after_s = host_clock.now() - t3
         self._host_elapsed(after_s)
         self.step_count += 1
         self._end_step(decision, model_s, host_s=(t1 - t0, sample_s, sample_s + after_s), wait_s=wait_s)
@@ -230,9 +231,9 @@ class LLMEngine:
 
     def _await_forward(self, logits: Future) -> tuple:
         """(the logits, seconds the host waited for them)."""
-        t0 = time.perf_counter()
+        t0 = host_clock.now()
         result = logits.result()
-        return result, time.perf_counter() - t0
+        return result, host_clock.now() - t0
 
     def _host_elapsed(self, seconds: float) -> None:
         """Async: the host just spent ``seconds`` (a simulated engine moves its clock; a real one's moves itself)."""
@@ -280,9 +281,9 @@ class LLMEngine:
             return
         ready = [r for r in self.scheduler.running
                  if r.num_computed_tokens == r.num_tokens - 1 and not r.num_forks_pending]
-        started = time.perf_counter()
+        started = host_clock.now()
         proposals = self.proposer.propose(ready)
-        self._propose_s = time.perf_counter() - started
+        self._propose_s = host_clock.now() - started
         self.scheduler.set_drafts({rid: p.token_ids for rid, p in proposals.items()})
         for rid, p in proposals.items():
             self.sampler.set_draft_probs(rid, p.probs)

@@ -8,11 +8,11 @@ scheduler CPU time plus the simulated model time.
 
 from __future__ import annotations
 
-import time
 import zlib
 
 import torch
 
+from labkit import host_clock
 from labkit.config import EngineConfig
 from labkit.engine import LLMEngine
 from labkit.kv import make_kv_manager
@@ -78,9 +78,9 @@ class SimRunner:
         self.busy_until = 0.0
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor | None:
-        t0 = time.perf_counter()
+        t0 = host_clock.now()
         meta = self.build_input(sched).metadata
-        self.last_prepare_s = time.perf_counter() - t0
+        self.last_prepare_s = host_clock.now() - t0
         self.clock.advance_to(self.clock.now + self.last_prepare_s)    # host work before the launch
         query_lens, seq_lens = meta.query_lens_list, meta.seq_lens_list
         self.last_model_s = step_time(self.model, self.hardware, query_lens, seq_lens)
@@ -97,7 +97,7 @@ class SimRunner:
         if best:
             logits = torch.full((len(best), SIM_VOCAB), -1e4)
             logits[torch.arange(len(best)), torch.tensor(best)] = 0.0
-        self.last_host_s = time.perf_counter() - t0
+        self.last_host_s = host_clock.now() - t0
         return logits
 
     @staticmethod
@@ -140,9 +140,9 @@ class SimEngine(LLMEngine):
         step (stats, events), here. The stand-in's own work (``last_host_s`` less preparation) is not
         an accelerator's and is left out."""
         self.runner.last_host_s = self.runner.last_prepare_s = 0.0
-        t0 = time.perf_counter()
+        t0 = host_clock.now()
         outputs = super().step()
-        wall = time.perf_counter() - t0
+        wall = host_clock.now() - t0
         stats = self.metrics.last
         host = stats.scheduler_s if stats is not None else wall
         rest = max(0.0, wall - host - self.runner.last_host_s)

@@ -34,25 +34,26 @@ def quiet(work: WorkClock):
     return clock_override(Clock("work clock", work))
 
 
-def contended(work: WorkClock, seed: int):
-    """The contention of lab 04's test: half the stretches slowed 1–10×, each 0.5–5 units long."""
-    return clock_override(ContendedClock(work, seed=seed, p=0.5, slow=(1, 10), episode=(0.5, 5.0)))
+def contended(work: WorkClock, seed: int, episode: tuple[float, float] = (0.5, 5.0)):
+    """The contention of lab 04's test: half the stretches slowed 1–10×, each 0.5–5 units long (a
+    unit: one forward pass there; pass ``episode`` to scale it to another lab's unit of work)."""
+    return clock_override(ContendedClock(work, seed=seed, p=0.5, slow=(1, 10), episode=episode))
 
 
 def assert_never_clearly_opposite(work: WorkClock, measure, expected: str, verdict_of=lambda r: r.verdict,
-                                  round_ratios_of=None, seeds=SEEDS):
+                                  round_ratios_of=None, seeds=SEEDS, episode: tuple[float, float] = (0.5, 5.0)):
     """``measure()`` runs the lab's code path (its timed work advancing ``work``) and returns its
     result; ``verdict_of(result)`` is its Verdict; ``round_ratios_of(result)`` the per-round ratios
     (default: the verdict's min and max). The quiet run must be clear in ``expected``; under
-    contention no run may be clear in the opposite direction, and some round must fall on the
-    opposite side of 1 (else the noise proved nothing)."""
+    contention (stretches of ``episode`` work-clock seconds) no run may be clear in the opposite
+    direction, and some round must fall on the opposite side of 1 (else the noise proved nothing)."""
     round_ratios_of = round_ratios_of or (lambda r: (verdict_of(r).ratio_min, verdict_of(r).ratio_max))
     with quiet(work):
         v = verdict_of(measure())
     assert (v.direction, v.confidence) == (expected, "clear"), v
     fooled = False
     for seed in seeds:
-        with contended(work, seed):
+        with contended(work, seed, episode):
             result = measure()
         v = verdict_of(result)
         assert not (v.clear and v.direction in OPPOSITE[expected]), (seed, v)

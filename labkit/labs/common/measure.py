@@ -56,6 +56,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from labkit import host_clock
+
 DIRECTIONS = ("greater", "less", "same")
 CONFIDENCES = ("clear", "within noise", "machine busy")
 QUANTITIES = ("time", "speed")
@@ -146,14 +148,17 @@ def as_clock(clock: Clock | Callable[[], float] | None, device: Any = None) -> C
 
 @contextmanager
 def clock_override(clock: Clock | Callable[[], float]) -> Iterator[Clock]:
-    """Every ``cpu_clock()`` (so every lab measurement) inside the block reads ``clock``: the hook
-    tests use to inject contention into the labs' own code paths."""
+    """Every ``cpu_clock()`` and ``wall_clock()`` (so every lab measurement) and the engine's host-path
+    timers (``labkit.host_clock``) inside the block read ``clock``: the hook tests use to inject
+    contention into the labs' own code paths."""
     c = as_clock(clock)
     _override.append(c)
+    host_clock.use(c.read)
     try:
         yield c
     finally:
         _override.remove(c)
+        host_clock.use(_override[-1].read if _override else None)
 
 
 class ContendedClock:

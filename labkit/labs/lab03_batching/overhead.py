@@ -32,6 +32,7 @@ import gc
 import time
 from dataclasses import dataclass, replace
 
+from labkit import host_clock
 from labkit.config import EngineConfig
 from labkit.metrics import percentile
 from labkit.sampling_params import SamplingParams
@@ -118,9 +119,9 @@ def measure_overhead(num_running: int, config_overrides: dict | None = None, ste
     rows, virtual = [], []
     with GCTimer() as gc_time:
         for _ in range(steps):
-            v0, t0 = engine.clock(), time.perf_counter()
+            v0, t0 = engine.clock(), host_clock.now()
             engine.step()
-            wall = time.perf_counter() - t0
+            wall = host_clock.now() - t0
             virtual.append(engine.clock() - v0)
             last, runner = engine.metrics.last, engine.runner
             prepare_s = getattr(runner, "last_prepare_s", 0.0)

@@ -127,9 +127,11 @@ def remedies_table(runs: list[RemedyRun], anchors: dict[str, str]) -> Table:
 
 
 def async_verdict(run: RemedyRun, load: float | None) -> Verdict:
-    """Async scheduling's step over the same engine's synchronous step (the rung below), per round."""
+    """Async scheduling's step over the same engine's synchronous step (the rung below), per round; a
+    rung whose median step moved by more than ``measure``'s spread limit between rounds was disturbed."""
     (sync_name, _), (async_name, _) = RUNGS[-2], RUNGS[-1]
-    return verdict_from_ratios(run.step_ratio(async_name, sync_name), load=load, cores=cores(),
+    spread = max(max(run.steps[name]) / min(run.steps[name]) for name in (sync_name, async_name))
+    return verdict_from_ratios(run.step_ratio(async_name, sync_name), load=load, cores=cores(), spread=spread,
                                id=f"lab03_async_step_{PROFILES[run.profile][0]}", claim=(f"{run.profile} 异步 ÷ 同步一步",
                                                                            f"{run.profile} async / sync step"))
 
