@@ -62,6 +62,9 @@ def test_the_engines_host_timers_read_the_injected_clock_and_only_inside_the_blo
     with measure.clock_override(measure.Clock("work clock", work)):
         work.advance(2.5)
         assert host_clock.now() == 2.5
+        with measure.clock_override(lambda: 7.0):
+            assert host_clock.now() == 7.0
+        assert host_clock.now() == 2.5               # the outer override again
     assert host_clock.now is time.perf_counter
 
 
