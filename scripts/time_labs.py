@@ -75,7 +75,8 @@ def run_one(path: Path, fast: bool, cell_timeout: int, keep: Path | None = None)
         wall = time.perf_counter() - start
     return {"lab": path.stem, "mode": "FAST" if fast else "full", "wall_s": round(wall, 1),
             "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
-            "slowest": [{"cell": i, "s": round(s, 1), "source": src} for s, i, src in sorted(cells, reverse=True)[:5]]}
+            "slowest": [{"cell": i, "s": round(s, 1), "source": src} for s, i, src in sorted(cells, reverse=True)[:5]],
+            "cells": [{"cell": i, "s": round(s, 2), "source": src} for s, i, src in cells]}
 
 
 def main(argv: list[str] | None = None) -> int:
