@@ -130,16 +130,16 @@ def exercise_cells(cells: list[dict]) -> list[tuple[str, int, int]]:
     """(exercise name, index of the cell the learner writes in, index of the check cell)."""
     found = []
     for i, cell in enumerate(cells):
-        m = re.search(r'exercise\("(\w+)"', cell["source"])
+        m = re.search(r'(\w+)\s*=\s*exercise\("(\w+)"', cell["source"])
         if cell["type"] != "code" or not m:
             continue
-        var = re.match(r"\s*(\w+)\s*=", cell["source"])
+        var, name = m.group(1), m.group(2)
         code = [j for j in range(i + 1, len(cells)) if cells[j]["type"] == "code"]
-        check = next((j for j in code if var and f"{var.group(1)}.check(" in cells[j]["source"]), None)
+        check = next((j for j in code if f"{var}.check(" in cells[j]["source"]), None)
         if check is None:
             continue
         write = max(j for j in code if j < check)
-        found.append((m.group(1), write, check))
+        found.append((name, write, check))
     return found
 
 

@@ -302,3 +302,18 @@ def test_machine_load_sees_programs_that_just_started():
                                           ("wall clock (client-side latency)", "客户端")])
 def test_the_sentence_names_the_clock_in_chinese(clock, words):
     assert words in verdict_from_ratios([2.0, 2.1], clock=clock).sentence(**TEMPLATES)
+
+
+def test_the_printed_range_always_holds_the_headline():
+    """A headline built across rounds (each arm's best round) can fall outside the paired rounds; the
+    range a sentence prints must still hold it ("0.63x, rounds 0.41-0.56x" read as a contradiction in
+    lab 05), and a headline outside the "same" band keeps the verdict from being clearly the same."""
+    from labkit.labs.common.measure import verdict_from_ratios
+
+    v = verdict_from_ratios([0.41, 0.56], ratio=0.63)
+    assert (v.ratio_min, v.ratio, v.ratio_max) == (0.41, 0.63, 0.63)
+    assert (v.direction, v.confidence) == ("less", "clear")
+    v = verdict_from_ratios([0.99, 1.01], ratio=1.2, margin=0.05)
+    assert v.ratio_max == 1.2 and v.confidence == "within noise"
+    v = verdict_from_ratios([1.2, 1.4])
+    assert (v.ratio_min, v.ratio_max) == (1.2, 1.4)

@@ -342,7 +342,9 @@ def verdict_from_ratios(ratios: list[float], *, margin: float = DEFAULT_MARGIN, 
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin!r}")
     central = statistics.median(ratios) if ratio is None else float(ratio)
-    lo, hi = min(ratios), max(ratios)
+    # The range a sentence prints holds the headline too: a headline built across rounds (each arm's
+    # best round) can fall outside the paired rounds, and "1.6x, rounds 1.3-1.5x" reads as a contradiction.
+    lo, hi = min(min(ratios), central), max(max(ratios), central)
     reasons: list[str] = []
     if lo > 1 + margin and central > 1 + margin:
         direction, confidence = "greater", "clear"
