@@ -30,11 +30,11 @@ STAGES = ("layer matmuls", "LM head matmul", "RMSNorm", "RoPE", "KV write", "pag
 class Profiler:
     """Runs batch-``batch`` fp32 decode steps and times them, plain, by stage, or with matmuls stubbed."""
 
-    def __init__(self, batch: int):
+    def __init__(self, batch: int, model: str | None = None):
         from labkit import LLM, EngineConfig
         from labkit.traces import load_prompts
 
-        self.llm = LLM(config=EngineConfig(device="cpu", dtype="float32", max_num_seqs=batch,
+        self.llm = LLM(model=model, config=EngineConfig(device="cpu", dtype="float32", max_num_seqs=batch,
                                            max_num_batched_tokens=8192), progress=False)
         self.engine = self.llm.engine
         chat, code = load_prompts("chat", "heldout"), load_prompts("code", "heldout")
@@ -130,7 +130,7 @@ def run(args) -> list[Section]:
     threads = set_threads(1)
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads))
-    prof = Profiler(args.batch)
+    prof = Profiler(args.batch, args.model)
     from labkit.model import linear_forms
     env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
     prof.plain(4)
@@ -155,6 +155,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", default=None, help="model directory (default: the lab model)")
     args = p.parse_args(argv)
     for name in ("batch", "steps", "rounds"):
         if getattr(args, name) < 1:
