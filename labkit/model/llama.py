@@ -87,7 +87,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     form, which tests/test_model_ops.py checks), or for a single row `_one_row_rms_norm`; other
     dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        if x.dim() == 2 and x.shape[0] == 1 and _scalar_rms_norm_is_exact():
+        if (x.dim() == 2 and x.shape[0] == 1 and not torch.compiler.is_compiling()   # .item() would break the graph
+                and _scalar_rms_norm_is_exact()):
             return _one_row_rms_norm(x, weight, eps)
         return torch.rms_norm(x, weight.shape, weight, eps)
     # Hugging Face: normalise in fp32, round to the input dtype, then scale by the weight.
@@ -141,7 +142,7 @@ class Rotary(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
         # sin with its first half negated: rotate_half(x) * sin == roll(x, d/2) * signed_sin, bit for
-        # bit (negating a factor negates the rounded product), in one kernel instead of three.
+        # bit (negating a factor negates the rounded product), in one kernel (roll) instead of two (neg, cat).
         half = head_dim // 2
         self.register_buffer("signed_sin", torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1),
                              persistent=False)
