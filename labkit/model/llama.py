@@ -105,7 +105,7 @@ def _one_row_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torc
     1 / ·) done on a Python float: the same bits, in four kernels instead of seven (pow, sum, div_,
     add_, rsqrt, mul, mul). A decode step runs 61 of these between matrix sweeps that evict the caches,
     where each kernel's code and data come back from memory (issue 30, `bench.decode_profile`: 80 µs a
-    norm there, 70 after this change; 13 µs in a warm loop). Each step rounds to float32 as
+    norm there, 70 after this change; 21-24 µs with the matmuls stubbed). Each step rounds to float32 as
     torch's kernels do: float64 division, addition and square root of float32 values, rounded once
     to float32, are the correctly rounded float32 results (53 >= 2 * 24 + 2 bits), and torch computes
     rsqrt as 1 / sqrt."""
