@@ -149,3 +149,20 @@ def test_a_sequence_on_consecutive_blocks_is_read_in_place_with_the_same_bits(dt
         (plan,) = cpu_batched._plan(meta, query_len, query.device)
         assert (plan.first_slot is not None) == (name == "consecutive")
     assert torch.equal(outs["consecutive"], outs["scattered"])
+
+
+def test_layer_cache_views_are_built_once_and_follow_the_pool_tensor():
+    # The runner asks for the per-layer views every step; they are cached per layout, and rebuilt
+    # only if the pool tensor itself is replaced.
+    from labkit.kv.paged_kv import PagedKVCache
+
+    pool = PagedKVCache(num_layers=3, num_blocks=4, block_size=8, num_kv_heads=2, head_dim=4,
+                        dtype=torch.float32, device="cpu")
+    first = pool.layer_caches(8)
+    assert pool.layer_caches(8) is first and len(first) == 3
+    first[1][0][2, 3] = 1.5                    # a view: writes reach the pool
+    assert pool.tensor[1, 0, 2, 3].eq(1.5).all()
+    slots = pool.layer_caches(1)               # another layout: its own views
+    assert slots[0][0].shape == (32, 1, 2, 4)
+    pool.tensor = torch.zeros_like(pool.tensor)
+    assert pool.layer_caches(8) is not first and pool.layer_caches(8)[1][0].eq(0).all()

@@ -175,3 +175,16 @@ def test_load_memory_benchmark_measures_both_systems_in_fresh_processes(tiny_mod
         base, steady, peak = float(row[2]), float(row[4]), float(row[5])
         assert 0 < base <= steady <= peak        # torch's own, then the model on top, peak last
     assert any("cpu:" in n for n in section.notes)
+
+
+def test_decode_profile_splits_a_step_into_its_stages(tiny_model):
+    from bench import decode_profile
+
+    env, table = decode_profile.main(["--batch", "2", "--steps", "2", "--rounds", "1", "--model", tiny_model])
+    assert [r[0] for r in table.rows] == list(decode_profile.STAGES) + ["step, with the stage timers",
+                                                                       "step, plain (no timers)"]
+    stage = {r[0]: float(r[1]) for r in table.rows}
+    assert stage["layer matmuls"] > 0 and stage["RMSNorm"] > 0 and stage["paged attention"] > 0
+    assert table.rows[0][2] == "(stubbed)" and float(table.rows[2][2]) > 0   # the stubbed arm still norms
+    # the stages, "other" and "outside" add up to the timed step
+    assert abs(sum(stage[s] for s in decode_profile.STAGES) - stage["step, with the stage timers"]) < 0.05

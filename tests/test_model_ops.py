@@ -66,3 +66,37 @@ def test_bf16_linear_rows_have_the_same_bits_at_any_row_count_even_on_order_sens
     alone = torch.cat([linear(x[i:i + 1], w) for i in range(len(x))])
     for rows in range(2, len(x) + 1):
         assert torch.equal(linear(x[:rows], w), alone[:rows]), rows
+
+
+@pytest.mark.parametrize("width", [64, 576, 1536])
+def test_one_row_rms_norm_has_the_fused_kernels_bits_across_magnitudes(width):
+    # A single fp32 row takes the scalar path (four kernels, the one-element steps on a Python float);
+    # it must give torch.rms_norm's bits, not merely close ones, at every scale and eps.
+    from labkit.model import llama
+
+    assert llama._scalar_rms_norm_is_exact()
+    g = torch.Generator().manual_seed(width)
+    for exponent in range(-8, 9):
+        x = torch.randn(1, width, generator=g) * 10.0 ** exponent
+        w = torch.randn(width, generator=g)
+        for eps in (1e-5, 1e-6):
+            assert torch.equal(rms_norm(x, w, eps), torch.rms_norm(x, (width,), w, eps))
+            assert torch.equal(rms_norm(x, w, eps), hf_rms_norm(x, w, eps))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_rotary_equals_the_rotate_half_formula_to_the_bit(dtype, rows):
+    # Hugging Face: x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1). labkit rolls x
+    # and folds the negation into a signed sin table; the bits must not move. Also on a strided view
+    # (the q/k heads of the fused QKV output).
+    from labkit.model.llama import Rotary
+
+    rotary = Rotary(64, 100000.0, 2048, "cpu")
+    g = torch.Generator().manual_seed(rows)
+    fused = (torch.randn(rows, 15, 64, generator=g) * 3).to(dtype)
+    for x in (fused.contiguous(), fused[:, :12]):
+        positions = torch.randint(0, 2048, (rows,), generator=g)
+        cos, sin = rotary.cos[positions].to(dtype)[:, None], rotary.sin[positions].to(dtype)[:, None]
+        want = x * cos + torch.cat((-x[..., 32:], x[..., :32]), dim=-1) * sin
+        assert torch.equal(rotary(x, positions), want)

@@ -81,13 +81,20 @@ def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype, first_
     same bits, without copying the context every layer (at 1,000 tokens the copy cost as much as
     the attention itself)."""
     num_kv_heads, head_dim = cache.shape[-2:]
+    if first_slot is not None and cache.is_contiguous():
+        # flat[first_slot:first_slot + L].view(1, L, H, D).transpose(1, 2) as one view (one op, not four)
+        row = num_kv_heads * head_dim
+        rows = cache.as_strided((1, num_kv_heads, slots.shape[1], head_dim), (slots.shape[1] * row, head_dim, row, 1),
+                                cache.storage_offset() + first_slot * row)
+        return rows if rows.dtype == dtype else rows.to(dtype)
     flat = cache.view(-1, num_kv_heads, head_dim)
     if first_slot is not None:
         rows = flat[first_slot:first_slot + slots.shape[1]]
     else:
         # index_select copies whole rows; advanced indexing (cache[slots]) is 3-4x slower on CPU here.
         rows = flat.index_select(0, slots.view(-1))
-    return rows.view(*slots.shape, num_kv_heads, head_dim).transpose(1, 2).to(dtype)
+    rows = rows.view(*slots.shape, num_kv_heads, head_dim).transpose(1, 2)
+    return rows if rows.dtype == dtype else rows.to(dtype)
 
 
 def _first_slot_if_consecutive(slots: torch.Tensor) -> int | None:

@@ -19,8 +19,10 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
     """Store new K/V: flat token i goes to slot ``slot_mapping[i]``.
     key, value: [num_tokens, kv_heads, head_dim]; caches: [num_blocks, block_size, kv_heads, head_dim]."""
     kv_heads, head_dim = key_cache.shape[-2:]
-    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
-    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
+    if key.dtype != key_cache.dtype:
+        key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
+    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key)
+    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
 
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

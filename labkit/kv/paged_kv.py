@@ -19,6 +19,7 @@ class PagedKVCache:
         shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
         self.tensor = torch.zeros(shape, dtype=dtype, device=device)
         self.num_blocks, self.block_size = num_blocks, block_size
+        self._views: dict[int, tuple] = {}     # meta_block_size -> (tensor, its per-layer views)
 
     @property
     def nbytes(self) -> int:
@@ -27,9 +28,14 @@ class PagedKVCache:
     def layer_caches(self, meta_block_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (key_cache, value_cache) views with ``meta_block_size`` slots per block (the
         contiguous layout addresses single slots, i.e. block size 1)."""
+        cached = self._views.get(meta_block_size)
+        if cached is not None and cached[0] is self.tensor:   # views of the same tensor: reuse them
+            return cached[1]
         L, _, _, _, H, D = self.tensor.shape
         view = self.tensor.view(L, 2, -1, meta_block_size, H, D)
-        return [(view[i, 0], view[i, 1]) for i in range(L)]
+        views = [(view[i, 0], view[i, 1]) for i in range(L)]
+        self._views[meta_block_size] = (self.tensor, views)
+        return views
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy-on-write: duplicate whole blocks (all layers, K and V)."""

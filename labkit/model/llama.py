@@ -11,6 +11,9 @@ Numerics mirror Hugging Face's ``LlamaForCausalLM`` so greedy output matches tok
 
 from __future__ import annotations
 
+import functools
+import math
+from array import array
 from types import ModuleType
 
 import torch
@@ -81,11 +84,50 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm.
 
     fp32 input takes torch's fused kernel (one op instead of six; bit-identical to the written-out
-    form, which tests/test_model_ops.py checks); other dtypes upcast as Hugging Face does."""
+    form, which tests/test_model_ops.py checks), or for a single row `_one_row_rms_norm`; other
+    dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        if (x.dim() == 2 and x.shape[0] == 1 and not torch.compiler.is_compiling()   # .item() would break the graph
+                and _scalar_rms_norm_is_exact()):
+            return _one_row_rms_norm(x, weight, eps)
         return torch.rms_norm(x, weight.shape, weight, eps)
     # Hugging Face: normalise in fp32, round to the input dtype, then scale by the weight.
     return weight * torch.rms_norm(x.to(torch.float32), weight.shape, None, eps).to(x.dtype)
+
+
+def _f32(value: float) -> float:
+    """A Python float rounded to the nearest float32 (and back)."""
+    return array("f", (value,))[0]
+
+
+def _one_row_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch.rms_norm of one fp32 row with its four one-element steps (mean's division, + eps, sqrt,
+    1 / ·) done on a Python float: the same bits, in four kernels instead of seven (pow, sum, div_,
+    add_, rsqrt, mul, mul). A decode step runs 61 of these between matrix sweeps that evict the caches,
+    where each kernel's code and data come back from memory (issue 30, `bench.decode_profile`: 80 µs a
+    norm there, 70 after this change; 21-24 µs with the matmuls stubbed). Each step rounds to float32 as
+    torch's kernels do: float64 division, addition and square root of float32 values, rounded once
+    to float32, are the correctly rounded float32 results (53 >= 2 * 24 + 2 bits), and torch computes
+    rsqrt as 1 / sqrt."""
+    total = x.pow(2).sum(-1).item()           # the sum torch.mean takes, in the same kernel
+    r = _f32(1.0 / _f32(math.sqrt(_f32(_f32(total / x.shape[-1]) + _f32(eps)))))
+    return x.mul(r).mul(weight)
+
+
+@functools.cache
+def _scalar_rms_norm_is_exact() -> bool:
+    """Whether `_one_row_rms_norm` gives torch.rms_norm's bits on this build (checked once on rows
+    across magnitudes; False keeps torch.rms_norm everywhere)."""
+    g = torch.Generator().manual_seed(30)
+    with torch.inference_mode():
+        for i in range(64):
+            n = (576, 1536, 960, 64)[i % 4]
+            x = torch.randn(1, n, generator=g) * 10.0 ** (i % 13 - 6)
+            w = torch.randn(n, generator=g)
+            for eps in (1e-5, 1e-6):
+                if not torch.equal(_one_row_rms_norm(x, w, eps), torch.rms_norm(x, (n,), w, eps)):
+                    return False
+    return True
 
 
 class Rotary(nn.Module):
@@ -99,8 +141,13 @@ class Rotary(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)                 # [max_positions, head_dim]
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
+        # sin with its first half negated: rotate_half(x) * sin == roll(x, d/2) * signed_sin, bit for
+        # bit (negating a factor negates the rounded product), in one kernel (roll) instead of two (neg, cat).
+        half = head_dim // 2
+        self.register_buffer("signed_sin", torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1),
+                             persistent=False)
 
-        self._last: tuple | None = None   # (positions, dtype, cos, sin) of the previous call
+        self._last: tuple | None = None   # (positions, dtype, cos, signed sin) of the previous call
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: [T, heads, head_dim]; positions: [T]."""
@@ -111,11 +158,10 @@ class Rotary(nn.Module):
             cos, sin = last[2], last[3]
         else:
             cos = self.cos[positions].to(x.dtype)[:, None, :]
-            sin = self.sin[positions].to(x.dtype)[:, None, :]
+            sin = self.signed_sin[positions].to(x.dtype)[:, None, :]
             self._last = (positions, x.dtype, cos, sin)
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+        # x * cos + cat(-x2, x1) * sin, with the negation folded into the table.
+        return x * cos + torch.roll(x, x.shape[-1] // 2, -1) * sin
 
 
 class LlamaLayer(nn.Module):
@@ -136,18 +182,16 @@ class LlamaLayer(nn.Module):
 
     def attention_input(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary):
         """RMSNorm, the fused QKV projection and RoPE: q [T, heads, d], k and v [T, kv_heads, d]."""
-        T = x.shape[0]
-        qkv = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
+        heads = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj).reshape(x.shape[0], -1, self.head_dim)
         # q and k heads sit side by side in the fused output: rotate them in one call.
-        qk = rotary(qkv[:, :self.split[0] + self.split[1]].reshape(T, -1, self.head_dim), positions)
-        v = qkv[:, self.split[0] + self.split[1]:].reshape(T, self.num_kv_heads, self.head_dim)
-        return qk[:, :self.num_heads], qk[:, self.num_heads:], v
+        qk = rotary(heads[:, :self.num_heads + self.num_kv_heads], positions)
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], heads[:, self.num_heads + self.num_kv_heads:]
 
     def attention_output_and_mlp(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """The O projection and residual, then RMSNorm, SwiGLU and the second residual."""
-        x = x + linear(attn.reshape(x.shape[0], -1), self.o_proj)
+        x = x + linear(attn.reshape(x.shape[0], -1), self.o_proj)    # a new tensor: the input stays as it was
         gate, up = linear(rms_norm(x, self.post_attention_layernorm, self.eps), self.gate_up_proj).chunk(2, -1)
-        return x + linear(F.silu(gate) * up, self.down_proj)
+        return x.add_(linear(F.silu(gate) * up, self.down_proj))
 
     def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType,
                 pieces: tuple | None = None):

@@ -1,0 +1,171 @@
+"""Where one fp32 decode step's time goes: ms per step by stage, process CPU clock, one thread.
+
+    python -m bench.decode_profile                 # batch 1, 24 steps x 3 rounds (under a minute)
+    python -m bench.decode_profile --batch 16
+
+Each stage of labkit's forward is timed by wrapping the function that computes it (the layer
+matmuls, the LM head, RMSNorm, RoPE, the KV write, the paged attention); "other" is the rest of
+the forward (residual adds, SwiGLU, views, Python); "outside the forward" is the engine around it
+(scheduler, input tensors, sampler, events). The wrappers cost about a microsecond a call, so the
+stages add up to a little more than the plain step, which is timed separately without them.
+
+A third arm runs the same steps with every few-row matmul replaced by the output it gave at its
+first call (no weight is read): what the non-matmul work costs when the weight stream does not
+evict it from the caches. The difference between that and the timed arm's non-matmul stages is
+the price of running small ops between matrix sweeps (cold caches), which fewer ops reduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import contextmanager
+
+from bench.common import Section, environment_rows, load_average, median, report, set_clock, set_threads
+
+STAGES = ("layer matmuls", "LM head matmul", "RMSNorm", "RoPE", "KV write", "paged attention",
+          "other (residuals, SwiGLU, views, Python)", "outside the forward (engine)")
+
+
+class Profiler:
+    """Runs batch-``batch`` fp32 decode steps and times them, plain, by stage, or with matmuls stubbed."""
+
+    def __init__(self, batch: int, model: str | None = None):
+        from labkit import LLM, EngineConfig
+        from labkit.traces import load_prompts
+
+        self.llm = LLM(model=model, config=EngineConfig(device="cpu", dtype="float32", max_num_seqs=batch,
+                                           max_num_batched_tokens=8192), progress=False)
+        self.engine = self.llm.engine
+        chat, code = load_prompts("chat", "heldout"), load_prompts("code", "heldout")
+        singles = [self.llm.tokenizer.encode_prompt(p) for pair in zip(chat, code) for p in pair]
+        self.prompts = [singles[i % len(singles)] for i in range(batch)]
+        self.acc: dict[str, float] = {}
+        self.timed_acc: dict[str, float] = {}
+
+    def _steps(self, steps: int) -> float:
+        """Prefill, one warm step, then ``steps`` timed decode steps: CPU seconds per step."""
+        from labkit import SamplingParams
+
+        for p in self.prompts:
+            self.engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=steps + 3, ignore_eos=True))
+        self.engine.step()
+        self.engine.step()
+        self.acc.clear()
+        t0 = time.process_time()
+        for _ in range(steps):
+            self.engine.step()
+        elapsed = time.process_time() - t0
+        self.timed_acc = dict(self.acc)
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+        return elapsed / steps
+
+    def plain(self, steps: int) -> dict[str, float]:
+        return {"step": self._steps(steps)}
+
+    @contextmanager
+    def _patched(self, stub: bool):
+        import labkit.model.llama as llama
+
+        model = self.engine.runner.model
+        backend = self.engine.runner.backend
+        lm_head = model.lm_head
+        acc = self.acc
+        saved = [(llama, "linear", llama.linear), (llama, "rms_norm", llama.rms_norm),
+                 (llama.Rotary, "forward", llama.Rotary.forward), (backend, "write_kv", backend.write_kv),
+                 (backend, "paged_attention", backend.paged_attention),
+                 (self.engine.runner, "execute", self.engine.runner.execute)]
+        cached: dict[tuple, object] = {}
+
+        def timed(stage, fn):
+            def wrapper(*args, **kwargs):
+                t0 = time.process_time()
+                out = fn(*args, **kwargs)
+                acc[stage] = acc.get(stage, 0.0) + time.process_time() - t0
+                return out
+            return wrapper
+
+        real_linear = llama.linear
+
+        def linear(x, weight):
+            stage = "LM head matmul" if weight is lm_head else "layer matmuls"
+            if stub and x.shape[0] <= 16:
+                key = (x.shape[0], id(weight) if weight is lm_head else tuple(weight.shape))
+                if key not in cached:
+                    cached[key] = real_linear(x, weight)
+                return cached[key]
+            t0 = time.process_time()
+            out = real_linear(x, weight)
+            acc[stage] = acc.get(stage, 0.0) + time.process_time() - t0
+            return out
+
+        llama.linear = linear
+        llama.rms_norm = timed("RMSNorm", llama.rms_norm)
+        llama.Rotary.forward = timed("RoPE", llama.Rotary.forward)
+        backend.write_kv = timed("KV write", backend.write_kv)
+        backend.paged_attention = timed("paged attention", backend.paged_attention)
+        self.engine.runner.execute = timed("forward", self.engine.runner.execute)
+        try:
+            yield
+        finally:
+            for owner, name, value in saved:
+                if owner is self.engine.runner:
+                    delattr(owner, name)        # back to the class's method
+                else:
+                    setattr(owner, name, value)
+
+    def staged(self, steps: int, stub: bool = False) -> dict[str, float]:
+        with self._patched(stub):
+            step = self._steps(steps)
+        acc = {k: v / steps for k, v in self.timed_acc.items()}
+        named = sum(acc.get(s, 0.0) for s in STAGES[:6])
+        acc["other (residuals, SwiGLU, views, Python)"] = acc.get("forward", 0.0) - named
+        acc["outside the forward (engine)"] = step - acc.get("forward", 0.0)
+        acc["step"] = step
+        return acc
+
+
+def run(args) -> list[Section]:
+    threads = set_threads(1)
+    set_clock("cpu", threads)
+    env = Section("Environment", ["item", "value"], environment_rows(threads))
+    prof = Profiler(args.batch, args.model)
+    from labkit.model import linear_forms
+    env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
+    prof.plain(4)
+    rounds: list[dict] = []
+    for r in range(args.rounds):
+        arms = [("plain", lambda: prof.plain(args.steps)), ("staged", lambda: prof.staged(args.steps)),
+                ("stubbed", lambda: prof.staged(args.steps, stub=True))]
+        rounds.append({name: fn() for name, fn in (arms if r % 2 == 0 else arms[::-1])})
+    ms = lambda arm, key: f"{median([r[arm].get(key, 0.0) for r in rounds]) * 1e3:.2f}"  # noqa: E731
+    rows = [[s, ms("staged", s), ms("stubbed", s) if "matmul" not in s else "(stubbed)"] for s in STAGES]
+    rows.append(["step, with the stage timers", ms("staged", "step"), ms("stubbed", "step")])
+    rows.append(["step, plain (no timers)", ms("plain", "step"), ""])
+    return [env, Section(f"Batch-{args.batch} fp32 decode step, ms per step by stage (median of {args.rounds} rounds)",
+                         ["stage", "ms per step", "ms per step, matmuls stubbed (warm caches)"], rows,
+                         [f"{args.steps} decode steps per round after a prefill and a warm step; one held-out "
+                          f"prompt per sequence; process CPU clock, one thread; load average now: {load_average()}",
+                          "per token: divide by the batch size"])]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", default=None, help="model directory (default: the lab model)")
+    args = p.parse_args(argv)
+    for name in ("batch", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[Section]:
+    return report("Where an fp32 decode step's time goes", "bench.decode_profile", argv, run(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
