@@ -124,6 +124,15 @@ class KVCacheManager:
         self.block_tables[request_id] = table + new[:max(need, 0)]
         return new
 
+    def decode_table(self, request_id: str, position: int) -> list[int] | None:
+        """The request's table when the token at ``position`` already has a slot of its own (room left in
+        its last block, nothing shared): then ``allocate_slots(rid, position, 1)`` would allocate nothing.
+        None otherwise (ask ``allocate_slots``). The common decode row's whole allocation check."""
+        table = self.block_tables.get(request_id)
+        if table is not None and position < len(table) * self.block_size and not self.pool.num_extra_refs:
+            return table
+        return None
+
     def _revived(self, blocks: list[int]) -> int:
         """Hit blocks that currently sit in the free queue stop being free when shared."""
         return sum(1 for b in blocks if self.pool.blocks[b].ref_cnt == 0)
