@@ -118,14 +118,17 @@ class SchedulerOutput:
         the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
         if not self.placeholder_rows:
             return
-        last = sampled.last_tokens()
         if self.columns is not None:
             ids, tokens = self.columns.request_ids, self.columns.token_ids
-            for i in self.placeholder_rows:
-                tokens[i] = last[ids[i]]
+            if len(self.placeholder_rows) == len(ids) and ids == sampled.row_ids:
+                tokens[:] = sampled.row_tokens      # steady async decode: the same requests, in the same order
+            else:
+                last = sampled.last_tokens()
+                for i in self.placeholder_rows:
+                    tokens[i] = last[ids[i]]
             self.rows = []                  # rebuilt from the filled columns if asked for
         else:
-            rows = self.rows
+            last, rows = sampled.last_tokens(), self.rows
             for i in self.placeholder_rows:
                 rows[i].token_ids = (last[rows[i].request_id],)
         self.placeholder_rows = []
