@@ -111,7 +111,7 @@ class KVCacheManager:
         computed_blocks = computed_blocks or []
         need = self.blocks_needed(num_computed_tokens + num_new_tokens) - len(table) - len(computed_blocks)
         cow = self._needs_copy(table, num_computed_tokens)
-        if need + cow > self.pool.num_free_blocks() - self._revived(computed_blocks):
+        if need + cow > self.pool.num_free_blocks() - (self._revived(computed_blocks) if computed_blocks else 0):
             return None
         if computed_blocks:
             self.pool.share(computed_blocks)

@@ -148,10 +148,10 @@ class ContinuousScheduler:
 
     def _schedule_decode_rows(self, out: SchedulerOutput, i: int, budget: int) -> tuple[int, int]:
         """The common case of ``_schedule_running`` with the persistent batch, in one loop with no call per
-        request: running requests from ``i`` on whose next row is a steady decode row that needs no new
-        block go into the columns exactly as ``_allocate_or_preempt`` + ``_add_row`` would put them (the
-        same row, the same in-flight counts). Returns (the first request it leaves to the general path,
-        the budget left): one that prefills, verifies drafts or needs a block (or a copy)."""
+        request (but ``decode_table``): running requests from ``i`` on whose next row is a steady decode
+        row go into the columns exactly as ``_allocate_or_preempt`` + ``_add_row`` would put them (the
+        same row, blocks and in-flight counts). Returns (the first request it leaves to the general path,
+        the budget left): one that prefills, verifies drafts, or needs a block the pool cannot give."""
         running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
         cols = out.columns
         rids, tokens, starts, tables = cols.request_ids, cols.token_ids, cols.starts, cols.block_tables
@@ -170,9 +170,15 @@ class ContinuousScheduler:
                                  or num_known + placeholders >= max_model_len):
                 i += 1                        # _last_token_in_flight: it ends when that token is applied
                 continue
-            table = decode_table(req.request_id, start)
-            if table is None:
-                break                         # a new block or a copy: allocate_slots, in the general path
+            rid = req.request_id
+            table = decode_table(rid, start)
+            if table is None:                 # a new block (or a copy): _allocate_or_preempt's success path
+                blocks = self.kv.allocate_slots(rid, start, 1)
+                if blocks is None:
+                    break                     # the pool is dry: preemption, in the general path
+                if blocks:
+                    out.new_blocks.setdefault(rid, []).extend(blocks)
+                table = self.kv.block_table(rid)
             req.num_inflight_tokens += 1
             req.num_output_placeholders = placeholders + 1
             if start < num_known:
@@ -180,7 +186,7 @@ class ContinuousScheduler:
             else:                             # async: the token the step in flight is sampling
                 out.placeholder_rows.append(len(rids))
                 tokens.append(PLACEHOLDER)
-            rids.append(req.request_id)
+            rids.append(rid)
             starts.append(start)
             tables.append(table)
             budget -= 1
