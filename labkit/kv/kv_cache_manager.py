@@ -13,6 +13,8 @@ raise its ``ref_cnt``; writing into a shared partly-filled block first copies it
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from labkit.hooks import BlockMapSnapshot, KVWaste
 from labkit.kv.block_pool import BlockPool
 
@@ -216,10 +218,9 @@ class KVCacheManager:
         """Share of allocated token slots that hold no computed K/V (paged: the blocks' tails)."""
         allocated = self.pool.num_used_blocks() * self.block_size
         if self.pool.num_extra_refs == 0:   # no sharing: each request's filled slots are its own
-            filled, bs, get = 0, self.block_size, num_computed.get
-            for rid, table in self.block_tables.items():     # every step: a plain loop, no min() call
-                n, cap = get(rid, 0), len(table) * bs
-                filled += n if n < cap else cap
+            # sum over requests of min(computed, len(table) * block_size), every step: iterated in C (map)
+            tables, get = self.block_tables, num_computed.get
+            filled = sum(map(min, map(get, tables, repeat(0)), map(self.block_size.__mul__, map(len, tables.values()))))
         else:
             filled = sum(self.filled_per_block(num_computed))
         waste = 1.0 - filled / allocated if allocated else 0.0
