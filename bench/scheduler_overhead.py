@@ -154,6 +154,10 @@ def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
                     f"load average: {load_average()} (highest seen {load})", f"cpu: {describe_cpu()}"])
 
 
+def _load(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f}"
+
+
 def real_model_async_section(model, threads_list: list[int], batch: int, max_tokens: int, rounds: int) -> Section:
     """Sync vs async scheduling on the real model (default SmolLM2-135M-Instruct), batch ``batch``, greedy:
     interleaved ``generate`` rounds on the wall clock, once per torch thread count. On a 2-core machine one
@@ -168,7 +172,7 @@ def real_model_async_section(model, threads_list: list[int], batch: int, max_tok
         rows.append([str(real.threads), f"{sync.best:,.1f}", f"{sync.median:,.1f}", f"{fast.best:,.1f}",
                      f"{fast.median:,.1f}", f"{v.ratio:.3f}", f"{v.ratio_min:.3f} – {v.ratio_max:.3f}",
                      f"{v.direction} ({v.confidence})", "yes" if real.identical else "NO",
-                     f"{c.load_before} → {c.load_after}"])
+                     f"{_load(c.load_before)} → {_load(c.load_after)}"])
     return Section(f"Async vs sync scheduling on the real model ({model or 'SmolLM2-135M-Instruct'}), batch {batch}, "
                    f"{max_tokens} greedy tokens each",
                    ["torch threads", "sync tokens/s (best)", "sync tokens/s (median)", "async tokens/s (best)",
