@@ -11,7 +11,8 @@
 3. ``bench.spec``: speculative decoding speed-up vs k next to the Leviathan prediction (issue 4).
 4. ``bench.scheduler_overhead``: the engine's host time per step (deciding, sampling, bookkeeping,
    stats, events) vs running requests on the simulated accelerator, and the concurrency where it
-   saturates, with the engine's host-path optimisation off and on (issues 14 and 20).
+   saturates, with the engine's host-path optimisation off and on (issues 14 and 20); the host path per
+   request with the persistent batch and async scheduling, and async vs sync on the real model (issue 26).
 5. ``bench.llama_cpp_peer``: labkit fp32 / bf16 / ``weights="q4_1"`` next to llama.cpp F32 / BF16 / Q4_1,
    one thread, batch 1 and 16 (issue 20); skipped with a message when ``llama_cpp`` is not installed.
 6. ``bench.load_memory``: load time and resident memory, labkit vs ``transformers``, each in a fresh

@@ -19,7 +19,8 @@ usually had no collection; a full one scans the whole heap and lands in a few st
 concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog 2025-01-27) on
 the least-squares line through the rows' scheduler time. The host-path grid crosses the two switches of
 issue 26 (list-built vs persistent batch, sync vs async) at 1, 64 and 1,024 running requests, per request,
-best step and mean with the garbage collector on. When the engine has a host-path optimisation
+best step and mean with the garbage collector on; then sync vs async scheduling on the real model at
+batch 16 (SmolLM2-135M-Instruct, or ``--model``), on one and on two torch threads. When the engine has a host-path optimisation
 switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
 runs with it off and on, interleaved at each concurrency so a change in the machine's load hits both.
 """
@@ -153,6 +154,39 @@ def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
                     f"load average: {load_average()} (highest seen {load})", f"cpu: {describe_cpu()}"])
 
 
+def _load(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f}"
+
+
+def real_model_async_section(model, threads_list: list[int], batch: int, max_tokens: int, rounds: int) -> Section:
+    """Sync vs async scheduling on the real model (default SmolLM2-135M-Instruct), batch ``batch``, greedy:
+    interleaved ``generate`` rounds on the wall clock, once per torch thread count. On a 2-core machine one
+    torch thread leaves the scheduler's thread a core of its own; two share both cores with it."""
+    from labkit.labs.lab03_batching.overhead import real_model_async
+
+    rows = []
+    for threads in threads_list:
+        real = real_model_async(batch, max_tokens, rounds, model=model, threads=threads)
+        c = real.comparison
+        v, sync, fast = c.verdict, c.arms["sync"], c.arms["async"]
+        rows.append([str(real.threads), f"{sync.best:,.1f}", f"{sync.median:,.1f}", f"{fast.best:,.1f}",
+                     f"{fast.median:,.1f}", f"{v.ratio:.3f}", f"{v.ratio_min:.3f} – {v.ratio_max:.3f}",
+                     f"{v.direction} ({v.confidence})", "yes" if real.identical else "NO",
+                     f"{_load(c.load_before)} → {_load(c.load_after)}"])
+    return Section(f"Async vs sync scheduling on the real model ({model or 'SmolLM2-135M-Instruct'}), batch {batch}, "
+                   f"{max_tokens} greedy tokens each",
+                   ["torch threads", "sync tokens/s (best)", "sync tokens/s (median)", "async tokens/s (best)",
+                    "async tokens/s (median)", "async ÷ sync (median of rounds)", "range over rounds", "verdict",
+                    "identical greedy output", "load average (before → after)"], rows,
+                   [f"{rounds} interleaved rounds after one warm-up, wall clock (the forward's thread and the "
+                    "scheduler's thread overlap; a CPU clock would add them up); tokens/s = batch × tokens ÷ the "
+                    "generate call (prefill included)",
+                    "async: the forward and its sampling run on a worker thread, the next step is scheduled and the "
+                    "previous one applied meanwhile",
+                    "target (issue 26): async ≥ 1.0× sync, identical greedy output",
+                    f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
+
+
 def steady_decode_host(sizes: list[int], steps: int) -> None:
     """One JSON line per size: the host time of steady decode steps (wall and CPU, less the simulated
     runner's own time), on whatever labkit is importable. Self-contained: ``--against`` runs its source."""
@@ -236,6 +270,8 @@ def run(args: argparse.Namespace):
     yield section(f"{switch.name}={switch.off!r}", before)
     yield section(f"{switch.name}={switch.on!r} (measured interleaved with the row above)", after)
     yield host_path_grid([1, 64] if args.tiny else [1, 64, 1024], *((3, 1) if args.tiny else (20, 3)))
+    yield real_model_async_section(args.model, [1] if args.tiny else [1, 2],
+                                   *((2, 3, 2) if args.tiny else (16, 16, 3) if args.quick else (16, 32, 4)))
     remedy_sizes = [64] if args.tiny else [256, 1024] if args.quick else [256, 1024, 4096]
     yield from remedy_sections(remedy_sizes, *((3, 1) if args.tiny else (6, 2)))
 
@@ -247,8 +283,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--tiny", action="store_true", help="smoke mode: 1 and 64 running requests")
     p.add_argument("--against", default=None, metavar="DIR",
                    help="another labkit checkout to time against this one (before/after table)")
-    p.add_argument("--threads", type=int, default=1, help="accepted for bench's common flags (no model runs)")
-    p.add_argument("--model", default=None, help="accepted for bench's common flags (the sim is used)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="accepted for bench's common flags (the real-model async section runs 1 and 2 threads)")
+    p.add_argument("--model", default=None,
+                   help="the real-model async section's model (default SmolLM2-135M-Instruct; the rest uses the sim)")
     return p.parse_args(argv)
 
 

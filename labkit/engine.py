@@ -40,10 +40,11 @@ from labkit.scheduler_output import SampledTokens, SchedulerOutput, StepUpdate
 
 @dataclass(frozen=True)
 class InFlight:
-    """Async scheduling: a step whose forward was launched and whose tokens are not applied yet."""
+    """Async scheduling: a step whose forward was launched and whose tokens are not applied yet.
+    ``result``: its logits, or (the executor's worker samples too) its ``SampledTokens``."""
 
     decision: SchedulerOutput
-    logits: Future
+    result: Future
 
 
 class LLMEngine:
@@ -70,6 +71,10 @@ class LLMEngine:
         self.lock = threading.RLock()
         self.executor = InlineExecutor() if executor is None else executor
         self._in_flight: InFlight | None = None
+        # Async on a worker thread: the worker samples too (forward, then sampling, as a GPU engine samples
+        # on the device), so every torch call of a step runs on one thread and the host thread runs only
+        # Python (with two threads calling torch, each keeps its own OpenMP team of spinning threads).
+        self._sample_on_worker = getattr(self.executor, "threaded", False)
         # Async: finished requests whose sampler state a row in flight may still need (removed once
         # that step is sampled).
         self._retired: list[str] = []
@@ -189,7 +194,9 @@ class LLMEngine:
             device  |<------ forward N ------>|               |<------ forward N+1 ......
 
         Decode rows of N+1 whose token N is still producing carry a placeholder, filled in from N's
-        sampled tokens just before N+1 launches. Each call returns step N's outputs.
+        sampled tokens just before N+1 launches. Each call returns step N's outputs. With a worker
+        thread (the real model) the worker samples N right after its forward ("sample N" moves to the
+        device side); the simulator samples on the host, as drawn.
         """
         t0 = host_clock.now()
         decision = self.scheduler.schedule(self.clock())
@@ -198,16 +205,17 @@ class LLMEngine:
         prev, self._in_flight = self._in_flight, None
         sampled, wait_s, model_s, sample_s = SampledTokens(), 0.0, 0.0, 0.0
         if prev is not None:
-            logits, wait_s = self._await_forward(prev.logits)
+            result, wait_s = self._await_forward(prev.result)
             model_s = self.runner.last_model_s
             t2 = host_clock.now()
-            sampled = self._sample(prev.decision, logits)
+            sampled = result if self._sample_on_worker else self._sample(prev.decision, result)
             self._forget_retired()
             sample_s = host_clock.now() - t2
             self._host_elapsed(sample_s)
         decision.fill_placeholders(sampled)
         if decision.num_rows:
-            self._in_flight = InFlight(decision, self.executor.launch(self.runner.execute, decision))
+            job = self._forward_and_sample if self._sample_on_worker else self.runner.execute
+            self._in_flight = InFlight(decision, self.executor.launch(job, decision))
         t3 = host_clock.now()
         outputs: list[StepOutput] = []
         if prev is not None:
@@ -221,6 +229,12 @@ class LLMEngine:
         self.step_count += 1
         self._end_step(decision, model_s, host_s=(t1 - t0, sample_s, sample_s + after_s), wait_s=wait_s)
         return outputs
+
+    def _forward_and_sample(self, decision: SchedulerOutput) -> SampledTokens:
+        """The worker thread's job (async): the forward, then its sampling. The sampler's state it reads
+        (parameters, generators) was registered before the decision was made and is removed only after
+        this job is awaited (``_forget_retired``)."""
+        return self._sample(decision, self.runner.execute(decision))
 
     def _sample(self, decision: SchedulerOutput, logits) -> SampledTokens:
         """Tokens for the decision's logits rows: a columnar decode step (persistent batch) is sampled

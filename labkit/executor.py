@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import torch
+
 
 class InlineExecutor:
+    threaded = False
+
     def launch(self, execute, decision) -> Future:
         done: Future = Future()
         done.set_result(execute(decision))
@@ -20,9 +24,20 @@ class InlineExecutor:
 
 
 class WorkerThreadExecutor:
+    threaded = True         # the engine hands it the sampling too: all torch work on one thread
+
     def __init__(self) -> None:
         # Threads start on the first launch and end when the executor is garbage-collected.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labkit-forward")
 
     def launch(self, execute, decision) -> Future:
-        return self._pool.submit(execute, decision)
+        return self._pool.submit(self._run, execute, decision, torch.get_num_threads())
+
+    @staticmethod
+    def _run(execute, decision, num_threads: int):
+        # A thread keeps the torch thread count of its first torch call: follow the caller's, or a
+        # torch.set_num_threads after the worker started would never reach the forward (measured here: with
+        # the worker started on 1 thread and the caller on 2, async ran at 0.57x sync).
+        if torch.get_num_threads() != num_threads:
+            torch.set_num_threads(num_threads)
+        return execute(decision)

@@ -53,16 +53,25 @@ class ScheduledRequest:
 @dataclass
 class DecodeColumns:
     """A step whose every row is a steady decode row, kept as columns (``EngineConfig(persistent_batch=True)``):
-    row i computes ``token_ids[i]`` at position ``starts[i]`` of ``request_ids[i]``, writes its K/V to
-    ``slots[i]``, reads its context through ``block_tables[i]`` and wants one logits row. Nothing is
+    row i computes ``token_ids[i]`` at position ``starts[i]`` of ``request_ids[i]``, reads its context
+    through ``block_tables[i]``, writes its K/V to ``slots[i]`` and wants one logits row. Nothing is
     built per request; ``SchedulerOutput.scheduled`` turns the columns into ``ScheduledRequest`` rows
-    for whoever asks (the same values)."""
+    for whoever asks (the same values).
 
+    ``slots`` is computed when read, from the tables and positions (``table[p // bs] * bs + p % bs``, the
+    KV manager's ``slot``): a table handed out never changes, and the persistent batch computes the
+    slots itself, vectorised, so the common decode step does not compute them one by one."""
+
+    block_size: int = 1                 # of the layout the tables address (the KV manager's meta_block_size)
     request_ids: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)
     block_tables: list[Sequence[int]] = field(default_factory=list)
+
+    @property
+    def slots(self) -> list[int]:
+        bs = self.block_size
+        return [table[p // bs] * bs + p % bs for table, p in zip(self.block_tables, self.starts)]
 
     def rows(self) -> list[ScheduledRequest]:
         return [ScheduledRequest(rid, (token,), start, 0, "decode", table, (slot,), 1) for rid, token, start, slot, table
@@ -109,14 +118,17 @@ class SchedulerOutput:
         the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
         if not self.placeholder_rows:
             return
-        last = sampled.last_tokens()
         if self.columns is not None:
             ids, tokens = self.columns.request_ids, self.columns.token_ids
-            for i in self.placeholder_rows:
-                tokens[i] = last[ids[i]]
+            if len(self.placeholder_rows) == len(ids) and ids == sampled.row_ids:
+                tokens[:] = sampled.row_tokens      # steady async decode: the same requests, in the same order
+            else:
+                last = sampled.last_tokens()
+                for i in self.placeholder_rows:
+                    tokens[i] = last[ids[i]]
             self.rows = []                  # rebuilt from the filled columns if asked for
         else:
-            rows = self.rows
+            last, rows = sampled.last_tokens(), self.rows
             for i in self.placeholder_rows:
                 rows[i].token_ids = (last[rows[i].request_id],)
         self.placeholder_rows = []

@@ -111,6 +111,10 @@ class ContiguousKVManager:
     def fork(self, parent_id: str, child_id: str) -> None:
         raise ValueError("parallel sampling (n > 1) shares blocks and needs kv_cache='paged'")
 
+    def decode_table(self, request_id: str, position: int) -> None:
+        """No shortcut: a contiguous region's table grows with every token (``allocate_slots``)."""
+        return None
+
     def take_pending_copies(self) -> list[tuple[int, int]]:
         return []
 

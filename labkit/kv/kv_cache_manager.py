@@ -13,6 +13,8 @@ raise its ``ref_cnt``; writing into a shared partly-filled block first copies it
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from labkit.hooks import BlockMapSnapshot, KVWaste
 from labkit.kv.block_pool import BlockPool
 
@@ -111,7 +113,7 @@ class KVCacheManager:
         computed_blocks = computed_blocks or []
         need = self.blocks_needed(num_computed_tokens + num_new_tokens) - len(table) - len(computed_blocks)
         cow = self._needs_copy(table, num_computed_tokens)
-        if need + cow > self.pool.num_free_blocks() - self._revived(computed_blocks):
+        if need + cow > self.pool.num_free_blocks() - (self._revived(computed_blocks) if computed_blocks else 0):
             return None
         if computed_blocks:
             self.pool.share(computed_blocks)
@@ -123,6 +125,15 @@ class KVCacheManager:
             new += self._copy_on_write(table, num_computed_tokens // self.block_size)
         self.block_tables[request_id] = table + new[:max(need, 0)]
         return new
+
+    def decode_table(self, request_id: str, position: int) -> list[int] | None:
+        """The request's table when the token at ``position`` already has a slot of its own (room left in
+        its last block, nothing shared): then ``allocate_slots(rid, position, 1)`` would allocate nothing.
+        None otherwise (ask ``allocate_slots``). The common decode row's whole allocation check."""
+        table = self.block_tables.get(request_id)
+        if table is not None and position < len(table) * self.block_size and not self.pool.num_extra_refs:
+            return table
+        return None
 
     def _revived(self, blocks: list[int]) -> int:
         """Hit blocks that currently sit in the free queue stop being free when shared."""
@@ -207,10 +218,9 @@ class KVCacheManager:
         """Share of allocated token slots that hold no computed K/V (paged: the blocks' tails)."""
         allocated = self.pool.num_used_blocks() * self.block_size
         if self.pool.num_extra_refs == 0:   # no sharing: each request's filled slots are its own
-            filled, bs, get = 0, self.block_size, num_computed.get
-            for rid, table in self.block_tables.items():     # every step: a plain loop, no min() call
-                n, cap = get(rid, 0), len(table) * bs
-                filled += n if n < cap else cap
+            # sum over requests of min(computed, len(table) * block_size), every step: iterated in C (map)
+            tables, get = self.block_tables, num_computed.get
+            filled = sum(map(min, map(get, tables, repeat(0)), map(self.block_size.__mul__, map(len, tables.values()))))
         else:
             filled = sum(self.filled_per_block(num_computed))
         waste = 1.0 - filled / allocated if allocated else 0.0

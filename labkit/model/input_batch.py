@@ -154,8 +154,8 @@ class InputBatch:
                     continue
                 table = tables[i]
                 start = len(table) - len(new)
-                if not set(new) <= set(table[start:]):
-                    start = 0
+                if table[start:] != new and not set(new) <= set(table[start:]):
+                    start = 0                 # not appended at the end (a copy-on-write target): the whole row
                 changed[i] = min(changed.get(i, start), start)
         if changed:
             rows, cols, values = [], [], []

@@ -47,6 +47,7 @@ from labkit.scheduler_output import (
 )
 
 _PREEMPTED = RequestStatus.PREEMPTED
+_RUNNING = RequestStatus.RUNNING
 _FINISHED_VALUES = frozenset(s.value for s in RequestStatus if s.finished)
 
 
@@ -112,7 +113,7 @@ class ContinuousScheduler:
     # -- one step: decide ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         """This step's decision (``now``: the engine's clock, stamped on first-scheduled requests)."""
-        out = SchedulerOutput(columns=DecodeColumns() if self.columnar else None)
+        out = SchedulerOutput(columns=DecodeColumns(self.kv.meta_block_size) if self.columnar else None)
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted and self.waiting:
             budget = self._schedule_waiting(out, budget, now)
@@ -123,6 +124,10 @@ class ContinuousScheduler:
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         i = 0
         while i < len(self.running) and budget > 0:
+            if out.columns is not None:       # persistent batch: runs of steady decode rows in one tight loop
+                i, budget = self._schedule_decode_rows(out, i, budget)
+                if i >= len(self.running) or budget <= 0:
+                    break
             req = self.running[i]
             # Inline (every running request, every step): tokens known or in flight, less those computed
             # or in flight; capped by the budget and max_model_len.
@@ -140,6 +145,53 @@ class ContinuousScheduler:
             budget -= num_new
             i += 1
         return budget
+
+    def _schedule_decode_rows(self, out: SchedulerOutput, i: int, budget: int) -> tuple[int, int]:
+        """The common case of ``_schedule_running`` with the persistent batch, in one loop with no call per
+        request (but ``decode_table``): running requests from ``i`` on whose next row is a steady decode
+        row go into the columns exactly as ``_allocate_or_preempt`` + ``_add_row`` would put them (the
+        same row, blocks and in-flight counts). Returns (the first request it leaves to the general path,
+        the budget left): one that prefills, verifies drafts, or needs a block the pool cannot give."""
+        running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
+        cols = out.columns
+        rids, tokens, starts, tables = cols.request_ids, cols.token_ids, cols.starts, cols.block_tables
+        n = len(running)
+        while i < n and budget > 0:
+            req = running[i]
+            start = req.num_computed_tokens + req.num_inflight_tokens
+            known = req.all_token_ids
+            num_known, placeholders = len(known), req.num_output_placeholders
+            # Steady decode: one token to compute (the last one known or in flight), no drafts, room in
+            # max_model_len, past the prompt (an output token, or one in flight).
+            if (num_known + placeholders - start != 1 or req.spec_token_ids or start >= max_model_len
+                    or not (placeholders or req.output_token_ids)):
+                break
+            if placeholders and (len(req.output_token_ids) + placeholders >= req.sampling_params.max_tokens
+                                 or num_known + placeholders >= max_model_len):
+                i += 1                        # _last_token_in_flight: it ends when that token is applied
+                continue
+            rid = req.request_id
+            table = decode_table(rid, start)
+            if table is None:                 # a new block (or a copy): _allocate_or_preempt's success path
+                blocks = self.kv.allocate_slots(rid, start, 1)
+                if blocks is None:
+                    break                     # the pool is dry: preemption, in the general path
+                if blocks:
+                    out.new_blocks.setdefault(rid, []).extend(blocks)
+                table = self.kv.block_table(rid)
+            req.num_inflight_tokens += 1
+            req.num_output_placeholders = placeholders + 1
+            if start < num_known:
+                tokens.append(known[start])
+            else:                             # async: the token the step in flight is sampling
+                out.placeholder_rows.append(len(rids))
+                tokens.append(PLACEHOLDER)
+            rids.append(rid)
+            starts.append(start)
+            tables.append(table)
+            budget -= 1
+            i += 1
+        return i, budget
 
     def _last_token_in_flight(self, req: Request) -> bool:
         return (len(req.output_token_ids) + req.num_output_placeholders >= req.sampling_params.max_tokens
@@ -170,7 +222,6 @@ class ContinuousScheduler:
                 cols.request_ids.append(rid)
                 cols.token_ids.append(token)
                 cols.starts.append(start)
-                cols.slots.append(self.kv.slot(rid, start))
                 cols.block_tables.append(table)
             else:
                 out.rows.append(ScheduledRequest(rid, (token,), start, 0, "decode", table,
@@ -304,13 +355,18 @@ class ContinuousScheduler:
                 continue
             req.num_output_placeholders -= 1
             status = req.status
-            if status is not _PREEMPTED:
+            if status is _RUNNING:           # most rows: one test instead of two
                 req.num_inflight_tokens -= 1
                 req.num_computed_tokens += 1
-            if status._value_ in _FINISHED_VALUES:
-                skipped.append(i)            # the wasted row after a stop (async)
-                continue
-            req.output_token_ids.append(token)
+            else:
+                if status is not _PREEMPTED:
+                    req.num_inflight_tokens -= 1
+                    req.num_computed_tokens += 1
+                if status._value_ in _FINISHED_VALUES:
+                    skipped.append(i)        # the wasted row after a stop (async)
+                    continue
+            output = req.output_token_ids
+            output.append(token)
             req.all_token_ids.append(token)
             req.token_times.append(now)
             if req.first_token_time is None:
@@ -321,7 +377,7 @@ class ContinuousScheduler:
                 self.kv.cache_blocks(rid, req.all_token_ids, req.num_computed_tokens)
             if token in req.stop_token_ids:
                 status = RequestStatus.FINISHED_STOPPED
-            elif len(req.output_token_ids) >= req.sampling_params.max_tokens or len(req.all_token_ids) >= max_model_len:
+            elif len(output) >= req.sampling_params.max_tokens or len(req.all_token_ids) >= max_model_len:
                 status = RequestStatus.FINISHED_LENGTH
             else:
                 continue

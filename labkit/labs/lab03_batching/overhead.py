@@ -360,19 +360,29 @@ class RealAsync:
     max_tokens: int
     comparison: object          # labkit.labs.common.measure.Comparison, quantity="speed", async vs sync
     identical: bool
+    threads: int = 1            # torch intra-op threads of the forward (the host thread comes on top)
 
 
-def real_model_async(batch: int = 16, max_tokens: int = 24, rounds: int = 3, model=None) -> RealAsync:
+def real_model_async(batch: int = 16, max_tokens: int = 24, rounds: int = 3, model=None,
+                     threads: int | None = None) -> RealAsync:
     """Both engines built once, then ``generate`` of one batch alternately (warm-up dropped). The clock is
     the wall clock: async scheduling runs the forward on a second thread, so CPU time (which adds both
-    threads up) would hide exactly the overlap being measured."""
+    threads up) would hide exactly the overlap being measured. ``threads``: torch's intra-op threads
+    (default: the labs' ``measure_threads()``); with async the scheduler's thread runs beside them."""
+    import torch
+
     from labkit import LLM
     from labkit.labs.common.measure import compare, measuring, wall_clock
 
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     prompts = [f"Request {i}: write one sentence about the number {i}." for i in range(batch)]
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     wall = wall_clock("time.perf_counter（墙钟 wall clock：前向线程和主机线程重叠 / the two threads overlap）")
     with measuring():
+        if threads is not None:
+            torch.set_num_threads(threads)            # measuring() restores the count afterwards
+        threads = torch.get_num_threads()
         llms = {flag: LLM(model, config=EngineConfig(max_num_seqs=batch, async_scheduling=flag), progress=False)
                 for flag in (False, True)}
 
@@ -381,4 +391,4 @@ def real_model_async(batch: int = 16, max_tokens: int = 24, rounds: int = 3, mod
         c = compare({"sync": arm(False), "async": arm(True)}, baseline="sync", rounds=rounds, warmup=1, clock=wall,
                     quantity="speed", work=lambda name, out: batch * max_tokens, id="lab03_async_real",
                     claim=("异步调度的吞吐（真实模型）", "async scheduling throughput (real model)"))
-    return RealAsync(batch, max_tokens, c, c.results["sync"] == c.results["async"])
+    return RealAsync(batch, max_tokens, c, c.results["sync"] == c.results["async"], threads)
