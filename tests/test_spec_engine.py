@@ -97,18 +97,24 @@ def test_spec_metrics_follow_their_definitions(prompts):
 @pytest.mark.slow
 def test_sampled_output_distribution_is_the_targets_end_to_end(llm):
     """Temperature 1 with n-gram drafts: the first token produced by verification (the 2nd output
-    token) follows the model's own p(x2 | prompt, x1). Prefix caching makes many requests cheap;
+    token) follows the model's own p(x2 | prompt, x1). Prefix caching makes many requests cheap: blocks
+    of 4 tokens give the short prompt full blocks to share, and one request served first puts them in
+    the cache (requests admitted in the same step cannot share blocks none of them has computed).
     max_tokens=3 leaves room for one draft after x1 (a draft must leave room for the bonus token).
-    About 30 s on 2 cores. Mutation check: recovering from p instead of max(0, p - q) after a
-    rejection fails it (chi-square 64 over 25 cells)."""
+    Mutation check: recovering from p instead of max(0, p - q) after a rejection fails it (chi-square
+    64 over 25 cells)."""
     prompt = llm.tokenizer.encode("one two three four five one two three four five one two three four")
     n = 800
-    spec = LLM(config=EngineConfig(enable_prefix_caching=True, max_num_seqs=256, max_num_batched_tokens=2048,
+    spec = LLM(config=EngineConfig(enable_prefix_caching=True, block_size=4, max_num_seqs=256,
+                                   max_num_batched_tokens=2048,
                                    speculative=SpecConfig(method="ngram", num_speculative_tokens=3)),
                progress=False)
+    spec.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1), chat=False)
     outs = spec.generate([prompt] * n, [SamplingParams(temperature=1.0, max_tokens=3, seed=i) for i in range(n)],
                          chat=False)
     assert spec.engine.stats()["spec_decode_num_drafts"] > n // 5, "many requests must verify a draft"
+    stats = spec.engine.stats()
+    assert stats["prefix_cache_hits"] >= n * (len(prompt) - 4), "every request shares the prompt's cached blocks"
     pairs = Counter(tuple(o.token_ids[:2]) for o in outs)
     expected = joint_probabilities(llm, prompt, {x1 for x1, _ in pairs})
     cells, observed, probs = [], [], []
