@@ -35,23 +35,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.browser_util import (  # noqa: E402
+    CLOSE_AND_SHUTDOWN_JS,
+    OPEN_AND_RUN_ALL_JS,
     PageErrors,
     block_external_requests,
     free_port,
+    jupyterlab_command,
     launch_chromium,
     missing_browser_reason,
     start_server,
 )
 
-RUN_ALL_JS = """async (path) => {
-    const app = window.jupyterapp;
-    const panel = await app.commands.execute("docmanager:open", {path, factory: "Notebook"});
-    await panel.context.ready;
-    await panel.sessionContext.ready;
-    app.shell.activateById(panel.id);
-    await app.commands.execute("notebook:run-all-cells");
-    return panel.content.widgets.length;
-}"""
 CELLS_JS = """(path) => {
     const app = window.jupyterapp;
     const panel = Array.from(app.shell.widgets("main")).find(w => w.context?.path === path);
@@ -78,17 +72,6 @@ RUN_CELLS_JS = """async ([path, indices, source]) => {
     const last = nb.widgets[indices[indices.length - 1]];
     return last.node.querySelector(".jp-OutputArea")?.innerText || "";
 }"""
-CLOSE_JS = """async (path) => {
-    const app = window.jupyterapp;
-    for (const widget of Array.from(app.shell.widgets("main"))) {
-        if (widget.context?.path === path) {
-            await widget.sessionContext.shutdown();
-            widget.dispose();
-        }
-    }
-}"""
-
-
 def _spin() -> None:
     while True:
         pass
@@ -150,7 +133,7 @@ def expected_name(source: str) -> str | None:
 
 def run_lab(page, rel: str, out: Path, subs: dict) -> str:
     started = time.perf_counter()
-    page.evaluate(RUN_ALL_JS, rel)
+    page.evaluate(OPEN_AND_RUN_ALL_JS, [rel, True])
     wall = time.perf_counter() - started
     cells = page.evaluate(CELLS_JS, rel)
     lines = [f"# {rel}: Run All in {wall:.1f} s", ""]
@@ -184,7 +167,7 @@ def run_lab(page, rel: str, out: Path, subs: dict) -> str:
             text = page.evaluate(RUN_CELLS_JS, [rel, [write, check], as_cell_source(fn, want)])
             lines += [f"## {name}: {label} ({fn.__name__})", "```", text.strip()[:2500], "```", ""]
     lines.insert(1, f"problems: {problems or 'none'}")
-    page.evaluate(CLOSE_JS, rel)
+    page.evaluate(CLOSE_AND_SHUTDOWN_JS, rel)
     return "\n".join(lines)
 
 
@@ -212,13 +195,6 @@ def main() -> None:
         for extra in ("dashboards",):
             if (REPO / "labs" / extra).exists():
                 shutil.copytree(REPO / "labs" / extra, work / extra)
-        settings = tmp / "lab-settings" / "@jupyterlab"
-        (settings / "docmanager-extension").mkdir(parents=True)
-        (settings / "docmanager-extension" / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
-        (settings / "notebook-extension").mkdir(parents=True)     # every cell in the page, as a learner scrolls to it
-        (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-        (settings / "apputils-extension").mkdir(parents=True)
-        (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
         env = dict(os.environ, PYTHONPATH=str(REPO), LABKIT_RESULTS=str(work / "results"),
                    JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
                    IPYTHONDIR=str(tmp / "ipython"))
@@ -226,12 +202,8 @@ def main() -> None:
         if args.fast:
             env["LABKIT_FAST"] = "1"
         port = free_port()
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}",
-               "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
-               "--ServerApp.allow_root=True", f"--ServerApp.root_dir={work}", "--LabApp.expose_app_in_browser=True",
-               f"--LabApp.user_settings_dir={tmp / 'lab-settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-               f"--FileCheckpoints.root_dir={tmp / 'checkpoints'}",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        # every cell in the page (no windowing), as a learner scrolls to it
+        cmd = jupyterlab_command(port, work, tmp, {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
         server = start_server("jupyterlab", cmd, f"http://127.0.0.1:{port}/", tmp / "lab.log", env, work,
                               probe_url=f"http://127.0.0.1:{port}/api")
         spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]

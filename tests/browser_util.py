@@ -214,3 +214,47 @@ def wait_until(predicate, timeout: float, interval: float = 0.25, what: str = "c
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def jupyterlab_command(port: int, root: Path, state: Path, settings: dict[str, dict] | None = None) -> list[str]:
+    """JupyterLab serving ``root`` on loopback with its state (settings, workspaces, checkpoints) under
+    ``state``: no autosave (outputs are never written), no news toast, root allowed (CI containers often
+    run as root), the app exposed to the page's JavaScript. ``settings``: more plugin settings,
+    ``{"@jupyterlab/notebook-extension:tracker": {...}}``."""
+    import json
+
+    chosen = {"@jupyterlab/docmanager-extension:plugin": {"autosave": False},
+              "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}, **(settings or {})}
+    for plugin, values in chosen.items():
+        package, _, name = plugin.rpartition(":")
+        folder = state / "lab-settings" / package
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
+    return [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}",
+            "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
+            "--ServerApp.allow_root=True", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+            f"--LabApp.user_settings_dir={state / 'lab-settings'}", f"--LabApp.workspaces_dir={state / 'workspaces'}",
+            f"--FileCheckpoints.root_dir={state / 'checkpoints'}",   # no .ipynb_checkpoints beside the notebooks
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+
+
+# JupyterLab (``--LabApp.expose_app_in_browser``): open a notebook and run all its cells (awaiting the
+# run when ``wait``), and close it with its kernel shut down, without saving.
+OPEN_AND_RUN_ALL_JS = """async ([path, wait]) => {
+    const app = window.jupyterapp;
+    const panel = await app.commands.execute("docmanager:open", {path, factory: "Notebook"});
+    await panel.context.ready;
+    await panel.sessionContext.ready;
+    app.shell.activateById(panel.id);
+    const done = app.commands.execute("notebook:run-all-cells");   // resolves when every cell has run
+    if (wait) await done;
+}"""
+CLOSE_AND_SHUTDOWN_JS = """async (path) => {
+    const app = window.jupyterapp;
+    for (const widget of Array.from(app.shell.widgets("main"))) {
+        if (widget.context?.path === path) {
+            await widget.sessionContext.shutdown();
+            widget.dispose();   // no "save changes?" dialog: the outputs must not be saved
+        }
+    }
+}"""

@@ -24,11 +24,14 @@ from pathlib import Path
 import pytest
 
 from tests.browser_util import (
+    CLOSE_AND_SHUTDOWN_JS,
+    OPEN_AND_RUN_ALL_JS,
     VOILA_FLAGS,
     PageErrors,
     block_external_requests,
     canvas_signature,
     free_port,
+    jupyterlab_command,
     kernel_pids,
     launch_chromium,
     missing_browser_reason,
@@ -87,20 +90,7 @@ def voila(tmp_path):
 @pytest.fixture
 def lab(tmp_path):
     port = free_port()
-    settings = tmp_path / "lab-settings" / "@jupyterlab" / "docmanager-extension"
-    settings.mkdir(parents=True)
-    (settings / "plugin.jupyterlab-settings").write_text('{"autosave": false}')   # never write outputs
-    news = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')   # no news toast
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}",
-           "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
-           "--ServerApp.allow_root=True",   # CI containers often run as root
-           f"--ServerApp.root_dir={REPO}", "--LabApp.expose_app_in_browser=True",
-           f"--LabApp.user_settings_dir={tmp_path / 'lab-settings'}",
-           f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-           f"--FileCheckpoints.root_dir={tmp_path / 'checkpoints'}",   # no .ipynb_checkpoints in labs/
-           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    cmd = jupyterlab_command(port, REPO, tmp_path)
     server = start_server("jupyterlab", cmd, f"http://127.0.0.1:{port}/", tmp_path / "lab.log", server_env(tmp_path),
                           REPO, probe_url=f"http://127.0.0.1:{port}/api")
     yield server
@@ -167,24 +157,6 @@ def test_leaving_the_voila_page_mid_run_shuts_its_kernel_down(voila, page_in):
 
 
 LAB01 = REPO / "labs" / "01_kv_cache.ipynb"
-OPEN_AND_RUN_ALL_JS = """async ([path, wait]) => {
-    const app = window.jupyterapp;
-    const panel = await app.commands.execute("docmanager:open", {path, factory: "Notebook"});
-    await panel.context.ready;
-    await panel.sessionContext.ready;
-    app.shell.activateById(panel.id);
-    const done = app.commands.execute("notebook:run-all-cells");   // resolves when every cell has run
-    if (wait) await done;
-}"""
-CLOSE_AND_SHUTDOWN_JS = """async (path) => {
-    const app = window.jupyterapp;
-    for (const widget of Array.from(app.shell.widgets("main"))) {
-        if (widget.context?.path === path) {
-            await widget.sessionContext.shutdown();
-            widget.dispose();   // no "save changes?" dialog: the outputs must not be saved
-        }
-    }
-}"""
 STATUS_OF = "(el) => el.querySelector('.lk-status').textContent"
 SCRUB_AWAY_JS = """(el) => {   // to the other end of the run from the step shown now
     const slider = el.querySelector('.lk-scrub-slider');

@@ -317,3 +317,11 @@ def test_the_printed_range_always_holds_the_headline():
     assert v.ratio_max == 1.2 and v.confidence == "within noise"
     v = verdict_from_ratios([1.2, 1.4])
     assert (v.ratio_min, v.ratio_max) == (1.2, 1.4)
+
+
+def test_a_comparison_prints_its_loads_to_one_decimal():
+    from labkit.labs.common.measure import compare
+
+    loads = iter([3.248046875, None])
+    c = compare({"a": lambda: None, "b": lambda: None}, baseline="a", rounds=2, warmup=0, load=lambda: next(loads))
+    assert c.loads == "3.2 → ?"

@@ -494,6 +494,11 @@ class Comparison:
     cpu: str
 
     @property
+    def loads(self) -> str:
+        """The load averages before and after, as a caption prints them: "1.2 → 3.4" (? if unknown)."""
+        return " → ".join("?" if x is None else f"{x:.1f}" for x in (self.load_before, self.load_after))
+
+    @property
     def verdict(self) -> Verdict:
         if len(self.verdicts) != 1:
             raise ValueError(f"this comparison has {len(self.verdicts)} candidates; use verdicts[name]")

@@ -152,9 +152,9 @@ def real_async_table(real: RealAsync) -> Table:
     body = [[name, f"{a.best:,.1f}", f"{a.median:,.1f}", " / ".join(f"{v:,.1f}" for v in a.values)] for name, a in c.arms.items()]
     return Table([t("调度", "scheduling"), t("最好 token/s", "best tokens/s"), t("中位 token/s", "median tokens/s"),
                   t("每轮", "each round")], body,
-                 caption=t(f"真实 CPU 模型，批 {real.batch}，每个请求 {real.max_tokens} 个 token（墙钟，两条线程真的重叠；负载 {_load(c.load_before)} → {_load(c.load_after)}）",
+                 caption=t(f"真实 CPU 模型，批 {real.batch}，每个请求 {real.max_tokens} 个 token（墙钟，两条线程真的重叠；负载 {c.loads}）",
                            f"Real CPU model, batch {real.batch}, {real.max_tokens} tokens each (wall clock: the two threads really "
-                           f"overlap; load {_load(c.load_before)} → {_load(c.load_after)})"))
+                           f"overlap; load {c.loads})"))
 
 
 def real_async_sentence(real: RealAsync) -> str:
@@ -166,8 +166,3 @@ def real_async_sentence(real: RealAsync) -> str:
         same=("真实模型上异步调度的吞吐和同步一样（{ratio}）：CPU 上一步的模型计算远长于主机工作，能藏起来的很少",
               "on the real model async scheduling gives the synchronous throughput ({ratio}x): a CPU forward is far longer than "
               "the host work, so there is little to hide")) + " " + same_tokens
-
-
-def _load(x: float | None) -> str:
-    """A load average as the labs print it (one decimal); ``?`` when it could not be read."""
-    return "?" if x is None else f"{x:.1f}"

@@ -88,9 +88,9 @@ def fixed_shape_table(r: FixedShapeResult) -> Table:
                  caption=t(f"为固定形状构建 vs 动态形状：{r.num_layers} 层的解码稠密部分，{len(r.trace)} 步的批大小轨迹，"
                            f"桶 {'/'.join(map(str, r.buckets))}", f"Fixed shapes vs dynamic shapes: the dense decode step of "
                            f"{r.num_layers} layers, a {len(r.trace)}-step batch trace, buckets {'/'.join(map(str, r.buckets))}"),
-                 notes=[t(f"计时：{c.clock}，交替轮次；负载 {_load(c.load_before)} → {_load(c.load_after)}，{c.cores} 核。固定形状一行的真实行与 eager "
+                 notes=[t(f"计时：{c.clock}，交替轮次；负载 {c.loads}，{c.cores} 核。固定形状一行的真实行与 eager "
                           f"最大相差 {r.max_abs_diff:.1e}（补齐的行算完就丢）。",
-                          f"Clock: {c.clock}, interleaved rounds; load {_load(c.load_before)} → {_load(c.load_after)}, {c.cores} cores. "
+                          f"Clock: {c.clock}, interleaved rounds; load {c.loads}, {c.cores} cores. "
                           f"The fixed arm's real rows differ from eager's by at most {r.max_abs_diff:.1e} (padded rows "
                           "are computed and dropped).")])
 
@@ -347,8 +347,3 @@ def summary_table(rows: list[AblationRow], workloads: list[str], points: list[Lo
                  t("本次实测（/metrics 与每步事件）", "measured here (/metrics and step events)")])
     return Table([t("要记住的数", "number to remember"), t("数值", "value"), t("来源", "source")], body,
                  caption=t("小结", "Summary"))
-
-
-def _load(x: float | None) -> str:
-    """A load average as the labs print it (one decimal); ``?`` when it could not be read."""
-    return "?" if x is None else f"{x:.1f}"
