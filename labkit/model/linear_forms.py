@@ -12,19 +12,24 @@ caches the table on disk keyed by the CPU, torch's version and the thread count
 
 The exactness gate (`exact_forms`): every candidate computes the same fp32 products, but kernels
 split the reduction differently, and a different split can change the last bit of a sum. The gate
-runs each form on `order_probe` (weights whose sums come out differently under
-any other split) and keeps a form at T rows only if every row it returns has bits that ``F.linear``
-itself gives that row at some row count, i.e. bits transformers' own ``F.linear`` computes in some
-batch shape. Forms that would need a second copy of every weight (a contiguous transposed copy,
-oneDNN's prepacked weight) are measured by ``bench.linear_rows`` but are not candidates; on the AMX Xeon
-measured, the gate rejects oneDNN's at every row count and the transposed copy's at one row.
+runs each form on `order_probe` (weights whose sums come out differently under any other split) and
+keeps a form at T rows by one of two rules. (1) Every row it returns has bits that ``F.linear`` itself
+gives that row at some row count, i.e. bits transformers' own ``F.linear`` computes in some batch
+shape: the PyTorch forms. (2) A form with an order of its own, labkit's C kernel
+(``labkit.model.native``, offered only where it builds), must instead be row-invariant (a row gets
+the same bits at every row count and batch position, which no ``F.linear`` gives) and at least as
+accurate as ``F.linear`` on random data. Its bits differ from transformers' in the last places, as
+MKL's differ from one CPU to the next; greedy parity with transformers is token-level in fp32 and
+tested with whatever the probe chooses (tests/test_parity.py). Forms that would need a second copy
+of every weight (a contiguous transposed copy, oneDNN's prepacked weight) are measured by
+``bench.linear_rows`` but are not candidates.
 
-What the gate does not give in fp32, measured on a Xeon with AMX (torch 2.13, MKL): the same bits
+What rule 1 does not give in fp32, measured on a Xeon with AMX (torch 2.13, MKL): the same bits
 for a row at every row count. The one-row kernel (a gemv) sums in one order, ``F.linear`` at 2..15
-rows in a second, and every multi-row ``(W @ xᵀ)ᵀ`` and ``F.linear`` at 16 or more rows in a third;
-getting one order everywhere would cost a one-row step about 2x (``(W @ xᵀ)ᵀ`` of a pair). That was
-already so before the probe; greedy parity with transformers and speculative equality are
-token-level in fp32 and tested (tests/test_parity.py, tests/test_spec_engine.py). bf16 keeps its own
+rows in a second, and every multi-row ``(W @ xᵀ)ᵀ`` and ``F.linear`` at 16 or more rows in a third.
+Where the probe picks the C kernel at every row count (as on the AMD EPYC measured, where it is the
+fastest form at 1..16 rows), decode and verification rows are bit-identical. Speculative equality
+in fp32 is token-level and tested either way (tests/test_spec_engine.py). bf16 keeps its own
 rule in ``labkit.model.llama`` (bit-level row invariance, needed there).
 
 Tests and demonstrations can fix the choice: ``with forced("F.linear"): ...`` (or the environment
@@ -45,6 +50,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from labkit.model import native
 from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
@@ -58,7 +64,7 @@ PROBE_BYTES = 1 << 30
 MARGIN = 0.03               # another form must beat F.linear by more than this to replace it
 PROBE_ROUNDS = 2            # interleaved rounds after a warm-up; the minimum of each form counts
 DEFAULT_FORM = "F.linear"
-FORMS_VERSION = 3           # part of the cache key: bump when FORMS or the gate change
+FORMS_VERSION = 4           # part of the cache key: bump when FORMS or the gate change
 ENV = "LABKIT_LINEAR_FORM"
 
 
@@ -89,6 +95,7 @@ def _w_xt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 PAIR = " of a pair"
+NATIVE = "C kernel"         # labkit.model.native: a candidate only where it builds on this machine
 
 # Candidate forms: each computes x @ Wᵀ for x [T, in] and W [out, in] as the model stores it.
 FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -96,7 +103,15 @@ FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "(W @ xᵀ)ᵀ": _w_xt,
     "F.linear" + PAIR: _pair(F.linear),
     "(W @ xᵀ)ᵀ" + PAIR: _pair(_w_xt),
+    NATIVE: native.linear_rows,
 }
+# Forms that sum in an order of their own, admitted by the gate's second rule (row invariance).
+OWN_ORDER = frozenset({NATIVE})
+
+
+def candidates() -> list[str]:
+    """The forms this machine can run: all of FORMS, less the C kernel where it does not build."""
+    return [name for name in FORMS if name != NATIVE or native.available()]
 
 _lock = threading.Lock()
 _table: dict[tuple, str] = {}            # (shape, rows, threads) -> form name
@@ -117,9 +132,16 @@ def probe_rows(in_features: int, rows: int = 24) -> torch.Tensor:
 def exact_forms(out_features: int, in_features: int, max_rows: int = MAX_ROWS,
                 forms: dict | None = None) -> dict[int, list[str]]:
     """{rows: forms that pass the gate at that row count} for an fp32 weight of this shape, with the
-    current thread count: a form passes at T rows if each of its T result rows, on the order probe,
-    has bits that ``F.linear`` gives that row at some row count from 1 to max_rows + 1 (so
-    ``F.linear`` itself always passes). Pair forms are candidates for one row only."""
+    current thread count. Two rules:
+
+    1. A form passes at T rows if each of its T result rows, on the order probe, has bits that
+       ``F.linear`` gives that row at some row count from 1 to max_rows + 1 (so ``F.linear`` itself
+       always passes). Pair forms are candidates for one row only.
+    2. A form that sums in an order of its own (``OWN_ORDER``: the C kernel) passes at every row count
+       if it is row-invariant, which ``F.linear`` is not: on the order probe and on random rows, each
+       row has the same bits at every row count 1..max_rows + 1 and at every position in the batch;
+       and it is as accurate as ``F.linear`` (`_as_accurate`). Speculative verification and batching
+       then give a row exactly what a one-row step gives it."""
 
     forms = FORMS if forms is None else forms
     w, _ = order_probe(out_features, in_features)
@@ -130,12 +152,40 @@ def exact_forms(out_features: int, in_features: int, max_rows: int = MAX_ROWS,
         for u in range(1, len(xs) + 1):
             for i, row in enumerate(F.linear(xs[:u], w)):
                 seen[i].add(row.numpy().tobytes())
+        invariant = {name for name in forms if name in OWN_ORDER and _row_invariant(forms[name], w, xs)
+                     and _as_accurate(forms[name], out_features, in_features, max_rows + 1)}
         out = {}
         for t in range(1, max_rows + 1):
             out[t] = [name for name, fn in forms.items()
-                      if fn is F.linear or ((t == 1 or not name.endswith(PAIR)) and all(
+                      if fn is F.linear or name in invariant or (name not in OWN_ORDER and (
+                          t == 1 or not name.endswith(PAIR)) and all(
                           row.contiguous().numpy().tobytes() in seen[i] for i, row in enumerate(fn(xs[:t], w))))]
     return out
+
+
+def _row_invariant(fn: Callable, w: torch.Tensor, probe: torch.Tensor) -> bool:
+    """Each row's bits are the same at every row count and batch position, on the order probe and on
+    random rows (the probe's rows are one row at several scales; random rows catch a kernel that
+    reads the wrong row)."""
+    g = torch.Generator().manual_seed(len(probe))
+    for xs in (probe, torch.randn(probe.shape, generator=g)):
+        full = fn(xs, w).contiguous()
+        if any(not torch.equal(fn(xs[:t], w), full[:t]) for t in range(1, len(xs))):
+            return False
+        if any(not torch.equal(fn(xs[i:i + 1], w), full[i:i + 1]) for i in range(len(xs))):
+            return False
+    return True
+
+
+def _as_accurate(fn: Callable, out_features: int, in_features: int, rows: int) -> bool:
+    """On random data, the form's largest error against a float64 product is at most twice
+    ``F.linear``'s (plus a float32 ulp of the result's scale): a new order must not be a worse one."""
+    g = torch.Generator().manual_seed(out_features * 31 + in_features)
+    x, w = torch.randn(rows, in_features, generator=g), torch.randn(out_features, in_features, generator=g)
+    exact = x.double() @ w.double().t()
+    err = (fn(x, w).double() - exact).abs().max().item()
+    ref = (F.linear(x, w).double() - exact).abs().max().item()
+    return err <= 2 * ref + exact.abs().max().item() * 2.0 ** -23
 
 
 # ----------------------------------------------------------------------------- timing
@@ -202,7 +252,9 @@ def cache_path() -> Path:
 
 
 def machine_key(threads: int) -> str:
-    return f"{describe_cpu()} | torch {torch.__version__} | {threads} thread(s) | float32 | forms v{FORMS_VERSION}"
+    kernel = NATIVE if native.available() else f"no {NATIVE}"
+    return (f"{describe_cpu()} | torch {torch.__version__} | {threads} thread(s) | float32 | {kernel} | "
+            f"forms v{FORMS_VERSION}")
 
 
 def _read_cache() -> dict:
@@ -231,13 +283,14 @@ def probe_shapes(shapes: list[tuple[int, int]], threads: int) -> dict[tuple, dic
     count: timed shape by shape in isolation, the probe picked a mix that lost to either form alone in
     the model's own sweep (``bench.linear_rows`` at 8 and 12 rows on a Xeon with AMX: 1.14x the
     faster form)."""
-    exact = {shape: exact_forms(*shape) for shape in shapes}
+    forms = {name: FORMS[name] for name in candidates()}
+    exact = {shape: exact_forms(*shape, forms=forms) for shape in shapes}
     samples = {shape: probe_weights(_groups[shape]) for shape in shapes}
     sweep = [samples[shape][k] for k in range(max(map(len, samples.values())))
              for shape in shapes if k < len(samples[shape])]
     choice: dict[tuple, dict[int, str]] = {shape: {} for shape in shapes}
     for rows in range(1, MAX_ROWS + 1):
-        names = [name for name in FORMS if all(name in exact[shape][rows] for shape in shapes)]
+        names = [name for name in candidates() if all(name in exact[shape][rows] for shape in shapes)]
         if not names:
             raise RuntimeError(f"no linear form passes the exactness gate for every shape at {rows} rows")
         times = time_forms(sweep, rows, names) if len(names) > 1 else {names[0]: float("nan")}
@@ -259,7 +312,7 @@ def _fill(threads: int) -> None:
         stored = _read_cache().get(key, {})
         names = {shape: f"{shape[0]}x{shape[1]}" for shape in shapes}
         if not all(isinstance(stored.get(names[shape]), dict) and
-                   all(stored[names[shape]].get(str(t)) in FORMS for t in range(1, MAX_ROWS + 1))
+                   all(stored[names[shape]].get(str(t)) in candidates() for t in range(1, MAX_ROWS + 1))
                    for shape in shapes):
             probed = probe_shapes(shapes, threads)
             data = _read_cache()    # another process may have written meanwhile
@@ -301,8 +354,8 @@ def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> 
         return _forced[-1]
     env = os.environ.get(ENV)
     if env:
-        if env not in FORMS:
-            raise ValueError(f"{ENV}={env!r}: choose one of {', '.join(FORMS)}")
+        if env not in candidates():
+            raise ValueError(f"{ENV}={env!r}: choose one of {', '.join(candidates())}{_native_note(env)}")
         return env
     if not 1 <= rows <= MAX_ROWS:
         return DEFAULT_FORM
@@ -353,11 +406,15 @@ def describe(threads: int | None = None) -> str:
     return "; ".join(lines)
 
 
+def _native_note(name: str) -> str:
+    return f" ({NATIVE} is not available here: {native.why_unavailable()})" if name == NATIVE else ""
+
+
 @contextmanager
 def forced(name: str) -> Iterator[None]:
     """Use one form for every fp32 CPU product of 1..MAX_ROWS rows inside the block (tests, demos)."""
-    if name not in FORMS:
-        raise ValueError(f"unknown linear form {name!r}: choose one of {', '.join(FORMS)}")
+    if name not in candidates():
+        raise ValueError(f"unknown linear form {name!r}: choose one of {', '.join(candidates())}{_native_note(name)}")
     _forced.append(name)
     try:
         yield

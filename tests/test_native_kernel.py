@@ -1,0 +1,194 @@
+"""labkit's C kernel for few-row fp32 products: built on this machine, correct, row-invariant, and
+admitted by the linear-form gate only for being row-invariant and as accurate as F.linear."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from labkit.model import linear_forms as lf
+from labkit.model import native
+from labkit.model.llama import linear
+
+needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
+
+# (out, in): the default model's shapes, plus an in_features that leaves a tail after the vector lanes
+# and an out_features that leaves rows after the 4-row tiles.
+SHAPES = [(576, 576), (64, 1536), (1027, 100), (9, 7), (3, 48)]
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_the_kernel_builds_wherever_a_c_compiler_is_found():
+    if native.compiler() is None:
+        pytest.skip("no C compiler on this machine: labkit keeps to PyTorch's forms")
+    assert native.available(), native.why_unavailable()
+    assert native.why_unavailable() is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 16])
+def test_the_kernel_computes_x_times_w_transposed_as_accurately_as_f_linear(shape, rows):
+    x, w = rand(rows, shape[1], seed=rows), rand(*shape, seed=shape[0])
+    exact = x.double() @ w.double().t()
+    got = native.linear_rows(x, w)
+    assert got.shape == (rows, shape[0]) and got.dtype == torch.float32
+    err = (got.double() - exact).abs().max().item()
+    ref = (F.linear(x, w).double() - exact).abs().max().item()
+    assert err <= 2 * ref + exact.abs().max().item() * 2.0 ** -23, (err, ref)
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_row_gets_the_same_bits_at_every_row_count_and_position(shape):
+    x, w = rand(16, shape[1], seed=1), rand(*shape, seed=2)
+    full = native.linear_rows(x, w)
+    for t in range(1, 16):
+        assert torch.equal(native.linear_rows(x[:t], w), full[:t]), t
+        assert torch.equal(native.linear_rows(x[t:t + 1], w), full[t:t + 1]), t
+    assert torch.equal(native.linear_rows(x[5:12], w), full[5:12])
+
+
+@needs_kernel
+def test_a_weight_row_gets_the_same_bits_whichever_tile_computes_it():
+    # 1027 rows: 1024 in 4-row tiles, the last 3 one at a time; a slice puts other rows in each path.
+    x, w = rand(6, 100, seed=3), rand(1027, 100, seed=4)
+    full = native.linear_rows(x, w)
+    for lo, hi in [(1024, 1027), (1, 4), (2, 9), (1023, 1027)]:
+        assert torch.equal(native.linear_rows(x, w[lo:hi]), full[:, lo:hi]), (lo, hi)
+
+
+@needs_kernel
+def test_the_order_probe_cannot_tell_a_batch_from_a_single_row():
+    w, _ = lf.order_probe(64, 1152)
+    xs = lf.probe_rows(1152, 17)
+    full = native.linear_rows(xs, w.float())
+    assert all(torch.equal(native.linear_rows(xs[i:i + 1], w.float()), full[i:i + 1]) for i in range(17))
+
+
+@needs_kernel
+def test_non_contiguous_input_is_read_as_its_values():
+    x, w = rand(8, 96, seed=5), rand(40, 96, seed=6)
+    assert torch.equal(native.linear_rows(x[::2], w), native.linear_rows(x[::2].contiguous(), w))
+    assert torch.equal(native.linear_rows(x.t().contiguous().t(), w), native.linear_rows(x, w))
+
+
+@needs_kernel
+def test_bad_input_names_what_is_wrong():
+    with pytest.raises(ValueError, match="float32"):
+        native.linear_rows(torch.ones(2, 16, dtype=torch.bfloat16), torch.ones(4, 16))
+    with pytest.raises(ValueError, match=r"\[T, K\]"):
+        native.linear_rows(torch.ones(2, 16), torch.ones(4, 8))
+    with pytest.raises(ValueError, match=r"\[T, K\]"):
+        native.linear_rows(torch.ones(16), torch.ones(4, 16))
+
+
+@pytest.fixture
+def rebuild(monkeypatch, tmp_path):
+    """A fresh build state with a private cache; the process's kernel is restored afterwards."""
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    native._kernel.cache_clear()
+    native._state.clear()
+    yield tmp_path
+    monkeypatch.undo()
+    native._kernel.cache_clear()
+    native._state.clear()
+
+
+def test_without_a_compiler_the_kernel_is_unavailable_and_never_offered(rebuild, monkeypatch):
+    monkeypatch.setenv("CC", str(rebuild / "no-such-compiler"))
+    assert not native.available()
+    assert "no-such-compiler" in native.why_unavailable()
+    assert lf.NATIVE not in lf.candidates()
+    with pytest.raises(ValueError, match="not available here"):
+        with lf.forced(lf.NATIVE):
+            pass
+    with pytest.raises(RuntimeError, match="not available"):
+        native.linear_rows(torch.ones(1, 16), torch.ones(4, 16))
+
+
+def test_the_switch_turns_it_off(rebuild, monkeypatch):
+    monkeypatch.setenv(native.ENV, "0")
+    assert not native.available() and native.ENV in native.why_unavailable()
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine")
+def test_the_build_is_cached_and_keyed_by_the_source(rebuild, monkeypatch):
+    assert native.available(), native.why_unavailable()
+    built = list((rebuild / "kernels").glob("linear_rows-*.so"))
+    assert len(built) == 1
+    native._kernel.cache_clear()
+    monkeypatch.setattr(native, "_build", lambda *a: pytest.fail("rebuilt although the cache had the library"))
+    assert native.available()
+    changed = rebuild / "linear_rows.c"
+    changed.write_text(native.SOURCE.read_text(encoding="utf-8") + "\n/* changed */\n", encoding="utf-8")
+    monkeypatch.setattr(native, "SOURCE", changed)
+    assert native.library_path(native.compiler()) != built[0]
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine")
+def test_a_library_of_another_version_is_refused(rebuild, monkeypatch):
+    monkeypatch.setattr(native, "VERSION", native.VERSION + 1)
+    assert not native.available()
+    assert "expected" in native.why_unavailable()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_a_broken_compiler_reports_its_error(rebuild, monkeypatch):
+    fake = rebuild / "cc"
+    fake.write_text("#!/bin/sh\necho 'fake cc 1.0'\necho 'nope' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    assert not native.available()
+    assert "could not build" in native.why_unavailable() and "nope" in native.why_unavailable()
+
+
+# ----------------------------------------------------------------------------- the gate's second rule
+
+@needs_kernel
+def test_the_gate_admits_the_kernel_at_every_row_count_for_its_row_invariance():
+    exact = lf.exact_forms(64, 1152, max_rows=6)
+    assert all(lf.NATIVE in exact[t] for t in exact), exact
+
+
+def test_the_gate_refuses_an_own_order_form_that_is_not_row_invariant(monkeypatch):
+    def split_by_rows(x, w):        # F.linear's order alone, a reversed sum in a batch
+        if x.shape[0] == 1:
+            return F.linear(x, w)
+        return (x[:, None, :] * w[None]).flip(-1).cumsum(-1)[..., -1]
+
+    monkeypatch.setattr(lf, "OWN_ORDER", frozenset({"own"}))
+    exact = lf.exact_forms(64, 1152, max_rows=4, forms={"F.linear": F.linear, "own": split_by_rows})
+    assert all(exact[t] == ["F.linear"] for t in exact), exact
+
+
+def test_the_gate_refuses_an_own_order_form_that_is_invariant_but_less_accurate(monkeypatch):
+    def rows_in_bf16(x, w):         # each row alone, rounded through bf16: invariant, and worse
+        return torch.cat([F.linear(r[None].bfloat16(), w.bfloat16()).float() for r in x])
+
+    monkeypatch.setattr(lf, "OWN_ORDER", frozenset({"own"}))
+    exact = lf.exact_forms(64, 1152, max_rows=4, forms={"F.linear": F.linear, "own": rows_in_bf16})
+    assert all(exact[t] == ["F.linear"] for t in exact), exact
+
+
+@needs_kernel
+def test_with_the_kernel_chosen_a_decode_row_equals_its_verification_row():
+    w = rand(960, 576, seed=7)
+    x = rand(5, 576, seed=8)
+    with lf.forced(lf.NATIVE):
+        batch = linear(x, w)
+        assert all(torch.equal(linear(x[i:i + 1], w), batch[i:i + 1]) for i in range(5))
+
+
+@needs_kernel
+def test_the_kernel_call_releases_the_gil():
+    # ctypes releases the GIL around a foreign call unless the function carries FUNCFLAG_PYTHONAPI (as
+    # PyDLL's do): an async worker's product must not hold up the scheduler thread.
+    assert not native._kernel()._flags_ & ctypes._FUNCFLAG_PYTHONAPI
