@@ -82,8 +82,10 @@ def test_non_contiguous_input_is_read_as_its_values():
 
 @needs_kernel
 def test_bad_input_names_what_is_wrong():
-    with pytest.raises(ValueError, match="float32"):
+    with pytest.raises(ValueError, match="one dtype"):
         native.linear_rows(torch.ones(2, 16, dtype=torch.bfloat16), torch.ones(4, 16))
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        native.linear_rows(torch.ones(2, 16, dtype=torch.float64), torch.ones(4, 16, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"\[T, K\]"):
         native.linear_rows(torch.ones(2, 16), torch.ones(4, 8))
     with pytest.raises(ValueError, match=r"\[T, K\]"):
@@ -191,4 +193,65 @@ def test_with_the_kernel_chosen_a_decode_row_equals_its_verification_row():
 def test_the_kernel_call_releases_the_gil():
     # ctypes releases the GIL around a foreign call unless the function carries FUNCFLAG_PYTHONAPI (as
     # PyDLL's do): an async worker's product must not hold up the scheduler thread.
-    assert not native._kernel()._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    assert all(not fn._flags_ & ctypes._FUNCFLAG_PYTHONAPI for fn in native._kernel().values())
+
+
+# ----------------------------------------------------------------------------- bf16
+
+needs_bf16 = pytest.mark.skipif(not native.has_bf16(), reason="no bf16 product in this build (needs AVX512_BF16)")
+
+
+@needs_bf16
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_the_bf16_kernel_rounds_the_product_as_f_linear_does(shape, rows):
+    x, w = rand(rows, shape[1], seed=rows).bfloat16(), rand(*shape, seed=shape[0]).bfloat16()
+    exact = x.double() @ w.double().t()
+    got, ref = native.linear_rows(x, w), F.linear(x, w)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, shape[0])
+    # both round an fp32 sum to bf16: at most one bf16 step (2**-7 relative) apart, and as close to exact
+    assert ((got.double() - ref.double()).abs() <= ref.double().abs() * 2.0 ** -7 + 1e-30).all()
+    assert (got.double() - exact).abs().max() <= (ref.double() - exact).abs().max() * 1.01 + exact.abs().max() * 2.0 ** -8
+
+
+@needs_bf16
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_bf16_row_gets_the_same_bits_at_every_row_count(shape):
+    x, w = rand(16, shape[1], seed=9).bfloat16(), rand(*shape, seed=10).bfloat16()
+    full = native.linear_rows(x, w)
+    assert all(torch.equal(native.linear_rows(x[:t], w), full[:t]) for t in range(1, 16))
+    assert all(torch.equal(native.linear_rows(x[t:t + 1], w), full[t:t + 1]) for t in range(16))
+
+
+@needs_bf16
+def test_bf16_nan_and_ties_round_like_torch():
+    x = torch.tensor([[1.0, float("nan")], [1.0, 0.0]]).bfloat16()
+    w = torch.tensor([[1.0, 1.0], [1.0 + 2 ** -7, 0.0]]).bfloat16()
+    got = native.linear_rows(x, w)
+    assert torch.isnan(got[0, 0]) and not torch.isnan(got[1, 0])
+    assert torch.equal(got[1], F.linear(x[1:], w)[0])
+
+
+def test_the_bf16_choice_is_one_for_all_row_counts_and_needs_a_clear_win():
+    fast = {lf.NATIVE: {1: 1.0, 16: 2.0}, "PyTorch": {1: 2.0, 16: 3.0}}
+    assert lf.choose_bf16(fast)
+    assert not lf.choose_bf16({lf.NATIVE: {1: 1.0, 16: 2.95}, "PyTorch": {1: 2.0, 16: 2.0}})   # a near tie
+    # faster at one row, slower in total: no kernel at all, rather than a mix
+    assert not lf.choose_bf16({lf.NATIVE: {1: 1.0, 16: 9.0}, "PyTorch": {1: 2.0, 16: 3.0}})
+
+
+def test_the_bf16_choice_can_be_fixed(monkeypatch):
+    monkeypatch.setenv(lf.BF16_ENV, "0")
+    assert not lf.bf16_uses_kernel()
+    monkeypatch.setenv(lf.BF16_ENV, "1")
+    assert lf.bf16_uses_kernel() == native.has_bf16()
+
+
+@needs_bf16
+@pytest.mark.parametrize("kernel", ["0", "1"])
+def test_bf16_linear_gives_a_decode_row_the_bits_of_its_verification_row(kernel, monkeypatch):
+    monkeypatch.setenv(lf.BF16_ENV, kernel)
+    w, x = rand(3072, 576, seed=11).bfloat16(), rand(5, 576, seed=12).bfloat16()
+    batch = linear(x, w)
+    assert all(torch.equal(linear(x[i:i + 1], w), batch[i:i + 1]) for i in range(5))
+    assert torch.equal(batch, native.linear_rows(x, w)) == (kernel == "1")

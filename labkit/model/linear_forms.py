@@ -406,6 +406,99 @@ def describe(threads: int | None = None) -> str:
     return "; ".join(lines)
 
 
+# ----------------------------------------------------------------------------- bf16: the kernel or not
+
+BF16_ROWS = (1, 2, 4, 8, 16)    # row counts the bf16 probe times
+BF16_ENV = "LABKIT_BF16_KERNEL"  # 1 or 0 fixes the choice (tests, demonstrations)
+_bf16: dict[str, object] = {}    # "weights": a sample of the model's bf16 weights; "torch": its PyTorch form
+_bf16_choice: dict[int, bool] = {}    # threads -> whether bf16 products of 1..MAX_ROWS rows use the kernel
+_bf16_timings: dict[int, dict] = {}   # threads -> {form: {rows: seconds}}, as probed in this process
+
+
+def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> bool:
+    """Whether the C kernel serves bf16: it must be faster than PyTorch's form by more than ``margin``
+    over the probed row counts together (``times``: {"C kernel" | "PyTorch": {rows: seconds}}). One
+    choice for every row count, never a mix: PyTorch's bf16 rows and the kernel's differ in their last
+    bits, and bf16 speculative decoding needs a row to get the same bits at every row count."""
+    kernel, torch_form = sum(times[NATIVE].values()), sum(times["PyTorch"].values())
+    return kernel * (1 + margin) < torch_form
+
+
+def _probe_bf16(threads: int) -> bool:
+    weights, torch_form = _bf16["weights"], _bf16["torch"]
+    g = torch.Generator().manual_seed(16)
+    clock = _clock()
+    forms = {NATIVE: native.linear_rows, "PyTorch": torch_form}
+    best: dict[str, dict[int, float]] = {name: {} for name in forms}
+    with torch.inference_mode():
+        for rows in BF16_ROWS:
+            inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g).bfloat16() for w in weights}
+            for r in range(PROBE_ROUNDS + 1):
+                for name in (forms if r % 2 == 0 else list(forms)[::-1]):
+                    t0 = clock()
+                    for w in weights:
+                        forms[name](inputs[w.shape[1]], w)
+                    if r:                    # round 0 warms up
+                        best[name][rows] = min(best[name].get(rows, float("inf")), clock() - t0)
+    _bf16_timings[threads] = best
+    return choose_bf16(best)
+
+
+def _fill_bf16(threads: int) -> None:
+    with _lock:
+        if threads in _bf16_choice:
+            return
+        key = machine_key(threads).replace("float32", "bfloat16")
+        data = _read_cache()
+        if isinstance(data.get(key), bool):
+            _bf16_choice[threads] = data[key]
+            return
+        current = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            choice = _probe_bf16(threads)
+        finally:
+            torch.set_num_threads(current)
+        data = _read_cache()
+        data[key] = choice
+        _write_cache(data)
+        _bf16_choice[threads] = choice
+
+
+def prepare_bf16(weights: list[torch.Tensor], torch_form: Callable) -> None:
+    """Register a model's bf16 CPU weights and PyTorch's bf16 product, and decide for the current
+    thread count and for one thread whether the kernel serves bf16 products (disk cache, or timed once:
+    about a second)."""
+    if not native.has_bf16():
+        return
+    ws = [w for w in weights if isinstance(w, torch.Tensor) and w.dtype == torch.bfloat16 and w.dim() == 2]
+    if not ws:
+        return
+    _bf16.setdefault("weights", probe_weights(ws))
+    _bf16.setdefault("torch", torch_form)
+    for threads in sorted({torch.get_num_threads(), 1}):
+        _fill_bf16(threads)
+
+
+def bf16_uses_kernel(threads: int | None = None) -> bool:
+    """Whether bf16 CPU products of 1..MAX_ROWS rows go through the C kernel at this thread count: where
+    it has a bf16 product and, timed on this CPU, beat PyTorch's (``LABKIT_BF16_KERNEL=0/1`` fixes it)."""
+    env = os.environ.get(BF16_ENV)
+    if env in ("0", "1"):
+        return env == "1" and native.has_bf16()
+    if not native.has_bf16() or "weights" not in _bf16:
+        return False
+    threads = torch.get_num_threads() if threads is None else threads
+    if threads not in _bf16_choice:
+        _fill_bf16(threads)
+    return _bf16_choice[threads]
+
+
+def bf16_timings(threads: int | None = None) -> dict[str, dict[int, float]]:
+    """{form: {rows: seconds}} of the bf16 probe run in this process (empty when read from the disk cache)."""
+    return _bf16_timings.get(torch.get_num_threads() if threads is None else threads, {})
+
+
 def _native_note(name: str) -> str:
     return f" ({NATIVE} is not available here: {native.why_unavailable()})" if name == NATIVE else ""
 
@@ -428,3 +521,6 @@ def forget() -> None:
         _table.clear()
         _groups.clear()
         _timings.clear()
+        _bf16.clear()
+        _bf16_choice.clear()
+        _bf16_timings.clear()

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.model import huge_pages, linear_forms
+from labkit.model import huge_pages, linear_forms, native
 from labkit.model.config import ModelConfig
 from labkit.model.cpu_features import has_amx
 from labkit.model.linear_forms import order_probe
@@ -62,6 +62,15 @@ def _one_row_needs_pair(weight: torch.Tensor) -> bool:
     return _pair_rows[key]
 
 
+def _bf16_torch(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The bf16 product through PyTorch's kernels, row-invariant for 1..16 rows (see above)."""
+    rows = x.shape[0]
+    # With AMX a pair is also faster than one row (25-28 ms a sweep against 38-63 ms).
+    if rows == 1 and (has_amx() or _one_row_needs_pair(weight)):
+        return _bf16_rows(x.expand(2, -1), weight)[:1]
+    return _bf16_rows(x, weight) if 1 < rows <= 16 else F.linear(x, weight)
+
+
 def linear(x: torch.Tensor, weight) -> torch.Tensor:
     """x: [T, in], weight: [out, in] (a tensor, or a module such as ``quant.Int4Linear``) -> [T, out]."""
     if not isinstance(weight, torch.Tensor):
@@ -69,10 +78,12 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
     if x.device.type == "cpu":
         rows = x.shape[0]
         if x.dtype == torch.bfloat16:
-            # With AMX a pair is also faster than one row (25-28 ms a sweep against 38-63 ms).
-            if rows == 1 and (has_amx() or _one_row_needs_pair(weight)):
-                return _bf16_rows(x.expand(2, -1), weight)[:1]
-            return _bf16_rows(x, weight) if 1 < rows <= 16 else F.linear(x, weight)
+            # labkit's C kernel (row-invariant too) for every row count 1..16 or for none, as timed
+            # once on this CPU (`linear_forms.bf16_uses_kernel`): mixing would break row invariance.
+            if (rows <= linear_forms.MAX_ROWS and weight.dtype == torch.bfloat16
+                    and not torch.compiler.is_compiling() and linear_forms.bf16_uses_kernel()):
+                return native.linear_rows(x, weight)
+            return _bf16_torch(x, weight)
         if x.dtype == torch.float32 and weight.dtype == torch.float32 and rows <= linear_forms.MAX_ROWS:
             if torch.compiler.is_compiling():
                 return F.linear(x, weight)      # inductor picks its own kernel
@@ -269,3 +280,6 @@ class LlamaModel(nn.Module):
         if self.embed_tokens.device.type == "cpu" and self.embed_tokens.dtype == torch.float32:
             # fp32 product forms for this CPU: from the disk cache, or timed once (`linear_forms`).
             linear_forms.prepare(self.linear_weights())
+        if self.embed_tokens.device.type == "cpu" and self.embed_tokens.dtype == torch.bfloat16:
+            # bf16: the C kernel or PyTorch's forms, from the disk cache or timed once.
+            linear_forms.prepare_bf16(self.linear_weights(), _bf16_torch)

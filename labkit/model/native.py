@@ -9,9 +9,10 @@ loaded. Where there is no compiler, or the build fails, `available()` is False, 
 why, and labkit keeps to PyTorch's forms (``labkit.model.linear_forms`` only offers this one when it
 builds). ``LABKIT_NATIVE=0`` switches it off.
 
-What it computes: ``x @ wᵀ`` for fp32 ``x [T, K]`` and ``w [N, K]``, with one summation order for
-every output whatever T is (the source's header comment has the order), so a row gets the same bits
-alone or among 16 (tests/test_native_kernel.py).
+What it computes: ``x @ wᵀ`` for fp32 ``x [T, K]`` and ``w [N, K]`` (and for bf16 on CPUs with
+AVX512_BF16, through their bf16 dot-product instruction), with one summation order for every output
+whatever T is (the source's header comment has the order), so a row gets the same bits alone or among
+16 (tests/test_native_kernel.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 SOURCE = Path(__file__).with_name("csrc") / "linear_rows.c"
-VERSION = 1                 # labkit_linear_rows_version() in the source
+VERSION = 2                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi")
@@ -98,10 +99,16 @@ def _load() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     if lib.labkit_linear_rows_version() != VERSION:
         raise RuntimeError(f"{path} is version {lib.labkit_linear_rows_version()}, expected {VERSION}")
-    fn = lib.labkit_linear_rows_f32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = None
-    return fn
+    names = {torch.float32: "labkit_linear_rows_f32"}
+    if lib.labkit_linear_rows_has_bf16():
+        names[torch.bfloat16] = "labkit_linear_rows_bf16"
+    kernels = {}
+    for dtype, name in names.items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
+        fn.restype = None
+        kernels[dtype] = fn
+    return kernels
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,23 +126,32 @@ def available() -> bool:
     return _kernel() is not None
 
 
+def has_bf16() -> bool:
+    """Whether the build has the bf16 product (CPUs with AVX512_BF16's dot-product instruction)."""
+    return available() and torch.bfloat16 in _kernel()
+
+
 def why_unavailable() -> str | None:
     """None when `available()`, else the reason (no compiler, a failed build, switched off)."""
     return None if available() else str(_state.get("why"))
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weightᵀ`` for fp32 CPU tensors x [T, K] and weight [N, K] -> [T, N], row-invariant."""
-    fn = _kernel()
-    if fn is None:
+    """``x @ weightᵀ`` for CPU tensors x [T, K] and weight [N, K] -> [T, N], row-invariant; float32, or
+    bfloat16 where `has_bf16`."""
+    kernels = _kernel()
+    if kernels is None:
         raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
-    if x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu" or weight.device.type != "cpu":
-        raise ValueError(f"linear_rows takes float32 CPU tensors, got x {x.dtype} on {x.device}, "
-                         f"weight {weight.dtype} on {weight.device}")
+    if (x.dtype != weight.dtype or x.dtype not in (torch.float32, torch.bfloat16)
+            or x.device.type != "cpu" or weight.device.type != "cpu"):
+        raise ValueError(f"linear_rows takes float32 or bfloat16 CPU tensors of one dtype, got x {x.dtype} on "
+                         f"{x.device}, weight {weight.dtype} on {weight.device}")
+    if x.dtype not in kernels:
+        raise ValueError("linear_rows in bfloat16 needs a CPU with AVX512_BF16 (this build has no bf16 product)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"linear_rows needs x [T, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
     x = x.contiguous()
     weight = weight.contiguous()
-    y = torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32)
-    fn(x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.shape[0], weight.shape[0], x.shape[1])
+    y = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype)
+    kernels[x.dtype](x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.shape[0], weight.shape[0], x.shape[1])
     return y

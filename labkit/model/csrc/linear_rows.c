@@ -166,5 +166,112 @@ void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T,
         single(x, w, y, T, n, N, K);
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * bf16 weights and inputs, on CPUs with AVX512_BF16 only (elsewhere labkit keeps PyTorch's bf16 forms).
+ * The same tiles and the same fixed tree, 32 elements a step through the CPU's bf16 dot product
+ * (vdpbf16ps: fp32 lane l adds x[2l]·w[2l] + x[2l+1]·w[2l+1]); the tail in fp32; the sum rounded to
+ * bf16 (to nearest, ties to even), as PyTorch rounds a bf16 product's fp32 sum. Row-invariant as the
+ * fp32 product is: bf16 speculative decoding needs a row's bits to be the same at any row count.
+ */
+#if defined(__AVX512BF16__)
+typedef uint16_t bf16;
+#define BF_LANES 32
+
+static inline float widen(bf16 v) {
+    const uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline bf16 narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)          /* NaN stays NaN (quiet) */
+        return (bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+static inline __m512bh load_bf16(const bf16 *p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+static inline float tail_bf16(const bf16 *x, const bf16 *w, int64_t k, int64_t K, float s) {
+    for (; k < K; k++)
+        s = widen(x[k]) * widen(w[k]) + s;
+    return s;
+}
+
+static inline __attribute__((always_inline)) void tile_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t t,
+                                                            int64_t n, int64_t N, int64_t K, const int R) {
+    const int64_t K32 = K - K % BF_LANES;
+    const bf16 *w0 = w + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    vec acc[MAX_R][4];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = ZERO();
+    for (int64_t k = 0; k < K32; k += BF_LANES) {
+        __m512bh a = load_bf16(w0 + k), b = load_bf16(w1 + k), c = load_bf16(w2 + k), d = load_bf16(w3 + k);
+        if (R > 1) {
+            IN_REGISTER(a);
+            IN_REGISTER(b);
+            IN_REGISTER(c);
+            IN_REGISTER(d);
+        }
+        __builtin_prefetch(w0 + 4 * K + k), __builtin_prefetch(w1 + 4 * K + k);
+        __builtin_prefetch(w2 + 4 * K + k), __builtin_prefetch(w3 + 4 * K + k);
+        for (int i = 0; i < R; i++) {
+            __m512bh v = load_bf16(x + (t + i) * K + k);
+            if (R > 1)
+                IN_REGISTER(v);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], v, a);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], v, b);
+            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], v, c);
+            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], v, d);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        const bf16 *xr = x + (t + i) * K;
+        bf16 *yr = y + (t + i) * N + n;
+        float s[4];
+        reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s);
+        yr[0] = narrow(tail_bf16(xr, w0, K32, K, s[0]));
+        yr[1] = narrow(tail_bf16(xr, w1, K32, K, s[1]));
+        yr[2] = narrow(tail_bf16(xr, w2, K32, K, s[2]));
+        yr[3] = narrow(tail_bf16(xr, w3, K32, K, s[3]));
+    }
+}
+
+static void single_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t n, int64_t N, int64_t K) {
+    const int64_t K32 = K - K % BF_LANES;
+    const bf16 *wn = w + n * K;
+    for (int64_t t = 0; t < T; t++) {
+        const bf16 *xr = x + t * K;
+        vec acc = ZERO();
+        for (int64_t k = 0; k < K32; k += BF_LANES)
+            acc = _mm512_dpbf16_ps(acc, load_bf16(xr + k), load_bf16(wn + k));
+        y[t * N + n] = narrow(tail_bf16(xr, wn, K32, K, reduce(acc)));
+    }
+}
+
+void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K) {
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
+        int64_t t = 0;
+        for (; t + 4 <= T; t += 4)
+            tile_bf16(x, w, y, t, n, N, K, 4);
+        for (; t + 2 <= T; t += 2)
+            tile_bf16(x, w, y, t, n, N, K, 2);
+        if (t < T)
+            tile_bf16(x, w, y, t, n, N, K, 1);
+    }
+    for (; n < N; n++)
+        single_bf16(x, w, y, T, n, N, K);
+}
+
+int labkit_linear_rows_has_bf16(void) { return 1; }
+#else
+int labkit_linear_rows_has_bf16(void) { return 0; }
+#endif
+
 /* A version number the loader checks, so that a stale build in the cache is never used. */
-int labkit_linear_rows_version(void) { return 1; }
+int labkit_linear_rows_version(void) { return 2; }
