@@ -1,7 +1,8 @@
-"""Where one fp32 decode step's time goes: ms per step by stage, process CPU clock, one thread.
+"""Where one decode step's time goes: ms per step by stage, process CPU clock, one thread.
 
     python -m bench.decode_profile                 # batch 1, 24 steps x 3 rounds (under a minute)
     python -m bench.decode_profile --batch 16
+    python -m bench.decode_profile --batch 16 --dtype bfloat16
 
 Each stage of labkit's forward is timed by wrapping the function that computes it (the layer
 matmuls, the LM head, RMSNorm, RoPE, the KV write, the paged attention); "other" is the rest of
@@ -28,13 +29,13 @@ STAGES = ("layer matmuls", "LM head matmul", "RMSNorm", "RoPE", "KV write", "pag
 
 
 class Profiler:
-    """Runs batch-``batch`` fp32 decode steps and times them, plain, by stage, or with matmuls stubbed."""
+    """Runs batch-``batch`` decode steps (fp32 or bf16) and times them, plain, by stage, or with matmuls stubbed."""
 
-    def __init__(self, batch: int, model: str | None = None):
+    def __init__(self, batch: int, model: str | None = None, dtype: str = "float32"):
         from labkit import LLM, EngineConfig
         from labkit.traces import load_prompts
 
-        self.llm = LLM(model=model, config=EngineConfig(device="cpu", dtype="float32", max_num_seqs=batch,
+        self.llm = LLM(model=model, config=EngineConfig(device="cpu", dtype=dtype, max_num_seqs=batch,
                                            max_num_batched_tokens=8192), progress=False)
         self.engine = self.llm.engine
         chat, code = load_prompts("chat", "heldout"), load_prompts("code", "heldout")
@@ -130,9 +131,12 @@ def run(args) -> list[Section]:
     threads = set_threads(1)
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads))
-    prof = Profiler(args.batch, args.model)
+    prof = Profiler(args.batch, args.model, args.dtype)
     from labkit.model import linear_forms
-    env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
+    if args.dtype == "float32":
+        env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
+    else:
+        env.rows.append(["labkit bf16 products", "C kernel" if linear_forms.bf16_uses_kernel(threads) else "PyTorch"])
     prof.plain(4)
     rounds: list[dict] = []
     for r in range(args.rounds):
@@ -143,7 +147,7 @@ def run(args) -> list[Section]:
     rows = [[s, ms("staged", s), ms("stubbed", s) if "matmul" not in s else "(stubbed)"] for s in STAGES]
     rows.append(["step, with the stage timers", ms("staged", "step"), ms("stubbed", "step")])
     rows.append(["step, plain (no timers)", ms("plain", "step"), ""])
-    return [env, Section(f"Batch-{args.batch} fp32 decode step, ms per step by stage (median of {args.rounds} rounds)",
+    return [env, Section(f"Batch-{args.batch} {'fp32' if args.dtype == 'float32' else 'bf16'} decode step, ms per step by stage (median of {args.rounds} rounds)",
                          ["stage", "ms per step", "ms per step, matmuls stubbed (warm caches)"], rows,
                          [f"{args.steps} decode steps per round after a prefill and a warm step; one held-out "
                           f"prompt per sequence; process CPU clock, one thread; load average now: {load_average()}",
@@ -155,6 +159,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--model", default=None, help="model directory (default: the lab model)")
     args = p.parse_args(argv)
     for name in ("batch", "steps", "rounds"):
