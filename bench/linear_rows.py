@@ -38,6 +38,7 @@ from bench.common import (
     set_threads,
     timed,
 )
+from labkit.model import native
 from labkit.model.cpu_features import describe_cpu
 
 TARGET_VS_BEST = 1.1     # issue 30: no row count slower than 1.1x the best available form
@@ -101,6 +102,16 @@ def gate_note(weights: list[torch.Tensor], forms: dict) -> str:
             "every weight shape): " + "; ".join(f"{name}: {words[tuple(v)]}" for name, v in verdicts.items()))
 
 
+def _bf16_probe_note(threads: int) -> str:
+    from labkit.model import linear_forms
+
+    times = linear_forms.bf16_timings(threads)
+    if not times:
+        return "read from the disk cache"
+    kernel, torch_form = times[linear_forms.NATIVE], times["PyTorch"]
+    return ", ".join(f"{t}: {1e3 * kernel[t]:.1f} / {1e3 * torch_form[t]:.1f}" for t in sorted(kernel))
+
+
 def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rounds: int) -> Section:
     set_threads(threads)
     clock = set_clock("auto", threads)
@@ -110,6 +121,8 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
     name = str(dtype).removeprefix("torch.")
     if dtype == torch.float32:
         linear_forms.prepare(weights)       # the probe's table for this thread count (cached on disk)
+    else:
+        linear_forms.prepare_bf16(weights, llama._bf16_torch)    # the C kernel or not (cached on disk)
     extras = extra_forms()
     formulations = dict(FORMULATIONS, **extras, **{"labkit linear()": llama.linear})
     table, one_row, vs_best = [], {}, {}
@@ -126,12 +139,17 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
     worst = max(vs_best, key=vs_best.get)
     notes.append(f"labkit linear() / the faster of {' and '.join(FORMULATIONS)} at each T: at most "
                  f"{vs_best[worst]:.2f}x (T = {worst}); target (issue 30): <= {TARGET_VS_BEST}x at every T")
-    if dtype == torch.bfloat16:
+    if dtype == torch.bfloat16 and linear_forms.bf16_uses_kernel(threads):
+        notes.append("labkit linear() uses labkit's C kernel (AVX512_BF16 dot products, row-invariant) for bf16 T "
+                     "in 1..16: it beat PyTorch's bf16 form in the one-time probe on this CPU (ms per sweep, "
+                     "kernel / PyTorch, by rows: " + _bf16_probe_note(threads) + ")")
+    elif dtype == torch.bfloat16:
         paired = sorted({tuple(w.shape) for w in weights if llama._one_row_needs_pair(w)})
         multi = "(W @ xᵀ)ᵀ (AMX)" if llama.has_amx() else "F.linear (no AMX)"
         notes.append(f"labkit linear() uses {multi} for bf16 T in 2..16; one row goes through F.linear, except for "
                      f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
-                     f"copies): {', '.join(map(str, paired)) or 'none'}")
+                     f"copies): {', '.join(map(str, paired)) or 'none'}; labkit's C kernel: "
+                     f"{'not faster here' if native.has_bf16() else 'no bf16 product in this build'}")
     else:
         notes.append(f"labkit linear() for float32, chosen by the probe on this CPU ({threads} thread(s)), "
                      f"by weight shape and rows: {linear_forms.describe(threads)}")

@@ -32,7 +32,7 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 SOURCE = Path(__file__).with_name("csrc") / "linear_rows.c"
-VERSION = 2                 # labkit_linear_rows_version() in the source
+VERSION = 3                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi")
