@@ -124,14 +124,16 @@ def test_the_switch_turns_it_off(rebuild, monkeypatch):
 @pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine")
 def test_the_build_is_cached_and_keyed_by_the_source(rebuild, monkeypatch):
     assert native.available(), native.why_unavailable()
-    built = list((rebuild / "kernels").glob("linear_rows-*.so"))
+    built = list((rebuild / "kernels").glob("labkit-*.so"))
     assert len(built) == 1
     native._kernel.cache_clear()
     monkeypatch.setattr(native, "_build", lambda *a: pytest.fail("rebuilt although the cache had the library"))
     assert native.available()
-    changed = rebuild / "linear_rows.c"
-    changed.write_text(native.SOURCE.read_text(encoding="utf-8") + "\n/* changed */\n", encoding="utf-8")
-    monkeypatch.setattr(native, "SOURCE", changed)
+    changed = rebuild / "csrc"
+    shutil.copytree(native.CSRC, changed)
+    (changed / "simd.h").write_text((changed / "simd.h").read_text(encoding="utf-8") + "\n/* changed */\n",
+                                    encoding="utf-8")
+    monkeypatch.setattr(native, "CSRC", changed)
     assert native.library_path(native.compiler()) != built[0]
 
 
@@ -255,3 +257,70 @@ def test_bf16_linear_gives_a_decode_row_the_bits_of_its_verification_row(kernel,
     batch = linear(x, w)
     assert all(torch.equal(linear(x[i:i + 1], w), batch[i:i + 1]) for i in range(5))
     assert torch.equal(batch, native.linear_rows(x, w)) == (kernel == "1")
+
+
+# ----------------------------------------------------------------------------- decode attention
+
+def attention_case(rows=5, heads=9, kv_heads=3, head_dim=64, slots_total=300, length=70, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(slots_total, kv_heads, head_dim, generator=g).to(dtype)
+    v = torch.randn(slots_total, kv_heads, head_dim, generator=g).to(dtype)
+    q = torch.randn(rows, heads, head_dim, generator=g)
+    slots = torch.randperm(slots_total, generator=g)[:length].repeat(rows, 1)
+    lens = torch.randint(1, length + 1, (rows,), generator=g)
+    return q, k, v, slots, lens
+
+
+def sdpa_rows(q, k, v, slots, lens, scale):
+    out = []
+    for r in range(q.shape[0]):
+        ctx = slots[min(r, slots.shape[0] - 1), :lens[r]]
+        kr, vr = k[ctx].double().transpose(0, 1), v[ctx].double().transpose(0, 1)     # [Hkv, L, D]
+        out.append(F.scaled_dot_product_attention(q[r, :, None].double(), kr, vr, scale=scale, enable_gqa=True)[:, 0])
+    return torch.stack(out)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(9, 3, 64), (4, 4, 16), (6, 2, 20), (12, 1, 7)])
+def test_decode_attention_is_softmax_attention_over_each_rows_prefix(dtype, shape):
+    heads, kv_heads, head_dim = shape
+    q, k, v, slots, lens = attention_case(heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype)
+    got = native.decode_attention(q, k, v, slots, lens, head_dim ** -0.5)
+    torch.testing.assert_close(got.double(), sdpa_rows(q, k, v, slots, lens, head_dim ** -0.5), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_decode_attention_rows_are_independent_of_the_batch_and_may_share_one_context():
+    q, k, v, slots, lens = attention_case(rows=6, seed=3)
+    together = native.decode_attention(q, k, v, slots, lens, 0.125)
+    shared = native.decode_attention(q, k, v, slots[:1], lens, 0.125)        # one slots row for every row
+    assert torch.equal(together, shared)
+    for r in range(6):
+        alone = native.decode_attention(q[r:r + 1], k, v, slots[r:r + 1], lens[r:r + 1], 0.125)
+        assert torch.equal(alone[0], together[r]), r
+
+
+@needs_kernel
+def test_decode_attention_ignores_what_lies_past_a_rows_context():
+    q, k, v, slots, lens = attention_case(rows=3, seed=4, length=40)
+    lens = torch.tensor([10, 25, 40])
+    before = native.decode_attention(q, k, v, slots, lens, 0.125)
+    k2, v2 = k.clone(), v.clone()
+    k2[slots[0, 10:25]] = float("nan")       # positions only rows 1 and 2 see
+    v2[slots[0, 10:25]] = float("nan")
+    after = native.decode_attention(q, k2, v2, slots, lens, 0.125)
+    assert torch.equal(after[0], before[0]) and torch.isnan(after[1]).all()
+
+
+@needs_kernel
+def test_decode_attention_names_bad_input():
+    q, k, v, slots, lens = attention_case(rows=2)
+    with pytest.raises(ValueError, match="fp32 query"):
+        native.decode_attention(q.bfloat16(), k, v, slots, lens, 0.1)
+    with pytest.raises(ValueError, match="multiple of Hkv"):
+        native.decode_attention(q[:, :8], k, v, slots, lens, 0.1)
+    with pytest.raises(ValueError, match="int64 slots"):
+        native.decode_attention(q, k, v, slots.int(), lens, 0.1)
+    with pytest.raises(ValueError, match="lens"):
+        native.decode_attention(q, k, v, slots, lens[:1], 0.1)

@@ -1,6 +1,7 @@
-"""labkit's own few-row fp32 product (``csrc/linear_rows.c``), built on this machine on first use.
+"""labkit's C kernels, built on this machine on first use: the few-row product of a decode step
+(``csrc/linear_rows.c``) and paged attention for one query token at a time (``csrc/decode_attention.c``).
 
-The C file is compiled once per machine with the C compiler at hand (``$CC``, else ``cc``, ``gcc`` or
+The C files are compiled once per machine with the C compiler at hand (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) for this CPU's instruction set (``-march=native``), into the cache directory, and loaded
 through ctypes (which releases the GIL during the call, so an async worker thread's product does not
 hold up the scheduler). The build is keyed by a hash of the source, the compiler's version line, the
@@ -31,11 +32,13 @@ import torch
 from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
-SOURCE = Path(__file__).with_name("csrc") / "linear_rows.c"
-VERSION = 3                 # labkit_linear_rows_version() in the source
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = ("linear_rows.c", "decode_attention.c")   # compiled into one library, with simd.h
+VERSION = 4                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
-FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi")
+FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi",
+         f"-I{CSRC}")
 ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())   # tried in turn: x86 and most others, Arm, none
 BUILD_TIMEOUT_S = 120
 
@@ -66,8 +69,8 @@ def _build(cc: str, target: Path) -> None:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            out = subprocess.run([cc, *FLAGS, *arch, "-o", tmp, str(SOURCE)], capture_output=True, text=True,
-                                 timeout=BUILD_TIMEOUT_S)
+            out = subprocess.run([cc, *FLAGS, *arch, "-o", tmp, *(str(CSRC / name) for name in SOURCES), "-lm"],
+                                 capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
             if out.returncode == 0:
                 os.replace(tmp, target)
                 return
@@ -77,14 +80,14 @@ def _build(cc: str, target: Path) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    raise RuntimeError(f"{cc} could not build {SOURCE.name}: " + " | ".join(errors))
+    raise RuntimeError(f"{cc} could not build {', '.join(SOURCES)}: " + " | ".join(errors))
 
 
 def library_path(cc: str) -> Path:
-    """Where the build for this source, compiler, flags and CPU lives in the cache."""
-    key = hashlib.sha256("\n".join([SOURCE.read_text(encoding="utf-8"), _version_line(cc), " ".join(FLAGS),
-                                    describe_cpu()]).encode()).hexdigest()[:16]
-    return cache_root() / "kernels" / f"linear_rows-{key}.so"
+    """Where the build for these sources, compiler, flags and CPU lives in the cache."""
+    texts = [path.read_text(encoding="utf-8") for path in sorted(CSRC.glob("*.[ch]"))]
+    key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu()]).encode()).hexdigest()[:16]
+    return cache_root() / "kernels" / f"labkit-{key}.so"
 
 
 def _load() -> ctypes.CDLL:
@@ -102,12 +105,17 @@ def _load() -> ctypes.CDLL:
     names = {torch.float32: "labkit_linear_rows_f32"}
     if lib.labkit_linear_rows_has_bf16():
         names[torch.bfloat16] = "labkit_linear_rows_bf16"
-    kernels = {}
+    kernels: dict = {}
     for dtype, name in names.items():
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
         fn.restype = None
         kernels[dtype] = fn
+    for dtype, name in {torch.float32: "labkit_decode_attention_f32", torch.bfloat16: "labkit_decode_attention_bf16"}.items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_float]
+        fn.restype = ctypes.c_int
+        kernels[("attention", dtype)] = fn
     return kernels
 
 
@@ -155,3 +163,37 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     y = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype)
     kernels[x.dtype](x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.shape[0], weight.shape[0], x.shape[1])
     return y
+
+
+def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, slots: torch.Tensor,
+                     lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of R single query tokens over their paged contexts (``csrc/decode_attention.c``).
+
+    query [R, H, D] fp32; key_cache and value_cache: the layer's pool, any shape ending in [Hkv, D], fp32
+    or bf16, contiguous; slots [R, L] or [1, L] int64 (row r's context position l is slot
+    ``slots[r, l]``, or ``slots[0, l]`` for every row); lens [R] int64 (row r sees positions
+    0..lens[r] - 1). Returns [R, H, D] fp32."""
+    kernels = _kernel()
+    if kernels is None:
+        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    R, H, D = query.shape
+    hkv = key_cache.shape[-2]
+    if (query.dtype != torch.float32 or key_cache.dtype != value_cache.dtype
+            or ("attention", key_cache.dtype) not in kernels or key_cache.shape[-1] != D or H % hkv
+            or not key_cache.is_contiguous() or not value_cache.is_contiguous()):
+        raise ValueError(f"decode_attention takes an fp32 query [R, H, D] and contiguous fp32 or bf16 caches [..., Hkv, D] "
+                         f"with H a multiple of Hkv; got query {query.dtype} {tuple(query.shape)}, caches "
+                         f"{key_cache.dtype} {tuple(key_cache.shape)}")
+    if slots.dtype != torch.int64 or lens.dtype != torch.int64 or slots.dim() != 2 or slots.shape[0] not in (1, R) \
+            or lens.shape != (R,):
+        raise ValueError(f"decode_attention needs int64 slots [R or 1, L] and lens [R]; got {slots.dtype} "
+                         f"{tuple(slots.shape)} and {lens.dtype} {tuple(lens.shape)}")
+    query, slots, lens = query.contiguous(), slots.contiguous(), lens.contiguous()
+    out = torch.empty(R, H, D, dtype=torch.float32)
+    stride = 0 if slots.shape[0] == 1 else slots.shape[1]
+    failed = kernels[("attention", key_cache.dtype)](
+        query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slots.data_ptr(), stride, lens.data_ptr(),
+        out.data_ptr(), R, H, hkv, D, scale)
+    if failed:
+        raise MemoryError("decode_attention could not allocate its scratch memory")
+    return out
