@@ -66,9 +66,10 @@ def test_the_probe_chooses_only_exact_forms(fresh, shape):
     lf.prepare(weights(shape))
     exact = lf.exact_forms(*shape)
     chosen = lf.table()[shape]
-    assert sorted(chosen) == list(range(1, lf.MAX_ROWS + 1))
+    assert sorted(chosen) == list(range(1, lf.PREFILL + 1))
     for rows, name in chosen.items():
-        assert name in exact[rows], (rows, name, exact[rows])
+        assert name in exact[min(rows, lf.MAX_ROWS)], (rows, name, exact[min(rows, lf.MAX_ROWS)])
+    assert chosen[lf.PREFILL] in ("F.linear", lf.NATIVE)
 
 
 def test_the_gate_always_admits_f_linear_and_rejects_a_different_summation_order():
@@ -101,17 +102,36 @@ def test_a_damaged_cache_entry_is_probed_again(fresh):
 
 def test_one_thread_is_filled_at_load_and_a_new_thread_count_on_first_use(fresh):
     lf.prepare(weights(SHAPES[0]))
-    assert sorted(lf.table(1)[SHAPES[0]]) == list(range(1, lf.MAX_ROWS + 1))     # what the labs time with
+    assert sorted(lf.table(1)[SHAPES[0]]) == list(range(1, lf.PREFILL + 1))     # what the labs time with
     other = torch.get_num_threads() + 1
     assert lf.table(other) == {}
     assert lf.form_name(SHAPES[0], 3, threads=other) in lf.FORMS
-    assert sorted(lf.table(other)[SHAPES[0]]) == list(range(1, lf.MAX_ROWS + 1))
+    assert sorted(lf.table(other)[SHAPES[0]]) == list(range(1, lf.PREFILL + 1))
 
 
-def test_unregistered_weights_and_prefill_rows_take_f_linear(fresh):
+def test_unregistered_weights_take_f_linear_and_all_prefill_rows_one_form(fresh):
     assert lf.form_name((123, 45), 4) == "F.linear"
+    assert lf.form_name((123, 45), 400) == "F.linear"
     lf.prepare(weights(SHAPES[0]))
-    assert lf.form_name(SHAPES[0], lf.MAX_ROWS + 1) == "F.linear"
+    prefill = lf.form_name(SHAPES[0], lf.MAX_ROWS + 1)
+    assert prefill in ("F.linear", lf.NATIVE)
+    assert all(lf.form_name(SHAPES[0], rows) == prefill for rows in (lf.PREFILL, 64, 1000))
+
+
+def test_the_prefill_form_is_the_kernel_only_when_it_wins_clearly(fresh, monkeypatch):
+    def fake(fast):
+        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS):
+            return {n: (1.0 if (n == lf.NATIVE) == fast else 2.0) for n in names}
+        return time_forms
+
+    if lf.NATIVE not in lf.candidates():
+        pytest.skip(f"C kernel unavailable: {native.why_unavailable()}")
+    for fast, want in ((True, lf.NATIVE), (False, "F.linear")):
+        lf.forget()
+        monkeypatch.setattr(lf, "_read_cache", lambda: {})
+        monkeypatch.setattr(lf, "time_forms", fake(fast))
+        lf.prepare(weights(SHAPES[0]))
+        assert lf.form_name(SHAPES[0], 100) == want
 
 
 def test_a_form_can_be_forced_by_context_or_environment(fresh, monkeypatch):

@@ -8,7 +8,8 @@ candidate forms on a sweep through the model's own weights (every shape's tensor
 1..16 rows (a decode batch, or the k + 1 rows of a speculative verification), keeps the fastest
 *exact* one per row count for every shape (the table is per (shape, rows, threads)), and
 caches the table on disk keyed by the CPU, torch's version and the thread count
-(``$LABKIT_CACHE/linear_forms.json``). Above 16 rows (prefill) it is always ``F.linear``.
+(``$LABKIT_CACHE/linear_forms.json``). Above 16 rows (prefill) one form serves every row count:
+``F.linear``, or the C kernel where it is exact and faster at 64 and 256 rows (`_probe_prefill`).
 
 The exactness gate (`exact_forms`): every candidate computes the same fp32 products, but kernels
 split the reduction differently, and a different split can change the last bit of a sum. The gate
@@ -55,6 +56,9 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 MAX_ROWS = 16               # row counts the probe covers: decode batches and verification rows
+PREFILL = MAX_ROWS + 1      # the table's key for "more rows than MAX_ROWS" (prefill): one form for all
+PREFILL_ROWS = (64, 256)    # the row counts that decide it
+PREFILL_BYTES = 8 << 20     # per shape: compute-bound at these row counts, so a small sample shows it
 # Weight bytes of each shape in the probe's sweep: all of them for the default model. A 16 MiB sample
 # per shape stayed in the cache (480 MiB of L3 on the AMX Xeon this was measured on) and chose
 # F.linear at 4-8 rows, where in the model's full sweep it took 1.2x as long as (W @ xᵀ)ᵀ: which
@@ -64,7 +68,7 @@ PROBE_BYTES = 1 << 30
 MARGIN = 0.03               # another form must beat F.linear by more than this to replace it
 PROBE_ROUNDS = 2            # interleaved rounds after a warm-up; the minimum of each form counts
 DEFAULT_FORM = "F.linear"
-FORMS_VERSION = 4           # part of the cache key: bump when FORMS or the gate change
+FORMS_VERSION = 5           # part of the cache key: bump when FORMS or the gate change
 ENV = "LABKIT_LINEAR_FORM"
 
 
@@ -298,7 +302,26 @@ def probe_shapes(shapes: list[tuple[int, int]], threads: int) -> dict[tuple, dic
         for shape in shapes:
             _timings[(shape, rows, threads)] = times
             choice[shape][rows] = pick
+    pick = _probe_prefill(shapes, exact, threads)
+    for shape in shapes:
+        choice[shape][PREFILL] = pick
     return choice
+
+
+def _probe_prefill(shapes: list[tuple[int, int]], exact: dict, threads: int) -> str:
+    """The form for more than MAX_ROWS rows (prefill): ``F.linear`` or, where it is exact for every shape
+    and faster by more than the margin over PREFILL_ROWS together, the C kernel (on an AMD EPYC, MKL's
+    sgemm reached 91 GFLOP/s on one thread at 400 rows, the kernel 150)."""
+    if not all(NATIVE in exact[shape][MAX_ROWS] for shape in shapes):
+        return DEFAULT_FORM
+    sample = [probe_weights(_groups[shape], PREFILL_BYTES)[0] for shape in shapes]
+    total = {DEFAULT_FORM: 0.0, NATIVE: 0.0}
+    for rows in PREFILL_ROWS:
+        times = time_forms(sample, rows, list(total))
+        _timings[(shapes[0], rows, threads)] = times
+        for name in total:
+            total[name] += times[name]
+    return choose(total, [DEFAULT_FORM, NATIVE])
 
 
 def _fill(threads: int) -> None:
@@ -312,7 +335,7 @@ def _fill(threads: int) -> None:
         stored = _read_cache().get(key, {})
         names = {shape: f"{shape[0]}x{shape[1]}" for shape in shapes}
         if not all(isinstance(stored.get(names[shape]), dict) and
-                   all(stored[names[shape]].get(str(t)) in candidates() for t in range(1, MAX_ROWS + 1))
+                   all(stored[names[shape]].get(str(t)) in candidates() for t in range(1, PREFILL + 1))
                    for shape in shapes):
             probed = probe_shapes(shapes, threads)
             data = _read_cache()    # another process may have written meanwhile
@@ -322,7 +345,7 @@ def _fill(threads: int) -> None:
             _write_cache(data)
             stored = entry
         for shape in shapes:
-            for t in range(1, MAX_ROWS + 1):
+            for t in range(1, PREFILL + 1):
                 _table[(shape, t, threads)] = stored[names[shape]][str(t)]
 
 
@@ -357,8 +380,9 @@ def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> 
         if env not in candidates():
             raise ValueError(f"{ENV}={env!r}: choose one of {', '.join(candidates())}{_native_note(env)}")
         return env
-    if not 1 <= rows <= MAX_ROWS:
+    if rows < 1:
         return DEFAULT_FORM
+    rows = min(rows, PREFILL)
     threads = torch.get_num_threads() if threads is None else threads
     name = _table.get((shape, rows, threads))
     if name is None:
@@ -392,17 +416,19 @@ def timings(threads: int | None = None) -> dict[tuple, dict[str, float]]:
 
 
 def describe(threads: int | None = None) -> str:
-    """One line per shape: the row ranges each form covers, e.g. ``576x1536: F.linear 1-6, (W @ xᵀ)ᵀ 7-16``."""
+    """One line per shape: the row ranges each form covers, e.g. ``576x1536: F.linear 1-6, (W @ xᵀ)ᵀ 7-16,
+    F.linear above 16``."""
     lines = []
     for shape, rows in table(threads).items():
         runs: list[list] = []
-        for t in sorted(rows):
+        for t in sorted(r for r in rows if r <= MAX_ROWS):
             if runs and runs[-1][0] == rows[t] and runs[-1][2] == t - 1:
                 runs[-1][2] = t
             else:
                 runs.append([rows[t], t, t])
         spans = ", ".join(f"{n} {a}" if a == b else f"{n} {a}-{b}" for n, a, b in runs)
-        lines.append(f"{shape[0]}x{shape[1]}: {spans}")
+        prefill = f", {rows[PREFILL]} above {MAX_ROWS}" if PREFILL in rows else ""
+        lines.append(f"{shape[0]}x{shape[1]}: {spans}{prefill}")
     return "; ".join(lines)
 
 
@@ -505,7 +531,7 @@ def _native_note(name: str) -> str:
 
 @contextmanager
 def forced(name: str) -> Iterator[None]:
-    """Use one form for every fp32 CPU product of 1..MAX_ROWS rows inside the block (tests, demos)."""
+    """Use one form for every fp32 CPU product inside the block, at any row count (tests, demos)."""
     if name not in candidates():
         raise ValueError(f"unknown linear form {name!r}: choose one of {', '.join(candidates())}{_native_note(name)}")
     _forced.append(name)
