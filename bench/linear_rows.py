@@ -98,8 +98,14 @@ def gate_note(weights: list[torch.Tensor], forms: dict) -> str:
             verdicts[name][1] &= all(name in exact[t] for t in exact if t > 1)
     words = {(True, True): "exact", (False, False): "not exact", (True, False): "exact at 1 row only",
              (False, True): "exact at 2..16 rows only"}
+    kernel = ""
+    if linear_forms.NATIVE in linear_forms.candidates():
+        shapes = sorted({tuple(w.shape) for w in weights})
+        ok = all(linear_forms.NATIVE in linear_forms.exact_forms(*shape)[1] for shape in shapes)
+        kernel = (f"; {linear_forms.NATIVE} (its own order): {'row-invariant and as accurate as F.linear, admitted' if ok else 'refused'}"
+                  " by the gate's second rule")
     return ("exactness gate (each row's bits are bits F.linear gives it at some row count, on the order probe, "
-            "every weight shape): " + "; ".join(f"{name}: {words[tuple(v)]}" for name, v in verdicts.items()))
+            "every weight shape): " + "; ".join(f"{name}: {words[tuple(v)]}" for name, v in verdicts.items()) + kernel)
 
 
 def _bf16_probe_note(threads: int) -> str:
