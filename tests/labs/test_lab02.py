@@ -318,12 +318,19 @@ def test_paged_attention_over_scattered_blocks_equals_dense_attention(backend):
     assert any(not block_map.is_consecutive(tuple(t)) for t in case.block_tables)
     paged = attention_cost.paged_step(case, backend, 1)
     torch.testing.assert_close(paged, attention_cost.dense_step(case, 1), rtol=1e-5, atol=1e-5)
+    kernel = attention_cost.kernel_of(case, backend)
+    if kernel == attention_cost.KERNEL:         # the same kernel on contiguous slots: the same bits
+        assert torch.equal(paged, attention_cost.dense_step(case, 1, kernel))
 
 
 def test_indirection_cost_reports_the_overhead_of_the_fastest_rounds():
-    cost = attention_cost.measure_indirection(attention_cost.make_case(2, 32, 16), rounds=2, num_layers=1)
+    case = attention_cost.make_case(2, 32, 16)
+    cost = attention_cost.measure_indirection(case, rounds=2, num_layers=1)
     assert cost.overhead == pytest.approx(100 * (cost.paged_s / cost.dense_s - 1))
     assert cost.max_abs_diff < 1e-5
+    # both arms run the kernel the engine's backend runs, so only the indirection differs
+    assert cost.kernel == attention_cost.kernel_of(case, cpu_batched)
+    assert attention_cost.kernel_of(case, reference) == attention_cost.SDPA
 
 
 def test_timing_with_one_thread_restores_the_thread_count():

@@ -21,8 +21,8 @@ def work():
 def test_contention_never_makes_paged_attention_clearly_faster_than_dense(work, monkeypatch):
     real_dense, real_paged = attention_cost.dense_step, attention_cost.paged_step
 
-    def dense(case, num_layers):
-        out = real_dense(case, 1)
+    def dense(case, num_layers, kernel=attention_cost.SDPA, pool=None):
+        out = real_dense(case, 1, kernel, pool)
         work.advance(1.0 * num_layers)
         return out
 
@@ -142,13 +142,16 @@ def test_indirection_lines_set_the_overhead_against_the_paper_only_when_clear():
     from labkit.labs.common.measure import verdict_from_ratios
     from labkit.labs.lab02_paged_attention import views
 
-    def cost(ratios, L=512):
+    def cost(ratios, L=512, kernel=attention_cost.SDPA):
         v = verdict_from_ratios(ratios, ratio=min(ratios))
-        return attention_cost.IndirectionCost(L, 16, 8, 1.0 * min(ratios), 1.0, 1e-7, v)
+        return attention_cost.IndirectionCost(L, 16, 8, 1.0 * min(ratios), 1.0, 1e-7, v, kernel)
 
     set_language("zh")
     big = views.indirection_lines([cost([1.9, 2.0, 2.1])])
-    assert "分页注意力比连续的慢" in big[1] and "CPU 路径" in big[2]
+    assert "分页注意力比连续的慢" in big[1] and "SDPA 路径" in big[2]
+    # the copy explains the SDPA path's cost only: the C kernel reads in place, and no reason is made up
+    big_kernel = views.indirection_lines([cost([1.9, 2.0, 2.1], kernel=attention_cost.KERNEL)])
+    assert "超出论文" in big_kernel[2] and "复制" not in big_kernel[2]
     level = views.indirection_lines([cost([1.20, 1.22, 1.21])])
     assert "量级之内" in level[2]
     noisy = views.indirection_lines([cost([0.9, 1.4, 1.3])])

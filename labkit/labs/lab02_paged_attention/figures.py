@@ -128,10 +128,12 @@ def block_size_figure(points: list[BlockSizePoint]) -> go.Figure:
 
 def indirection_figure(costs: list[IndirectionCost]) -> go.Figure:
     x = [str(c.context_len) for c in costs]
-    fig = go.Figure([go.Bar(x=x, y=[1000 * c.dense_s for c in costs], name=t("连续 K/V：SDPA", "contiguous K/V: SDPA"),
+    kernel = costs[0].kernel
+    fig = go.Figure([go.Bar(x=x, y=[1000 * c.dense_s for c in costs], name=t(f"连续 K/V：{kernel}", f"contiguous K/V: {kernel}"),
                             marker_color=COLORS["decode"]),
-                     go.Bar(x=x, y=[1000 * c.paged_s for c in costs], name=t("分页 K/V：引擎的注意力", "paged K/V: the engine's attention"),
-                            marker_color=COLORS["prefill"], text=[f"+{c.overhead:.0f}%" for c in costs],
+                     go.Bar(x=x, y=[1000 * c.paged_s for c in costs],
+                            name=t(f"分页 K/V：引擎的注意力（{kernel}）", f"paged K/V: the engine's attention ({kernel})"),
+                            marker_color=COLORS["prefill"], text=[f"{c.overhead:+.0f}%" for c in costs],
                             textposition="outside")])
     style(fig, t(f"间接寻址的代价：{costs[0].num_seqs} 个序列的一个解码步（所有层，本机 CPU）",
                  f"The price of indirection: one decode step of {costs[0].num_seqs} sequences (all layers, this CPU)"),
