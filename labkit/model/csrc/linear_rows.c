@@ -15,6 +15,12 @@
  *   s      = the lanes added as a fixed tree (l and l + L/2, then l and l + L/4, ..., then l and l + 1)
  *   s      = fma(x[t][k], w[n][k], s)         for k = KL .. K - 1                   (the tail, in order)
  *
+ * bf16 (on CPUs with AVX512_BF16 only; elsewhere labkit keeps PyTorch's bf16 forms) runs the same tiles
+ * and the same tree, 32 elements a step through the CPU's bf16 dot product (vdpbf16ps: fp32 lane l adds
+ * x[2l]·w[2l] + x[2l+1]·w[2l+1]), the tail in fp32, the sum rounded to bf16 (to nearest, ties to even)
+ * as PyTorch rounds a bf16 product's fp32 sum. One code path serves both: `bf` is a constant at every
+ * call, so each entry point compiles to its own loop.
+ *
  * The tiles below only decide how many accumulators are live at once (4 weight rows x 4, 2 or 1 input
  * rows); they never change an output's order. So a row gets the same bits alone or in a batch of 16
  * (row invariance), which speculative decoding relies on: its k + 1 verification rows must give what
@@ -24,9 +30,46 @@
  */
 #include "simd.h"
 
-static inline float tail(const float *x, const float *w, int64_t k, int64_t K, float s) {
+#if defined(__AVX512BF16__)
+#define HAS_BF16 1
+#else
+#define HAS_BF16 0
+#endif
+
+/* Elements a vector step covers: LANES fp32, or twice as many bf16 in the same 64 bytes. */
+static inline int64_t step_of(const int bf) { return bf ? 2 * LANES : LANES; }
+
+/* Element i of an fp32 or bf16 array, as a pointer, a vector's worth of raw bits, or one fp32 value. */
+static inline const void *at(const void *base, int64_t i, const int bf) {
+    return (const char *)base + i * (bf ? (int64_t)sizeof(bf16) : (int64_t)sizeof(float));
+}
+
+static inline vec load_raw(const void *base, int64_t i, const int bf) { return LOAD((const float *)at(base, i, bf)); }
+
+static inline float element(const void *base, int64_t i, const int bf) {
+    return bf ? widen(((const bf16 *)base)[i]) : ((const float *)base)[i];
+}
+
+static inline void put(void *base, int64_t i, float s, const int bf) {
+    if (bf)
+        ((bf16 *)base)[i] = narrow(s);
+    else
+        ((float *)base)[i] = s;
+}
+
+/* acc += x · w, lane by lane: a fused multiply-add, or for bf16 the pairwise dot product. */
+static inline vec mac(vec acc, vec x, vec w, const int bf) {
+#if HAS_BF16
+    if (bf)
+        return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
+#endif
+    (void)bf;
+    return FMA(x, w, acc);
+}
+
+static inline float tail(const void *x, const void *w, int64_t k, int64_t K, float s, const int bf) {
     for (; k < K; k++)
-        s = x[k] * w[k] + s;
+        s = element(x, k, bf) * element(w, k, bf) + s;
     return s;
 }
 
@@ -36,17 +79,18 @@ static inline float tail(const float *x, const float *w, int64_t k, int64_t K, f
  * 24 with). A lone row (T = 1) streams faster without: AMD EPYC, huge pages, 13.3 ms a sweep against 15.3,
  * i.e. 40 GB/s, this core's read rate. (The flag is a run-time value on purpose: a separate T = 1 loop
  * with the flag as a constant compiled into a slower loop, 14.7 ms.) */
-static inline __attribute__((always_inline)) void tile(const float *x, const float *w, float *y, int64_t t,
+static inline __attribute__((always_inline)) void tile(const void *x, const void *w, void *y, int64_t t,
                                                        int64_t n, int64_t N, int64_t K, const int R,
-                                                       const int prefetch) {
-    const int64_t K16 = K - K % LANES;
-    const float *w0 = w + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+                                                       const int prefetch, const int bf) {
+    const int64_t S = step_of(bf), KS = K - K % S;
+    const void *w0 = at(w, n * K, bf), *w1 = at(w, (n + 1) * K, bf), *w2 = at(w, (n + 2) * K, bf),
+               *w3 = at(w, (n + 3) * K, bf);
     vec acc[MAX_R][4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < 4; j++)
             acc[i][j] = ZERO();
-    for (int64_t k = 0; k < K16; k += LANES) {
-        vec a = LOAD(w0 + k), b = LOAD(w1 + k), c = LOAD(w2 + k), d = LOAD(w3 + k);
+    for (int64_t k = 0; k < KS; k += S) {
+        vec a = load_raw(w0, k, bf), b = load_raw(w1, k, bf), c = load_raw(w2, k, bf), d = load_raw(w3, k, bf);
         if (R > 1) {
             IN_REGISTER(a);
             IN_REGISTER(b);
@@ -54,153 +98,74 @@ static inline __attribute__((always_inline)) void tile(const float *x, const flo
             IN_REGISTER(d);
         }
         if (prefetch) {
-            __builtin_prefetch(w0 + 4 * K + k), __builtin_prefetch(w1 + 4 * K + k);
-            __builtin_prefetch(w2 + 4 * K + k), __builtin_prefetch(w3 + 4 * K + k);
+            __builtin_prefetch(at(w0, 4 * K + k, bf)), __builtin_prefetch(at(w1, 4 * K + k, bf));
+            __builtin_prefetch(at(w2, 4 * K + k, bf)), __builtin_prefetch(at(w3, 4 * K + k, bf));
         }
         for (int i = 0; i < R; i++) {
-            vec v = LOAD(x + (t + i) * K + k);
+            vec v = load_raw(x, (t + i) * K + k, bf);
             if (R > 1)
                 IN_REGISTER(v);
-            acc[i][0] = FMA(v, a, acc[i][0]);
-            acc[i][1] = FMA(v, b, acc[i][1]);
-            acc[i][2] = FMA(v, c, acc[i][2]);
-            acc[i][3] = FMA(v, d, acc[i][3]);
+            acc[i][0] = mac(acc[i][0], v, a, bf);
+            acc[i][1] = mac(acc[i][1], v, b, bf);
+            acc[i][2] = mac(acc[i][2], v, c, bf);
+            acc[i][3] = mac(acc[i][3], v, d, bf);
         }
     }
     for (int i = 0; i < R; i++) {
-        const float *xr = x + (t + i) * K;
-        float *yr = y + (t + i) * N + n, s[4];
+        const void *xr = at(x, (t + i) * K, bf);
+        float s[4];
         reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s);
-        yr[0] = tail(xr, w0, K16, K, s[0]);
-        yr[1] = tail(xr, w1, K16, K, s[1]);
-        yr[2] = tail(xr, w2, K16, K, s[2]);
-        yr[3] = tail(xr, w3, K16, K, s[3]);
+        put(y, (t + i) * N + n, tail(xr, w0, KS, K, s[0], bf), bf);
+        put(y, (t + i) * N + n + 1, tail(xr, w1, KS, K, s[1], bf), bf);
+        put(y, (t + i) * N + n + 2, tail(xr, w2, KS, K, s[2], bf), bf);
+        put(y, (t + i) * N + n + 3, tail(xr, w3, KS, K, s[3], bf), bf);
     }
 }
 
 /* One weight row for every input row (the last N % 4 rows of w). */
-static void single(const float *x, const float *w, float *y, int64_t T, int64_t n, int64_t N, int64_t K) {
-    const int64_t K16 = K - K % LANES;
-    const float *wn = w + n * K;
+static inline __attribute__((always_inline)) void single(const void *x, const void *w, void *y, int64_t T,
+                                                         int64_t n, int64_t N, int64_t K, const int bf) {
+    const int64_t S = step_of(bf), KS = K - K % S;
+    const void *wn = at(w, n * K, bf);
     for (int64_t t = 0; t < T; t++) {
-        const float *xr = x + t * K;
+        const void *xr = at(x, t * K, bf);
         vec acc = ZERO();
-        for (int64_t k = 0; k < K16; k += LANES)
-            acc = FMA(LOAD(xr + k), LOAD(wn + k), acc);
-        y[t * N + n] = tail(xr, wn, K16, K, reduce(acc));
+        for (int64_t k = 0; k < KS; k += S)
+            acc = mac(acc, load_raw(xr, k, bf), load_raw(wn, k, bf), bf);
+        put(y, t * N + n, tail(xr, wn, KS, K, reduce(acc), bf), bf);
     }
 }
 
-/* The entry point (called through ctypes, which releases the GIL for the call). */
-void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T, int64_t N, int64_t K) {
+static inline __attribute__((always_inline)) void linear_rows(const void *x, const void *w, void *y, int64_t T,
+                                                              int64_t N, int64_t K, const int bf) {
     int64_t n = 0;
     for (; n + 4 <= N; n += 4) {
         int64_t t = 0;
 #if MAX_R == 4
         for (; t + 4 <= T; t += 4)
-            tile(x, w, y, t, n, N, K, 4, 1);
+            tile(x, w, y, t, n, N, K, 4, 1, bf);
 #endif
         for (; t + 2 <= T; t += 2)
-            tile(x, w, y, t, n, N, K, 2, 1);
+            tile(x, w, y, t, n, N, K, 2, 1, bf);
         if (t < T)
-            tile(x, w, y, t, n, N, K, 1, T > 1);
+            tile(x, w, y, t, n, N, K, 1, T > 1, bf);
     }
     for (; n < N; n++)
-        single(x, w, y, T, n, N, K);
+        single(x, w, y, T, n, N, K, bf);
 }
 
-/* ------------------------------------------------------------------------------------------------
- * bf16 weights and inputs, on CPUs with AVX512_BF16 only (elsewhere labkit keeps PyTorch's bf16 forms).
- * The same tiles and the same fixed tree, 32 elements a step through the CPU's bf16 dot product
- * (vdpbf16ps: fp32 lane l adds x[2l]·w[2l] + x[2l+1]·w[2l+1]); the tail in fp32; the sum rounded to
- * bf16 (to nearest, ties to even), as PyTorch rounds a bf16 product's fp32 sum. Row-invariant as the
- * fp32 product is: bf16 speculative decoding needs a row's bits to be the same at any row count.
- */
-#if defined(__AVX512BF16__)
-#define BF_LANES 32
-
-static inline __m512bh load_bf16(const bf16 *p) { return (__m512bh)_mm512_loadu_si512(p); }
-
-static inline float tail_bf16(const bf16 *x, const bf16 *w, int64_t k, int64_t K, float s) {
-    for (; k < K; k++)
-        s = widen(x[k]) * widen(w[k]) + s;
-    return s;
+/* The entry points (called through ctypes, which releases the GIL for the call). */
+void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T, int64_t N, int64_t K) {
+    linear_rows(x, w, y, T, N, K, 0);
 }
 
-static inline __attribute__((always_inline)) void tile_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t t,
-                                                            int64_t n, int64_t N, int64_t K, const int R,
-                                                            const int prefetch) {
-    const int64_t K32 = K - K % BF_LANES;
-    const bf16 *w0 = w + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-    vec acc[MAX_R][4];
-    for (int i = 0; i < R; i++)
-        for (int j = 0; j < 4; j++)
-            acc[i][j] = ZERO();
-    for (int64_t k = 0; k < K32; k += BF_LANES) {
-        __m512bh a = load_bf16(w0 + k), b = load_bf16(w1 + k), c = load_bf16(w2 + k), d = load_bf16(w3 + k);
-        if (R > 1) {
-            IN_REGISTER(a);
-            IN_REGISTER(b);
-            IN_REGISTER(c);
-            IN_REGISTER(d);
-        }
-        if (prefetch) {
-            __builtin_prefetch(w0 + 4 * K + k), __builtin_prefetch(w1 + 4 * K + k);
-            __builtin_prefetch(w2 + 4 * K + k), __builtin_prefetch(w3 + 4 * K + k);
-        }
-        for (int i = 0; i < R; i++) {
-            __m512bh v = load_bf16(x + (t + i) * K + k);
-            if (R > 1)
-                IN_REGISTER(v);
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], v, a);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], v, b);
-            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], v, c);
-            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], v, d);
-        }
-    }
-    for (int i = 0; i < R; i++) {
-        const bf16 *xr = x + (t + i) * K;
-        bf16 *yr = y + (t + i) * N + n;
-        float s[4];
-        reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s);
-        yr[0] = narrow(tail_bf16(xr, w0, K32, K, s[0]));
-        yr[1] = narrow(tail_bf16(xr, w1, K32, K, s[1]));
-        yr[2] = narrow(tail_bf16(xr, w2, K32, K, s[2]));
-        yr[3] = narrow(tail_bf16(xr, w3, K32, K, s[3]));
-    }
-}
-
-static void single_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t n, int64_t N, int64_t K) {
-    const int64_t K32 = K - K % BF_LANES;
-    const bf16 *wn = w + n * K;
-    for (int64_t t = 0; t < T; t++) {
-        const bf16 *xr = x + t * K;
-        vec acc = ZERO();
-        for (int64_t k = 0; k < K32; k += BF_LANES)
-            acc = _mm512_dpbf16_ps(acc, load_bf16(xr + k), load_bf16(wn + k));
-        y[t * N + n] = narrow(tail_bf16(xr, wn, K32, K, reduce(acc)));
-    }
-}
-
+#if HAS_BF16
 void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K) {
-    int64_t n = 0;
-    for (; n + 4 <= N; n += 4) {
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4)
-            tile_bf16(x, w, y, t, n, N, K, 4, 1);
-        for (; t + 2 <= T; t += 2)
-            tile_bf16(x, w, y, t, n, N, K, 2, 1);
-        if (t < T)
-            tile_bf16(x, w, y, t, n, N, K, 1, T > 1);
-    }
-    for (; n < N; n++)
-        single_bf16(x, w, y, T, n, N, K);
+    linear_rows(x, w, y, T, N, K, 1);
 }
-
-int labkit_linear_rows_has_bf16(void) { return 1; }
-#else
-int labkit_linear_rows_has_bf16(void) { return 0; }
 #endif
+
+int labkit_linear_rows_has_bf16(void) { return HAS_BF16; }
 
 /* A version number the loader checks, so that a stale build in the cache is never used. */
 int labkit_linear_rows_version(void) { return 4; }
