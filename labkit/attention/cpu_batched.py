@@ -120,7 +120,7 @@ def _first_slot_if_consecutive(slots: torch.Tensor) -> int | None:
     return first
 
 
-def _use_kernel(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
+def uses_decode_kernel(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
     """Single query tokens go through labkit's C kernel (``native.decode_attention``) where it built: it
     reads the pool in place through the slots, where SDPA needs a gathered, padded, masked copy (a
     batch-16 decode step: 10.7 ms of attention through SDPA). Every single-token row takes it, decode
@@ -137,7 +137,7 @@ def _kernel_rows(query, key_cache, value_cache, slots, lens, scale) -> torch.Ten
 
 def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> torch.Tensor:
     """Gather this layer's K/V for the group and run SDPA: returns [B, Q, H, D]."""
-    if plan.lens is not None and _use_kernel(query, key_cache):
+    if plan.lens is not None and uses_decode_kernel(query, key_cache):
         rows = query if plan.contiguous else query[plan.tok.reshape(-1)]
         return _kernel_rows(rows, key_cache, value_cache, plan.slots, plan.lens, scale).unsqueeze(1)
     if plan.contiguous:
@@ -157,7 +157,7 @@ def _attend(query, key_cache, value_cache, plan: _GroupPlan, scale: float) -> to
 
 def _attend_rows(query, key_cache, value_cache, plan: _RowsPlan, scale: float, out: torch.Tensor) -> None:
     """Row j of the query against exactly its own prefix: the call plain decoding makes there."""
-    if _use_kernel(query, key_cache):
+    if uses_decode_kernel(query, key_cache):
         rows = query[plan.first_token:plan.first_token + len(plan.context_lens)]
         out[plan.first_token:plan.first_token + len(plan.context_lens)] = _kernel_rows(
             rows, key_cache, value_cache, plan.slots, plan.lens, scale)

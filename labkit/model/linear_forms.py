@@ -228,19 +228,21 @@ def probe_weights(weights: list[torch.Tensor], budget: int = PROBE_BYTES) -> lis
     return chosen
 
 
-def time_forms(weights: list[torch.Tensor], rows: int, names: list[str], rounds: int = PROBE_ROUNDS
-               ) -> dict[str, float]:
+def time_forms(weights: list[torch.Tensor], rows: int, names: list[str], rounds: int = PROBE_ROUNDS,
+               forms: dict | None = None) -> dict[str, float]:
     """{form: seconds for one sweep of ``weights`` at ``rows`` rows}, the minimum over interleaved
-    rounds (A B, B A, ...), after one warm-up sweep of each."""
+    rounds (A B, B A, ...), after one warm-up sweep of each; ``forms`` (default FORMS) names the
+    functions, the inputs take the weights' dtype."""
+    forms = FORMS if forms is None else forms
     clock = _clock()
     g = torch.Generator().manual_seed(rows)
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g) for w in weights}
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g).to(w.dtype) for w in weights}
     pairs = [(inputs[w.shape[1]], w) for w in weights]
     best = {name: float("inf") for name in names}
     with torch.inference_mode():
         for r in range(rounds + 1):
             for name in (names if r % 2 == 0 else names[::-1]):
-                fn = FORMS[name]
+                fn = forms[name]
                 t0 = clock()
                 for x, w in pairs:
                     fn(x, w)
@@ -451,21 +453,11 @@ def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> b
 
 
 def _probe_bf16(threads: int) -> bool:
-    weights, torch_form = _bf16["weights"], _bf16["torch"]
-    g = torch.Generator().manual_seed(16)
-    clock = _clock()
-    forms = {NATIVE: native.linear_rows, "PyTorch": torch_form}
+    forms = {NATIVE: native.linear_rows, "PyTorch": _bf16["torch"]}
     best: dict[str, dict[int, float]] = {name: {} for name in forms}
-    with torch.inference_mode():
-        for rows in BF16_ROWS:
-            inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g).bfloat16() for w in weights}
-            for r in range(PROBE_ROUNDS + 1):
-                for name in (forms if r % 2 == 0 else list(forms)[::-1]):
-                    t0 = clock()
-                    for w in weights:
-                        forms[name](inputs[w.shape[1]], w)
-                    if r:                    # round 0 warms up
-                        best[name][rows] = min(best[name].get(rows, float("inf")), clock() - t0)
+    for rows in BF16_ROWS:
+        for name, seconds in time_forms(_bf16["weights"], rows, list(forms), forms=forms).items():
+            best[name][rows] = seconds
     _bf16_timings[threads] = best
     return choose_bf16(best)
 

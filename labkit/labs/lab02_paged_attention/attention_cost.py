@@ -90,7 +90,7 @@ SDPA, KERNEL = "SDPA", "C kernel"
 
 def kernel_of(case: AttentionCase, backend) -> str:
     """The attention kernel the paged arm runs: the C decode kernel or SDPA (the dense arm uses the same)."""
-    return KERNEL if backend is cpu_batched and cpu_batched._use_kernel(case.query, case.key_cache) else SDPA
+    return KERNEL if backend is cpu_batched and cpu_batched.uses_decode_kernel(case.query, case.key_cache) else SDPA
 
 
 def dense_pool(case: AttentionCase) -> tuple[torch.Tensor, ...]:
