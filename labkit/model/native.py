@@ -90,7 +90,7 @@ def library_path(cc: str) -> Path:
     return cache_root() / "kernels" / f"labkit-{key}.so"
 
 
-def _load() -> ctypes.CDLL:
+def _load() -> dict:
     if os.environ.get(ENV, "1") == "0":
         raise RuntimeError(f"switched off by {ENV}=0")
     cc = compiler()
