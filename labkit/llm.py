@@ -65,13 +65,18 @@ class LLM:
     def _run_until_done(self, ids: list[str], progress: bool) -> None:
         bar = tqdm(total=len(ids), disable=not progress, desc="generate", unit="req")
         pending = set(ids)
-        while pending:
-            if not self.engine.has_unfinished_requests():
-                raise RuntimeError(f"requests {sorted(pending)} are unfinished but the engine has nothing to run")
-            self.engine.step()
-            done = {rid for rid in pending if self._group_done(rid)}
-            bar.update(len(done))
-            pending -= done
+        while True:
+            # One lock around look, decide and step: another thread's step may finish these requests
+            # at any moment, so "are mine done?" and "is anything left to run?" are asked together.
+            with self.engine.lock:
+                done = {rid for rid in pending if self._group_done(rid)}
+                bar.update(len(done))
+                pending -= done
+                if not pending:
+                    break
+                if not self.engine.has_unfinished_requests():
+                    raise RuntimeError(f"requests {sorted(pending)} are unfinished but the engine has nothing to run")
+                self.engine.step()
         bar.close()
 
     def _group(self, rid: str) -> list:
@@ -114,12 +119,13 @@ class LLM:
         finished = False
         try:
             while not finished:
-                if not queue:
-                    if not self.engine.has_unfinished_requests():
-                        raise RuntimeError(f"request {rid} is unfinished but the engine has nothing to run")
-                    self.engine.step()
-                    continue
-                out = queue.popleft()
+                with self.engine.lock:      # as in generate: another thread's step may fill the queue
+                    if not queue:
+                        if not self.engine.has_unfinished_requests():
+                            raise RuntimeError(f"request {rid} is unfinished but the engine has nothing to run")
+                        self.engine.step()
+                        continue
+                    out = queue.popleft()
                 tokens += out.new_token_ids
                 finished = out.finished
                 if out.new_token_ids or finished:

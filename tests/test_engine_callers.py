@@ -227,3 +227,73 @@ def test_a_request_aborted_before_it_forks_leaves_no_sampling_state():
     llm.engine.abort(rid)
     sampler = llm.engine.sampler
     assert not (sampler._params or sampler._generators or sampler._pending_forks or sampler._draft_probs)
+
+
+def _hammer(llm, call, num_threads: int = 2, calls: int = 300) -> list[BaseException]:
+    """Run ``call(thread_index, call_index)`` many times from several threads with a very short GIL
+    switch interval, and a pause before each ``has_unfinished_requests`` answer, so that one thread's
+    step often finishes another thread's requests between a caller's checks; return what was raised."""
+    import sys
+    import time
+
+    errors: list[BaseException] = []
+    answer = llm.engine.has_unfinished_requests
+
+    def slow_answer() -> bool:
+        time.sleep(1e-4)                     # another thread may step meanwhile, unless a lock stops it
+        return answer()
+    llm.engine.has_unfinished_requests = slow_answer
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(calls):
+                call(t, i)
+        except BaseException as exc:       # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(num_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        sys.setswitchinterval(interval)
+    return errors
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_many_short_generate_calls_from_several_threads_all_return(async_scheduling):
+    """A call whose requests another thread's step finished returns them; it never reports that the
+    engine has nothing to run (issue 37: 1-3 of 300 calls raised that)."""
+    llm = sim(block_size=4, num_blocks=32, max_num_seqs=4, async_scheduling=async_scheduling)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    bad: list[str] = []
+
+    def call(t: int, i: int) -> None:
+        outs = llm.generate([f"t{t} call {i}", "hi"], params)
+        if not all(o.finished and len(o.token_ids) == 3 for o in outs):
+            bad.append(f"thread {t} call {i}: {outs}")
+
+    assert _hammer(llm, call) == [] and bad == []
+    llm.engine.kv.check_invariants()
+    assert pool_empty(llm)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_many_short_streams_from_several_threads_all_end(async_scheduling):
+    llm = sim(block_size=4, num_blocks=32, max_num_seqs=4, async_scheduling=async_scheduling)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    bad: list[str] = []
+
+    def call(t: int, i: int) -> None:
+        deltas = list(llm.stream(f"t{t} stream {i}", params))
+        tokens = [tok for d in deltas for tok in d.token_ids]
+        if len(tokens) != 3 or not deltas[-1].finished:
+            bad.append(f"thread {t} stream {i}: {deltas}")
+
+    assert _hammer(llm, call) == [] and bad == []
+    llm.engine.kv.check_invariants()
+    assert pool_empty(llm)
