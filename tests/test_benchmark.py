@@ -14,7 +14,7 @@ from labkit.benchmark import BenchResult, compute_metrics, latency_cdf, load_res
 from labkit.benchmark.cli import DEFAULT_OUTPUT_LEN, format_report
 from labkit.benchmark.cli import main as bench_main
 from labkit.benchmark.client import Target
-from labkit.benchmark.metrics import RequestRecord, parse_goodput
+from labkit.benchmark.metrics import RequestRecord, Summary, parse_goodput
 from labkit.benchmark.runner import LoadShape, arrival_gaps, run_load
 from labkit.benchmark.workload import BenchRequest, build_workload
 from labkit.i18n import get_language, set_language
@@ -105,6 +105,116 @@ def test_goodput_objectives_are_checked():
     for bad in (["ttfb:5"], ["ttft"], ["tpot:fast"], ["e2el:-1"]):
         with pytest.raises(ValueError, match="goodput"):
             parse_goodput(bad)
+
+
+# ------------------------------------------------- what counts as a completed request (vLLM's rule)
+
+
+def sse(*chunks) -> list[bytes]:
+    """Server-sent event lines: dicts as JSON chunks, strings as they are (``[DONE]``, bad data)."""
+    return [f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n".encode() for c in chunks]
+
+
+ROLE_ONLY = {"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}
+EMPTY_STOP = {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}
+USAGE_0 = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 0, "total_tokens": 7}}
+
+
+class RawStream(httpx.AsyncByteStream):
+    """Sends ``parts`` in order, the clock moving 50 ms before each; an exception part is raised."""
+
+    def __init__(self, clock: FakeClock, parts: list):
+        self.clock, self.parts = clock, parts
+
+    async def __aiter__(self):
+        for part in self.parts:
+            self.clock.now += 0.050
+            if isinstance(part, Exception):
+                raise part
+            yield part
+
+
+class RawServer(httpx.AsyncBaseTransport):
+    """Answers request i with ``replies[i]`` = (HTTP status, the body's parts)."""
+
+    def __init__(self, clock: FakeClock, replies: list[tuple[int, list]]):
+        self.clock, self.replies, self.sent = clock, list(replies), 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        status, parts = self.replies[self.sent]
+        self.sent += 1
+        return httpx.Response(status, stream=RawStream(self.clock, parts),
+                              headers={"content-type": "text/event-stream" if status == 200 else "application/json"})
+
+
+def run_raw(replies: list[tuple[int, list]], endpoint: str = "chat") -> tuple[list[RequestRecord], float]:
+    clock = FakeClock()
+    outcome = asyncio.run(run_load(Target("http://fake", "m", endpoint), [BenchRequest("p", 8)] * len(replies),
+                                   LoadShape(max_concurrency=1), progress=False,
+                                   transport=RawServer(clock, replies), clock=clock))
+    return outcome.records, outcome.duration_s
+
+
+@pytest.mark.parametrize("endpoint, parts", [
+    ("chat", sse(ROLE_ONLY, EMPTY_STOP, USAGE_0, "[DONE]")),                  # transformers serve, EOS at once
+    ("chat", sse(ROLE_ONLY, "[DONE]")),                                       # no usage chunk: 0 text chunks
+    ("completions", sse({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}, USAGE_0, "[DONE]")),
+    ("completions", sse("[DONE]")),                                            # nothing but the end marker
+], ids=["chat-usage", "chat-no-usage", "completions-usage", "completions-done-only"])
+def test_an_empty_completion_is_a_success_with_0_output_tokens(endpoint, parts):
+    (record,), _ = run_raw([(200, parts)], endpoint)
+    assert record.success, record.error
+    assert (record.output_tokens, record.text, record.itl_s, record.tpot_s) == (0, "", [], None)
+    assert record.ttft_s == pytest.approx(0.050) and record.e2el_s == pytest.approx(0.050 * len(parts))
+
+
+def test_empty_completions_count_as_completed_and_keep_tpot_itl_goodput_and_figures_defined(tmp_path):
+    texted = sse(ROLE_ONLY, *({"choices": [{"index": 0, "delta": {"content": t}}]} for t in ("a", "b", "c")),
+                 {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}, "[DONE]")
+    empty = sse(ROLE_ONLY, EMPTY_STOP, USAGE_0, "[DONE]")
+    records, duration = run_raw([(200, texted), (200, empty), (200, empty)])
+    assert [r.success for r in records] == [True] * 3 and [r.output_tokens for r in records] == [3, 0, 0]
+    m = compute_metrics(records, duration, {"ttft": 60, "tpot": 60})
+    assert (m.completed, m.failed, m.total_output_tokens, m.total_input_tokens) == (3, 0, 3, 21)
+    approx = lambda x: pytest.approx(x, rel=1e-9, abs=1e-9)   # noqa: E731
+    # TTFT: the first text chunk (100 ms: the role chunk came first) / an empty reply's first chunk (50 ms)
+    assert [r.ttft_s for r in records] == [approx(0.1), approx(0.05), approx(0.05)]
+    assert m.ttft.median_ms == approx(50) and m.e2el.median_ms == approx(200)
+    assert (m.tpot.mean_ms, m.tpot.p99_ms) == (approx(100), approx(100))        # (300 - 100) ms / 2, texted only
+    assert m.itl.mean_ms == approx(50) and m.itl.p99_ms == approx(50)          # 2 gaps, both from the texted one
+    assert m.goodput == approx(2 / duration) and m.output_throughput == approx(3 / duration)
+    none = compute_metrics(records[1:], duration, {"tpot": 1})
+    assert none.tpot == none.itl == Summary(None, None, None, None) and none.goodput == approx(2 / duration)
+    report = format_report(none, {"request_rate": math.inf})
+    assert "Mean TPOT (ms)" in report and "—" in report and reported(report, "Successful requests") == "2"
+    BenchResult({"model": "m", "request_rate": 2.0}, m, records).save(tmp_path / "a.json")
+    BenchResult({"model": "m", "request_rate": math.inf}, none, records[1:]).save(tmp_path / "b.json")
+    results = load_results(tmp_path / "*.json")
+    assert [r.metrics.completed for r in results] == [3, 2] and all(r.first_error is None for r in results)
+    assert "—" in results_table(results)._repr_html_() and len(ttft_vs_rate(results).data) == 2
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        assert len(latency_cdf(results, metric).data) == 2
+    assert list(latency_cdf(results, "tpot").data[1].x) == []
+
+
+@pytest.mark.parametrize("status, parts, error", [
+    (500, [b'{"error": {"message": "boom"}}'], "HTTP 500: "),
+    (200, [], "the stream ended without a single valid chunk"),                 # closed at once
+    (200, [b": keep-alive\n\n", b"event: ping\n\n"], "the stream ended without a single valid chunk"),
+    (200, sse(ROLE_ONLY, "not json"), "malformed chunk (not JSON): 'not json'"),
+    (200, sse({"object": "chat.completion.chunk"}, "[DONE]"), "malformed chunk (not an OpenAI stream chunk)"),
+    (200, sse({"error": {"message": "out of memory", "code": 500}}, "[DONE]"),
+     'the server reported an error mid-stream: {"message": "out of memory"'),
+    (200, sse(ROLE_ONLY, {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}, {"error": {"message": "abort"}}),
+     'the server reported an error mid-stream: {"message": "abort"}'),      # text first, then the error
+    (200, sse(ROLE_ONLY) + [httpx.ReadError("connection reset")], "ReadError: connection reset"),
+], ids=["http-500", "closed-at-once", "only-comments", "not-json", "not-a-chunk", "error-chunk",
+        "error-after-text", "connection-reset"])
+def test_a_request_fails_on_http_and_transport_errors_malformed_chunks_or_no_chunk(status, parts, error):
+    (record,), duration = run_raw([(status, parts)])
+    assert not record.success and record.error.startswith(error), record.error
+    m = compute_metrics([record], duration, {"ttft": 1000})
+    assert (m.completed, m.failed, m.total_output_tokens, m.goodput, m.ttft.mean_ms) == (0, 1, 0, 0.0, None)
 
 
 # ------------------------------------------------------------------------------- the load model

@@ -4,6 +4,14 @@ Every request streams (``stream: true``) and asks for the usage chunk
 (``stream_options.include_usage``), so output tokens are the server's own count; a server that
 sends no usage is counted one token per text chunk.
 
+A request succeeds as in ``vllm bench serve``: HTTP 200 and a stream that ends normally after at
+least one valid chunk (or ``data: [DONE]``), whatever text it carried. A reply that ends at once
+with the end-of-sequence token is a success with the server's count of output tokens (0, or 1 where
+the server counts that token, as ``transformers serve`` does); its TTFT is the time to its first
+chunk, and it has no TPOT and no ITL gaps. A request fails on an HTTP error, a transport error, a
+chunk that is not an OpenAI stream chunk (or carries an ``error``), or a stream that ends without
+any valid chunk.
+
 Only the OpenAI API is sent unless asked: a request's output length goes out as ``max_tokens``
 (``/v1/completions``) or ``max_completion_tokens`` (chat), which every OpenAI-compatible server
 knows. ``ignore_eos: true`` (generate exactly that many tokens) is an extension of vLLM, SGLang and
@@ -59,14 +67,37 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
+class MalformedChunk(ValueError):
+    """A ``data:`` line that is not an OpenAI stream chunk, or one that reports an error."""
+
+
+def _parse_chunk(data: str) -> dict:
+    """The chunk on one ``data:`` line; raises MalformedChunk for anything but a valid chunk."""
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError:
+        raise MalformedChunk(f"malformed chunk (not JSON): {data[:200]!r}") from None
+    if isinstance(chunk, dict) and "error" in chunk:
+        raise MalformedChunk(f"the server reported an error mid-stream: {json.dumps(chunk['error'])[:300]}")
+    choices, usage = (chunk.get("choices"), chunk.get("usage")) if isinstance(chunk, dict) else (None, None)
+    valid = (isinstance(choices, list) and all(isinstance(c, dict) for c in choices)
+             and (usage is None or isinstance(usage, dict))) or (choices is None and isinstance(usage, dict))
+    if not valid:
+        raise MalformedChunk(f"malformed chunk (not an OpenAI stream chunk): {data[:200]!r}")
+    return chunk
+
+
 def _chunk_text(chunk: dict) -> str:
     choices = chunk.get("choices") or []
     if not choices:
         return ""
     choice = choices[0]
     if "delta" in choice:
-        return (choice.get("delta") or {}).get("content") or ""
-    return choice.get("text") or ""
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+    else:
+        text = choice.get("text")
+    return text if isinstance(text, str) else ""
 
 
 async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
@@ -76,7 +107,8 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
     st = clock()
     record.start_s = st - t0
     last = st
-    chunks = 0
+    first: float | None = None          # when the first valid chunk (or [DONE]) arrived
+    text_chunks = 0
     try:
         async with client.stream("POST", target.url(), json=target.body(req), headers=target.headers()) as resp:
             if resp.status_code != 200:
@@ -84,29 +116,36 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
                 return record
             async for line in resp.aiter_lines():
                 data = line[len("data:"):].strip() if line.startswith("data:") else None
-                if not data or data == "[DONE]":
+                if not data:
                     continue
-                chunk = json.loads(data)
                 now = clock()
+                if data == "[DONE]":
+                    first = now if first is None else first
+                    continue
+                chunk = _parse_chunk(data)
+                first = now if first is None else first
                 text = _chunk_text(chunk)
                 if text:
-                    if chunks == 0:
+                    if text_chunks == 0:
                         record.ttft_s = now - st
                     else:
                         record.itl_s.append(now - last)
-                    last, chunks = now, chunks + 1
+                    last, text_chunks = now, text_chunks + 1
                     record.text += text
                 usage = chunk.get("usage")
                 if usage:
                     record.prompt_tokens = usage.get("prompt_tokens") or 0
                     record.output_tokens = usage.get("completion_tokens") or 0
         record.e2el_s = clock() - st
-        record.output_tokens = record.output_tokens or chunks
-        record.success = chunks > 0
-        if not record.success:
-            record.error = "the stream carried no text"
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+        if first is None:
+            record.error = "the stream ended without a single valid chunk (HTTP 200, no data and no [DONE])"
+            return record
+        if text_chunks == 0:            # an empty completion (e.g. EOS at once): TTFT = its first chunk
+            record.ttft_s = first - st
+        record.output_tokens = record.output_tokens or text_chunks
+        record.success = True
+    except (httpx.HTTPError, MalformedChunk) as exc:
+        record.error = str(exc) if isinstance(exc, MalformedChunk) else f"{type(exc).__name__}: {exc}"
     return record
 
 

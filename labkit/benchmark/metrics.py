@@ -2,10 +2,14 @@
 
 Per request, from the client's clock (``st`` = when the request was sent):
 
-- TTFT = first chunk carrying text − st
+- TTFT = first chunk carrying text − st (a reply with no text at all: its first chunk − st)
 - ITL  = every gap between consecutive text chunks; pooled over all requests
 - E2EL = end of the stream − st
 - TPOT = (E2EL − TTFT) / (output tokens − 1), for requests with more than one output token
+
+A request succeeds if the stream ends normally, whatever text it carried (client.send): an empty
+completion (end-of-sequence at once) counts as completed with 0 output tokens, enters TTFT and
+E2EL, and adds nothing to TPOT or ITL.
 
 Over the run (``duration`` = first request sent → last request done): request throughput =
 completed / duration; output token throughput = output tokens / duration; goodput = completed
@@ -81,7 +85,7 @@ def summarize(values_s: list[float]) -> Summary:
 
 
 def meets(record: RequestRecord, slo_ms: dict[str, float]) -> bool:
-    """True if every objective given holds (a TPOT objective holds for one-token replies)."""
+    """True if every objective given holds (a TPOT objective holds for replies of 0 or 1 tokens)."""
     values = {"ttft": record.ttft_s, "tpot": record.tpot_s or 0.0, "e2el": record.e2el_s}
     return all(values[name] * 1000.0 <= limit for name, limit in slo_ms.items())
 
