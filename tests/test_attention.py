@@ -146,7 +146,7 @@ def test_a_sequence_on_consecutive_blocks_is_read_in_place_with_the_same_bits(dt
         write_kv(k, v, *caches, ctx)
         meta = AttentionMetadata.build([query_len], [L], [table], ctx[L - query_len:].tolist(), block_size)
         outs[name] = cpu_batched.paged_attention(query, *caches, meta, 0.25)
-        (plan,) = cpu_batched._plan(meta, query_len, query.device)
+        (plan,) = cpu_batched._plan(meta, query_len, query.device, kernel=False)   # SDPA reads the view
         assert (plan.first_slot is not None) == (name == "consecutive")
     assert torch.equal(outs["consecutive"], outs["scattered"])
 
@@ -166,3 +166,48 @@ def test_layer_cache_views_are_built_once_and_follow_the_pool_tensor():
     assert slots[0][0].shape == (32, 1, 2, 4)
     pool.tensor = torch.zeros_like(pool.tensor)
     assert pool.layer_caches(8) is not first and pool.layer_caches(8)[1][0].eq(0).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seqs=st.lists(st.integers(1, 60).flatmap(lambda L: st.tuples(st.just(L), st.integers(1, L))),
+                  min_size=2, max_size=6),
+    cut=st.integers(1, 59),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    kernel=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_row_gets_the_same_bits_alone_in_any_batch_and_in_any_chunk(seqs, cut, dtype, kernel, seed):
+    """Batch invariance (issue 38): each query row of a ragged batch equals, to the bit, the same row
+    computed with its sequence alone, and with that sequence's query cut into two chunks; with
+    labkit's C kernel and with the SDPA path."""
+    if kernel and not cpu_batched.native.available():
+        kernel = False
+    gen = torch.Generator().manual_seed(seed)
+    block_size, heads, kv_heads, head_dim = 4, 6, 2, 16
+    num_blocks = sum(-(-L // block_size) for L, _ in seqs) + 2
+    caches = [torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen).to(dtype) for _ in range(2)]
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = [[free.pop() for _ in range(-(-L // block_size))] for L, _ in seqs]
+    queries = [torch.randn(ql, heads, head_dim, generator=gen).to(dtype) for _, ql in seqs]
+
+    def attend(parts):
+        """parts: (sequence index, first query row, last query row) -> the rows' outputs, concatenated."""
+        q_lens = [b - a for _, a, b in parts]
+        s_lens = [seqs[i][0] - seqs[i][1] + b for i, _, b in parts]
+        meta = AttentionMetadata.build(q_lens, s_lens, [tables[i] for i, _, _ in parts], [0] * sum(q_lens), block_size)
+        query = torch.cat([queries[i][a:b] for i, a, b in parts])
+        return cpu_batched.paged_attention(query, *caches, meta, 0.25)
+
+    original = cpu_batched.uses_decode_kernel
+    cpu_batched.uses_decode_kernel = lambda q, k: kernel and original(q, k)
+    try:
+        together = attend([(i, 0, ql) for i, (_, ql) in enumerate(seqs)]).split([ql for _, ql in seqs])
+        for i, (_, ql) in enumerate(seqs):
+            assert torch.equal(attend([(i, 0, ql)]), together[i]), f"sequence {i} alone"
+            c = min(cut, ql - 1)
+            if c:
+                chunks = torch.cat([attend([(i, 0, c)]), attend([(i, c, ql)])])
+                assert torch.equal(chunks, together[i]), f"sequence {i} in two chunks at {c}"
+    finally:
+        cpu_batched.uses_decode_kernel = original

@@ -1,4 +1,5 @@
-"""The fp32 product forms: chosen by timing among the exact ones, cached per machine, forceable."""
+"""The fp32 product forms: one batch-invariant form for every row count, chosen by timing, cached per
+machine, forceable."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ SHAPES = [(200, 96), (64, 1152)]
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
     """An empty in-process table and a private disk cache; restored afterwards."""
-    saved = (dict(lf._table), dict(lf._groups), dict(lf._timings))
+    saved = (dict(lf._table), dict(lf._groups), dict(lf._timings), dict(lf._pad))
     monkeypatch.setattr(lf, "cache_path", lambda: tmp_path / "linear_forms.json")
     monkeypatch.delenv(lf.ENV, raising=False)
     lf.forget()
@@ -27,6 +28,7 @@ def fresh(tmp_path, monkeypatch):
     lf._table.update(saved[0])
     lf._groups.update(saved[1])
     lf._timings.update(saved[2])
+    lf._pad.update(saved[3])
 
 
 def weights(shape, count=3, seed=0):
@@ -44,32 +46,60 @@ def test_choose_takes_the_fastest_exact_form_and_never_an_inexact_one():
         lf.choose({"fast but inexact": 0.5}, ["F.linear"])
 
 
-def test_a_fake_timing_table_picks_its_fastest_exact_form_at_every_row_count(fresh, monkeypatch):
-    # (W @ xᵀ)ᵀ is made fastest at even row counts, F.linear at odd ones; the pair forms are slowest.
-    def fake(sample, rows, names, rounds=lf.PROBE_ROUNDS):
-        return {n: (1.0 if (n == "(W @ xᵀ)ᵀ") == (rows % 2 == 0) else 2.0) + (5.0 if lf.PAIR in n else 0.0)
-                for n in names}
+def test_the_probe_keeps_padded_f_linear_unless_the_kernel_wins_clearly_one_form_for_every_row_count(fresh, monkeypatch):
+    def fake(fast):
+        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS):
+            return {n: (1.0 if (n == lf.NATIVE) == fast else 2.0) for n in names}
+        return time_forms
 
-    monkeypatch.setattr(lf, "time_forms", fake)
-    lf.prepare(weights(SHAPES[0]))
-    exact = lf.exact_forms(*SHAPES[0])
-    for rows in range(1, lf.MAX_ROWS + 1):
-        times = fake(None, rows, exact[rows])
-        want = lf.choose(times, exact[rows])
-        assert lf.form_name(SHAPES[0], rows) == want
-        if rows > 1 and "(W @ xᵀ)ᵀ" in exact[rows]:
-            assert want == ("(W @ xᵀ)ᵀ" if rows % 2 == 0 else "F.linear")
+    kernel = lf.NATIVE in lf.candidates()
+    for fast, want in ((True, lf.NATIVE if kernel else lf.PADDED), (False, lf.PADDED)):
+        lf.forget()
+        monkeypatch.setattr(lf, "_read_cache", lambda: {})
+        monkeypatch.setattr(lf, "time_forms", fake(fast))
+        lf.prepare(weights(SHAPES[0]))
+        assert all(lf.form_name(SHAPES[0], rows) == want for rows in (*range(1, lf.PREFILL + 1), 64, 1000))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_the_probe_chooses_only_exact_forms(fresh, shape):
+def test_the_probe_chooses_one_batch_invariant_exact_form(fresh, shape):
     lf.prepare(weights(shape))
     exact = lf.exact_forms(*shape)
     chosen = lf.table()[shape]
     assert sorted(chosen) == list(range(1, lf.PREFILL + 1))
+    assert len(set(chosen.values())) == 1 and chosen[1] in lf.INVARIANT
     for rows, name in chosen.items():
         assert name in exact[min(rows, lf.MAX_ROWS)], (rows, name, exact[min(rows, lf.MAX_ROWS)])
-    assert chosen[lf.PREFILL] in ("F.linear", lf.NATIVE)
+
+
+@pytest.mark.parametrize("form", lf.INVARIANT)
+@pytest.mark.parametrize("shape", [(576, 1536), (3072, 576), (200, 96)])
+def test_each_invariant_form_gives_a_row_the_same_bits_at_every_row_count_and_position(form, shape):
+    """Issue 38: a row's product must not depend on the batch it is in (async scheduling, chunked
+    prefill and speculative verification all change the row count around a request)."""
+    if form not in lf.candidates() or (form == lf.NATIVE and not lf.kernel_admitted(*shape)):
+        pytest.skip(f"{form} is not available here: {native.why_unavailable()}")
+    g = torch.Generator().manual_seed(shape[0])
+    w, x = torch.randn(*shape, generator=g), torch.randn(300, shape[1], generator=g)
+    fn = lf.FORMS[form]
+    with torch.inference_mode():
+        full = fn(x, w)
+        for t in (*range(1, 41), 63, 64, 65, 130, 256):
+            assert torch.equal(fn(x[:t], w), full[:t]), t
+        for i in range(0, 300, 13):
+            assert torch.equal(fn(x[i:i + 1], w), full[i:i + 1]), i
+            assert torch.equal(fn(x[i:i + 5], w), full[i:i + 5]), i
+
+
+def test_padded_f_linear_gives_each_row_the_bits_f_linear_gives_it_in_a_batch_of_pad_rows():
+    shape = (3072, 576)
+    m = lf.pad_rows(*shape)
+    assert m is not None and 1 <= m <= lf.MAX_ROWS + 1
+    g = torch.Generator().manual_seed(1)
+    w, x = torch.randn(*shape, generator=g), torch.randn(64, shape[1], generator=g)
+    full = F.linear(x, w)
+    assert all(torch.equal(F.linear(x[:t], w), full[:t]) for t in range(m, 64))
+    assert all(torch.equal(lf.FORMS[lf.PADDED](x[:t], w), full[:t]) for t in range(1, m + 1))
 
 
 def test_the_gate_always_admits_f_linear_and_rejects_a_different_summation_order():
@@ -86,7 +116,8 @@ def test_the_table_is_cached_on_disk_per_machine_and_read_back_without_probing(f
     first = lf.table()[SHAPES[1]]
     stored = json.loads(fresh.read_text())
     key = lf.machine_key(torch.get_num_threads())
-    assert stored[key][f"{SHAPES[1][0]}x{SHAPES[1][1]}"] == {str(t): n for t, n in first.items()}
+    entry = stored[key][f"{SHAPES[1][0]}x{SHAPES[1][1]}"]
+    assert entry == {**{str(t): n for t, n in first.items()}, "pad": lf.pad_rows(*SHAPES[1])}
     lf.forget()
     monkeypatch.setattr(lf, "probe_shapes", lambda *a: pytest.fail("probed although the disk cache had the table"))
     lf.prepare(weights(SHAPES[1]))
@@ -109,29 +140,9 @@ def test_one_thread_is_filled_at_load_and_a_new_thread_count_on_first_use(fresh)
     assert sorted(lf.table(other)[SHAPES[0]]) == list(range(1, lf.PREFILL + 1))
 
 
-def test_unregistered_weights_take_f_linear_and_all_prefill_rows_one_form(fresh):
+def test_unregistered_weights_take_f_linear(fresh):
     assert lf.form_name((123, 45), 4) == "F.linear"
     assert lf.form_name((123, 45), 400) == "F.linear"
-    lf.prepare(weights(SHAPES[0]))
-    prefill = lf.form_name(SHAPES[0], lf.MAX_ROWS + 1)
-    assert prefill in ("F.linear", lf.NATIVE)
-    assert all(lf.form_name(SHAPES[0], rows) == prefill for rows in (lf.PREFILL, 64, 1000))
-
-
-def test_the_prefill_form_is_the_kernel_only_when_it_wins_clearly(fresh, monkeypatch):
-    def fake(fast):
-        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS):
-            return {n: (1.0 if (n == lf.NATIVE) == fast else 2.0) for n in names}
-        return time_forms
-
-    if lf.NATIVE not in lf.candidates():
-        pytest.skip(f"C kernel unavailable: {native.why_unavailable()}")
-    for fast, want in ((True, lf.NATIVE), (False, "F.linear")):
-        lf.forget()
-        monkeypatch.setattr(lf, "_read_cache", lambda: {})
-        monkeypatch.setattr(lf, "time_forms", fake(fast))
-        lf.prepare(weights(SHAPES[0]))
-        assert lf.form_name(SHAPES[0], 100) == want
 
 
 def test_a_form_can_be_forced_by_context_or_environment(fresh, monkeypatch):

@@ -1,41 +1,42 @@
-"""Which way to write an fp32 ``x @ Wᵀ`` on this CPU, per weight shape, row count and thread count:
-chosen by a timing probe among the forms that pass an exactness gate, never from a table.
+"""Which way to write an fp32 ``x @ Wᵀ`` on this CPU: one batch-invariant form for every row count,
+chosen by a timing probe on the CPU at hand, never from a table.
 
-Why: the fastest form of a few-row product depends on the CPU's BLAS kernels. A table tuned on one
-Intel Xeon ("(W @ xᵀ)ᵀ for 7..16 rows") made labkit 2.5x slower than the best form at 2 rows on an
-AMD EPYC (issue 30). So the first time a model is loaded on a machine, `prepare` times the
-candidate forms on a sweep through the model's own weights (every shape's tensors, interleaved), for
-1..16 rows (a decode batch, or the k + 1 rows of a speculative verification), keeps the fastest
-*exact* one per row count for every shape (the table is per (shape, rows, threads)), and
-caches the table on disk keyed by the CPU, torch's version and the thread count
-(``$LABKIT_CACHE/linear_forms.json``). Above 16 rows (prefill) one form serves every row count:
-``F.linear``, or the C kernel where it is exact and faster at 64 and 256 rows (`_probe_prefill`).
+Batch invariance first. A row's product must have the same bits at every row count and batch
+position: a decode step's row count changes whenever a request joins or leaves, async scheduling
+admits a request one step later than the synchronous engine does (it plans step N+1 before step N's
+stop tokens are known), a prompt may be cut into chunks, and speculative decoding verifies k + 1 rows
+at once. If a row's bits followed the row count, each of these could flip a greedy near-tie (issue 38:
+async scheduling changed the greedy output of 2 of 8 prompts on a Xeon where the probe had chosen a
+different PyTorch form at 7 rows than at 8). ``F.linear`` itself is not invariant: MKL's one-row
+kernel (a gemv) sums in one order, and a few rows in another (on the AMD EPYC measured: 1-3 rows
+differ from 4 and more on one thread, 1-11 on two; on a Xeon with AMX: 1, 2-15 and 16+).
 
-The exactness gate (`exact_forms`): every candidate computes the same fp32 products, but kernels
-split the reduction differently, and a different split can change the last bit of a sum. The gate
-runs each form on `order_probe` (weights whose sums come out differently under any other split) and
-keeps a form at T rows by one of two rules. (1) Every row it returns has bits that ``F.linear`` itself
-gives that row at some row count, i.e. bits transformers' own ``F.linear`` computes in some batch
-shape: the PyTorch forms. (2) A form with an order of its own, labkit's C kernel
-(``labkit.model.native``, offered only where it builds), must instead be row-invariant (a row gets
-the same bits at every row count and batch position, which no ``F.linear`` gives) and at least as
-accurate as ``F.linear`` on random data. Its bits differ from transformers' in the last places, as
-MKL's differ from one CPU to the next; greedy parity with transformers is token-level in fp32 and
-tested with whatever the probe chooses (tests/test_parity.py). Forms that would need a second copy
-of every weight (a contiguous transposed copy, oneDNN's prepacked weight) are measured by
-``bench.linear_rows`` but are not candidates.
+Two forms are invariant, and the probe times them on this CPU and keeps the faster (`probe_shapes`):
 
-What rule 1 does not give in fp32, measured on a Xeon with AMX (torch 2.13, MKL): the same bits
-for a row at every row count. The one-row kernel (a gemv) sums in one order, ``F.linear`` at 2..15
-rows in a second, and every multi-row ``(W @ xᵀ)ᵀ`` and ``F.linear`` at 16 or more rows in a third.
-Where the probe picks the C kernel at every row count (as on the AMD EPYC measured, where it is the
-fastest form at 1..16 rows), decode and verification rows are bit-identical. Speculative equality
-in fp32 is token-level and tested either way (tests/test_spec_engine.py). bf16 keeps its own
-rule in ``labkit.model.llama`` (bit-level row invariance, needed there).
+- ``F.linear, padded``: ``F.linear`` on at least ``m`` rows, a smaller batch padded with zero rows,
+  where ``m`` is the least row count from which ``F.linear`` gives every row the same bits at every
+  row count and position, found on this CPU for each weight shape and thread count (`pad_rows`, on
+  `order_probe`). Its bits are those transformers' ``F.linear`` computes for the batch of ``m``
+  rows; the padding costs a few rows of compute in a memory-bound product.
+- labkit's C kernel (``labkit.model.native``, offered only where it builds): row-invariant by
+  construction, and admitted only if the gate confirms it (`_kernel_admitted`: the same bits at
+  every row count 1..17 and position, and as accurate as ``F.linear``). Its bits differ from
+  transformers' in the last places, as MKL's differ from one CPU to the next; greedy parity with
+  transformers is token-level in fp32 and tested with whatever the probe chooses
+  (tests/test_parity.py).
+
+``F.linear, padded`` is kept unless the kernel is faster by more than the margin, over a sweep
+through the model's own weights at decode row counts and at prefill sizes together. The choice is
+cached on disk per CPU, torch version and thread count (``$LABKIT_CACHE/linear_forms.json``).
+The table still answers per (shape, rows, threads), with one form in every row of it.
+
+The other forms ((W @ xᵀ)ᵀ, "of a pair") and the exactness gate `exact_forms` (does a form return bits
+``F.linear`` gives at some row count?) stay for ``bench.linear_rows``, which measures every form, and
+for forcing. bf16 keeps its own rule in ``labkit.model.llama``.
 
 Tests and demonstrations can fix the choice: ``with forced("F.linear"): ...`` (or the environment
 variable ``LABKIT_LINEAR_FORM=F.linear``) skips the probe; ``choose`` is a pure function of a timing
-table and the exact forms.
+table and the candidate forms.
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ from labkit.model import native
 from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
-MAX_ROWS = 16               # row counts the probe covers: decode batches and verification rows
-PREFILL = MAX_ROWS + 1      # the table's key for "more rows than MAX_ROWS" (prefill): one form for all
-PREFILL_ROWS = (64, 256)    # the row counts that decide it
+MAX_ROWS = 16               # row counts up to which the gate checks the C kernel row by row
+PREFILL = MAX_ROWS + 1      # the table's key for "more rows than MAX_ROWS" (prefill)
+DECODE_ROWS = (1, 2, 4, 8, 16)   # decode batches and verification rows the probe times
+PREFILL_ROWS = (64, 256)    # prefill sizes the probe times
+PAD_CHECK_ROWS = (32, 64, 256)   # row counts past MAX_ROWS + 1 where `pad_rows` checks F.linear too
 PREFILL_BYTES = 8 << 20     # per shape: compute-bound at these row counts, so a small sample shows it
 # Weight bytes of each shape in the probe's sweep: all of them for the default model. A 16 MiB sample
 # per shape stayed in the cache (480 MiB of L3 on the AMX Xeon this was measured on) and chose
@@ -68,7 +71,7 @@ PROBE_BYTES = 1 << 30
 MARGIN = 0.03               # another form must beat F.linear by more than this to replace it
 PROBE_ROUNDS = 2            # interleaved rounds after a warm-up; the minimum of each form counts
 DEFAULT_FORM = "F.linear"
-FORMS_VERSION = 5           # part of the cache key: bump when FORMS or the gate change
+FORMS_VERSION = 6           # part of the cache key: bump when FORMS or the gate change
 ENV = "LABKIT_LINEAR_FORM"
 
 
@@ -100,6 +103,19 @@ def _w_xt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 PAIR = " of a pair"
 NATIVE = "C kernel"         # labkit.model.native: a candidate only where it builds on this machine
+PADDED = "F.linear, padded"
+_pad: dict[tuple, int | None] = {}      # (shape, threads) -> `pad_rows`
+
+
+def _padded(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """F.linear on at least `pad_rows` rows: fewer rows are padded with zero rows (batch-invariant)."""
+    m = pad_rows(*w.shape)
+    if m is None:
+        raise RuntimeError(f"F.linear is not batch-invariant for a {tuple(w.shape)} weight on this CPU")
+    rows = x.shape[0]
+    if rows >= m:
+        return F.linear(x, w)
+    return F.linear(torch.cat((x, x.new_zeros(m - rows, x.shape[1]))), w)[:rows]
 
 # Candidate forms: each computes x @ Wᵀ for x [T, in] and W [out, in] as the model stores it.
 FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -108,9 +124,12 @@ FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "F.linear" + PAIR: _pair(F.linear),
     "(W @ xᵀ)ᵀ" + PAIR: _pair(_w_xt),
     NATIVE: native.linear_rows,
+    PADDED: _padded,
 }
 # Forms that sum in an order of their own, admitted by the gate's second rule (row invariance).
 OWN_ORDER = frozenset({NATIVE})
+# The batch-invariant forms the probe chooses between, the default first.
+INVARIANT = (PADDED, NATIVE)
 
 
 def candidates() -> list[str]:
@@ -156,8 +175,7 @@ def exact_forms(out_features: int, in_features: int, max_rows: int = MAX_ROWS,
         for u in range(1, len(xs) + 1):
             for i, row in enumerate(F.linear(xs[:u], w)):
                 seen[i].add(row.numpy().tobytes())
-        invariant = {name for name in forms if name in OWN_ORDER and _row_invariant(forms[name], w, xs)
-                     and _as_accurate(forms[name], out_features, in_features, max_rows + 1)}
+        invariant = {name for name in forms if name in OWN_ORDER and _own_order_admitted(forms[name], w, xs)}
         out = {}
         for t in range(1, max_rows + 1):
             out[t] = [name for name, fn in forms.items()
@@ -165,6 +183,60 @@ def exact_forms(out_features: int, in_features: int, max_rows: int = MAX_ROWS,
                           t == 1 or not name.endswith(PAIR)) and all(
                           row.contiguous().numpy().tobytes() in seen[i] for i, row in enumerate(fn(xs[:t], w))))]
     return out
+
+
+def _own_order_admitted(fn: Callable, w: torch.Tensor, xs: torch.Tensor) -> bool:
+    """Rule 2 on the order-probe weight ``w`` and its probe rows ``xs``."""
+    return _row_invariant(fn, w, xs) and _as_accurate(fn, *w.shape, len(xs))
+
+
+def kernel_admitted(out_features: int, in_features: int) -> bool:
+    """Whether labkit's C kernel builds here and passes rule 2 for a weight of this shape."""
+    if NATIVE not in candidates():
+        return False
+    w, _ = order_probe(out_features, in_features)
+    with torch.inference_mode():
+        return _own_order_admitted(native.linear_rows, w.float(), probe_rows(in_features, MAX_ROWS + 1))
+
+
+def pad_rows(out_features: int, in_features: int, threads: int | None = None) -> int | None:
+    """The least row count m (1..MAX_ROWS + 1) from which ``F.linear`` gives each row of a weight of this
+    shape the same bits at every row count and batch position, on this CPU and thread count; None if
+    there is none. Checked once per shape and thread count on `order_probe` and on random rows, at
+    every row count up to MAX_ROWS + 1 and at PAD_CHECK_ROWS (about a second for the default model)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    key = ((out_features, in_features), threads)
+    if key not in _pad:
+        current = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            _pad[key] = _least_invariant_rows(out_features, in_features)
+        finally:
+            torch.set_num_threads(current)
+    return _pad[key]
+
+
+def _least_invariant_rows(out_features: int, in_features: int) -> int | None:
+    w, _ = order_probe(out_features, in_features)
+    w = w.float()
+    counts = [*range(1, MAX_ROWS + 2), *PAD_CHECK_ROWS]
+    n = counts[-1]
+    g = torch.Generator().manual_seed(in_features)
+    least = 1
+    with torch.inference_mode():
+        for xs in (probe_rows(in_features, n), torch.randn(n, in_features, generator=g)):
+            full = F.linear(xs, w)
+            for t in counts[:-1]:
+                if not torch.equal(F.linear(xs[:t], w), full[:t]):
+                    least = max(least, t + 1)
+            if least > MAX_ROWS + 1:
+                return None
+            # the same bits at every position of a batch of `least` rows (first and last row of a window)
+            for i in range(0, n - least + 1, 7):
+                window = F.linear(xs[i:i + least], w)
+                if not (torch.equal(window[0], full[i]) and torch.equal(window[-1], full[i + least - 1])):
+                    return None
+    return least
 
 
 def _row_invariant(fn: Callable, w: torch.Tensor, probe: torch.Tensor) -> bool:
@@ -282,48 +354,36 @@ def _write_cache(data: dict) -> None:
         pass    # a read-only cache only costs a probe next time
 
 
+def invariant_forms(shapes: list[tuple[int, int]]) -> list[str]:
+    """The batch-invariant forms (INVARIANT, in order) that serve every shape on this CPU and thread count."""
+    return [name for name in INVARIANT if all(
+        (pad_rows(*shape) is not None) if name == PADDED else kernel_admitted(*shape) for shape in shapes)]
+
+
 def probe_shapes(shapes: list[tuple[int, int]], threads: int) -> dict[tuple, dict[int, str]]:
-    """Gate every registered shape, then time, at each row count 1..MAX_ROWS, the forms that are exact
-    for all of them, on one sweep through samples of every shape in turn (as a decode step
-    interleaves its layers' matrices); record and return {shape: {rows: chosen form}}. One form per row
-    count: timed shape by shape in isolation, the probe picked a mix that lost to either form alone in
-    the model's own sweep (``bench.linear_rows`` at 8 and 12 rows on a Xeon with AMX: 1.14x the
-    faster form)."""
-    forms = {name: FORMS[name] for name in candidates()}
-    exact = {shape: exact_forms(*shape, forms=forms) for shape in shapes}
-    samples = {shape: probe_weights(_groups[shape]) for shape in shapes}
-    sweep = [samples[shape][k] for k in range(max(map(len, samples.values())))
-             for shape in shapes if k < len(samples[shape])]
-    choice: dict[tuple, dict[int, str]] = {shape: {} for shape in shapes}
-    for rows in range(1, MAX_ROWS + 1):
-        names = [name for name in candidates() if all(name in exact[shape][rows] for shape in shapes)]
-        if not names:
-            raise RuntimeError(f"no linear form passes the exactness gate for every shape at {rows} rows")
-        times = time_forms(sweep, rows, names) if len(names) > 1 else {names[0]: float("nan")}
-        pick = choose(times, names) if len(names) > 1 else names[0]
-        for shape in shapes:
-            _timings[(shape, rows, threads)] = times
-            choice[shape][rows] = pick
-    pick = _probe_prefill(shapes, exact, threads)
-    for shape in shapes:
-        choice[shape][PREFILL] = pick
-    return choice
-
-
-def _probe_prefill(shapes: list[tuple[int, int]], exact: dict, threads: int) -> str:
-    """The form for more than MAX_ROWS rows (prefill): ``F.linear`` or, where it is exact for every shape
-    and faster by more than the margin over PREFILL_ROWS together, the C kernel (on an AMD EPYC, MKL's
-    sgemm reached 91 GFLOP/s on one thread at 400 rows, the kernel 150)."""
-    if not all(NATIVE in exact[shape][MAX_ROWS] for shape in shapes):
-        return DEFAULT_FORM
-    sample = [probe_weights(_groups[shape], PREFILL_BYTES)[0] for shape in shapes]
-    total = {DEFAULT_FORM: 0.0, NATIVE: 0.0}
-    for rows in PREFILL_ROWS:
-        times = time_forms(sample, rows, list(total))
-        _timings[(shapes[0], rows, threads)] = times
-        for name in total:
-            total[name] += times[name]
-    return choose(total, [DEFAULT_FORM, NATIVE])
+    """Time the batch-invariant forms on one sweep through samples of every shape in turn (as a decode
+    step interleaves its layers' matrices) at DECODE_ROWS, and on a smaller sample at PREFILL_ROWS, and
+    keep the faster over them all (``choose``: ``F.linear, padded`` unless the kernel beats it by more
+    than the margin); record and return {shape: {rows: that form}} for every row count."""
+    names = invariant_forms(shapes)
+    if not names:
+        raise RuntimeError("no batch-invariant linear form serves every weight shape on this CPU "
+                           "(F.linear varies past 17 rows and labkit's C kernel is unavailable or refused)")
+    pick = names[0]
+    if len(names) > 1:
+        samples = {shape: probe_weights(_groups[shape]) for shape in shapes}
+        sweep = [samples[shape][k] for k in range(max(map(len, samples.values())))
+                 for shape in shapes if k < len(samples[shape])]
+        prefill = [probe_weights(_groups[shape], PREFILL_BYTES)[0] for shape in shapes]
+        total = dict.fromkeys(names, 0.0)
+        for weights, rows_list in ((sweep, DECODE_ROWS), (prefill, PREFILL_ROWS)):
+            for rows in rows_list:
+                times = time_forms(weights, rows, names)
+                _timings[(shapes[0], rows, threads)] = times
+                for name in names:
+                    total[name] += times[name]
+        pick = choose(total, names)
+    return {shape: dict.fromkeys(range(1, PREFILL + 1), pick) for shape in shapes}
 
 
 def _fill(threads: int) -> None:
@@ -344,11 +404,15 @@ def _fill(threads: int) -> None:
             entry = data.setdefault(key, {})
             for shape in shapes:
                 entry[names[shape]] = {str(t): form for t, form in probed[shape].items()}
+                entry[names[shape]]["pad"] = _pad.get((shape, threads))
             _write_cache(data)
             stored = entry
         for shape in shapes:
             for t in range(1, PREFILL + 1):
                 _table[(shape, t, threads)] = stored[names[shape]][str(t)]
+            pad = stored[names[shape]].get("pad")
+            if isinstance(pad, int) and (shape, threads) not in _pad:
+                _pad[(shape, threads)] = pad      # `pad_rows`, as found when the table was probed
 
 
 def prepare(weights: list[torch.Tensor]) -> None:
@@ -418,10 +482,13 @@ def timings(threads: int | None = None) -> dict[tuple, dict[str, float]]:
 
 
 def describe(threads: int | None = None) -> str:
-    """One line per shape: the row ranges each form covers, e.g. ``576x1536: F.linear 1-6, (W @ xᵀ)ᵀ 7-16,
-    F.linear above 16``."""
+    """One line per shape: the form, e.g. ``576x1536: C kernel at every row count``, or the row ranges each
+    form covers where a table was forced to mix them (``576x1536: F.linear 1-6, (W @ xᵀ)ᵀ 7-16``)."""
     lines = []
     for shape, rows in table(threads).items():
+        if len(set(rows.values())) == 1:
+            lines.append(f"{shape[0]}x{shape[1]}: {rows[min(rows)]} at every row count")
+            continue
         runs: list[list] = []
         for t in sorted(r for r in rows if r <= MAX_ROWS):
             if runs and runs[-1][0] == rows[t] and runs[-1][2] == t - 1:
@@ -542,3 +609,4 @@ def forget() -> None:
         _bf16.clear()
         _bf16_choice.clear()
         _bf16_timings.clear()
+        _pad.clear()

@@ -28,9 +28,10 @@ from labkit.model.linear_forms import order_probe
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
-# fp32: chosen per (weight shape, T, threads) by a timing probe on the CPU at hand, among the forms
-# that pass an exactness gate (`labkit.model.linear_forms`); a fixed table tuned on one Xeon was 2.5x
-# slower than the best form at 2 rows on an AMD EPYC (issue 30).
+# fp32: one batch-invariant form for every row count (a row gets the same bits in any batch, so the
+# scheduler never changes a token: issue 38), the faster of two on the CPU at hand by a timing probe
+# (`labkit.model.linear_forms`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
+# 2 rows on an AMD EPYC (issue 30).
 # bf16: the products must give each row the same bits at any row count, because speculative decoding
 # verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
 # Multi-row products (any form) agree with each other row for row; the one-row kernel (a gemv) agrees

@@ -1,0 +1,97 @@
+"""Batch invariance on the real model: a request's logits do not depend on what else runs with it, so
+the scheduler's choices never change a token (issue 38).
+
+Async scheduling plans step N+1 before step N's tokens are known: a request that stops at N still
+has a (wasted) row at N+1, and the request waiting for its slot is admitted a step later than the
+synchronous engine admits it. Batches, row counts and prefill chunks therefore differ between the two
+engines. With a forward whose rounding followed the batch (a product whose bits depend on the row
+count, attention over sequences padded to the longest in the step), greedy near-ties flipped: 2 of 8
+prompts changed on a Xeon. These tests compare every logits row of every request, bit for bit, and the
+greedy tokens, for each batch-invariant linear form this CPU offers (labkit's C kernel, and PyTorch's
+``F.linear`` padded to the row count from which it is invariant), at batch 1 to 16, with chunked
+prefill, stop tokens, EOS and ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from labkit import LLM, EngineConfig, SamplingParams
+from labkit.model import linear_forms as lf
+from labkit.model import native
+from labkit.traces import load_prompts
+
+pytestmark = pytest.mark.timeout(900)
+
+# Prompts of different lengths (chat-templated: about 30 to 200 tokens), three kinds of traffic.
+PROMPTS = load_prompts("chat")[:6] + load_prompts("code")[:2] + load_prompts("json")[:2] + load_prompts("copy")[:2]
+CONFIGS = {
+    "batch 1": dict(max_num_seqs=1),
+    "batch 4, chunked prefill": dict(max_num_seqs=4, max_num_batched_tokens=48),
+    "batch 16": dict(max_num_seqs=16),
+}
+
+
+def params(tokenizer) -> list[SamplingParams]:
+    """Greedy, with max_tokens from 4 to 16; half stop on common tokens, the rest on EOS or length."""
+    stops = sorted({ids[-1] for ids in (tokenizer.encode(w) for w in (".", ",", " the", "\n")) if ids})
+    return [SamplingParams(temperature=0.0, max_tokens=4 + (7 * i) % 13,
+                           stop_token_ids=stops if i % 2 == 0 else ()) for i in range(len(PROMPTS))]
+
+
+def run(llm: LLM, prompts: list[str], sampling: list[SamplingParams]) -> tuple[list[list[int]], dict[int, list[str]]]:
+    """(greedy tokens per prompt, {prompt index: a digest of each logits row it got, in order})."""
+    rows: dict[str, list[str]] = {}
+    execute = llm.engine.runner.execute
+
+    def recorded(decision):
+        logits = execute(decision)
+        if logits is not None:
+            owners = (decision.columns.request_ids if decision.columns is not None else
+                      [s.request_id for s in decision.scheduled for _ in range(s.num_logits)])
+            for rid, row in zip(owners, logits):
+                rows.setdefault(rid, []).append(hashlib.sha1(row.float().numpy().tobytes()).hexdigest())
+        return logits
+
+    llm.engine.runner.execute = recorded
+    outs = llm.generate(prompts, sampling)
+    return [o.token_ids for o in outs], {i: rows.get(o.request_id, []) for i, o in enumerate(outs)}
+
+
+def forms() -> list[str]:
+    return [name for name in lf.INVARIANT if name != lf.NATIVE or native.available()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", forms())
+def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer):
+    sampling = params(tokenizer)
+    with lf.forced(form):
+        for name, config in CONFIGS.items():
+            got = {}
+            for async_scheduling in (False, True):
+                llm = LLM(config=EngineConfig(async_scheduling=async_scheduling, **config), progress=False)
+                got[async_scheduling] = run(llm, PROMPTS, sampling)
+            (sync_tokens, sync_rows), (async_tokens, async_rows) = got[False], got[True]
+            assert async_tokens == sync_tokens, name
+            for i in sync_rows:
+                # async may compute one more (wasted) row after a stop token: its logits are dropped
+                assert len(sync_rows[i]) <= len(async_rows[i]) <= len(sync_rows[i]) + 1, (name, i)
+                assert async_rows[i][:len(sync_rows[i])] == sync_rows[i], f"{name}: prompt {i}"
+            assert any(len(t) < s.max_tokens for t, s in zip(sync_tokens, sampling)), "no request stopped early"
+
+
+@pytest.mark.parametrize("form", forms())
+def test_a_prompt_gets_the_same_logits_alone_and_in_a_chunked_batch(form):
+    """The quick form of the property: one prompt alone at batch 1, and the same prompt among four
+    others with every prefill cut into chunks of at most 40 tokens."""
+    prompts = PROMPTS[2:7]
+    sampling = [SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)] * len(prompts)
+    with lf.forced(form):
+        alone = run(LLM(config=EngineConfig(max_num_seqs=1), progress=False), prompts[:1], sampling[:1])
+        batched = run(LLM(config=EngineConfig(max_num_seqs=5, max_num_batched_tokens=40), progress=False),
+                      prompts, sampling)
+    assert len(alone[1][0]) == 6
+    assert batched[0][0] == alone[0][0] and batched[1][0] == alone[1][0]
