@@ -7,14 +7,15 @@ synchronous engine admits it. Batches, row counts and prefill chunks therefore d
 engines. With a forward whose rounding followed the batch (a product whose bits depend on the row
 count, attention over sequences padded to the longest in the step), greedy near-ties flipped: 2 of 8
 prompts changed on a Xeon. These tests compare every logits row of every request, bit for bit, and the
-greedy tokens, for each batch-invariant linear form this CPU offers (labkit's C kernel, and PyTorch's
-``F.linear`` padded to the row count from which it is invariant), at batch 1 to 16, with chunked
-prefill, stop tokens, EOS and ``max_tokens``.
+greedy tokens, for each batch-invariant linear form this CPU offers (fp32: labkit's C kernel, and
+PyTorch's ``F.linear`` padded to the row count from which it is invariant; bf16: the C kernel, and
+PyTorch's product), at batch 1 to 16, with chunked prefill, stop tokens, EOS and ``max_tokens``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 
 import pytest
 
@@ -61,18 +62,32 @@ def run(llm: LLM, prompts: list[str], sampling: list[SamplingParams]) -> tuple[l
 
 
 def forms() -> list[str]:
-    return [name for name in lf.INVARIANT if name != lf.NATIVE or native.available()]
+    """The fp32 forms, and bf16 with the kernel or PyTorch's product (each used at every row count)."""
+    fp32 = [name for name in lf.INVARIANT if name != lf.NATIVE or native.available()]
+    bf16 = ["bf16, C kernel"] if native.has_bf16() else []
+    return fp32 + bf16 + ["bf16, PyTorch"]
+
+
+@contextmanager
+def using(form: str, monkeypatch):
+    """The config overrides for ``form``, with the form fixed while the block runs."""
+    if form.startswith("bf16"):
+        monkeypatch.setenv(lf.BF16_ENV, "1" if form.endswith(lf.NATIVE) else "0")
+        yield {"dtype": "bfloat16"}
+        return
+    with lf.forced(form):
+        yield {}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", forms())
-def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer):
+@pytest.mark.parametrize("form", forms()[:-1] if native.has_bf16() else forms())   # bf16: the kernel where it builds
+def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, monkeypatch):
     sampling = params(tokenizer)
-    with lf.forced(form):
+    with using(form, monkeypatch) as dtype:
         for name, config in CONFIGS.items():
             got = {}
             for async_scheduling in (False, True):
-                llm = LLM(config=EngineConfig(async_scheduling=async_scheduling, **config), progress=False)
+                llm = LLM(config=EngineConfig(async_scheduling=async_scheduling, **config, **dtype), progress=False)
                 got[async_scheduling] = run(llm, PROMPTS, sampling)
             (sync_tokens, sync_rows), (async_tokens, async_rows) = got[False], got[True]
             assert async_tokens == sync_tokens, name
@@ -84,14 +99,14 @@ def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer):
 
 
 @pytest.mark.parametrize("form", forms())
-def test_a_prompt_gets_the_same_logits_alone_and_in_a_chunked_batch(form):
+def test_a_prompt_gets_the_same_logits_alone_and_in_a_chunked_batch(form, monkeypatch):
     """The quick form of the property: one prompt alone at batch 1, and the same prompt among four
     others with every prefill cut into chunks of at most 40 tokens."""
     prompts = PROMPTS[2:7]
     sampling = [SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)] * len(prompts)
-    with lf.forced(form):
-        alone = run(LLM(config=EngineConfig(max_num_seqs=1), progress=False), prompts[:1], sampling[:1])
-        batched = run(LLM(config=EngineConfig(max_num_seqs=5, max_num_batched_tokens=40), progress=False),
+    with using(form, monkeypatch) as dtype:
+        alone = run(LLM(config=EngineConfig(max_num_seqs=1, **dtype), progress=False), prompts[:1], sampling[:1])
+        batched = run(LLM(config=EngineConfig(max_num_seqs=5, max_num_batched_tokens=40, **dtype), progress=False),
                       prompts, sampling)
     assert len(alone[1][0]) == 6
     assert batched[0][0] == alone[0][0] and batched[1][0] == alone[1][0]

@@ -503,18 +503,19 @@ def describe(threads: int | None = None) -> str:
 
 # ----------------------------------------------------------------------------- bf16: the kernel or not
 
-BF16_ROWS = (1, 2, 4, 8, 16)    # row counts the bf16 probe times
+BF16_ROWS = (1, 2, 4, 8, 16)    # row counts the bf16 probe times on the sweep (and PREFILL_ROWS on a sample)
 BF16_ENV = "LABKIT_BF16_KERNEL"  # 1 or 0 fixes the choice (tests, demonstrations)
 _bf16: dict[str, object] = {}    # "weights": a sample of the model's bf16 weights; "torch": its PyTorch form
-_bf16_choice: dict[int, bool] = {}    # threads -> whether bf16 products of 1..MAX_ROWS rows use the kernel
+_bf16_choice: dict[int, bool] = {}    # threads -> whether bf16 products use the kernel
 _bf16_timings: dict[int, dict] = {}   # threads -> {form: {rows: seconds}}, as probed in this process
 
 
 def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> bool:
     """Whether the C kernel serves bf16: it must be faster than PyTorch's form by more than ``margin``
     over the probed row counts together (``times``: {"C kernel" | "PyTorch": {rows: seconds}}). One
-    choice for every row count, never a mix: PyTorch's bf16 rows and the kernel's differ in their last
-    bits, and bf16 speculative decoding needs a row to get the same bits at every row count."""
+    choice for every row count, prefill included, never a mix: PyTorch's bf16 rows and the kernel's
+    differ in their last bits, and a row must get the same bits at every row count (speculative
+    verification, and a decode row sharing a step with a prefill: issue 38)."""
     kernel, torch_form = sum(times[NATIVE].values()), sum(times["PyTorch"].values())
     return kernel * (1 + margin) < torch_form
 
@@ -522,9 +523,11 @@ def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> b
 def _probe_bf16(threads: int) -> bool:
     forms = {NATIVE: native.linear_rows, "PyTorch": _bf16["torch"]}
     best: dict[str, dict[int, float]] = {name: {} for name in forms}
-    for rows in BF16_ROWS:
-        for name, seconds in time_forms(_bf16["weights"], rows, list(forms), forms=forms).items():
-            best[name][rows] = seconds
+    prefill = [probe_weights(_bf16["weights"], PREFILL_BYTES)[0]]
+    for weights, rows_list in ((_bf16["weights"], BF16_ROWS), (prefill, PREFILL_ROWS)):
+        for rows in rows_list:
+            for name, seconds in time_forms(weights, rows, list(forms), forms=forms).items():
+                best[name][rows] = seconds
     _bf16_timings[threads] = best
     return choose_bf16(best)
 
@@ -533,7 +536,7 @@ def _fill_bf16(threads: int) -> None:
     with _lock:
         if threads in _bf16_choice:
             return
-        key = machine_key(threads).replace("float32", "bfloat16")
+        key = machine_key(threads).replace("float32", "bfloat16")     # the version counts too
         data = _read_cache()
         if isinstance(data.get(key), bool):
             _bf16_choice[threads] = data[key]
@@ -566,7 +569,7 @@ def prepare_bf16(weights: list[torch.Tensor], torch_form: Callable) -> None:
 
 
 def bf16_uses_kernel(threads: int | None = None) -> bool:
-    """Whether bf16 CPU products of 1..MAX_ROWS rows go through the C kernel at this thread count: where
+    """Whether bf16 CPU products (every row count) go through the C kernel at this thread count: where
     it has a bf16 product and, timed on this CPU, beat PyTorch's (``LABKIT_BF16_KERNEL=0/1`` fixes it)."""
     env = os.environ.get(BF16_ENV)
     if env in ("0", "1"):

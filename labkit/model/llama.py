@@ -77,12 +77,11 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
     if not isinstance(weight, torch.Tensor):
         return weight(x)
     if x.device.type == "cpu":
-        rows = x.shape[0]
         if x.dtype == torch.bfloat16:
-            # labkit's C kernel (row-invariant too) for every row count 1..16 or for none, as timed
-            # once on this CPU (`linear_forms.bf16_uses_kernel`): mixing would break row invariance.
-            if (rows <= linear_forms.MAX_ROWS and weight.dtype == torch.bfloat16
-                    and not torch.compiler.is_compiling() and linear_forms.bf16_uses_kernel()):
+            # labkit's C kernel (row-invariant too) for every row count or for none, as timed once on
+            # this CPU (`linear_forms.bf16_uses_kernel`): mixing would break row invariance.
+            if (weight.dtype == torch.bfloat16 and not torch.compiler.is_compiling()
+                    and linear_forms.bf16_uses_kernel()):
                 return native.linear_rows(x, weight)
             return _bf16_torch(x, weight)
         if x.dtype == torch.float32 and weight.dtype == torch.float32:
