@@ -127,7 +127,7 @@ def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
     everything else the step pays included)."""
     from labkit.labs.common.measure import machine_load
 
-    rows, load = [], machine_load()
+    rows, load, at_target = [], machine_load(), {}
     for n in sizes:
         tries: dict[str, list[OverheadRow]] = {name: [] for name in HOST_PATH_ARMS}
         for _ in range(rounds):
@@ -138,6 +138,8 @@ def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
         for name, got in tries.items():
             best = min(got, key=lambda r: r.engine_host_s)
             mean = min(r.engine_host_mean_s for r in got)
+            if n == TARGET_RUNNING:
+                at_target[name] = (best.engine_host_s, best.engine_host_s + best.runner_s)
             update_s = best.scheduler_s - best.schedule_s - best.sample_s
             rows.append([f"{n:,}", name, f"{1e6 * best.engine_host_s / n:.2f}", f"{1e6 * mean / n:.2f}",
                          f"{1e6 * best.gc_s / n:.2f}", f"{1e6 * best.schedule_s / n:.2f}", f"{1e6 * best.prepare_s / n:.2f}",
@@ -151,7 +153,18 @@ def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
                    [f"arms interleaved at each concurrency, {rounds} rounds of {steps} steady decode steps; host = "
                     "the step's engine work less the simulated runner's stand-in (input preparation counted)",
                     "target (issue 26): persistent batch ≤ 2 µs per request at 1,024 running",
+                    *target_notes(at_target),
                     f"load average: {load_average()} (highest seen {load})", f"cpu: {describe_cpu()}"])
+
+
+TARGET_RUNNING, TARGET_STEP_S = 256, 1e-3      # issue 37: the host's whole step at 256 running, ≤ 1 ms
+
+
+def target_notes(at_target: dict[str, tuple[float, float]]) -> list[str]:
+    """One line per arm: its best step at TARGET_RUNNING against the 1 ms target (issue 37)."""
+    return [f"target (issue 37): ≤ {1e3 * TARGET_STEP_S:g} ms a step at {TARGET_RUNNING} running, {name}: "
+            f"{1e3 * host:.2f} ms engine host ({1e3 * whole:.2f} ms with the sim runner's stand-in work), "
+            f"{'met' if host <= TARGET_STEP_S else 'NOT met'}" for name, (host, whole) in at_target.items()]
 
 
 def _load(value: float | None) -> str:
@@ -269,7 +282,7 @@ def run(args: argparse.Namespace):
         return
     yield section(f"{switch.name}={switch.off!r}", before)
     yield section(f"{switch.name}={switch.on!r} (measured interleaved with the row above)", after)
-    yield host_path_grid([1, 64] if args.tiny else [1, 64, 1024], *((3, 1) if args.tiny else (20, 3)))
+    yield host_path_grid([1, 64] if args.tiny else [1, 64, TARGET_RUNNING, 1024], *((3, 1) if args.tiny else (20, 3)))
     yield real_model_async_section(args.model, [1] if args.tiny else [1, 2],
                                    *((2, 3, 2) if args.tiny else (16, 16, 3) if args.quick else (16, 32, 4)))
     remedy_sizes = [64] if args.tiny else [256, 1024] if args.quick else [256, 1024, 4096]

@@ -17,6 +17,7 @@ New K/V are written to ``slot_mapping[i]`` for flat token i before attention rea
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import torch
@@ -53,11 +54,15 @@ class AttentionMetadata:
         for q in query_lens:
             starts.append(starts[-1] + q)
         width = max((len(t) for t in block_tables), default=1) or 1
-        padded = [list(t) + [0] * (width - len(t)) for t in block_tables]
+        # One flat int32 array (C loops, no Python int per element), padded with 0 to `width`.
+        padded, zeros = array("i"), array("i", bytes(4 * width))
+        for t in block_tables:
+            padded.extend(t)
+            padded.extend(zeros[:width - len(t)])
         return cls(
-            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-            block_tables=torch.tensor(padded, dtype=torch.int32, device=device).reshape(len(padded), width),
+            query_start_loc=_int32(starts, device),
+            seq_lens=_int32(seq_lens, device),
+            block_tables=_int32(padded, device).reshape(len(block_tables), width),
             slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64, device=device),
             block_size=block_size,
             max_query_len=max(query_lens, default=0),
@@ -65,3 +70,11 @@ class AttentionMetadata:
             query_lens_list=list(query_lens),
             seq_lens_list=list(seq_lens),
         )
+
+
+def _int32(values, device) -> torch.Tensor:
+    """A list or ``array('i')`` of ints as an int32 tensor on ``device``."""
+    if not len(values):
+        return torch.zeros(0, dtype=torch.int32, device=device)
+    data = values if isinstance(values, array) else array("i", values)
+    return torch.frombuffer(data, dtype=torch.int32).to(device)

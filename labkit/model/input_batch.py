@@ -50,16 +50,24 @@ def prepare_input(scheduled: list[ScheduledRequest]) -> ModelInput:
     """Flatten the step's tokens. A request gets logits rows only when this step reaches the end of
     its known tokens: 1 row for prefill/decode, 1 + k rows when verifying k drafts."""
     inp = ModelInput([], [], [], [], [], [], [], [])
+    ids, positions, slots, logits_indices = inp.input_ids, inp.positions, inp.slot_mapping, inp.logits_indices
     for s in scheduled:
-        offset = len(inp.input_ids)
-        inp.input_ids += s.token_ids
-        inp.positions += range(s.start, s.end)
-        inp.slot_mapping += s.slot_mapping
-        inp.query_lens.append(s.num_new_tokens)
-        inp.seq_lens.append(s.end)
+        offset, start, num_new = len(ids), s.start, len(s.token_ids)
+        inp.query_lens.append(num_new)
+        inp.seq_lens.append(start + num_new)
         inp.block_tables.append(s.block_table)
-        inp.logits_rows.append((len(inp.logits_indices), s.num_logits))
-        inp.logits_indices += range(offset + s.num_new_tokens - s.num_logits, offset + s.num_new_tokens)
+        inp.logits_rows.append((len(logits_indices), s.num_logits))
+        if num_new == 1:                 # a decode row, most rows of most steps: no ranges to build
+            ids.append(s.token_ids[0])
+            positions.append(start)
+            slots.append(s.slot_mapping[0])
+            if s.num_logits:
+                logits_indices.append(offset)
+            continue
+        ids += s.token_ids
+        positions += range(start, start + num_new)
+        slots += s.slot_mapping
+        logits_indices += range(offset + num_new - s.num_logits, offset + num_new)
     return inp
 
 
