@@ -57,6 +57,45 @@ def test_a_row_gets_the_same_bits_at_every_row_count_and_position(shape):
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_both_one_row_walks_give_a_row_the_bits_it_gets_in_a_batch(shape, dtype):
+    """The sequential walk (one weight row after another) and the tiles sum in one order: a lone row
+    gets the same bits either way, and the bits it gets among 16 rows (issue 37)."""
+    if dtype == torch.bfloat16 and not native.has_bf16():
+        pytest.skip("no bf16 product in this build")
+    x, w = rand(16, shape[1], seed=3).to(dtype), rand(*shape, seed=4).to(dtype)
+    before = native.one_row_walk()
+    try:
+        batch = native.linear_rows(x, w)
+        for walk in native.ONE_ROW_WALKS:
+            native.set_one_row_walk(walk)
+            assert native.one_row_walk() == walk
+            for i in range(16):
+                assert torch.equal(native.linear_rows(x[i:i + 1], w), batch[i:i + 1]), (walk, i)
+    finally:
+        native.set_one_row_walk(before)
+    with pytest.raises(ValueError, match="walk"):
+        native.set_one_row_walk("diagonal")
+
+
+@needs_kernel
+def test_the_one_row_walk_is_timed_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(lf, "cache_path", lambda: tmp_path / "linear_forms.json")
+    before = native.one_row_walk()
+    monkeypatch.setattr(lf, "_time_walks", lambda sweep: {"tiles": 2.0, "sequential": 1.0})
+    try:
+        lf._fill_walk([rand(64, 96)])
+        assert native.one_row_walk() == "sequential"
+        monkeypatch.setattr(lf, "_time_walks", lambda sweep: pytest.fail("timed again although cached"))
+        native.set_one_row_walk("tiles")
+        lf._fill_walk([rand(64, 96)])
+        assert native.one_row_walk() == "sequential"
+    finally:
+        native.set_one_row_walk(before)
+
+
+@needs_kernel
 def test_a_weight_row_gets_the_same_bits_whichever_tile_computes_it():
     # 1027 rows: 1024 in 4-row tiles, the last 3 one at a time; a slice puts other rows in each path.
     x, w = rand(6, 100, seed=3), rand(1027, 100, seed=4)

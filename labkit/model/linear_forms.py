@@ -435,6 +435,44 @@ def prepare(weights: list[torch.Tensor]) -> None:
             _fill(threads)
         finally:
             torch.set_num_threads(current)
+    _fill_walk([w for ws in _groups.values() for w in ws])
+
+
+WALK_KEY = "C kernel: one-row walk"
+
+
+def _fill_walk(sweep: list[torch.Tensor]) -> None:
+    """Set how the C kernel walks the weights for a lone row (``native.set_one_row_walk``): from the disk
+    cache, or timed once on a one-row sweep through ``sweep`` (the first model's probe sample, fp32 or
+    bf16; a second or two). The walks give the same bits; "tiles" stays unless "sequential" is faster by
+    more than the margin. One choice per CPU: it is about how this CPU streams memory, not the dtype."""
+    if NATIVE not in candidates() or not sweep:
+        return
+    with _lock:
+        key = f"{describe_cpu()} | {NATIVE} v{native.VERSION} | {WALK_KEY}"
+        data = _read_cache()
+        walk = data.get(key)
+        if walk not in native.ONE_ROW_WALKS:
+            walk = choose(_time_walks(sweep), list(native.ONE_ROW_WALKS))
+            data = _read_cache()
+            data[key] = walk
+            _write_cache(data)
+        native.set_one_row_walk(walk)
+
+
+def _time_walks(sweep: list[torch.Tensor]) -> dict[str, float]:
+    """{walk: seconds for one one-row sweep through ``sweep``}, interleaved rounds."""
+
+    def walking(walk: str) -> Callable:
+        def fn(x, w):
+            native.set_one_row_walk(walk)
+            return native.linear_rows(x, w)
+        return fn
+    forms = {walk: walking(walk) for walk in native.ONE_ROW_WALKS}
+    try:
+        return time_forms(sweep, 1, list(forms), forms=forms)
+    finally:
+        native.set_one_row_walk(native.ONE_ROW_WALKS[0])
 
 
 def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> str:
@@ -564,6 +602,7 @@ def prepare_bf16(weights: list[torch.Tensor], torch_form: Callable) -> None:
         return
     _bf16.setdefault("weights", probe_weights(ws))
     _bf16.setdefault("torch", torch_form)
+    _fill_walk(_bf16["weights"])
     for threads in sorted({torch.get_num_threads(), 1}):
         _fill_bf16(threads)
 

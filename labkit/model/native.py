@@ -34,7 +34,7 @@ from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("linear_rows.c", "decode_attention.c")   # compiled into one library, with simd.h
-VERSION = 4                 # labkit_linear_rows_version() in the source
+VERSION = 5                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi",
@@ -102,6 +102,8 @@ def _load() -> dict:
     lib = ctypes.CDLL(str(path))
     if lib.labkit_linear_rows_version() != VERSION:
         raise RuntimeError(f"{path} is version {lib.labkit_linear_rows_version()}, expected {VERSION}")
+    lib.labkit_linear_rows_set_sequential.argtypes = [ctypes.c_int]
+    lib.labkit_linear_rows_set_sequential.restype = None
     names = {torch.float32: "labkit_linear_rows_f32"}
     if lib.labkit_linear_rows_has_bf16():
         names[torch.bfloat16] = "labkit_linear_rows_bf16"
@@ -116,6 +118,7 @@ def _load() -> dict:
         fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_float]
         fn.restype = ctypes.c_int
         kernels[("attention", dtype)] = fn
+    kernels["set_sequential"] = lib.labkit_linear_rows_set_sequential
     return kernels
 
 
@@ -142,6 +145,26 @@ def has_bf16() -> bool:
 def why_unavailable() -> str | None:
     """None when `available()`, else the reason (no compiler, a failed build, switched off)."""
     return None if available() else str(_state.get("why"))
+
+
+ONE_ROW_WALKS = ("tiles", "sequential")
+_walk: list[str] = ["tiles"]
+
+
+def set_one_row_walk(walk: str) -> None:
+    """How `linear_rows` walks the weights for a lone row: "tiles" (4 weight rows at a time) or
+    "sequential" (one after the other). The same bits either way (tested); only the speed differs, by
+    CPU, so ``linear_forms`` times both once per machine and sets the faster."""
+    if walk not in ONE_ROW_WALKS:
+        raise ValueError(f"walk must be one of {ONE_ROW_WALKS}, got {walk!r}")
+    kernels = _kernel()
+    if kernels is not None:
+        kernels["set_sequential"](int(walk == "sequential"))
+        _walk[0] = walk
+
+
+def one_row_walk() -> str:
+    return _walk[0]
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
