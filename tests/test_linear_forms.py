@@ -19,7 +19,7 @@ SHAPES = [(200, 96), (64, 1152)]
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
     """An empty in-process table and a private disk cache; restored afterwards."""
-    saved = (dict(lf._table), dict(lf._groups), dict(lf._timings), dict(lf._pad))
+    saved = (dict(lf._table), dict(lf._groups), dict(lf._timings), dict(lf._pad), native.sequential_rows())
     monkeypatch.setattr(lf, "cache_path", lambda: tmp_path / "linear_forms.json")
     monkeypatch.delenv(lf.ENV, raising=False)
     lf.forget()
@@ -29,6 +29,7 @@ def fresh(tmp_path, monkeypatch):
     lf._groups.update(saved[1])
     lf._timings.update(saved[2])
     lf._pad.update(saved[3])
+    native.set_sequential_rows(saved[4])
 
 
 def weights(shape, count=3, seed=0):
@@ -48,7 +49,7 @@ def test_choose_takes_the_fastest_exact_form_and_never_an_inexact_one():
 
 def test_the_probe_keeps_padded_f_linear_unless_the_kernel_wins_clearly_one_form_for_every_row_count(fresh, monkeypatch):
     def fake(fast):
-        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS):
+        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS, forms=None):
             return {n: (1.0 if (n == lf.NATIVE) == fast else 2.0) for n in names}
         return time_forms
 

@@ -59,40 +59,50 @@ def test_a_row_gets_the_same_bits_at_every_row_count_and_position(shape):
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_both_one_row_walks_give_a_row_the_bits_it_gets_in_a_batch(shape, dtype):
-    """The sequential walk (one weight row after another) and the tiles sum in one order: a lone row
-    gets the same bits either way, and the bits it gets among 16 rows (issue 37)."""
+def test_both_walks_give_a_row_the_same_bits_at_every_row_count(shape, dtype):
+    """The sequential walk (one weight row after another) and the tiles sum in one order: a row gets
+    the same bits either way, alone or among 16, whatever the crossover (issue 37)."""
     if dtype == torch.bfloat16 and not native.has_bf16():
         pytest.skip("no bf16 product in this build")
     x, w = rand(16, shape[1], seed=3).to(dtype), rand(*shape, seed=4).to(dtype)
-    before = native.one_row_walk()
+    before = native.sequential_rows()
     try:
+        native.set_sequential_rows(0)
         batch = native.linear_rows(x, w)
-        for walk in native.ONE_ROW_WALKS:
-            native.set_one_row_walk(walk)
-            assert native.one_row_walk() == walk
+        for crossover in (1, 3, 16):
+            native.set_sequential_rows(crossover)
+            assert native.sequential_rows() == crossover
             for i in range(16):
-                assert torch.equal(native.linear_rows(x[i:i + 1], w), batch[i:i + 1]), (walk, i)
+                assert torch.equal(native.linear_rows(x[i:i + 1], w), batch[i:i + 1]), (crossover, i)
+                assert torch.equal(native.linear_rows(x[:i + 1], w), batch[:i + 1]), (crossover, i)
     finally:
-        native.set_one_row_walk(before)
-    with pytest.raises(ValueError, match="walk"):
-        native.set_one_row_walk("diagonal")
+        native.set_sequential_rows(before)
+    with pytest.raises(ValueError, match="max_rows"):
+        native.set_sequential_rows(-1)
+
+
+def test_the_crossover_is_the_last_row_count_up_to_which_the_sequential_walk_wins_clearly():
+    times = {1: {"tiles": 2.0, "sequential": 1.0}, 2: {"tiles": 2.0, "sequential": 1.5},
+             4: {"tiles": 2.0, "sequential": 1.99}, 8: {"tiles": 2.0, "sequential": 1.0}}
+    assert lf.sequential_up_to(times) == 2          # a near tie at 4 ends it, whatever 8 says
+    assert lf.sequential_up_to({1: {"tiles": 1.0, "sequential": 2.0}}) == 0
 
 
 @needs_kernel
-def test_the_one_row_walk_is_timed_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch):
+def test_the_walk_is_timed_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(lf, "cache_path", lambda: tmp_path / "linear_forms.json")
-    before = native.one_row_walk()
-    monkeypatch.setattr(lf, "_time_walks", lambda sweep: {"tiles": 2.0, "sequential": 1.0})
+    before = native.sequential_rows()
+    fast = {rows: {"tiles": 2.0, "sequential": 1.0 if rows <= 4 else 3.0} for rows in lf.WALK_ROWS}
+    monkeypatch.setattr(lf, "_time_walks", lambda sweep: fast)
     try:
         lf._fill_walk([rand(64, 96)])
-        assert native.one_row_walk() == "sequential"
+        assert native.sequential_rows() == 4
         monkeypatch.setattr(lf, "_time_walks", lambda sweep: pytest.fail("timed again although cached"))
-        native.set_one_row_walk("tiles")
+        native.set_sequential_rows(0)
         lf._fill_walk([rand(64, 96)])
-        assert native.one_row_walk() == "sequential"
+        assert native.sequential_rows() == 4
     finally:
-        native.set_one_row_walk(before)
+        native.set_sequential_rows(before)
 
 
 @needs_kernel

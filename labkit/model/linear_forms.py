@@ -438,41 +438,52 @@ def prepare(weights: list[torch.Tensor]) -> None:
     _fill_walk([w for ws in _groups.values() for w in ws])
 
 
-WALK_KEY = "C kernel: one-row walk"
+WALK_KEY = "C kernel: sequential walk up to rows"
+WALK_ROWS = (1, 2, 4, 8, 16)    # row counts the two walks are timed at
 
 
 def _fill_walk(sweep: list[torch.Tensor]) -> None:
-    """Set how the C kernel walks the weights for a lone row (``native.set_one_row_walk``): from the disk
-    cache, or timed once on a one-row sweep through ``sweep`` (the first model's probe sample, fp32 or
-    bf16; a second or two). The walks give the same bits; "tiles" stays unless "sequential" is faster by
-    more than the margin. One choice per CPU: it is about how this CPU streams memory, not the dtype."""
+    """Set up to how many rows the C kernel walks the weights sequentially (``native.set_sequential_rows``):
+    from the disk cache, or timed once on a sweep through ``sweep`` (the first model's probe sample, fp32
+    or bf16; a few seconds). The walks give the same bits. One choice per CPU: it is about how this CPU
+    streams memory, not the dtype."""
     if NATIVE not in candidates() or not sweep:
         return
     with _lock:
         key = f"{describe_cpu()} | {NATIVE} v{native.VERSION} | {WALK_KEY}"
         data = _read_cache()
-        walk = data.get(key)
-        if walk not in native.ONE_ROW_WALKS:
-            walk = choose(_time_walks(sweep), list(native.ONE_ROW_WALKS))
+        rows = data.get(key)
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            rows = sequential_up_to(_time_walks(sweep))
             data = _read_cache()
-            data[key] = walk
+            data[key] = rows
             _write_cache(data)
-        native.set_one_row_walk(walk)
+        native.set_sequential_rows(rows)
 
 
-def _time_walks(sweep: list[torch.Tensor]) -> dict[str, float]:
-    """{walk: seconds for one one-row sweep through ``sweep``}, interleaved rounds."""
+def sequential_up_to(times: dict[int, dict[str, float]], margin: float = MARGIN) -> int:
+    """The largest timed row count up to which the sequential walk beat the tiles by more than the margin
+    at every timed count (``times``: {rows: {"tiles" | "sequential": seconds}}); 0 if it never did."""
+    best = 0
+    for rows in sorted(times):
+        if choose(times[rows], ["tiles", "sequential"], margin) != "sequential":
+            break
+        best = rows
+    return best
 
-    def walking(walk: str) -> Callable:
+
+def _time_walks(sweep: list[torch.Tensor]) -> dict[int, dict[str, float]]:
+    """{rows: {walk: seconds for one sweep through ``sweep``}} at WALK_ROWS, interleaved rounds."""
+    def walking(max_rows: int) -> Callable:
         def fn(x, w):
-            native.set_one_row_walk(walk)
+            native.set_sequential_rows(max_rows)
             return native.linear_rows(x, w)
         return fn
-    forms = {walk: walking(walk) for walk in native.ONE_ROW_WALKS}
+    forms = {"tiles": walking(0), "sequential": walking(MAX_ROWS)}
     try:
-        return time_forms(sweep, 1, list(forms), forms=forms)
+        return {rows: time_forms(sweep, rows, list(forms), forms=forms) for rows in WALK_ROWS}
     finally:
-        native.set_one_row_walk(native.ONE_ROW_WALKS[0])
+        native.set_sequential_rows(0)
 
 
 def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> str:

@@ -102,7 +102,7 @@ def _load() -> dict:
     lib = ctypes.CDLL(str(path))
     if lib.labkit_linear_rows_version() != VERSION:
         raise RuntimeError(f"{path} is version {lib.labkit_linear_rows_version()}, expected {VERSION}")
-    lib.labkit_linear_rows_set_sequential.argtypes = [ctypes.c_int]
+    lib.labkit_linear_rows_set_sequential.argtypes = [ctypes.c_int64]
     lib.labkit_linear_rows_set_sequential.restype = None
     names = {torch.float32: "labkit_linear_rows_f32"}
     if lib.labkit_linear_rows_has_bf16():
@@ -147,24 +147,23 @@ def why_unavailable() -> str | None:
     return None if available() else str(_state.get("why"))
 
 
-ONE_ROW_WALKS = ("tiles", "sequential")
-_walk: list[str] = ["tiles"]
+_sequential_rows: list[int] = [0]
 
 
-def set_one_row_walk(walk: str) -> None:
-    """How `linear_rows` walks the weights for a lone row: "tiles" (4 weight rows at a time) or
-    "sequential" (one after the other). The same bits either way (tested); only the speed differs, by
-    CPU, so ``linear_forms`` times both once per machine and sets the faster."""
-    if walk not in ONE_ROW_WALKS:
-        raise ValueError(f"walk must be one of {ONE_ROW_WALKS}, got {walk!r}")
+def set_sequential_rows(max_rows: int) -> None:
+    """`linear_rows` walks the weights one row after the other for products of at most ``max_rows``
+    rows, and in 4-row tiles above (0: always tiles). The same bits either way (tested); only the
+    speed differs, by CPU, so ``linear_forms`` times both once per machine and sets the crossover."""
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 0:
+        raise ValueError(f"max_rows must be an int >= 0, got {max_rows!r}")
     kernels = _kernel()
     if kernels is not None:
-        kernels["set_sequential"](int(walk == "sequential"))
-        _walk[0] = walk
+        kernels["set_sequential"](max_rows)
+        _sequential_rows[0] = max_rows
 
 
-def one_row_walk() -> str:
-    return _walk[0]
+def sequential_rows() -> int:
+    return _sequential_rows[0]
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

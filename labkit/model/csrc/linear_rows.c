@@ -136,22 +136,53 @@ static inline __attribute__((always_inline)) void single(const void *x, const vo
     }
 }
 
-/* How a lone input row (T = 1, a batch-1 decode step) walks the weights: 4 rows at a time in tiles (0), or
- * one weight row after the other (1), a single sequential stream. The order of every sum is the same
- * either way (``single`` and ``tile`` add in the same order), so the choice changes no bit, only which
- * way this CPU's prefetchers stream faster: on an AMD EPYC (Zen 4) the tiles read 13.1 GB/s and the
- * sequential walk 26.2 GB/s (95 % of `torch.sum`'s rate); on the Zen 5 measured before, the tiles
- * already reached 93 %. Python times both once per machine and sets it (`native.set_one_row_walk`). */
-static int one_row_sequential = 0;
+/* One weight row for R input rows (from row t): the sequential walk's tile. */
+static inline __attribute__((always_inline)) void row_tile(const void *x, const void *w, void *y, int64_t t,
+                                                           int64_t n, int64_t N, int64_t K, const int R,
+                                                           const int bf) {
+    const int64_t S = step_of(bf), KS = K - K % S;
+    const void *wn = at(w, n * K, bf);
+    vec acc[MAX_R];
+    for (int i = 0; i < R; i++)
+        acc[i] = ZERO();
+    for (int64_t k = 0; k < KS; k += S) {
+        vec a = load_raw(wn, k, bf);
+        if (R > 1)
+            IN_REGISTER(a);
+        for (int i = 0; i < R; i++)
+            acc[i] = mac(acc[i], load_raw(x, (t + i) * K + k, bf), a, bf);
+    }
+    for (int i = 0; i < R; i++)
+        put(y, (t + i) * N + n, tail(at(x, (t + i) * K, bf), wn, KS, K, reduce(acc[i]), bf), bf);
+}
 
-void labkit_linear_rows_set_sequential(int on) { one_row_sequential = on != 0; }
+/* How the weights are walked: 4 rows at a time in tiles, or, for at most ``sequential_rows`` input rows,
+ * one weight row after the other (a single sequential stream, each weight row against the input rows up
+ * to MAX_R at a time). The order of every sum is the same either way (``row_tile``, ``single`` and ``tile``
+ * add in one order), so the choice changes no bit, only which way this CPU's prefetchers stream faster:
+ * on an AMD EPYC (Zen 4) a one-row sweep read 13.1 GB/s in tiles and 26.2 GB/s sequentially (95 % of
+ * `torch.sum`'s rate), and the tiles win from 8 rows, where the sequential walk re-reads the inputs; on
+ * the Zen 5 measured before, the tiles already reached 93 % at one row. Python times both once per
+ * machine and sets it (`native.set_sequential_rows`). */
+static int64_t sequential_rows = 0;
+
+void labkit_linear_rows_set_sequential(int64_t max_rows) { sequential_rows = max_rows; }
 
 static inline __attribute__((always_inline)) void linear_rows(const void *x, const void *w, void *y, int64_t T,
                                                               int64_t N, int64_t K, const int bf) {
     int64_t n = 0;
-    if (T == 1 && one_row_sequential) {
-        for (; n < N; n++)
-            single(x, w, y, T, n, N, K, bf);
+    if (T <= sequential_rows) {
+        for (; n < N; n++) {
+            int64_t t = 0;
+#if MAX_R == 4
+            for (; t + 4 <= T; t += 4)
+                row_tile(x, w, y, t, n, N, K, 4, bf);
+#endif
+            for (; t + 2 <= T; t += 2)
+                row_tile(x, w, y, t, n, N, K, 2, bf);
+            if (t < T)
+                row_tile(x, w, y, t, n, N, K, 1, bf);
+        }
         return;
     }
     for (; n + 4 <= N; n += 4) {
