@@ -27,7 +27,7 @@ from labkit.traces import load_prompts
 pytestmark = pytest.mark.timeout(900)
 
 # Prompts of different lengths (chat-templated: about 30 to 200 tokens), three kinds of traffic.
-PROMPTS = load_prompts("chat")[:6] + load_prompts("code")[:2] + load_prompts("json")[:2] + load_prompts("copy")[:2]
+PROMPTS = load_prompts("chat")[:5] + load_prompts("code")[:1] + load_prompts("json")[:2] + load_prompts("copy")[:1]
 CONFIGS = {
     "batch 1": dict(max_num_seqs=1),
     "batch 4, chunked prefill": dict(max_num_seqs=4, max_num_batched_tokens=48),
@@ -36,9 +36,9 @@ CONFIGS = {
 
 
 def params(tokenizer) -> list[SamplingParams]:
-    """Greedy, with max_tokens from 4 to 16; half stop on common tokens, the rest on EOS or length."""
+    """Greedy, with max_tokens from 4 to 12; half stop on common tokens, the rest on EOS or length."""
     stops = sorted({ids[-1] for ids in (tokenizer.encode(w) for w in (".", ",", " the", "\n")) if ids})
-    return [SamplingParams(temperature=0.0, max_tokens=4 + (7 * i) % 13,
+    return [SamplingParams(temperature=0.0, max_tokens=4 + (7 * i) % 9,
                            stop_token_ids=stops if i % 2 == 0 else ()) for i in range(len(PROMPTS))]
 
 
@@ -80,7 +80,7 @@ def using(form: str, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", forms()[:-1] if native.has_bf16() else forms())   # bf16: the kernel where it builds
+@pytest.mark.parametrize("form", [f for f in forms() if not f.startswith("bf16")])   # bf16: the quick test below
 def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, monkeypatch):
     sampling = params(tokenizer)
     with using(form, monkeypatch) as dtype:
