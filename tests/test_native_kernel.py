@@ -373,3 +373,54 @@ def test_decode_attention_names_bad_input():
         native.decode_attention(q, k, v, slots.int(), lens, 0.1)
     with pytest.raises(ValueError, match="lens"):
         native.decode_attention(q, k, v, slots, lens[:1], 0.1)
+
+
+# ----------------------------------------------------------------------------- RoPE and the K/V write
+
+@needs_kernel
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (4, 4, 16), (6, 2, 8)])
+def test_rope_and_kv_write_in_c_give_pytorchs_bits(heads, kv_heads, head_dim):
+    """``native.rope_write_kv`` equals ``Rotary.forward`` then ``write_kv`` to the bit: q, and the
+    rotated k and the v in the pool (issue 37: the small ops out of the token's path, no bit changed)."""
+    from labkit.attention.reference import write_kv
+    from labkit.model.llama import Rotary
+
+    g = torch.Generator().manual_seed(heads * head_dim)
+    rotary = Rotary(head_dim, 10000.0, 512, "cpu")
+    T, num_slots = 37, 64
+    x = torch.randn(T, (heads + 2 * kv_heads) * head_dim, generator=g) * 3
+    positions = torch.randint(0, 512, (T,), generator=g)
+    slots = torch.randperm(num_slots, generator=g)[:T]
+    pools = [torch.full((num_slots // 4, 4, kv_heads, head_dim), float("nan")) for _ in range(4)]
+    for pool in pools:
+        pool.view(-1, kv_heads, head_dim)[slots] = 0.0         # untouched slots stay NaN in both
+    split = x.view(T, -1, head_dim)
+    qk = rotary(split[:, :heads + kv_heads], positions)
+    write_kv(qk[:, heads:], split[:, heads + kv_heads:], pools[0], pools[1], slots)
+    q = native.rope_write_kv(x, rotary.cos, rotary.signed_sin, positions, slots, pools[2], pools[3], heads, kv_heads)
+    assert torch.equal(q, qk[:, :heads])
+    for a, b in ((pools[0], pools[2]), (pools[1], pools[3])):
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+
+
+@needs_kernel
+def test_the_fused_attention_input_changes_no_logit_bit(llm, monkeypatch):
+    from labkit import SamplingParams
+    from labkit.model.llama import LlamaLayer
+
+    execute, fused_attention_input = llm.engine.runner.execute, LlamaLayer._fused_attention_input
+    used: list[bool] = []
+
+    def logits_of(fused: bool) -> list[torch.Tensor]:
+        rows: list[torch.Tensor] = []
+        monkeypatch.setattr(llm.engine.runner, "execute", lambda d: rows.append(execute(d).clone()) or rows[-1])
+        monkeypatch.setattr(LlamaLayer, "_fused_attention_input", lambda *a: used.append(
+            fused) or (fused_attention_input(*a) if fused else None))
+        llm.generate(["Why is the sky blue?", "Write a haiku about tea.", "1, 2, 3,"],
+                     SamplingParams(max_tokens=5, ignore_eos=True))
+        return rows
+
+    fused, plain = logits_of(True), logits_of(False)
+    monkeypatch.undo()
+    assert True in used and False in used and len(fused) == len(plain)
+    assert all(torch.equal(a, b) for a, b in zip(fused, plain))

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.attention.reference import write_kv  # noqa: F401  (writing K/V has one form)
+from labkit.attention.reference import KV_POOL_LAYOUT, write_kv  # noqa: F401  (writing K/V has one form)
 from labkit.model import native
 
 

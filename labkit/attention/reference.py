@@ -13,6 +13,10 @@ import torch.nn.functional as F
 
 from labkit.attention.metadata import AttentionMetadata
 
+# The pool is [..., kv_heads, head_dim] addressed by slot, written by `write_kv` below: a model may
+# write it in a fused call of its own (``labkit.model.native.rope_write_kv``).
+KV_POOL_LAYOUT = "slots"
+
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
              value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:

@@ -209,11 +209,29 @@ class LlamaLayer(nn.Module):
         """``pieces``: compiled versions of (attention_input, attention_output_and_mlp), or None for
         eager (``labkit.model.compiled``); the paged KV write and attention always run eagerly."""
         before, after = pieces or (LlamaLayer.attention_input, LlamaLayer.attention_output_and_mlp)
-        q, k, v = before(self, x, positions, rotary)
         key_cache, value_cache = kv_cache
-        backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
+        q = self._fused_attention_input(x, positions, rotary, kv_cache, meta, backend) if pieces is None else None
+        if q is None:
+            q, k, v = before(self, x, positions, rotary)
+            backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         attn = backend.paged_attention(q, key_cache, value_cache, meta, self.head_dim ** -0.5)
         return after(self, x, attn)
+
+    def _fused_attention_input(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend):
+        """`attention_input` and the K/V write with RoPE and the write in one C call (``native.rope_write_kv``:
+        about ten PyTorch kernels a layer fewer, the same bits), where it applies: fp32 on the CPU, a
+        backend whose pool is addressed by slot (``KV_POOL_LAYOUT``). Returns q, or None elsewhere."""
+        key_cache, value_cache = kv_cache
+        if not (x.dtype == torch.float32 and key_cache.dtype == torch.float32 and x.device.type == "cpu"
+                and getattr(backend, "KV_POOL_LAYOUT", None) == "slots" and key_cache.is_contiguous()
+                and value_cache.is_contiguous()
+                and native.available()):
+            return None
+        heads = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
+        if not heads.is_contiguous():
+            heads = heads.contiguous()
+        return native.rope_write_kv(heads, rotary.cos, rotary.signed_sin, positions, meta.slot_mapping,
+                                    key_cache, value_cache, self.num_heads, self.num_kv_heads)
 
 
 def decode_weight_bytes(model: nn.Module) -> int:

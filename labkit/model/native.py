@@ -33,7 +33,7 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("linear_rows.c", "decode_attention.c")   # compiled into one library, with simd.h
+SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c")   # compiled into one library, with simd.h
 VERSION = 5                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
@@ -119,6 +119,10 @@ def _load() -> dict:
         fn.restype = ctypes.c_int
         kernels[("attention", dtype)] = fn
     kernels["set_sequential"] = lib.labkit_linear_rows_set_sequential
+    fn = lib.labkit_rope_write_kv_f32
+    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4
+    fn.restype = None
+    kernels["rope_write_kv"] = fn
     return kernels
 
 
@@ -219,3 +223,35 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
     if failed:
         raise MemoryError("decode_attention could not allocate its scratch memory")
     return out
+
+
+def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                  slots: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int,
+                  num_kv_heads: int) -> torch.Tensor:
+    """RoPE on the q and k heads of ``heads`` [T, (H + 2 Hkv) * D] (the fused QKV output, fp32), the
+    rotated k and the v written to the pools' ``slots``; returns q [T, H, D]. ``cos`` and ``sin`` are the
+    rotary tables [P, D] (``Rotary.cos``, ``Rotary.signed_sin``). The same bits as ``Rotary.forward``
+    followed by ``write_kv`` (``csrc/rope_kv.c``). Positions must be below P and slots inside the pools,
+    as the engine's are: they are not range-checked here (a reduction per call would cost more than the
+    kernel)."""
+    kernels = _kernel()
+    if kernels is None:
+        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    T, D = heads.shape[0], cos.shape[-1]
+    f32, i64 = torch.float32, torch.int64
+    # Checked field by field (a call a layer, every step: a generator over the tensors cost 3x the kernel).
+    if not (heads.dtype is f32 and cos.dtype is f32 and sin.dtype is f32 and key_pool.dtype is f32
+            and value_pool.dtype is f32 and positions.dtype is i64 and slots.dtype is i64
+            and heads.is_cpu and cos.is_cpu and sin.is_cpu and key_pool.is_cpu and value_pool.is_cpu
+            and positions.is_cpu and slots.is_cpu and heads.is_contiguous() and cos.is_contiguous()
+            and sin.is_contiguous() and key_pool.is_contiguous() and value_pool.is_contiguous()
+            and positions.is_contiguous() and slots.is_contiguous() and cos.shape == sin.shape
+            and heads.numel() == T * (num_heads + 2 * num_kv_heads) * D and key_pool.shape[-1] == D
+            and key_pool.shape[-2] == num_kv_heads and value_pool.shape == key_pool.shape
+            and positions.numel() == T and slots.numel() == T):
+        raise ValueError("rope_write_kv takes contiguous fp32 CPU heads [T, (H + 2 Hkv) * D], tables [P, D] and "
+                         "pools [..., Hkv, D], and contiguous int64 positions and slots [T]")
+    q = torch.empty(T, num_heads, D, dtype=f32)
+    kernels["rope_write_kv"](heads.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                             q.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), T, num_heads, num_kv_heads, D)
+    return q

@@ -1,0 +1,51 @@
+/* RoPE on a step's q and k heads, and the K/V write into the paged pool, in one pass: what
+ * ``Rotary.forward`` and ``attention.reference.write_kv`` do in about ten PyTorch kernels a layer.
+ *
+ *   heads  [T, H + 2 Hkv, D] fp32   the fused QKV projection's output: H q heads, Hkv k heads, Hkv v heads
+ *   cos, sin  [P, D]                the rotary tables (``Rotary.cos`` and ``Rotary.signed_sin``)
+ *   positions [T], slots [T]        each token's position, and the pool slot its K/V goes to
+ *   q      [T, H, D]                the rotated q heads (out)
+ *   k_pool, v_pool  [S, Hkv, D]     the layer's pool: slot s receives the rotated k and the v of its token
+ *
+ * Every value is the one PyTorch computes, to the bit: out[d] = x[d]·cos[d] + x[(d + D/2) mod D]·sin[d]
+ * with each product and the sum rounded on its own (torch runs mul, roll, mul, add as separate kernels),
+ * so this file is compiled without contracting a·b + c into a fused multiply-add. */
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#define NO_CONTRACT
+#else
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+
+static inline NO_CONTRACT void rotate(const float *x, const float *c, const float *s, float *out, int64_t D) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    const int64_t half = D / 2;
+    for (int64_t d = 0; d < half; d++) {
+        const float a = x[d] * c[d], b = x[d + half] * s[d];
+        out[d] = a + b;
+    }
+    for (int64_t d = half; d < D; d++) {
+        const float a = x[d] * c[d], b = x[d - half] * s[d];
+        out[d] = a + b;
+    }
+}
+
+NO_CONTRACT void labkit_rope_write_kv_f32(const float *heads, const float *cos, const float *sin,
+                                          const int64_t *positions, const int64_t *slots, float *q,
+                                          float *k_pool, float *v_pool, int64_t T, int64_t H, int64_t Hkv,
+                                          int64_t D) {
+    const int64_t width = (H + 2 * Hkv) * D;
+    for (int64_t t = 0; t < T; t++) {
+        const float *row = heads + t * width, *c = cos + positions[t] * D, *s = sin + positions[t] * D;
+        for (int64_t h = 0; h < H; h++)
+            rotate(row + h * D, c, s, q + (t * H + h) * D, D);
+        float *k = k_pool + slots[t] * Hkv * D;
+        for (int64_t g = 0; g < Hkv; g++)
+            rotate(row + (H + g) * D, c, s, k + g * D, D);
+        memcpy(v_pool + slots[t] * Hkv * D, row + (H + Hkv) * D, (size_t)(Hkv * D) * sizeof(float));
+    }
+}
