@@ -181,3 +181,10 @@ def test_the_default_model_registers_its_shapes_with_exact_choices(llm):
     for shape in sorted(shapes, key=lambda s: s[0] * s[1])[:2]:      # the gate is cheap on the small ones
         exact = lf.exact_forms(*shape)
         assert all(chosen[shape][t] in exact[t] for t in exact), shape
+
+
+def test_without_an_invariant_form_the_probe_warns_and_keeps_f_linear(fresh, monkeypatch):
+    monkeypatch.setattr(lf, "invariant_forms", lambda shapes: [])
+    with pytest.warns(RuntimeWarning, match="batch-invariant"):
+        lf.prepare(weights(SHAPES[0]))
+    assert set(lf.table()[SHAPES[0]].values()) == {"F.linear"}

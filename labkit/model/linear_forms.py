@@ -45,6 +45,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -367,8 +368,11 @@ def probe_shapes(shapes: list[tuple[int, int]], threads: int) -> dict[tuple, dic
     than the margin); record and return {shape: {rows: that form}} for every row count."""
     names = invariant_forms(shapes)
     if not names:
-        raise RuntimeError("no batch-invariant linear form serves every weight shape on this CPU "
-                           "(F.linear varies past 17 rows and labkit's C kernel is unavailable or refused)")
+        # Still a working engine, with the scheduler able to change a near-tie token: say so.
+        warnings.warn("no batch-invariant linear form serves every weight shape on this CPU (F.linear varies past "
+                      f"{MAX_ROWS + 1} rows and labkit's C kernel is unavailable or refused): using F.linear, so "
+                      "a row's last bits may depend on its batch", RuntimeWarning, stacklevel=2)
+        names = [DEFAULT_FORM]
     pick = names[0]
     if len(names) > 1:
         samples = {shape: probe_weights(_groups[shape]) for shape in shapes}
