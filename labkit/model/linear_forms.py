@@ -19,7 +19,7 @@ Two forms are invariant, and the probe times them on this CPU and keeps the fast
   `order_probe`). Its bits are those transformers' ``F.linear`` computes for the batch of ``m``
   rows; the padding costs a few rows of compute in a memory-bound product.
 - labkit's C kernel (``labkit.model.native``, offered only where it builds): row-invariant by
-  construction, and admitted only if the gate confirms it (`_kernel_admitted`: the same bits at
+  construction, and admitted only if the gate confirms it (`kernel_admitted`: the same bits at
   every row count 1..17 and position, and as accurate as ``F.linear``). Its bits differ from
   transformers' in the last places, as MKL's differ from one CPU to the next; greedy parity with
   transformers is token-level in fp32 and tested with whatever the probe chooses

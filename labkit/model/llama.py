@@ -191,9 +191,13 @@ class LlamaLayer(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(h, cfg.intermediate_size, **kw), requires_grad=False)
         self.split = (q_out, kv_out, kv_out)
 
+    def qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm and the fused QKV projection: [T, (heads + 2 kv_heads) * d]."""
+        return linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
+
     def attention_input(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary):
         """RMSNorm, the fused QKV projection and RoPE: q [T, heads, d], k and v [T, kv_heads, d]."""
-        heads = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj).reshape(x.shape[0], -1, self.head_dim)
+        heads = self.qkv(x).reshape(x.shape[0], -1, self.head_dim)
         # q and k heads sit side by side in the fused output: rotate them in one call.
         qk = rotary(heads[:, :self.num_heads + self.num_kv_heads], positions)
         return qk[:, :self.num_heads], qk[:, self.num_heads:], heads[:, self.num_heads + self.num_kv_heads:]
@@ -227,10 +231,7 @@ class LlamaLayer(nn.Module):
                 and value_cache.is_contiguous()
                 and native.available()):
             return None
-        heads = linear(rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
-        if not heads.is_contiguous():
-            heads = heads.contiguous()
-        return native.rope_write_kv(heads, rotary.cos, rotary.signed_sin, positions, meta.slot_mapping,
+        return native.rope_write_kv(self.qkv(x).contiguous(), rotary.cos, rotary.signed_sin, positions, meta.slot_mapping,
                                     key_cache, value_cache, self.num_heads, self.num_kv_heads)
 
 

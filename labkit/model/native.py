@@ -151,9 +151,6 @@ def why_unavailable() -> str | None:
     return None if available() else str(_state.get("why"))
 
 
-_sequential_rows: list[int] = [0]
-
-
 def set_sequential_rows(max_rows: int) -> None:
     """`linear_rows` walks the weights one row after the other for products of at most ``max_rows``
     rows, and in 4-row tiles above (0: always tiles). The same bits either way (tested); only the
@@ -163,11 +160,12 @@ def set_sequential_rows(max_rows: int) -> None:
     kernels = _kernel()
     if kernels is not None:
         kernels["set_sequential"](max_rows)
-        _sequential_rows[0] = max_rows
+        _state["sequential_rows"] = max_rows
 
 
 def sequential_rows() -> int:
-    return _sequential_rows[0]
+    """The crossover `set_sequential_rows` last set (0 until then)."""
+    return int(_state.get("sequential_rows", 0))
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -238,20 +236,15 @@ def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos
     if kernels is None:
         raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
     T, D = heads.shape[0], cos.shape[-1]
-    f32, i64 = torch.float32, torch.int64
-    # Checked field by field (a call a layer, every step: a generator over the tensors cost 3x the kernel).
-    if not (heads.dtype is f32 and cos.dtype is f32 and sin.dtype is f32 and key_pool.dtype is f32
-            and value_pool.dtype is f32 and positions.dtype is i64 and slots.dtype is i64
-            and heads.is_cpu and cos.is_cpu and sin.is_cpu and key_pool.is_cpu and value_pool.is_cpu
-            and positions.is_cpu and slots.is_cpu and heads.is_contiguous() and cos.is_contiguous()
-            and sin.is_contiguous() and key_pool.is_contiguous() and value_pool.is_contiguous()
-            and positions.is_contiguous() and slots.is_contiguous() and cos.shape == sin.shape
-            and heads.numel() == T * (num_heads + 2 * num_kv_heads) * D and key_pool.shape[-1] == D
-            and key_pool.shape[-2] == num_kv_heads and value_pool.shape == key_pool.shape
-            and positions.numel() == T and slots.numel() == T):
+    tensors = (heads, cos, sin, key_pool, value_pool)
+    if (any(t.dtype != torch.float32 or not t.is_cpu or not t.is_contiguous() for t in tensors)
+            or any(t.dtype != torch.int64 or not t.is_cpu or not t.is_contiguous() or t.numel() != T
+                   for t in (positions, slots))
+            or cos.shape != sin.shape or heads.numel() != T * (num_heads + 2 * num_kv_heads) * D
+            or key_pool.shape[-2:] != (num_kv_heads, D) or value_pool.shape != key_pool.shape):
         raise ValueError("rope_write_kv takes contiguous fp32 CPU heads [T, (H + 2 Hkv) * D], tables [P, D] and "
                          "pools [..., Hkv, D], and contiguous int64 positions and slots [T]")
-    q = torch.empty(T, num_heads, D, dtype=f32)
+    q = torch.empty(T, num_heads, D, dtype=torch.float32)
     kernels["rope_write_kv"](heads.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
                              q.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), T, num_heads, num_kv_heads, D)
     return q
