@@ -5,8 +5,8 @@
     python -m bench.decode_profile --batch 16 --dtype bfloat16
 
 Each stage of labkit's forward is timed by wrapping the function that computes it (the layer
-matmuls, the LM head, RMSNorm, RoPE, the KV write, the paged attention); "other" is the rest of
-the forward (residual adds, SwiGLU, views, Python); "outside the forward" is the engine around it
+matmuls, the LM head, RMSNorm, SwiGLU, RoPE, the KV write, the paged attention); "other" is the rest
+of the forward (residual adds, views, Python); "outside the forward" is the engine around it
 (scheduler, input tensors, sampler, events). The wrappers cost about a microsecond a call, so the
 stages add up to a little more than the plain step, which is timed separately without them.
 
@@ -24,9 +24,11 @@ from contextlib import contextmanager
 
 from bench.common import Section, environment_rows, load_average, median, report, set_clock, set_threads
 
-STAGES = ("layer matmuls", "LM head matmul", "RMSNorm", "RoPE", "KV write", "RoPE + KV write (one C call)",
-          "paged attention", "other (residuals, SwiGLU, views, Python)", "outside the forward (engine)")
-NAMED = STAGES[:7]      # timed directly; "other" and "outside" are what is left
+STAGES = ("layer matmuls", "LM head matmul", "RMSNorm (with the residual add before it)", "SwiGLU (silu(gate) x up)",
+          "RoPE", "KV write", "RoPE + KV write (one C call)", "paged attention",
+          "other (residual adds, views, Python)", "outside the forward (engine)")
+NORM, OTHER = STAGES[2], STAGES[8]
+NAMED = STAGES[:8]      # timed directly; "other" and "outside" are what is left
 
 
 class Profiler:
@@ -76,41 +78,68 @@ class Profiler:
         lm_head = model.lm_head
         acc = self.acc
         saved = [(llama, "linear", llama.linear), (llama, "rms_norm", llama.rms_norm),
+                 (llama, "add_rms_norm", llama.add_rms_norm), (llama, "swiglu", llama.swiglu),
+                 *((llama.SmallOps, name, getattr(llama.SmallOps, name))
+                   for name in ("linear", "rms_norm", "add_rms_norm", "swiglu", "rope_write_kv")),
                  (llama.Rotary, "forward", llama.Rotary.forward), (backend, "write_kv", backend.write_kv),
                  (backend, "paged_attention", backend.paged_attention),
                  (native, "rope_write_kv", native.rope_write_kv),
                  (self.engine.runner, "execute", self.engine.runner.execute)]
         cached: dict[tuple, object] = {}
+        depth = [0]
 
-        def timed(stage, fn):
+        def timed(stage, fn, nests=True):
             def wrapper(*args, **kwargs):
+                if depth[0] and nests:          # inside another stage (add_rms_norm's own rms_norm)
+                    return fn(*args, **kwargs)
+                depth[0] += nests
                 t0 = time.process_time()
-                out = fn(*args, **kwargs)
-                acc[stage] = acc.get(stage, 0.0) + time.process_time() - t0
-                return out
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    acc[stage] = acc.get(stage, 0.0) + time.process_time() - t0
+                    depth[0] -= nests
             return wrapper
 
-        real_linear = llama.linear
+        def timed_linear(real_linear):
+            def linear(*args):
+                if depth[0]:                    # SmallOps.linear's own fallback to llama.linear
+                    return real_linear(*args)
+                x, weight = args[-2:]
+                stage = "LM head matmul" if weight is lm_head else "layer matmuls"
+                if stub and x.shape[0] <= 16:
+                    key = (x.shape[0], id(weight) if weight is lm_head else tuple(weight.shape))
+                    if key not in cached:
+                        depth[0] += 1
+                        try:
+                            cached[key] = real_linear(*args)
+                        finally:
+                            depth[0] -= 1
+                    return cached[key]
+                depth[0] += 1
+                t0 = time.process_time()
+                try:
+                    return real_linear(*args)
+                finally:
+                    acc[stage] = acc.get(stage, 0.0) + time.process_time() - t0
+                    depth[0] -= 1
+            return linear
 
-        def linear(x, weight):
-            stage = "LM head matmul" if weight is lm_head else "layer matmuls"
-            if stub and x.shape[0] <= 16:
-                key = (x.shape[0], id(weight) if weight is lm_head else tuple(weight.shape))
-                if key not in cached:
-                    cached[key] = real_linear(x, weight)
-                return cached[key]
-            t0 = time.process_time()
-            out = real_linear(x, weight)
-            acc[stage] = acc.get(stage, 0.0) + time.process_time() - t0
-            return out
-
-        llama.linear = linear
-        llama.rms_norm = timed("RMSNorm", llama.rms_norm)
+        llama.linear = timed_linear(llama.linear)
+        llama.SmallOps.linear = timed_linear(llama.SmallOps.linear)
+        llama.rms_norm = timed(NORM, llama.rms_norm)
+        llama.add_rms_norm = timed(NORM, llama.add_rms_norm)
+        llama.swiglu = timed("SwiGLU (silu(gate) x up)", llama.swiglu)
+        # the fused forms, called through llama.SmallOps on the CPU
+        llama.SmallOps.rms_norm = timed(NORM, llama.SmallOps.rms_norm)
+        llama.SmallOps.add_rms_norm = timed(NORM, llama.SmallOps.add_rms_norm)
+        llama.SmallOps.swiglu = timed("SwiGLU (silu(gate) x up)", llama.SmallOps.swiglu)
+        llama.SmallOps.rope_write_kv = timed("RoPE + KV write (one C call)", llama.SmallOps.rope_write_kv)
         llama.Rotary.forward = timed("RoPE", llama.Rotary.forward)
         backend.write_kv = timed("KV write", backend.write_kv)
         native.rope_write_kv = timed("RoPE + KV write (one C call)", native.rope_write_kv)
         backend.paged_attention = timed("paged attention", backend.paged_attention)
-        self.engine.runner.execute = timed("forward", self.engine.runner.execute)
+        self.engine.runner.execute = timed("forward", self.engine.runner.execute, nests=False)
         try:
             yield
         finally:
@@ -125,7 +154,7 @@ class Profiler:
             step = self._steps(steps)
         acc = {k: v / steps for k, v in self.timed_acc.items()}
         named = sum(acc.get(s, 0.0) for s in NAMED)
-        acc["other (residuals, SwiGLU, views, Python)"] = acc.get("forward", 0.0) - named
+        acc[OTHER] = acc.get("forward", 0.0) - named
         acc["outside the forward (engine)"] = step - acc.get("forward", 0.0)
         acc["step"] = step
         return acc

@@ -184,7 +184,7 @@ def test_decode_profile_splits_a_step_into_its_stages(tiny_model):
     assert [r[0] for r in table.rows] == list(decode_profile.STAGES) + ["step, with the stage timers",
                                                                        "step, plain (no timers)"]
     stage = {r[0]: float(r[1]) for r in table.rows}
-    assert stage["layer matmuls"] > 0 and stage["RMSNorm"] > 0 and stage["paged attention"] > 0
+    assert stage["layer matmuls"] > 0 and stage[decode_profile.NORM] > 0 and stage["paged attention"] > 0
     assert table.rows[0][2] == "(stubbed)" and float(table.rows[2][2]) > 0   # the stubbed arm still norms
     # the stages, "other" and "outside" add up to the timed step
     assert abs(sum(stage[s] for s in decode_profile.STAGES) - stage["step, with the stage timers"]) < 0.05

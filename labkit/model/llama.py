@@ -92,11 +92,19 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm.
+    """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm: labkit's one C call
+    (``native.rms_norm``) where it gives PyTorch's bits on this machine (`_native_norm_lanes`), else
+    `_torch_rms_norm`."""
+    lanes = _native_norm_lanes(x, weight, eps)
+    if lanes:
+        return native.rms_norm(x, weight, eps, lanes)
+    return _torch_rms_norm(x, weight, eps)
 
-    fp32 input takes torch's fused kernel (one op instead of six; bit-identical to the written-out
-    form, which tests/test_model_ops.py checks), or for a single row `_one_row_rms_norm`; other
-    dtypes upcast as Hugging Face does."""
+
+def _torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm through PyTorch's kernels. fp32 input takes torch's fused kernel (one op instead of six;
+    bit-identical to the written-out form, which tests/test_model_ops.py checks), or for a single row
+    `_one_row_rms_norm`; other dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         if (x.dim() == 2 and x.shape[0] == 1 and not torch.compiler.is_compiling()   # .item() would break the graph
                 and _scalar_rms_norm_is_exact()):
@@ -104,6 +112,162 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return torch.rms_norm(x, weight.shape, weight, eps)
     # Hugging Face: normalise in fp32, round to the input dtype, then scale by the weight.
     return weight * torch.rms_norm(x.to(torch.float32), weight.shape, None, eps).to(x.dtype)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + delta, rms_norm(x + delta)): the residual add and the RMSNorm after it, in one C call where
+    the norm runs natively. The sum is a new tensor; x stays as it was."""
+    lanes = _native_norm_lanes(x, weight, eps)
+    if lanes and delta.dtype == x.dtype and delta.shape == x.shape and delta.is_contiguous():
+        return native.add_rms_norm(x, delta, weight, eps, lanes)
+    total = x + delta
+    return total, rms_norm(total, weight, eps)
+
+
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for the fused gate/up output [T, 2I]: one C call (``native.silu_mul``, with
+    PyTorch's own vector exp) where `_native_swiglu_exact` finds PyTorch's bits on this machine, else
+    ``F.silu(gate) * up``."""
+    if (gate_up.device.type == "cpu" and gate_up.dtype in (torch.float32, torch.bfloat16) and gate_up.dim() == 2
+            and gate_up.is_contiguous() and not torch.compiler.is_compiling() and native.has_silu_mul()
+            and _native_swiglu_exact(gate_up.dtype, gate_up.shape[1] // 2)):
+        return native.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, -1)
+    return F.silu(gate) * up
+
+
+# The fused small ops are used only where they give PyTorch's bits on this machine: checked once per
+# dtype, width and thread count on random rows across magnitudes (the check is about bits, never timing).
+# RMSNorm's sum of squares follows PyTorch's vectorised sum, whose lane count varies by CPU (and by
+# build): the check finds the one that matches, in fp32, where a wrong lane count shows within a few
+# rows (bf16 rounds most differences away), then confirms bf16 with it.
+_NORM_PROBE_ROWS = 64
+_norm_lanes: dict[tuple, int | None] = {}
+_swiglu_exact: dict[tuple, bool] = {}
+
+
+def _native_norm_lanes(x: torch.Tensor, weight: torch.Tensor, eps: float) -> int | None:
+    """The lane count for ``native.rms_norm`` on x, or None where PyTorch's kernels run instead."""
+    if not (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype
+            and x.dim() == 2 and weight.dim() == 1 and x.is_contiguous() and weight.is_contiguous()
+            and not torch.compiler.is_compiling() and native.available()):
+        return None
+    key = (x.dtype, x.shape[1], eps, torch.get_num_threads())
+    if key not in _norm_lanes:
+        _norm_lanes[key] = _probe_norm_lanes(x.dtype, x.shape[1], eps)
+    return _norm_lanes[key]
+
+
+def _probe_norm_lanes(dtype: torch.dtype, n: int, eps: float) -> int | None:
+    g = torch.Generator().manual_seed(39)
+    cases = []
+    with torch.inference_mode():
+        for i in range(_NORM_PROBE_ROWS):
+            x = torch.randn(1 + i % 3, n, generator=g) * 10.0 ** (i % 9 - 4)
+            w = torch.randn(n, generator=g)
+            cases.append((x, w))
+
+        def exact(lanes: int, dt: torch.dtype) -> bool:
+            return all(torch.equal(native.rms_norm(x.to(dt), w.to(dt), eps, lanes), _torch_rms_norm(x.to(dt), w.to(dt), eps))
+                       for x, w in cases)
+
+        return next((lanes for lanes in (16, 8, 4) if exact(lanes, torch.float32) and exact(lanes, dtype)), None)
+
+
+def _native_swiglu_exact(dtype: torch.dtype, inner: int) -> bool:
+    key = (dtype, inner, torch.get_num_threads())
+    if key not in _swiglu_exact:
+        g = torch.Generator().manual_seed(39)
+        with torch.inference_mode():
+            cases = [(torch.randn(1 + i % 3, 2 * inner, generator=g) * (1 + i % 8) * 3).to(dtype) for i in range(32)]
+            _swiglu_exact[key] = all(torch.equal(native.silu_mul(gu), F.silu(gu[:, :inner]) * gu[:, inner:])
+                                     for gu in cases)
+    return _swiglu_exact[key]
+
+
+
+class SmallOps:
+    """The fused small ops of a CPU forward in one dtype, checked once (`small_ops`) and then called
+    straight through ctypes: at about 60 calls a step, the per-call checks of the ``native`` functions
+    and of the helpers above cost more than the C work (2 to 4 µs each against 1 to 2)."""
+
+    __slots__ = ("lanes", "bf", "_norm", "_add_norm", "_silu", "_rope", "_product", "dtype")
+
+    def __init__(self, dtype: torch.dtype, lanes: int | None, silu: bool):
+        raw = native.raw_kernels()
+        self.dtype, self.lanes, self.bf = dtype, lanes, int(dtype == torch.bfloat16)
+        self._norm = raw["rms_norm"] if lanes else None
+        self._add_norm = raw["add_rms_norm"] if lanes else None
+        self._silu = raw["silu_mul"] if silu else None
+        self._rope = raw[("rope_write_kv", dtype)]
+        self._product = raw.get(dtype)          # labkit's C product in this dtype, if built
+
+    def linear(self, x: torch.Tensor, weight) -> torch.Tensor:
+        """`linear`, with the C product called straight where `linear` would call it (the same form
+        decision, made per call: fp32 by ``linear_forms.form_name``, bf16 by ``bf16_uses_kernel``)."""
+        if self._product is not None and isinstance(weight, torch.Tensor) and weight.dtype == self.dtype:
+            rows = x.shape[0]
+            if (linear_forms.bf16_uses_kernel() if self.bf else
+                    linear_forms.form_name(tuple(weight.shape), rows) == linear_forms.NATIVE):
+                if x.is_contiguous() and weight.is_contiguous():
+                    y = torch.empty((rows, weight.shape[0]), dtype=self.dtype)
+                    self._product(x.data_ptr(), weight.data_ptr(), y.data_ptr(), rows, weight.shape[0], weight.shape[1])
+                    return y
+        return linear(x, weight)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if self._norm is None:
+            return rms_norm(x, weight, eps)
+        out = torch.empty_like(x)
+        self._norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps, self.lanes, self.bf)
+        return out
+
+    def add_rms_norm(self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float):
+        if self._add_norm is None or not delta.is_contiguous() or delta.dtype != x.dtype:
+            return add_rms_norm(x, delta, weight, eps)
+        total, out = torch.empty_like(x), torch.empty_like(x)
+        self._add_norm(x.data_ptr(), delta.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0],
+                       x.shape[1], eps, self.lanes, self.bf)
+        return total, out
+
+    def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if self._silu is None or not gate_up.is_contiguous() or gate_up.dtype != self.dtype:
+            return swiglu(gate_up)
+        rows, inner = gate_up.shape[0], gate_up.shape[1] // 2
+        out = torch.empty((rows, inner), dtype=self.dtype)
+        self._silu(gate_up.data_ptr(), out.data_ptr(), rows, inner, self.bf)
+        return out
+
+    def rope_write_kv(self, heads: torch.Tensor, rotary: "Rotary", positions: torch.Tensor, slots: torch.Tensor,
+                      key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+        """``native.rope_write_kv`` for the engine's own tensors (contiguous heads, int64 positions and
+        slots below the table's and the pool's sizes), without its checks."""
+        q = torch.empty((heads.shape[0], num_heads, rotary.cos.shape[1]), dtype=self.dtype)
+        self._rope(heads.data_ptr(), rotary.cos.data_ptr(), rotary.signed_sin.data_ptr(), positions.data_ptr(),
+                   slots.data_ptr(), q.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), heads.shape[0],
+                   num_heads, num_kv_heads, rotary.cos.shape[1])
+        return q
+
+
+_small_ops: dict[tuple, SmallOps] = {}
+
+
+def small_ops(x: torch.Tensor, cfg: ModelConfig) -> SmallOps | None:
+    """The fused small ops for a forward over x (the embedded tokens), or None where they do not apply
+    (not the CPU, not fp32 or bf16, a graph being compiled, no C kernel). Each op inside is one that
+    gives PyTorch's bits on this machine (`_probe_norm_lanes`, `_native_swiglu_exact`), else the
+    PyTorch form."""
+    if (x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or torch.compiler.is_compiling()
+            or not native.available()):
+        return None
+    key = (x.dtype, cfg.hidden_size, cfg.intermediate_size, cfg.rms_norm_eps, torch.get_num_threads())
+    ops = _small_ops.get(key)
+    if ops is None:
+        probe = torch.zeros(1, cfg.hidden_size, dtype=x.dtype)
+        lanes = _native_norm_lanes(probe, torch.ones(cfg.hidden_size, dtype=x.dtype), cfg.rms_norm_eps)
+        silu = native.has_silu_mul() and _native_swiglu_exact(x.dtype, cfg.intermediate_size)
+        ops = _small_ops[key] = SmallOps(x.dtype, lanes, silu)
+    return ops
 
 
 def _f32(value: float) -> float:
@@ -204,32 +368,44 @@ class LlamaLayer(nn.Module):
 
     def attention_output_and_mlp(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """The O projection and residual, then RMSNorm, SwiGLU and the second residual."""
-        x = x + linear(attn.reshape(x.shape[0], -1), self.o_proj)    # a new tensor: the input stays as it was
-        gate, up = linear(rms_norm(x, self.post_attention_layernorm, self.eps), self.gate_up_proj).chunk(2, -1)
-        return x.add_(linear(F.silu(gate) * up, self.down_proj))
+        # x + O(attn) is a new tensor: the input stays as it was.
+        x, normed = add_rms_norm(x, linear(attn.reshape(x.shape[0], -1), self.o_proj), self.post_attention_layernorm,
+                                 self.eps)
+        return x.add_(linear(swiglu(linear(normed, self.gate_up_proj)), self.down_proj))
 
     def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType,
-                pieces: tuple | None = None):
+                pieces: tuple | None = None, ops: SmallOps | None = None):
         """``pieces``: compiled versions of (attention_input, attention_output_and_mlp), or None for
-        eager (``labkit.model.compiled``); the paged KV write and attention always run eagerly."""
+        eager (``labkit.model.compiled``); the paged KV write and attention always run eagerly. ``ops``:
+        the fused small ops (`small_ops`), or None for PyTorch's."""
         before, after = pieces or (LlamaLayer.attention_input, LlamaLayer.attention_output_and_mlp)
         key_cache, value_cache = kv_cache
-        q = self._fused_attention_input(x, positions, rotary, kv_cache, meta, backend) if pieces is None else None
+        q = self._fused_attention_input(x, positions, rotary, kv_cache, meta, backend, ops) if pieces is None else None
         if q is None:
             q, k, v = before(self, x, positions, rotary)
             backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         attn = backend.paged_attention(q, key_cache, value_cache, meta, self.head_dim ** -0.5)
+        if ops is not None and pieces is None:
+            x, normed = ops.add_rms_norm(x, ops.linear(attn.reshape(x.shape[0], -1), self.o_proj),
+                                         self.post_attention_layernorm, self.eps)
+            return x.add_(ops.linear(ops.swiglu(ops.linear(normed, self.gate_up_proj)), self.down_proj))
         return after(self, x, attn)
 
-    def _fused_attention_input(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend):
+    def _fused_attention_input(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend,
+                               ops: SmallOps | None = None):
         """`attention_input` and the K/V write with RoPE and the write in one C call (``native.rope_write_kv``:
-        about ten PyTorch kernels a layer fewer, the same bits), where it applies: fp32 on the CPU, a
-        backend whose pool is addressed by slot (``KV_POOL_LAYOUT``). Returns q, or None elsewhere."""
+        about ten PyTorch kernels a layer fewer, the same bits), where it applies: fp32 or bf16 on the CPU
+        (pools of the same dtype), a backend whose pool is addressed by slot (``KV_POOL_LAYOUT``). Returns q,
+        or None elsewhere."""
         key_cache, value_cache = kv_cache
-        if not (x.dtype == torch.float32 and key_cache.dtype == torch.float32 and x.device.type == "cpu"
-                and getattr(backend, "KV_POOL_LAYOUT", None) == "slots" and key_cache.is_contiguous()
-                and value_cache.is_contiguous()
-                and native.available()):
+        if not (key_cache.dtype == x.dtype and getattr(backend, "KV_POOL_LAYOUT", None) == "slots"
+                and key_cache.is_contiguous() and value_cache.is_contiguous()):
+            return None
+        if ops is not None:
+            heads = ops.linear(ops.rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
+            return ops.rope_write_kv(heads.contiguous(), rotary, positions, meta.slot_mapping, key_cache, value_cache,
+                                     self.num_heads, self.num_kv_heads)
+        if not (x.dtype in (torch.float32, torch.bfloat16) and x.device.type == "cpu" and native.available()):
             return None
         return native.rope_write_kv(self.qkv(x).contiguous(), rotary.cos, rotary.signed_sin, positions, meta.slot_mapping,
                                     key_cache, value_cache, self.num_heads, self.num_kv_heads)
@@ -265,10 +441,13 @@ class LlamaModel(nn.Module):
         ``backend`` is the attention module (reference or triton) with write_kv/paged_attention;
         ``pieces`` the layer's compiled halves or None (see ``LlamaLayer.forward``)."""
         x = F.embedding(input_ids, self.embed_tokens)
+        ops = small_ops(x, self.config) if pieces is None else None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            x = layer(x, positions, self.rotary, kv_cache, meta, backend, pieces)
-        x = rms_norm(x.index_select(0, logits_indices), self.norm, self.config.rms_norm_eps)
-        return linear(x, self.lm_head).float()
+            x = layer(x, positions, self.rotary, kv_cache, meta, backend, pieces, ops)
+        x = x.index_select(0, logits_indices)
+        if ops is not None:
+            return ops.linear(ops.rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head).float()
+        return linear(rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head).float()
 
     def linear_weights(self) -> list[torch.Tensor]:
         """Every matrix a forward pass multiplies by, in the order it does: qkv, o, gate_up, down per

@@ -33,8 +33,8 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c")   # compiled into one library, with simd.h
-VERSION = 5                 # labkit_linear_rows_version() in the source
+SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c")   # one library, with simd.h
+VERSION = 6                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi",
@@ -119,11 +119,46 @@ def _load() -> dict:
         fn.restype = ctypes.c_int
         kernels[("attention", dtype)] = fn
     kernels["set_sequential"] = lib.labkit_linear_rows_set_sequential
-    fn = lib.labkit_rope_write_kv_f32
-    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4
+    for dtype, name in {torch.float32: "labkit_rope_write_kv_f32", torch.bfloat16: "labkit_rope_write_kv_bf16"}.items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4
+        fn.restype = None
+        kernels[("rope_write_kv", dtype)] = fn
+    fn = lib.labkit_rms_norm
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
     fn.restype = None
-    kernels["rope_write_kv"] = fn
+    kernels["rms_norm"] = fn
+    fn = lib.labkit_add_rms_norm
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
+    fn.restype = None
+    kernels["add_rms_norm"] = fn
+    exp_fn = _torch_vector_exp()
+    lib.labkit_set_vector_exp.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.labkit_set_vector_exp.restype = ctypes.c_int
+    if exp_fn is not None and lib.labkit_set_vector_exp(*exp_fn):
+        fn = lib.labkit_silu_mul
+        fn.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_int]
+        fn.restype = None
+        kernels["silu_mul"] = fn
     return kernels
+
+
+# PyTorch's float vector exp on this CPU (its `Vectorized<float>::exp`, SLEEF's 1-ulp expf, exported by
+# libtorch_cpu): by the lanes of PyTorch's vector for its CPU capability.
+_SLEEF_EXP = {"AVX512": ("Sleef_expf16_u10", 16), "AVX2": ("Sleef_expf8_u10", 8)}
+
+
+def _torch_vector_exp() -> tuple[int, int] | None:
+    """(address, lanes) of the vector exp PyTorch's silu uses here, or None where it is not found (then
+    `silu_mul` is not offered and PyTorch's silu runs)."""
+    name, lanes = _SLEEF_EXP.get(torch.backends.cpu.get_cpu_capability(), (None, 0))
+    if name is None:
+        return None
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, lanes
+    except (OSError, AttributeError):
+        return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,6 +169,12 @@ def _kernel():
     except (OSError, RuntimeError) as exc:
         _state["why"] = str(exc)
         return None
+
+
+def raw_kernels() -> dict:
+    """The loaded ctypes functions by name, called without checks (``llama.SmallOps``, which checks
+    once what the public functions below check per call). Empty where `available` is False."""
+    return _kernel() or {}
 
 
 def available() -> bool:
@@ -226,9 +267,9 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
 def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                   slots: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int,
                   num_kv_heads: int) -> torch.Tensor:
-    """RoPE on the q and k heads of ``heads`` [T, (H + 2 Hkv) * D] (the fused QKV output, fp32), the
-    rotated k and the v written to the pools' ``slots``; returns q [T, H, D]. ``cos`` and ``sin`` are the
-    rotary tables [P, D] (``Rotary.cos``, ``Rotary.signed_sin``). The same bits as ``Rotary.forward``
+    """RoPE on the q and k heads of ``heads`` [T, (H + 2 Hkv) * D] (the fused QKV output, fp32 or bf16), the
+    rotated k and the v written to the pools' ``slots`` (the same dtype); returns q [T, H, D]. ``cos`` and
+    ``sin`` are the fp32 rotary tables [P, D] (``Rotary.cos``, ``Rotary.signed_sin``). The same bits as ``Rotary.forward``
     followed by ``write_kv`` (``csrc/rope_kv.c``). Positions must be below P and slots inside the pools,
     as the engine's are: they are not range-checked here (a reduction per call would cost more than the
     kernel)."""
@@ -236,15 +277,77 @@ def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos
     if kernels is None:
         raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
     T, D = heads.shape[0], cos.shape[-1]
-    tensors = (heads, cos, sin, key_pool, value_pool)
-    if (any(t.dtype != torch.float32 or not t.is_cpu or not t.is_contiguous() for t in tensors)
+    dtype = heads.dtype
+    if (dtype not in (torch.float32, torch.bfloat16)
+            or any(t.dtype != dtype or not t.is_cpu or not t.is_contiguous() for t in (heads, key_pool, value_pool))
+            or any(t.dtype != torch.float32 or not t.is_cpu or not t.is_contiguous() for t in (cos, sin))
             or any(t.dtype != torch.int64 or not t.is_cpu or not t.is_contiguous() or t.numel() != T
                    for t in (positions, slots))
             or cos.shape != sin.shape or heads.numel() != T * (num_heads + 2 * num_kv_heads) * D
             or key_pool.shape[-2:] != (num_kv_heads, D) or value_pool.shape != key_pool.shape):
-        raise ValueError("rope_write_kv takes contiguous fp32 CPU heads [T, (H + 2 Hkv) * D], tables [P, D] and "
-                         "pools [..., Hkv, D], and contiguous int64 positions and slots [T]")
-    q = torch.empty(T, num_heads, D, dtype=torch.float32)
-    kernels["rope_write_kv"](heads.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+        raise ValueError("rope_write_kv takes contiguous CPU heads [T, (H + 2 Hkv) * D] and pools [..., Hkv, D] of one "
+                         "dtype (fp32 or bf16), fp32 tables [P, D], and contiguous int64 positions and slots [T]")
+    q = torch.empty(T, num_heads, D, dtype=dtype)
+    kernels[("rope_write_kv", dtype)](heads.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
                              q.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), T, num_heads, num_kv_heads, D)
     return q
+
+
+def _rows_of(x: torch.Tensor, weight: torch.Tensor, what: str) -> tuple[int, int, int]:
+    """(T, n, bf) for a contiguous CPU x [T, n] and weight [n] of one dtype, fp32 or bf16."""
+    if (x.dtype not in (torch.float32, torch.bfloat16) or weight.dtype != x.dtype or not x.is_cpu or not weight.is_cpu
+            or x.dim() != 2 or weight.shape != (x.shape[1],) or not x.is_contiguous() or not weight.is_contiguous()):
+        raise ValueError(f"{what} takes a contiguous fp32 or bf16 CPU x [T, n] and weight [n] of its dtype; got x "
+                         f"{x.dtype} {tuple(x.shape)}, weight {weight.dtype} {tuple(weight.shape)}")
+    return x.shape[0], x.shape[1], int(x.dtype == torch.bfloat16)
+
+
+def _loaded(name: str):
+    kernels = _kernel()
+    if kernels is None:
+        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    if name not in kernels:
+        raise RuntimeError(f"this build has no {name} (PyTorch's vector exp was not found)")
+    return kernels[name]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, lanes: int) -> torch.Tensor:
+    """RMSNorm of each row of x [T, n] (fp32 or bf16) in one call, summing the squares in PyTorch's
+    order for ``lanes``-lane vectors (``csrc/norm_act.c``); ``llama.rms_norm`` checks the lanes that give
+    PyTorch's bits on this machine before it calls this."""
+    T, n, bf = _rows_of(x, weight, "rms_norm")
+    out = torch.empty_like(x)
+    _loaded("rms_norm")(x.data_ptr(), weight.data_ptr(), out.data_ptr(), T, n, eps, lanes, bf)
+    return out
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float,
+                 lanes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + delta, rms_norm(x + delta)) in one call: the residual add and the next RMSNorm. x and delta
+    are left as they are."""
+    T, n, bf = _rows_of(x, weight, "add_rms_norm")
+    if delta.shape != x.shape or delta.dtype != x.dtype or not delta.is_cpu or not delta.is_contiguous():
+        raise ValueError(f"add_rms_norm needs delta like x {x.dtype} {tuple(x.shape)}; got {delta.dtype} "
+                         f"{tuple(delta.shape)}")
+    total, out = torch.empty_like(x), torch.empty_like(x)
+    _loaded("add_rms_norm")(x.data_ptr(), delta.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), T, n,
+                            eps, lanes, bf)
+    return total, out
+
+
+def has_silu_mul() -> bool:
+    """Whether this build can call PyTorch's vector exp (`silu_mul` is offered)."""
+    return available() and "silu_mul" in _kernel()
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gate_up [T, 2I] = (gate | up), fp32 or bf16, in one call (``csrc/norm_act.c``):
+    PyTorch's bits, with its own vector exp, which ``llama.swiglu`` checks on this machine first."""
+    if (gate_up.dtype not in (torch.float32, torch.bfloat16) or not gate_up.is_cpu or gate_up.dim() != 2
+            or gate_up.shape[1] % 2 or not gate_up.is_contiguous()):
+        raise ValueError(f"silu_mul takes a contiguous fp32 or bf16 CPU gate_up [T, 2I]; got {gate_up.dtype} "
+                         f"{tuple(gate_up.shape)}")
+    T, I = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(T, I, dtype=gate_up.dtype)
+    _loaded("silu_mul")(gate_up.data_ptr(), out.data_ptr(), T, I, int(gate_up.dtype == torch.bfloat16))
+    return out

@@ -214,4 +214,4 @@ void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, i
 int labkit_linear_rows_has_bf16(void) { return HAS_BF16; }
 
 /* A version number the loader checks, so that a stale build in the cache is never used. */
-int labkit_linear_rows_version(void) { return 5; }
+int labkit_linear_rows_version(void) { return 6; }

@@ -9,9 +9,13 @@
  *
  * Every value is the one PyTorch computes, to the bit: out[d] = x[d]·cos[d] + x[(d + D/2) mod D]·sin[d]
  * with each product and the sum rounded on its own (torch runs mul, roll, mul, add as separate kernels),
- * so this file is compiled without contracting a·b + c into a fused multiply-add. */
+ * so this file is compiled without contracting a·b + c into a fused multiply-add. In bf16 the heads,
+ * q and the pools are bf16 and the tables are rounded to bf16 first (``Rotary.forward`` casts them), and
+ * each product and the sum is rounded to bf16, as PyTorch's bf16 kernels round each result. */
 #include <stdint.h>
 #include <string.h>
+
+#include "simd.h"
 
 #if defined(__clang__)
 #define NO_CONTRACT
@@ -31,6 +35,36 @@ static inline NO_CONTRACT void rotate(const float *x, const float *c, const floa
     for (int64_t d = half; d < D; d++) {
         const float a = x[d] * c[d], b = x[d - half] * s[d];
         out[d] = a + b;
+    }
+}
+
+static inline NO_CONTRACT bf16 mul_bf(bf16 a, float table) { return narrow(widen(a) * widen(narrow(table))); }
+
+static inline NO_CONTRACT void rotate_bf(const bf16 *x, const float *c, const float *s, bf16 *out, int64_t D) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    const int64_t half = D / 2;
+    for (int64_t d = 0; d < D; d++) {
+        const bf16 a = mul_bf(x[d], c[d]), b = mul_bf(x[d < half ? d + half : d - half], s[d]);
+        out[d] = narrow(widen(a) + widen(b));
+    }
+}
+
+NO_CONTRACT void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float *sin,
+                                           const int64_t *positions, const int64_t *slots, bf16 *q,
+                                           bf16 *k_pool, bf16 *v_pool, int64_t T, int64_t H, int64_t Hkv,
+                                           int64_t D) {
+    const int64_t width = (H + 2 * Hkv) * D;
+    for (int64_t t = 0; t < T; t++) {
+        const bf16 *row = heads + t * width;
+        const float *c = cos + positions[t] * D, *s = sin + positions[t] * D;
+        for (int64_t h = 0; h < H; h++)
+            rotate_bf(row + h * D, c, s, q + (t * H + h) * D, D);
+        bf16 *k = k_pool + slots[t] * Hkv * D;
+        for (int64_t g = 0; g < Hkv; g++)
+            rotate_bf(row + (H + g) * D, c, s, k + g * D, D);
+        memcpy(v_pool + slots[t] * Hkv * D, row + (H + Hkv) * D, (size_t)(Hkv * D) * sizeof(bf16));
     }
 }
 
