@@ -17,6 +17,8 @@
    one thread, batch 1 and 16 (issue 20); skipped with a message when ``llama_cpp`` is not installed.
 6. ``bench.load_memory``: load time and resident memory, labkit vs ``transformers``, each in a fresh
    process (issue 20).
+7. ``bench.prefill_attention``: batch-invariant prefill attention (each row against its own prefix)
+   against one causal SDPA call, per layer and as a share of the prefill forward (issue 38).
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -37,6 +39,7 @@ BENCHMARKS = {
     "scheduler_overhead": "host time per step vs running requests, optimisation off/on (issues 14, 20)",
     "llama_cpp_peer": "labkit fp32 / bf16 / q4_1 next to llama.cpp F32 / BF16 / Q4_1 (optional: needs llama-cpp-python)",
     "load_memory": "load time and peak memory, labkit vs transformers (issue 20)",
+    "prefill_attention": "what batch invariance costs in prefill attention, against one causal SDPA call (issue 38)",
 }
 SKIPPED = {"baselines": "no --tiny or --model mode, and it runs the default model only",
            "llama_cpp_peer": "it runs the default model's GGUF files only (no --model)"}

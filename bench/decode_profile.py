@@ -24,11 +24,11 @@ from contextlib import contextmanager
 
 from bench.common import Section, environment_rows, load_average, median, report, set_clock, set_threads
 
-STAGES = ("layer matmuls", "LM head matmul", "RMSNorm (with the residual add before it)", "SwiGLU (silu(gate) x up)",
+STAGES = ("whole layer (one C call)", "layer matmuls", "LM head matmul", "RMSNorm (with the residual add before it)", "SwiGLU (silu(gate) x up)",
           "RoPE", "KV write", "RoPE + KV write (one C call)", "paged attention",
           "other (residual adds, views, Python)", "outside the forward (engine)")
-NORM, OTHER = STAGES[2], STAGES[8]
-NAMED = STAGES[:8]      # timed directly; "other" and "outside" are what is left
+NORM, OTHER = STAGES[3], STAGES[9]
+NAMED = STAGES[:9]      # timed directly; "other" and "outside" are what is left
 
 
 class Profiler:
@@ -80,7 +80,7 @@ class Profiler:
         saved = [(llama, "linear", llama.linear), (llama, "rms_norm", llama.rms_norm),
                  (llama, "add_rms_norm", llama.add_rms_norm), (llama, "swiglu", llama.swiglu),
                  *((llama.SmallOps, name, getattr(llama.SmallOps, name))
-                   for name in ("linear", "rms_norm", "add_rms_norm", "swiglu", "rope_write_kv")),
+                   for name in ("linear", "rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer")),
                  (llama.Rotary, "forward", llama.Rotary.forward), (backend, "write_kv", backend.write_kv),
                  (backend, "paged_attention", backend.paged_attention),
                  (native, "rope_write_kv", native.rope_write_kv),
@@ -125,6 +125,9 @@ class Profiler:
                     depth[0] -= 1
             return linear
 
+        layer_call = llama.DECODE_LAYER_CALL
+        # the stubbed arm runs the ops one by one: products inside one C call cannot be stubbed
+        llama.DECODE_LAYER_CALL = layer_call and not stub
         llama.linear = timed_linear(llama.linear)
         llama.SmallOps.linear = timed_linear(llama.SmallOps.linear)
         llama.rms_norm = timed(NORM, llama.rms_norm)
@@ -135,6 +138,7 @@ class Profiler:
         llama.SmallOps.add_rms_norm = timed(NORM, llama.SmallOps.add_rms_norm)
         llama.SmallOps.swiglu = timed("SwiGLU (silu(gate) x up)", llama.SmallOps.swiglu)
         llama.SmallOps.rope_write_kv = timed("RoPE + KV write (one C call)", llama.SmallOps.rope_write_kv)
+        llama.SmallOps.decode_layer = timed("whole layer (one C call)", llama.SmallOps.decode_layer)
         llama.Rotary.forward = timed("RoPE", llama.Rotary.forward)
         backend.write_kv = timed("KV write", backend.write_kv)
         native.rope_write_kv = timed("RoPE + KV write (one C call)", native.rope_write_kv)
@@ -143,6 +147,7 @@ class Profiler:
         try:
             yield
         finally:
+            llama.DECODE_LAYER_CALL = layer_call
             for owner, name, value in saved:
                 if owner is self.engine.runner:
                     delattr(owner, name)        # back to the class's method
@@ -164,6 +169,10 @@ def run(args) -> list[Section]:
     threads = set_threads(1)
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads))
+    import labkit.model.llama as llama
+    llama.DECODE_LAYER_CALL = not args.per_op
+    env.rows.append(["decode layers", "op by op (--per-op)" if args.per_op else
+                     "one C call each where the step allows (llama.SmallOps.decode_layer)"])
     prof = Profiler(args.batch, args.model, args.dtype)
     from labkit.model import linear_forms
     if args.dtype == "float32":
@@ -184,7 +193,9 @@ def run(args) -> list[Section]:
                          ["stage", "ms per step", "ms per step, matmuls stubbed (warm caches)"], rows,
                          [f"{args.steps} decode steps per round after a prefill and a warm step; one held-out "
                           f"prompt per sequence; process CPU clock, one thread; load average now: {load_average()}",
-                          "per token: divide by the batch size"])]
+                          "per token: divide by the batch size",
+                          "the stubbed arm always runs the ops one by one (products inside one C call cannot "
+                          "be stubbed)"])]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -194,6 +205,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--model", default=None, help="model directory (default: the lab model)")
+    p.add_argument("--per-op", action="store_true",
+                   help="run each layer op by op (no whole-layer C call), to see where its time goes")
     args = p.parse_args(argv)
     for name in ("batch", "steps", "rounds"):
         if getattr(args, name) < 1:

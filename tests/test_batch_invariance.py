@@ -9,7 +9,8 @@ count, attention over sequences padded to the longest in the step), greedy near-
 prompts changed on a Xeon. These tests compare every logits row of every request, bit for bit, and the
 greedy tokens, for each batch-invariant linear form this CPU offers (fp32: labkit's C kernel, and
 PyTorch's ``F.linear`` padded to the row count from which it is invariant; bf16: the C kernel, and
-PyTorch's product), at batch 1 to 16, with chunked prefill, stop tokens, EOS and ``max_tokens``.
+PyTorch's product; q4_1: PyTorch's int4 kernel), at batch 1 to 16, with chunked prefill, stop tokens,
+EOS and ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -67,12 +68,15 @@ def forms() -> list[str]:
     fp32 = [name for name in lf.INVARIANT if (native.available() if name == lf.NATIVE else
                                               all(lf.pad_rows(*shape) is not None for shape in SHAPES))]
     bf16 = ["bf16, C kernel"] if native.has_bf16() else []
-    return fp32 + bf16 + ["bf16, PyTorch"]
+    return fp32 + bf16 + ["bf16, PyTorch", "q4_1"]
 
 
 @contextmanager
 def using(form: str, monkeypatch):
     """The config overrides for ``form``, with the form fixed while the block runs."""
+    if form == "q4_1":      # the GGUF's 4-bit codes through PyTorch's int4 kernel, an fp32 residual stream
+        yield {"weights": "q4_1"}
+        return
     if form.startswith("bf16"):
         monkeypatch.setenv(lf.BF16_ENV, "1" if form.endswith(lf.NATIVE) else "0")
         yield {"dtype": "bfloat16"}
@@ -82,7 +86,7 @@ def using(form: str, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", [f for f in forms() if not f.startswith("bf16")])   # bf16: the quick test below
+@pytest.mark.parametrize("form", [f for f in forms() if not f.startswith(("bf16", "q4"))])   # the quick test below
 def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, monkeypatch):
     sampling = params(tokenizer)
     with using(form, monkeypatch) as dtype:

@@ -177,14 +177,32 @@ def test_load_memory_benchmark_measures_both_systems_in_fresh_processes(tiny_mod
     assert any("cpu:" in n for n in section.notes)
 
 
-def test_decode_profile_splits_a_step_into_its_stages(tiny_model):
+@pytest.mark.parametrize("per_op", [False, True])
+def test_decode_profile_splits_a_step_into_its_stages(tiny_model, per_op):
     from bench import decode_profile
 
-    env, table = decode_profile.main(["--batch", "2", "--steps", "2", "--rounds", "1", "--model", tiny_model])
+    env, table = decode_profile.main(["--batch", "2", "--steps", "2", "--rounds", "1", "--model", tiny_model]
+                                     + (["--per-op"] if per_op else []))
     assert [r[0] for r in table.rows] == list(decode_profile.STAGES) + ["step, with the stage timers",
                                                                        "step, plain (no timers)"]
     stage = {r[0]: float(r[1]) for r in table.rows}
-    assert stage["layer matmuls"] > 0 and stage[decode_profile.NORM] > 0 and stage["paged attention"] > 0
-    assert table.rows[0][2] == "(stubbed)" and float(table.rows[2][2]) > 0   # the stubbed arm still norms
+    stubbed = {r[0]: r[2] for r in table.rows}
+    if per_op:
+        assert stage["whole layer (one C call)"] == 0
+        assert stage["layer matmuls"] > 0 and stage[decode_profile.NORM] > 0 and stage["paged attention"] > 0
+    else:       # decode steps run each layer as one C call (where the C kernels build)
+        from labkit.model import native
+
+        assert (stage["whole layer (one C call)"] > 0) == native.available()
+    assert stubbed["layer matmuls"] == "(stubbed)" and float(stubbed[decode_profile.NORM]) > 0   # the stubbed arm still norms
     # the stages, "other" and "outside" add up to the timed step
     assert abs(sum(stage[s] for s in decode_profile.STAGES) - stage["step, with the stage timers"]) < 0.05
+
+
+def test_prefill_attention_benchmark_prints_one_row_per_length(tiny_model):
+    from bench import prefill_attention
+
+    sections = prefill_attention.main(["--tiny", "--model", tiny_model])
+    table = sections[-1]
+    assert [r[0] for r in table.rows] == ["8", "24"]
+    assert all(float(r[3]) > 0 and r[4].endswith("x") for r in table.rows)

@@ -138,14 +138,14 @@ def test_bf16_rope_and_kv_write_in_c_give_pytorchs_bits(heads, kv_heads, head_di
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     """The real model, prefill and decode at batch 3: every logits row with the fused ops (RMSNorm, the
-    residual add and RMSNorm, SwiGLU, RoPE + K/V write) equals the row with PyTorch's kernels for all of
-    them, bit for bit; and the fused ops did run, in C."""
+    residual add and RMSNorm, SwiGLU, RoPE + K/V write, and a decode step's whole layer in one call)
+    equals the row with PyTorch's kernels for all of them, bit for bit; and the fused ops did run, in C."""
     from labkit.model.llama import LlamaLayer, SmallOps
 
     llm = LLM(config=EngineConfig(dtype=dtype, max_num_seqs=3), progress=False)
     execute = llm.engine.runner.execute
     calls: dict[str, int] = {}
-    for name in ("rms_norm", "add_rms_norm", "swiglu", "rope_write_kv"):
+    for name in ("rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer"):
         real = getattr(SmallOps, name)
         monkeypatch.setattr(SmallOps, name, lambda self, *a, _real=real, _name=name: calls.__setitem__(
             _name, calls.get(_name, 0) + 1) or _real(self, *a))
@@ -160,7 +160,8 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     fused = logits_of()
     ops = llama.small_ops(torch.zeros(1, 1, dtype=getattr(torch, dtype)), llm.engine.runner.model.config)
     assert ops is not None and ops._norm is not None and (ops._silu is not None or not native.has_silu_mul())
-    assert set(calls) == {"rms_norm", "add_rms_norm", "swiglu", "rope_write_kv"}
+    # prefill op by op; decode steps as one C call a layer
+    assert set(calls) == {"rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer"}
     ran = dict(calls)
     # PyTorch's kernels for every small op
     monkeypatch.setattr(llama, "small_ops", lambda *a: None)

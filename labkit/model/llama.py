@@ -191,7 +191,7 @@ class SmallOps:
     straight through ctypes: at about 60 calls a step, the per-call checks of the ``native`` functions
     and of the helpers above cost more than the C work (2 to 4 µs each against 1 to 2)."""
 
-    __slots__ = ("lanes", "bf", "_norm", "_add_norm", "_silu", "_rope", "_product", "dtype")
+    __slots__ = ("lanes", "bf", "_norm", "_add_norm", "_silu", "_rope", "_product", "_layer", "dtype")
 
     def __init__(self, dtype: torch.dtype, lanes: int | None, silu: bool):
         raw = native.raw_kernels()
@@ -201,6 +201,50 @@ class SmallOps:
         self._silu = raw["silu_mul"] if silu else None
         self._rope = raw[("rope_write_kv", dtype)]
         self._product = raw.get(dtype)          # labkit's C product in this dtype, if built
+        # the whole decode layer in one call, where every op inside it is the C form
+        self._layer = raw["decode_layer"] if lanes and silu and self._product is not None else None
+
+    def decode_plan(self, model: "LlamaModel", x: torch.Tensor, meta: AttentionMetadata, backend: ModuleType,
+                    kv_caches: list) -> tuple | None:
+        """(context slots, their row stride, context lengths) for `decode_layer`, where a whole layer can
+        run as one C call this step: every row a single new token, the batch-invariant CPU attention
+        backend with its C kernel, every layer product the C kernel at this row count. Else None."""
+        if self._layer is None or not DECODE_LAYER_CALL or meta.max_query_len != 1 or not model.layers:
+            return None
+        from labkit.attention import cpu_batched
+
+        layer = model.layers[0]
+        weights = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
+        if (backend is not cpu_batched or not cpu_batched.uses_decode_kernel(x, kv_caches[0][0])
+                or any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype for w in weights)):
+            return None
+        rows = x.shape[0]
+        if not (linear_forms.bf16_uses_kernel() if self.bf else
+                all(linear_forms.form_name(tuple(w.shape), rows) == linear_forms.NATIVE for w in weights)):
+            return None
+        plans = cpu_batched._plan(meta, rows, x.device, True)
+        if len(plans) != 1 or not getattr(plans[0], "contiguous", False):
+            return None
+        slots, lens = plans[0].slots, plans[0].lens
+        return slots, (0 if slots.shape[0] == 1 else slots.shape[1]), lens
+
+    def decode_layer(self, layer: "LlamaLayer", x: torch.Tensor, positions: torch.Tensor, rotary: "Rotary",
+                     kv_cache, slot_mapping: torch.Tensor, plan: tuple) -> torch.Tensor:
+        """`LlamaLayer.forward` for a decode step in one C call (``csrc/decode_layer.c``): the same entry
+        points in the same order, so the same bits. ``plan`` from `decode_plan`."""
+        key_cache, value_cache = kv_cache
+        out = torch.empty_like(x)
+        slots, stride, lens = plan
+        failed = self._layer(
+            x.data_ptr(), out.data_ptr(), layer.input_layernorm.data_ptr(), layer.qkv_proj.data_ptr(),
+            layer.o_proj.data_ptr(), layer.post_attention_layernorm.data_ptr(), layer.gate_up_proj.data_ptr(),
+            layer.down_proj.data_ptr(), rotary.cos.data_ptr(), rotary.signed_sin.data_ptr(), positions.data_ptr(),
+            slot_mapping.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slots.data_ptr(), stride,
+            lens.data_ptr(), x.shape[0], x.shape[1], layer.num_heads, layer.num_kv_heads, layer.head_dim,
+            layer.gate_up_proj.shape[0] // 2, layer.eps, self.lanes, layer.head_dim ** -0.5, self.bf)
+        if failed:
+            raise MemoryError("the decode layer could not allocate its scratch memory")
+        return out
 
     def linear(self, x: torch.Tensor, weight) -> torch.Tensor:
         """`linear`, with the C product called straight where `linear` would call it (the same form
@@ -250,6 +294,9 @@ class SmallOps:
 
 
 _small_ops: dict[tuple, SmallOps] = {}
+# Run a decode step's layers as one C call each where `SmallOps.decode_plan` allows (bench.decode_profile
+# --per-op switches it off to show the ops one by one).
+DECODE_LAYER_CALL = True
 
 
 def small_ops(x: torch.Tensor, cfg: ModelConfig) -> SmallOps | None:
@@ -442,8 +489,12 @@ class LlamaModel(nn.Module):
         ``pieces`` the layer's compiled halves or None (see ``LlamaLayer.forward``)."""
         x = F.embedding(input_ids, self.embed_tokens)
         ops = small_ops(x, self.config) if pieces is None else None
+        plan = ops.decode_plan(self, x, meta, backend, kv_caches) if ops is not None else None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            x = layer(x, positions, self.rotary, kv_cache, meta, backend, pieces, ops)
+            if plan is not None:
+                x = ops.decode_layer(layer, x, positions, self.rotary, kv_cache, meta.slot_mapping, plan)
+            else:
+                x = layer(x, positions, self.rotary, kv_cache, meta, backend, pieces, ops)
         x = x.index_select(0, logits_indices)
         if ops is not None:
             return ops.linear(ops.rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head).float()

@@ -33,7 +33,7 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c")   # one library, with simd.h
+SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c")   # one library
 VERSION = 6                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
@@ -132,6 +132,11 @@ def _load() -> dict:
     fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
     fn.restype = None
     kernels["add_rms_norm"] = fn
+    fn = lib.labkit_decode_layer
+    fn.argtypes = ([ctypes.c_void_p] * 15 + [ctypes.c_int64] + [ctypes.c_void_p] + [ctypes.c_int64] * 6
+                   + [ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_int])
+    fn.restype = ctypes.c_int
+    kernels["decode_layer"] = fn
     exp_fn = _torch_vector_exp()
     lib.labkit_set_vector_exp.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.labkit_set_vector_exp.restype = ctypes.c_int
