@@ -26,8 +26,17 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from bench.common import (Section, environment_rows, interleaved, load_average, median, now, report, set_clock,
-                          set_threads)
+from bench.common import (
+    Section,
+    environment_rows,
+    interleaved,
+    load_average,
+    median,
+    now,
+    report,
+    set_clock,
+    set_threads,
+)
 
 
 def _case(L: int, heads: int, kv_heads: int, head_dim: int, block_size: int):

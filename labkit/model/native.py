@@ -352,7 +352,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
             or gate_up.shape[1] % 2 or not gate_up.is_contiguous()):
         raise ValueError(f"silu_mul takes a contiguous fp32 or bf16 CPU gate_up [T, 2I]; got {gate_up.dtype} "
                          f"{tuple(gate_up.shape)}")
-    T, I = gate_up.shape[0], gate_up.shape[1] // 2
-    out = torch.empty(T, I, dtype=gate_up.dtype)
-    _loaded("silu_mul")(gate_up.data_ptr(), out.data_ptr(), T, I, int(gate_up.dtype == torch.bfloat16))
+    rows, inner = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inner, dtype=gate_up.dtype)
+    _loaded("silu_mul")(gate_up.data_ptr(), out.data_ptr(), rows, inner, int(gate_up.dtype == torch.bfloat16))
     return out
