@@ -86,7 +86,9 @@ def using(form: str, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", [f for f in forms() if not f.startswith(("bf16", "q4"))])   # the quick test below
+# The full sync-vs-async comparison for the fp32 form the engine runs here (labkit's C kernel where it
+# builds); every other form, bf16 and q4_1 go through the quicker alone-vs-batched test below.
+@pytest.mark.parametrize("form", [lf.NATIVE if native.available() else f for f in forms() if not f.startswith(("bf16", "q4"))][:1])
 def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, monkeypatch):
     sampling = params(tokenizer)
     with using(form, monkeypatch) as dtype:
