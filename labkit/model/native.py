@@ -1,5 +1,8 @@
 """labkit's C kernels, built on this machine on first use: the few-row product of a decode step
-(``csrc/linear_rows.c``) and paged attention for one query token at a time (``csrc/decode_attention.c``).
+(``csrc/linear_rows.c``), paged attention for one query token at a time (``csrc/decode_attention.c``),
+the small ops around them with PyTorch's bits (RoPE + K/V write ``csrc/rope_kv.c``; RMSNorm, the residual
+add before it and silu(gate) * up ``csrc/norm_act.c``), and a decode step's whole layer in one call
+(``csrc/decode_layer.c``).
 
 The C files are compiled once per machine with the C compiler at hand (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) for this CPU's instruction set (``-march=native``), into the cache directory, and loaded
