@@ -160,8 +160,12 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     fused = logits_of()
     ops = llama.small_ops(torch.zeros(1, 1, dtype=getattr(torch, dtype)), llm.engine.runner.model.config)
     assert ops is not None and ops._norm is not None and (ops._silu is not None or not native.has_silu_mul())
-    # prefill op by op; decode steps as one C call a layer
-    assert set(calls) == {"rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer"}
+    # prefill op by op; decode steps as one C call a layer, where every product is the C kernel (bf16:
+    # where the one-time timing chose it on this machine)
+    from labkit.model import linear_forms
+
+    whole_layer = dtype == "float32" or linear_forms.bf16_uses_kernel()
+    assert set(calls) == {"rms_norm", "add_rms_norm", "swiglu", "rope_write_kv"} | ({"decode_layer"} if whole_layer else set())
     ran = dict(calls)
     # PyTorch's kernels for every small op
     monkeypatch.setattr(llama, "small_ops", lambda *a: None)

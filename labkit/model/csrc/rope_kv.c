@@ -51,35 +51,34 @@ static inline NO_CONTRACT void rotate_bf(const bf16 *x, const float *c, const fl
     }
 }
 
-NO_CONTRACT void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float *sin,
-                                           const int64_t *positions, const int64_t *slots, bf16 *q,
-                                           bf16 *k_pool, bf16 *v_pool, int64_t T, int64_t H, int64_t Hkv,
-                                           int64_t D) {
-    const int64_t width = (H + 2 * Hkv) * D;
+/* Both dtypes walk the step the same way: `bf` is a constant at each entry point. */
+static inline __attribute__((always_inline)) NO_CONTRACT void rope_write_kv(
+    const void *heads, const float *cos, const float *sin, const int64_t *positions, const int64_t *slots, void *q,
+    void *k_pool, void *v_pool, int64_t T, int64_t H, int64_t Hkv, int64_t D, const int bf) {
+    const int64_t size = bf ? (int64_t)sizeof(bf16) : (int64_t)sizeof(float), width = (H + 2 * Hkv) * D;
     for (int64_t t = 0; t < T; t++) {
-        const bf16 *row = heads + t * width;
+        const char *row = (const char *)heads + t * width * size;
         const float *c = cos + positions[t] * D, *s = sin + positions[t] * D;
-        for (int64_t h = 0; h < H; h++)
-            rotate_bf(row + h * D, c, s, q + (t * H + h) * D, D);
-        bf16 *k = k_pool + slots[t] * Hkv * D;
-        for (int64_t g = 0; g < Hkv; g++)
-            rotate_bf(row + (H + g) * D, c, s, k + g * D, D);
-        memcpy(v_pool + slots[t] * Hkv * D, row + (H + Hkv) * D, (size_t)(Hkv * D) * sizeof(bf16));
+        char *k = (char *)k_pool + slots[t] * Hkv * D * size;
+        for (int64_t h = 0; h < H + Hkv; h++) {     /* the q heads, then the k heads */
+            void *out = h < H ? (char *)q + (t * H + h) * D * size : k + (h - H) * D * size;
+            if (bf)
+                rotate_bf((const bf16 *)(row + h * D * size), c, s, out, D);
+            else
+                rotate((const float *)(row + h * D * size), c, s, out, D);
+        }
+        memcpy((char *)v_pool + slots[t] * Hkv * D * size, row + (H + Hkv) * D * size, (size_t)(Hkv * D * size));
     }
 }
 
-NO_CONTRACT void labkit_rope_write_kv_f32(const float *heads, const float *cos, const float *sin,
-                                          const int64_t *positions, const int64_t *slots, float *q,
-                                          float *k_pool, float *v_pool, int64_t T, int64_t H, int64_t Hkv,
-                                          int64_t D) {
-    const int64_t width = (H + 2 * Hkv) * D;
-    for (int64_t t = 0; t < T; t++) {
-        const float *row = heads + t * width, *c = cos + positions[t] * D, *s = sin + positions[t] * D;
-        for (int64_t h = 0; h < H; h++)
-            rotate(row + h * D, c, s, q + (t * H + h) * D, D);
-        float *k = k_pool + slots[t] * Hkv * D;
-        for (int64_t g = 0; g < Hkv; g++)
-            rotate(row + (H + g) * D, c, s, k + g * D, D);
-        memcpy(v_pool + slots[t] * Hkv * D, row + (H + Hkv) * D, (size_t)(Hkv * D) * sizeof(float));
-    }
+void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float *sin, const int64_t *positions,
+                               const int64_t *slots, bf16 *q, bf16 *k_pool, bf16 *v_pool, int64_t T, int64_t H,
+                               int64_t Hkv, int64_t D) {
+    rope_write_kv(heads, cos, sin, positions, slots, q, k_pool, v_pool, T, H, Hkv, D, 1);
+}
+
+void labkit_rope_write_kv_f32(const float *heads, const float *cos, const float *sin, const int64_t *positions,
+                              const int64_t *slots, float *q, float *k_pool, float *v_pool, int64_t T, int64_t H,
+                              int64_t Hkv, int64_t D) {
+    rope_write_kv(heads, cos, sin, positions, slots, q, k_pool, v_pool, T, H, Hkv, D, 0);
 }
