@@ -185,7 +185,6 @@ def _native_swiglu_exact(dtype: torch.dtype, inner: int) -> bool:
     return _swiglu_exact[key]
 
 
-
 class SmallOps:
     """The fused small ops of a CPU forward in one dtype, checked once (`small_ops`) and then called
     straight through ctypes: at about 60 calls a step, the per-call checks of the ``native`` functions
@@ -216,7 +215,9 @@ class SmallOps:
         layer = model.layers[0]
         weights = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
         if (backend is not cpu_batched or not cpu_batched.uses_decode_kernel(x, kv_caches[0][0])
-                or any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype for w in weights)):
+                or not x.is_contiguous()
+                or any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype or not w.is_contiguous()
+                       for w in (*weights, layer.input_layernorm, layer.post_attention_layernorm))):
             return None
         rows = x.shape[0]
         if not (linear_forms.bf16_uses_kernel() if self.bf else
