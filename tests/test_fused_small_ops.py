@@ -155,6 +155,8 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
         monkeypatch.setattr(llm.engine.runner, "execute", lambda d: rows.append(execute(d).clone()) or rows[-1])
         llm.generate(["Why is the sky blue?", "Write a haiku about tea.", "1, 2, 3,"],
                      SamplingParams(max_tokens=5, ignore_eos=True))
+        # one sequence alone: its prefill is one attention call, so it runs as whole-layer calls too
+        llm.generate(["Name three rivers."], SamplingParams(max_tokens=3, ignore_eos=True))
         return rows
 
     fused = logits_of()

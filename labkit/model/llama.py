@@ -206,9 +206,10 @@ class SmallOps:
     def decode_plan(self, model: "LlamaModel", x: torch.Tensor, meta: AttentionMetadata, backend: ModuleType,
                     kv_caches: list) -> tuple | None:
         """(context slots, their row stride, context lengths) for `decode_layer`, where a whole layer can
-        run as one C call this step: every row a single new token, the batch-invariant CPU attention
-        backend with its C kernel, every layer product the C kernel at this row count. Else None."""
-        if self._layer is None or not DECODE_LAYER_CALL or meta.max_query_len != 1 or not model.layers:
+        run as one C call this step: every row a single new token, or every row one sequence's (its
+        verification rows or its prefill); the batch-invariant CPU attention backend with its C kernel;
+        every layer product the C kernel at this row count. Else None."""
+        if self._layer is None or not DECODE_LAYER_CALL or not model.layers:
             return None
         from labkit.attention import cpu_batched
 
@@ -224,9 +225,14 @@ class SmallOps:
                 all(linear_forms.form_name(tuple(w.shape), rows) == linear_forms.NATIVE for w in weights)):
             return None
         plans = cpu_batched._plan(meta, rows, x.device, True)
-        if len(plans) != 1 or not getattr(plans[0], "contiguous", False):
+        if len(plans) != 1:
             return None
-        slots, lens = plans[0].slots, plans[0].lens
+        plan = plans[0]
+        # every row a decode row, or all rows one sequence's (a verification, or a prefill): one kernel call
+        if not (plan.contiguous if isinstance(plan, cpu_batched._DecodePlan) else
+                plan.first_token == 0 and len(plan.context_lens) == rows):
+            return None
+        slots, lens = plan.slots, plan.lens
         return slots, (0 if slots.shape[0] == 1 else slots.shape[1]), lens
 
     def decode_layer(self, layer: "LlamaLayer", x: torch.Tensor, positions: torch.Tensor, rotary: "Rotary",
