@@ -71,13 +71,13 @@ static inline __attribute__((always_inline)) NO_CONTRACT void rope_write_kv(
     }
 }
 
-void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float *sin, const int64_t *positions,
+NO_CONTRACT void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float *sin, const int64_t *positions,
                                const int64_t *slots, bf16 *q, bf16 *k_pool, bf16 *v_pool, int64_t T, int64_t H,
                                int64_t Hkv, int64_t D) {
     rope_write_kv(heads, cos, sin, positions, slots, q, k_pool, v_pool, T, H, Hkv, D, 1);
 }
 
-void labkit_rope_write_kv_f32(const float *heads, const float *cos, const float *sin, const int64_t *positions,
+NO_CONTRACT void labkit_rope_write_kv_f32(const float *heads, const float *cos, const float *sin, const int64_t *positions,
                               const int64_t *slots, float *q, float *k_pool, float *v_pool, int64_t T, int64_t H,
                               int64_t Hkv, int64_t D) {
     rope_write_kv(heads, cos, sin, positions, slots, q, k_pool, v_pool, T, H, Hkv, D, 0);
