@@ -3,6 +3,7 @@
     python -m bench.decode_profile                 # batch 1, 24 steps x 3 rounds (under a minute)
     python -m bench.decode_profile --batch 16
     python -m bench.decode_profile --batch 16 --dtype bfloat16
+    python -m bench.decode_profile --weights q4_1  # the GGUF's 4-bit codes (the products' glue shows in "layer matmuls")
 
 Each stage of labkit's forward is timed by wrapping the function that computes it (the layer
 matmuls, the LM head, RMSNorm, SwiGLU, RoPE, the KV write, the paged attention); "other" is the rest
@@ -34,11 +35,11 @@ NAMED = STAGES[:9]      # timed directly; "other" and "outside" are what is left
 class Profiler:
     """Runs batch-``batch`` decode steps (fp32 or bf16) and times them, plain, by stage, or with matmuls stubbed."""
 
-    def __init__(self, batch: int, model: str | None = None, dtype: str = "float32"):
+    def __init__(self, batch: int, model: str | None = None, dtype: str = "float32", weights: str = "dense"):
         from labkit import LLM, EngineConfig
         from labkit.traces import load_prompts
 
-        self.llm = LLM(model=model, config=EngineConfig(device="cpu", dtype=dtype, max_num_seqs=batch,
+        self.llm = LLM(model=model, config=EngineConfig(device="cpu", dtype=dtype, weights=weights, max_num_seqs=batch,
                                            max_num_batched_tokens=8192), progress=False)
         self.engine = self.llm.engine
         chat, code = load_prompts("chat", "heldout"), load_prompts("code", "heldout")
@@ -70,6 +71,8 @@ class Profiler:
 
     @contextmanager
     def _patched(self, stub: bool):
+        import torch
+
         import labkit.model.llama as llama
         from labkit.model import native
 
@@ -108,7 +111,8 @@ class Profiler:
                 x, weight = args[-2:]
                 stage = "LM head matmul" if weight is lm_head else "layer matmuls"
                 if stub and x.shape[0] <= 16:
-                    key = (x.shape[0], id(weight) if weight is lm_head else tuple(weight.shape))
+                    key = (x.shape[0], tuple(weight.shape) if isinstance(weight, torch.Tensor) and weight is not lm_head
+                           else id(weight))
                     if key not in cached:
                         depth[0] += 1
                         try:
@@ -173,8 +177,11 @@ def run(args) -> list[Section]:
     llama.DECODE_LAYER_CALL = not args.per_op
     env.rows.append(["decode layers", "op by op (--per-op)" if args.per_op else
                      "one C call each where the step allows (llama.SmallOps.decode_layer)"])
-    prof = Profiler(args.batch, args.model, args.dtype)
+    prof = Profiler(args.batch, args.model, args.dtype, args.weights)
     from labkit.model import linear_forms
+    if args.weights == "q4_1":
+        env.rows.append(["weights", "q4_1: the GGUF's Q4_1 codes through PyTorch's int4 kernel (bf16 activations), "
+                                    "the LM head on its Q8_0 codes (native.q8_rows)"])
     if args.dtype == "float32":
         env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
     else:
@@ -189,7 +196,8 @@ def run(args) -> list[Section]:
     rows = [[s, ms("staged", s), ms("stubbed", s) if "matmul" not in s else "(stubbed)"] for s in STAGES]
     rows.append(["step, with the stage timers", ms("staged", "step"), ms("stubbed", "step")])
     rows.append(["step, plain (no timers)", ms("plain", "step"), ""])
-    return [env, Section(f"Batch-{args.batch} {'fp32' if args.dtype == 'float32' else 'bf16'} decode step, ms per step by stage (median of {args.rounds} rounds)",
+    kind = "q4_1" if args.weights == "q4_1" else "fp32" if args.dtype == "float32" else "bf16"
+    return [env, Section(f"Batch-{args.batch} {kind} decode step, ms per step by stage (median of {args.rounds} rounds)",
                          ["stage", "ms per step", "ms per step, matmuls stubbed (warm caches)"], rows,
                          [f"{args.steps} decode steps per round after a prefill and a warm step; one held-out "
                           f"prompt per sequence; process CPU clock, one thread; load average now: {load_average()}",
@@ -205,9 +213,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--model", default=None, help="model directory (default: the lab model)")
+    p.add_argument("--weights", choices=("dense", "q4_1"), default="dense",
+                   help="q4_1: the GGUF's own 4-bit codes (with --dtype float32)")
     p.add_argument("--per-op", action="store_true",
                    help="run each layer op by op (no whole-layer C call), to see where its time goes")
     args = p.parse_args(argv)
+    if args.weights == "q4_1" and args.dtype != "float32":
+        p.error("--weights q4_1 runs with --dtype float32 (its residual stream)")
     for name in ("batch", "steps", "rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1")

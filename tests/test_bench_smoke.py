@@ -199,6 +199,18 @@ def test_decode_profile_splits_a_step_into_its_stages(tiny_model, per_op):
     assert abs(sum(stage[s] for s in decode_profile.STAGES) - stage["step, with the stage timers"]) < 0.05
 
 
+def test_decode_profile_runs_the_q4_1_model():
+    from bench import decode_profile
+
+    env, table = decode_profile.main(["--weights", "q4_1", "--steps", "2", "--rounds", "1"])
+    stage = {r[0]: float(r[1]) for r in table.rows}
+    assert stage["layer matmuls"] + stage["whole layer (one C call)"] > 0 and stage["LM head matmul"] > 0
+    assert any(r[0] == "weights" and r[1].startswith("q4_1") for r in env.rows)
+    assert abs(sum(stage[s] for s in decode_profile.STAGES) - stage["step, with the stage timers"]) < 0.05
+    with pytest.raises(SystemExit):
+        decode_profile.parse_args(["--weights", "q4_1", "--dtype", "bfloat16"])
+
+
 def test_prefill_attention_benchmark_prints_one_row_per_length(tiny_model):
     from bench import prefill_attention
 

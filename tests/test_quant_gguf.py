@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from labkit.model import native
 from labkit.model.agreement import first_divergence, greedy_agreement
 from labkit.model.gguf_codes import QuantizedWeight, q4_1_blocks, q8_0_blocks
-from labkit.model.q4_model import Q8Linear
+from labkit.model.q4_model import Q8Head
 from labkit.model.quant import Int4Linear
 from tests.prompts import PARITY_PROMPTS
 
@@ -91,17 +92,6 @@ def test_int4_linear_from_codes_multiplies_with_exactly_those_codes():
     torch.testing.assert_close(_one_hot_product(odd, 64), want[:40], rtol=2 ** -8, atol=0)
 
 
-def test_q8_linear_is_the_q8_0_matrix_as_two_4bit_planes():
-    g = torch.Generator().manual_seed(1)
-    codes = torch.randint(-128, 128, (48, 64), generator=g, dtype=torch.int8)
-    d = (torch.rand(48, 2, generator=g) * 0.01 + 1e-4).half()
-    layer = Q8Linear(QuantizedWeight("Q8_0", codes, d, None), torch.float32)
-    want = (codes.float().reshape(48, 2, 32) * d.float().bfloat16().float()[..., None]).reshape(48, 64)
-    assert torch.equal(_one_hot_product(layer, 64), want.bfloat16().float())
-    # 1.25 bytes a weight, not 4: a byte of codes plus bf16 scale and zero per group of 32 in each plane
-    assert layer.inner.nbytes() == codes.numel() * 1.25
-
-
 def test_from_codes_rejects_codes_outside_four_bits():
     with pytest.raises(ValueError, match="0..15"):
         Int4Linear.from_codes(torch.full((2, 32), 16), torch.ones(2, 1), torch.zeros(2, 1))
@@ -149,10 +139,22 @@ def test_q4_1_reads_a_sixth_of_the_dense_bytes_and_leaves_the_dense_model_alone(
     from labkit.model.llama import decode_weight_bytes
 
     dense, q4 = llm.engine.runner.model, q4_llm.engine.runner.model
-    assert isinstance(q4.layers[0].qkv_proj, Int4Linear) and isinstance(q4.lm_head, Q8Linear)
+    assert isinstance(q4.layers[0].qkv_proj, Int4Linear) and isinstance(q4.lm_head, Q8Head)
     assert isinstance(dense.layers[0].qkv_proj, torch.nn.Parameter)
     assert q4.embed_tokens is dense.embed_tokens             # the lookup table is shared, not copied
-    assert decode_weight_bytes(q4) < decode_weight_bytes(dense) / 5
+    # without the C kernel the LM head reads the dense fp32 head (4 bytes a weight, not 1.125)
+    assert decode_weight_bytes(q4) < decode_weight_bytes(dense) / (5 if q4.lm_head.kernel else 3)
+
+
+def test_q4_1_lm_head_is_the_dense_fp32_head_on_its_q8_0_codes(llm, q4_llm):
+    dense, head = llm.engine.runner.model.lm_head, q4_llm.engine.runner.model.lm_head
+    x = torch.randn(3, dense.shape[1], generator=torch.Generator().manual_seed(5))
+    if head.kernel:
+        codes, scales = head.codes, head.scales
+        assert torch.equal((codes.float().reshape(codes.shape[0], -1, 32) * scales[..., None]).reshape(dense.shape), dense)
+        assert torch.equal(head(x), native.linear_rows(x, dense))
+    else:                                                   # no C kernel: the dense head itself
+        assert head.dense.data_ptr() == dense.data_ptr()
 
 
 def test_q4_1_follows_the_fp32_reference_closely(llm, q4_llm, parity_ids):

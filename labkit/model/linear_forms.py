@@ -302,14 +302,14 @@ def probe_weights(weights: list[torch.Tensor], budget: int = PROBE_BYTES) -> lis
 
 
 def time_forms(weights: list[torch.Tensor], rows: int, names: list[str], rounds: int = PROBE_ROUNDS,
-               forms: dict | None = None) -> dict[str, float]:
+               forms: dict | None = None, dtype: torch.dtype | None = None) -> dict[str, float]:
     """{form: seconds for one sweep of ``weights`` at ``rows`` rows}, the minimum over interleaved
     rounds (A B, B A, ...), after one warm-up sweep of each; ``forms`` (default FORMS) names the
-    functions, the inputs take the weights' dtype."""
+    functions, the inputs take ``dtype`` (default: the weights' dtype)."""
     forms = FORMS if forms is None else forms
     clock = _clock()
     g = torch.Generator().manual_seed(rows)
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g).to(w.dtype) for w in weights}
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g).to(dtype or w.dtype) for w in weights}
     pairs = [(inputs[w.shape[1]], w) for w in weights]
     best = {name: float("inf") for name in names}
     with torch.inference_mode():
@@ -463,6 +463,41 @@ def _fill_walk(sweep: list[torch.Tensor]) -> None:
             data[key] = rows
             _write_cache(data)
         native.set_sequential_rows(rows)
+
+
+Q8_WALK_KEY = "C kernel: Q8_0 sequential walk up to rows"
+
+
+def prepare_q8(codes: torch.Tensor, scales: torch.Tensor) -> None:
+    """Set up to how many rows ``native.q8_rows`` walks its weights sequentially: from the disk cache, or
+    timed once on ``codes`` and ``scales`` (the LM head; a second or two), as `_fill_walk` does for
+    `linear_rows`. The walks give the same bits."""
+    if not native.available():
+        return
+    with _lock:
+        key = f"{describe_cpu()} | {NATIVE} v{native.VERSION} | {Q8_WALK_KEY}"
+        data = _read_cache()
+        rows = data.get(key)
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            rows = sequential_up_to(_time_q8_walks(codes, scales))
+            data = _read_cache()
+            data[key] = rows
+            _write_cache(data)
+        native.set_q8_sequential_rows(rows)
+
+
+def _time_q8_walks(codes: torch.Tensor, scales: torch.Tensor) -> dict[int, dict[str, float]]:
+    """`_time_walks` for ``native.q8_rows`` over one Q8_0 weight."""
+    def walking(max_rows: int) -> Callable:
+        def fn(x, w):
+            native.set_q8_sequential_rows(max_rows)
+            return native.q8_rows(x, w, scales)
+        return fn
+    forms = {"tiles": walking(0), "sequential": walking(MAX_ROWS)}
+    try:
+        return {rows: time_forms([codes], rows, list(forms), forms=forms, dtype=torch.float32) for rows in WALK_ROWS}
+    finally:
+        native.set_q8_sequential_rows(0)
 
 
 def sequential_up_to(times: dict[int, dict[str, float]], margin: float = MARGIN) -> int:

@@ -2,7 +2,8 @@
 (``csrc/linear_rows.c``), paged attention for one query token at a time (``csrc/decode_attention.c``),
 the small ops around them with PyTorch's bits (RoPE + K/V write ``csrc/rope_kv.c``; RMSNorm, the residual
 add before it and silu(gate) * up ``csrc/norm_act.c``), and a decode step's whole layer in one call
-(``csrc/decode_layer.c``).
+(``csrc/decode_layer.c``); and the q4_1 model's LM head, an fp32 product with Q8_0 weights
+(``csrc/q8_rows.c``).
 
 The C files are compiled once per machine with the C compiler at hand (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) for this CPU's instruction set (``-march=native``), into the cache directory, and loaded
@@ -36,7 +37,7 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c")   # one library
+SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c")   # one library
 VERSION = 6                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
@@ -135,6 +136,13 @@ def _load() -> dict:
     fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
     fn.restype = None
     kernels["add_rms_norm"] = fn
+    fn = lib.labkit_q8_rows
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3
+    fn.restype = None
+    kernels["q8_rows"] = fn
+    lib.labkit_q8_set_sequential.argtypes = [ctypes.c_int64]
+    lib.labkit_q8_set_sequential.restype = None
+    kernels["q8_set_sequential"] = lib.labkit_q8_set_sequential
     fn = lib.labkit_decode_layer
     fn.argtypes = ([ctypes.c_void_p] * 15 + [ctypes.c_int64] + [ctypes.c_void_p] + [ctypes.c_int64] * 6
                    + [ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_int])
@@ -204,12 +212,28 @@ def set_sequential_rows(max_rows: int) -> None:
     """`linear_rows` walks the weights one row after the other for products of at most ``max_rows``
     rows, and in 4-row tiles above (0: always tiles). The same bits either way (tested); only the
     speed differs, by CPU, so ``linear_forms`` times both once per machine and sets the crossover."""
+    if _set_walk("set_sequential", max_rows):
+        _state["sequential_rows"] = max_rows
+
+
+def set_q8_sequential_rows(max_rows: int) -> None:
+    """`set_sequential_rows` for `q8_rows`, whose own crossover ``linear_forms.prepare_q8`` times."""
+    if _set_walk("q8_set_sequential", max_rows):
+        _state["q8_sequential_rows"] = max_rows
+
+
+def q8_sequential_rows() -> int:
+    """The crossover `set_q8_sequential_rows` last set (0 until then)."""
+    return int(_state.get("q8_sequential_rows", 0))
+
+
+def _set_walk(setter: str, max_rows: int) -> bool:
     if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 0:
         raise ValueError(f"max_rows must be an int >= 0, got {max_rows!r}")
     kernels = _kernel()
     if kernels is not None:
-        kernels["set_sequential"](max_rows)
-        _state["sequential_rows"] = max_rows
+        kernels[setter](max_rows)
+    return kernels is not None
 
 
 def sequential_rows() -> int:
@@ -310,12 +334,14 @@ def _rows_of(x: torch.Tensor, weight: torch.Tensor, what: str) -> tuple[int, int
     return x.shape[0], x.shape[1], int(x.dtype == torch.bfloat16)
 
 
-def _loaded(name: str):
+def _loaded(name):
+    """The loaded kernel ``name``, or a RuntimeError that says why it is not there."""
     kernels = _kernel()
     if kernels is None:
         raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
     if name not in kernels:
-        raise RuntimeError(f"this build has no {name} (PyTorch's vector exp was not found)")
+        why = " (PyTorch's vector exp was not found)" if name == "silu_mul" else ""
+        raise RuntimeError(f"this build has no {name}{why}")
     return kernels[name]
 
 
@@ -359,3 +385,25 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, inner, dtype=gate_up.dtype)
     _loaded("silu_mul")(gate_up.data_ptr(), out.data_ptr(), rows, inner, int(gate_up.dtype == torch.bfloat16))
     return out
+
+
+Q8_GROUP = 32
+
+
+def q8_rows(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``x @ wᵀ`` for fp32 x [T, K] and a Q8_0 weight ``w = scales * codes`` (codes int8 [N, K], scales
+    fp32 [N, K / 32], one per group of 32 along K) -> fp32 [T, N] (``csrc/q8_rows.c``): the bits
+    `linear_rows` gives for the dequantised fp32 weight (exact: an fp16 scale times an 8-bit code fits
+    fp32), reading about a quarter of its bytes. Row-invariant."""
+    fn = _loaded("q8_rows")
+    if (x.dtype != torch.float32 or codes.dtype != torch.int8 or scales.dtype != torch.float32
+            or not (x.is_cpu and codes.is_cpu and scales.is_cpu) or x.dim() != 2 or codes.dim() != 2
+            or x.shape[1] != codes.shape[1] or codes.shape[1] % Q8_GROUP
+            or scales.shape != (codes.shape[0], codes.shape[1] // Q8_GROUP)):
+        raise ValueError(f"q8_rows takes fp32 x [T, K], int8 codes [N, K] and fp32 scales [N, K / {Q8_GROUP}] on the "
+                         f"CPU, K a multiple of {Q8_GROUP}; got x {x.dtype} {tuple(x.shape)}, codes {codes.dtype} "
+                         f"{tuple(codes.shape)}, scales {scales.dtype} {tuple(scales.shape)}")
+    x, codes, scales = x.contiguous(), codes.contiguous(), scales.contiguous()
+    y = torch.empty(x.shape[0], codes.shape[0], dtype=torch.float32)
+    fn(x.data_ptr(), codes.data_ptr(), scales.data_ptr(), y.data_ptr(), x.shape[0], codes.shape[0], x.shape[1])
+    return y

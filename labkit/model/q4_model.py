@@ -13,17 +13,22 @@ It is an approximation of the fp32 reference, not a copy of it. The codes are ex
 - inside each layer matmul the activations, d and ``m + 8 d`` are bf16 (the kernel's only fast
   path; fp32 scales would keep d and m exact but take the kernel's scalar path, measured 27x
   slower), and the product is returned in bf16 before it joins the fp32 residual stream;
-- everything else stays as in the dense fp32 model: embedding, norms, RoPE, attention, KV cache.
+- everything else stays as in the dense fp32 model: embedding, norms, RoPE, attention, KV cache, and
+  the LM head's product (below).
 
 The tied embedding / LM head is Q8_0 in the file (8-bit codes, fp16 d). The LM head runs those
-codes too, as two 4-bit planes through the same kernel (``Q8Linear``), so it reads 1.25 bytes a
-weight instead of 4; the embedding lookup reads one fp32 row (the exact dequantised values).
+codes too (``Q8Head``, labkit's C kernel ``native.q8_rows``), in fp32: d times an 8-bit code is exact
+in fp32, so it multiplies by exactly the dense head's values, in the fp32 C product's order, reading
+1.125 bytes a weight instead of 4 (1.9 ms a token instead of 3.6 with the int4 kernel on two 4-bit
+planes, which rounded the activations to bf16; 2-core AMD EPYC). The embedding lookup reads one fp32
+row (the same exact values).
 
 Agreement with the fp32 reference, greedy, over the 8 parity prompts (``tests/prompts.py``), 48 new
-tokens each (``python -m bench.q4_agreement``; measured on a 2-core Xeon with AVX-512, torch 2.13):
-5 of 8 continuations identical, the other three first differ at tokens 28, 37 and 43 (mean first
-divergence 43.5 of 48, identical ones counting 48). Dense bf16 weights, for comparison: 4 of 8,
-mean 36.5. llama.cpp's own Q4_1 path is approximate in the same way (it rounds activations to 8 bits).
+tokens each (``python -m bench.q4_agreement``; measured on a 2-core AMD EPYC (Zen 4), torch 2.13,
+2026-12-03): 5 of 8 continuations identical, the other three first differ at tokens 7, 37 and 38
+(mean first divergence 40.2 of 48, identical ones counting 48); with the former two-plane bf16 head,
+5 of 8 and 39.8. Dense bf16 weights, for comparison: 5 of 8, mean 43.0. llama.cpp's own Q4_1 path is
+approximate in the same way (it rounds activations to 8 bits).
 
 Memory: the packed codes and scales take ~100 MB. The twin shares the dense model's embedding and
 norms, and the dense fp32 model itself stays loaded (the loader caches it per process), so a q4_1
@@ -46,34 +51,49 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from labkit.model import huge_pages, linear_forms, native
 from labkit.model.gguf_codes import QuantizedWeight, gguf_source, read_quantized
-from labkit.model.llama import LlamaModel
+from labkit.model.llama import LlamaModel, linear
 from labkit.model.quant import Int4Linear
 
 WEIGHTS = ("dense", "q4_1")
 _Q4_MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # dense model -> its q4_1 twin
 
 
-class Q8Linear(nn.Module):
-    """``y = x @ wᵀ`` for Q8_0 weights ``w = d * q`` (q int8), as two 4-bit planes in one kernel call.
+class Q8Head(nn.Module):
+    """The LM head on its Q8_0 codes (``w = d * q``, int8 q, one fp16 d per group of 32), in fp32.
 
-    q = 16 * hi + lo with lo = q & 15 in 0..15 and hi = q >> 4 in -8..7, so
-    ``x · w = [x, x] · [16 d * hi, d * lo]``: one int4 matrix twice as wide, whose hi groups have
-    scale 16 d (zero point 0) and lo groups scale d (zero point 8 d, i.e. minimum 0). Exact in real
-    arithmetic; rounding as in ``Int4Linear``.
+    An fp16 d times an 8-bit code is exact in fp32, so ``d * q`` *is* the dense model's fp32 head (which
+    the loader dequantised from these codes): labkit's C kernel (``native.q8_rows``) multiplies by
+    exactly those values in its fp32 product's order, so the logits are the bits ``native.linear_rows``
+    gives with the dense head, from 1.125 bytes a weight instead of 4. Where the kernel is not built
+    (no C compiler, ``LABKIT_NATIVE=0``) or off the CPU, the dense fp32 head itself is used: the same
+    values, read at 4 bytes a weight.
     """
 
-    def __init__(self, q: QuantizedWeight, out_dtype: torch.dtype, device="cpu"):
+    def __init__(self, q: QuantizedWeight, dense: torch.Tensor):
         super().__init__()
-        codes, d = q.codes, q.scale.float()
-        hi, lo = ((codes >> 4) + 8).to(torch.uint8), (codes & 15).to(torch.uint8)   # int8 >> 4 is arithmetic
-        planes = torch.cat([hi, lo], dim=1)                              # [out, 2 * in], one byte a code
-        scale = torch.cat([16 * d, d], dim=1)
-        minimum = torch.cat([-8 * 16 * d, torch.zeros_like(d)], dim=1)   # (hi + 8 - 8) * 16 d
-        self.inner = Int4Linear.from_codes(planes, scale, minimum, out_dtype=out_dtype, device=device)
+        if q.kind != "Q8_0" or q.codes.shape != dense.shape:
+            raise ValueError(f"Q8Head takes a Q8_0 weight shaped like the dense head {tuple(dense.shape)}, got "
+                             f"{q.kind} {tuple(q.codes.shape)}")
+        self.dense = dense.detach()          # a plain attribute: the dense model owns (and counts) it
+        self.kernel = dense.device.type == "cpu" and dense.dtype == torch.float32 and native.available()
+        if self.kernel:
+            self.register_buffer("codes", q.codes.to(torch.int8).contiguous(), persistent=False)
+            self.register_buffer("scales", q.scale.float().contiguous(), persistent=False)
+            huge_pages.move_to_huge_pages([self.codes, self.scales])
+            linear_forms.prepare_q8(self.codes, self.scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(torch.cat([x, x], dim=-1))
+        if self.kernel and x.dtype == torch.float32 and x.device.type == "cpu":
+            return native.q8_rows(x, self.codes, self.scales)
+        return linear(x.to(self.dense.dtype), self.dense)
+
+    def nbytes(self) -> int:
+        """Bytes a forward reads: the codes and fp32 scales, or the dense head where the kernel is not used."""
+        if self.kernel:
+            return self.codes.numel() + self.scales.numel() * 4
+        return self.dense.numel() * self.dense.element_size()
 
 
 def _q4_linear(parts: list[QuantizedWeight], out_dtype: torch.dtype, device) -> Int4Linear:
@@ -111,7 +131,7 @@ def build_q4_1_model(dense: LlamaModel, quantized: Mapping[str, QuantizedWeight]
     head = quantized.get("lm_head.weight", quantized["model.embed_tokens.weight"] if cfg.tie_word_embeddings else None)
     if head is None:
         raise ValueError("weights='q4_1': the GGUF file has no quantised LM head")
-    _replace(model, "lm_head", Q8Linear(head, out_dtype, dev) if head.kind == "Q8_0" else _q4_linear([head], out_dtype, dev))
+    _replace(model, "lm_head", Q8Head(head, dense.lm_head) if head.kind == "Q8_0" else _q4_linear([head], out_dtype, dev))
     return model
 
 

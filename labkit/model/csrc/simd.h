@@ -66,6 +66,12 @@ static inline vec load_widen(const bf16 *p) {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
+
+/* LANES int8 values as fp32 (exact). */
+static inline vec load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+#define MUL(a, b) _mm512_mul_ps((a), (b))
 #else
 /* Any other CPU: the compiler's own 8-lane vectors (one AVX register, two NEON ones, ...). Two input
  * rows a tile: 8 accumulators + 4 weight vectors fit in 16 AVX2 registers (a 4-row tile spilled, and
@@ -105,6 +111,15 @@ static inline vec load_widen(const bf16 *p) {
         f[i] = widen(p[i]);
     return LOAD(f);
 }
+
+typedef int8_t i8vec __attribute__((vector_size(LANES)));
+
+static inline vec load_i8(const int8_t *p) {
+    i8vec v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, vec);
+}
+#define MUL(a, b) ((a) * (b))
 #endif
 
 #endif
