@@ -4,7 +4,12 @@ admitted by the linear-form gate only for being row-invariant and as accurate as
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -424,3 +429,35 @@ def test_the_fused_attention_input_changes_no_logit_bit(llm, monkeypatch):
     monkeypatch.undo()
     assert True in used and False in used and len(fused) == len(plain)
     assert all(torch.equal(a, b) for a, b in zip(fused, plain))
+
+
+AVX2_CHECK = """
+import torch
+from labkit.model import llama, native
+assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
+assert native.available(), native.why_unavailable()
+x, w = torch.zeros(1, 576), torch.ones(576)
+assert llama._native_norm_lanes(x, w, 1e-5) and llama._native_norm_lanes(x.bfloat16(), w.bfloat16(), 1e-5)
+assert native.has_silu_mul() and llama._native_swiglu_exact(torch.float32, 1536)
+g = torch.Generator().manual_seed(0)
+codes = torch.randint(-128, 128, (100, 576), generator=g, dtype=torch.int8)
+scales = torch.rand(100, 18, generator=g).half().float()
+dense = (codes.float().reshape(100, 18, 32) * scales[..., None]).reshape(100, 576)
+a = torch.randn(3, 576, generator=g)
+assert torch.equal(native.q8_rows(a, codes, scales), native.linear_rows(a, dense))
+print("avx2 ok")
+"""
+
+
+@pytest.mark.skipif(native.compiler() is None or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="needs a C compiler on x86-64")
+def test_the_kernels_build_and_give_pytorchs_bits_for_an_avx2_cpu(tmp_path):
+    """The AVX2 code paths (8-lane vectors, the 8-lane exp), built with -march=x86-64-v3 and checked
+    against PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2): an AVX-512 machine runs both. A missing
+    header there once failed the whole build on AVX2 CPUs, leaving them without any C kernel."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("this CPU has no AVX2")
+    env = {**os.environ, native.MARCH_ENV: "x86-64-v3", "ATEN_CPU_CAPABILITY": "avx2", "LABKIT_CACHE": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", AVX2_CHECK], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-2000:]

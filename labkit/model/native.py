@@ -44,6 +44,9 @@ ENV = "LABKIT_NATIVE"
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi",
          f"-I{CSRC}")
 ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())   # tried in turn: x86 and most others, Arm, none
+# LABKIT_NATIVE_MARCH=x86-64-v3 (say) builds for that instruction set instead of this CPU's own: how the
+# tests check the AVX2 code paths on an AVX-512 machine (with ATEN_CPU_CAPABILITY=avx2 for PyTorch's side).
+MARCH_ENV = "LABKIT_NATIVE_MARCH"
 BUILD_TIMEOUT_S = 120
 
 _state: dict[str, object] = {}
@@ -69,7 +72,8 @@ def _build(cc: str, target: Path) -> None:
     """Compile the source into ``target`` (written to a temporary name, then renamed)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
-    for arch in ARCH_FLAGS:
+    march = os.environ.get(MARCH_ENV)
+    for arch in ((f"-march={march}",),) if march else ARCH_FLAGS:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
@@ -90,7 +94,8 @@ def _build(cc: str, target: Path) -> None:
 def library_path(cc: str) -> Path:
     """Where the build for these sources, compiler, flags and CPU lives in the cache."""
     texts = [path.read_text(encoding="utf-8") for path in sorted(CSRC.glob("*.[ch]"))]
-    key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu(),
+                                    os.environ.get(MARCH_ENV, "")]).encode()).hexdigest()[:16]
     return cache_root() / "kernels" / f"labkit-{key}.so"
 
 

@@ -22,6 +22,10 @@
 
 #include "simd.h"
 
+#if defined(__AVX__)
+#include <immintrin.h>      /* simd.h includes it only with AVX-512: the 8-lane exp needs it too */
+#endif
+
 #if defined(__clang__)
 #define NO_CONTRACT
 #define CONTRACT_OFF _Pragma("clang fp contract(off)")
