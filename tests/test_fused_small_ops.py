@@ -135,14 +135,18 @@ def test_bf16_rope_and_kv_write_in_c_give_pytorchs_bits(heads, kv_heads, head_di
 
 
 @needs_kernel
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "q4_1"])
 def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     """The real model, prefill and decode at batch 3: every logits row with the fused ops (RMSNorm, the
     residual add and RMSNorm, SwiGLU, RoPE + K/V write, and a decode step's whole layer in one call)
-    equals the row with PyTorch's kernels for all of them, bit for bit; and the fused ops did run, in C."""
+    equals the row with PyTorch's kernels for all of them, bit for bit; and the fused ops did run, in C.
+    q4_1: the fp32 model on the GGUF's 4-bit codes, whose whole-layer call runs labkit's int4 product
+    in place of PyTorch's."""
     from labkit.model.llama import LlamaLayer, SmallOps
 
-    llm = LLM(config=EngineConfig(dtype=dtype, max_num_seqs=3), progress=False)
+    weights = "q4_1" if dtype == "q4_1" else "dense"
+    dtype = "float32" if dtype == "q4_1" else dtype
+    llm = LLM(config=EngineConfig(dtype=dtype, weights=weights, max_num_seqs=3), progress=False)
     execute = llm.engine.runner.execute
     calls: dict[str, int] = {}
     for name in ("rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer"):
@@ -166,7 +170,8 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     # where the one-time timing chose it on this machine)
     from labkit.model import linear_forms
 
-    whole_layer = dtype == "float32" or linear_forms.bf16_uses_kernel()
+    whole_layer = (llama._native_int4_exact() if weights == "q4_1" else
+                   dtype == "float32" or linear_forms.bf16_uses_kernel())
     assert set(calls) == {"rms_norm", "add_rms_norm", "swiglu", "rope_write_kv"} | ({"decode_layer"} if whole_layer else set())
     ran = dict(calls)
     # PyTorch's kernels for every small op

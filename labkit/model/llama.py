@@ -185,12 +185,57 @@ def _native_swiglu_exact(dtype: torch.dtype, inner: int) -> bool:
     return _swiglu_exact[key]
 
 
+_int4_exact: dict[int, bool] = {}
+
+
+def _native_int4_exact() -> bool:
+    """Whether ``native.int4_rows`` gives ``_weight_int4pack_mm_for_cpu``'s bits on this machine (checked
+    once per thread count on random codes, scales and rows, 1 to 5 rows; PyTorch's AVX2 form packs and
+    rounds otherwise, so there it is False and the q4_1 layers run op by op)."""
+    threads = torch.get_num_threads()
+    if threads not in _int4_exact:
+        _int4_exact[threads] = _probe_int4()
+    return _int4_exact[threads]
+
+
+def _probe_int4() -> bool:
+    if not (native.available() and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")):
+        return False
+    from labkit.model.quant import Int4Linear
+
+    g = torch.Generator().manual_seed(37)
+    with torch.inference_mode():
+        for n, k in ((128, 64), (192, 96)):
+            codes = torch.randint(0, 16, (n, k), generator=g)
+            scale = torch.rand(n, k // 32, generator=g) * 10.0 ** torch.randint(-4, 1, (n, k // 32), generator=g)
+            lin = Int4Linear.from_codes(codes, scale, -torch.rand(n, k // 32, generator=g) * 8 * scale)
+            if lin.dense is not None:
+                return False
+            for rows in (1, 2, 3, 5):
+                x = (torch.randn(rows, k, generator=g) * 4).to(torch.bfloat16)
+                try:
+                    mine = native.int4_rows(x, lin.packed, lin.scales_zeros, lin.group_size)
+                except (RuntimeError, ValueError):
+                    return False
+                if not torch.equal(mine, torch.ops.aten._weight_int4pack_mm_for_cpu(x, lin.packed, lin.group_size,
+                                                                                     lin.scales_zeros)):
+                    return False
+    return True
+
+
+def _int4_layer_weight(w) -> bool:
+    """Whether w is a ``quant.Int4Linear`` that `SmallOps.decode_layer` can take: packed codes (output rows
+    a multiple of 64), bf16 inside, fp32 out."""
+    return (getattr(w, "dense", True) is None and w.out_features % native.INT4_BLOCK == 0
+            and w.dtype == torch.bfloat16 and w.out_dtype == torch.float32)
+
+
 class SmallOps:
     """The fused small ops of a CPU forward in one dtype, checked once (`small_ops`) and then called
     straight through ctypes: at about 60 calls a step, the per-call checks of the ``native`` functions
     and of the helpers above cost more than the C work (2 to 4 µs each against 1 to 2)."""
 
-    __slots__ = ("lanes", "bf", "_norm", "_add_norm", "_silu", "_rope", "_product", "_layer", "dtype")
+    __slots__ = ("lanes", "bf", "_norm", "_add_norm", "_silu", "_rope", "_product", "_layer", "_layer_q4", "dtype")
 
     def __init__(self, dtype: torch.dtype, lanes: int | None, silu: bool):
         raw = native.raw_kernels()
@@ -202,13 +247,17 @@ class SmallOps:
         self._product = raw.get(dtype)          # labkit's C product in this dtype, if built
         # the whole decode layer in one call, where every op inside it is the C form
         self._layer = raw["decode_layer"] if lanes and silu and self._product is not None else None
+        # the q4_1 model's layer (fp32 stream, 4-bit products), where the C int4 product has PyTorch's bits
+        self._layer_q4 = (raw["decode_layer_q4"] if self._layer is not None and dtype == torch.float32
+                          and _native_int4_exact() else None)
 
     def decode_plan(self, model: "LlamaModel", x: torch.Tensor, meta: AttentionMetadata, backend: ModuleType,
                     kv_caches: list) -> tuple | None:
-        """(context slots, their row stride, context lengths) for `decode_layer`, where a whole layer can
-        run as one C call this step: every row a single new token, or every row one sequence's (its
-        verification rows or its prefill); the batch-invariant CPU attention backend with its C kernel;
-        every layer product the C kernel at this row count. Else None."""
+        """(context slots, their row stride, context lengths, 4-bit products?) for `decode_layer`, where a
+        whole layer can run as one C call this step: every row a single new token, or every row one
+        sequence's (its verification rows or its prefill); the batch-invariant CPU attention backend with
+        its C kernel; every layer product the C kernel at this row count, or (the q4_1 model) 4-bit
+        weights where `_native_int4_exact` found PyTorch's int4 bits. Else None."""
         if self._layer is None or not DECODE_LAYER_CALL or not model.layers:
             return None
         from labkit.attention import cpu_batched
@@ -217,13 +266,17 @@ class SmallOps:
         weights = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
         if (backend is not cpu_batched or not cpu_batched.uses_decode_kernel(x, kv_caches[0][0])
                 or not x.is_contiguous()
-                or any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype or not w.is_contiguous()
-                       for w in (*weights, layer.input_layernorm, layer.post_attention_layernorm))):
+                or any(w.dtype != self.dtype or not w.is_contiguous() for w in (layer.input_layernorm, layer.post_attention_layernorm))):
             return None
         rows = x.shape[0]
-        if not (linear_forms.bf16_uses_kernel() if self.bf else
-                all(linear_forms.form_name(tuple(w.shape), rows) == linear_forms.NATIVE for w in weights)):
-            return None
+        int4 = self._layer_q4 is not None and all(_int4_layer_weight(w) for w in weights) and \
+            len({w.group_size for w in weights}) == 1
+        if not int4:
+            if any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype or not w.is_contiguous() for w in weights):
+                return None
+            if not (linear_forms.bf16_uses_kernel() if self.bf else
+                    all(linear_forms.form_name(tuple(w.shape), rows) == linear_forms.NATIVE for w in weights)):
+                return None
         plans = cpu_batched._plan(meta, rows, x.device, True)
         if len(plans) != 1:
             return None
@@ -233,7 +286,7 @@ class SmallOps:
                 plan.first_token == 0 and len(plan.context_lens) == rows):
             return None
         slots, lens = plan.slots, plan.lens
-        return slots, (0 if slots.shape[0] == 1 else slots.shape[1]), lens
+        return slots, (0 if slots.shape[0] == 1 else slots.shape[1]), lens, int4
 
     def decode_layer(self, layer: "LlamaLayer", x: torch.Tensor, positions: torch.Tensor, rotary: "Rotary",
                      kv_cache, slot_mapping: torch.Tensor, plan: tuple) -> torch.Tensor:
@@ -241,14 +294,24 @@ class SmallOps:
         points in the same order, so the same bits. ``plan`` from `decode_plan`."""
         key_cache, value_cache = kv_cache
         out = torch.empty_like(x)
-        slots, stride, lens = plan
-        failed = self._layer(
-            x.data_ptr(), out.data_ptr(), layer.input_layernorm.data_ptr(), layer.qkv_proj.data_ptr(),
-            layer.o_proj.data_ptr(), layer.post_attention_layernorm.data_ptr(), layer.gate_up_proj.data_ptr(),
-            layer.down_proj.data_ptr(), rotary.cos.data_ptr(), rotary.signed_sin.data_ptr(), positions.data_ptr(),
-            slot_mapping.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slots.data_ptr(), stride,
-            lens.data_ptr(), x.shape[0], x.shape[1], layer.num_heads, layer.num_kv_heads, layer.head_dim,
-            layer.gate_up_proj.shape[0] // 2, layer.eps, self.lanes, layer.head_dim ** -0.5, self.bf)
+        slots, stride, lens, int4 = plan
+        shape = (slot_mapping.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slots.data_ptr(), stride,
+                 lens.data_ptr(), x.shape[0], x.shape[1], layer.num_heads, layer.num_kv_heads, layer.head_dim)
+        if int4:
+            qkv, o, gate_up, down = layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj
+            failed = self._layer_q4(
+                x.data_ptr(), out.data_ptr(), layer.input_layernorm.data_ptr(), qkv.packed.data_ptr(),
+                qkv.scales_zeros.data_ptr(), o.packed.data_ptr(), o.scales_zeros.data_ptr(),
+                layer.post_attention_layernorm.data_ptr(), gate_up.packed.data_ptr(), gate_up.scales_zeros.data_ptr(),
+                down.packed.data_ptr(), down.scales_zeros.data_ptr(), qkv.group_size, rotary.cos.data_ptr(),
+                rotary.signed_sin.data_ptr(), positions.data_ptr(), *shape, gate_up.out_features // 2, layer.eps,
+                self.lanes, layer.head_dim ** -0.5)
+        else:
+            failed = self._layer(
+                x.data_ptr(), out.data_ptr(), layer.input_layernorm.data_ptr(), layer.qkv_proj.data_ptr(),
+                layer.o_proj.data_ptr(), layer.post_attention_layernorm.data_ptr(), layer.gate_up_proj.data_ptr(),
+                layer.down_proj.data_ptr(), rotary.cos.data_ptr(), rotary.signed_sin.data_ptr(), positions.data_ptr(),
+                *shape, layer.gate_up_proj.shape[0] // 2, layer.eps, self.lanes, layer.head_dim ** -0.5, self.bf)
         if failed:
             raise MemoryError("the decode layer could not allocate its scratch memory")
         return out

@@ -2,8 +2,8 @@
 (``csrc/linear_rows.c``), paged attention for one query token at a time (``csrc/decode_attention.c``),
 the small ops around them with PyTorch's bits (RoPE + K/V write ``csrc/rope_kv.c``; RMSNorm, the residual
 add before it and silu(gate) * up ``csrc/norm_act.c``), and a decode step's whole layer in one call
-(``csrc/decode_layer.c``); and the q4_1 model's LM head, an fp32 product with Q8_0 weights
-(``csrc/q8_rows.c``).
+(``csrc/decode_layer.c``); and for the q4_1 model its LM head, an fp32 product with Q8_0 weights
+(``csrc/q8_rows.c``), and its layer products with PyTorch's int4 kernel's bits (``csrc/int4_rows.c``).
 
 The C files are compiled once per machine with the C compiler at hand (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) for this CPU's instruction set (``-march=native``), into the cache directory, and loaded
@@ -37,7 +37,8 @@ from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c")   # one library
+SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c",
+           "int4_rows.c")   # one library
 VERSION = 6                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
@@ -153,6 +154,15 @@ def _load() -> dict:
                    + [ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_int])
     fn.restype = ctypes.c_int
     kernels["decode_layer"] = fn
+    fn = lib.labkit_int4_rows
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4
+    fn.restype = ctypes.c_int
+    kernels["int4_rows"] = fn
+    fn = lib.labkit_decode_layer_q4
+    fn.argtypes = ([ctypes.c_void_p] * 12 + [ctypes.c_int64] + [ctypes.c_void_p] * 7 + [ctypes.c_int64]
+                   + [ctypes.c_void_p] + [ctypes.c_int64] * 6 + [ctypes.c_float, ctypes.c_int64, ctypes.c_float])
+    fn.restype = ctypes.c_int
+    kernels["decode_layer_q4"] = fn
     exp_fn = _torch_vector_exp()
     lib.labkit_set_vector_exp.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.labkit_set_vector_exp.restype = ctypes.c_int
@@ -411,4 +421,31 @@ def q8_rows(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor) -> torch
     x, codes, scales = x.contiguous(), codes.contiguous(), scales.contiguous()
     y = torch.empty(x.shape[0], codes.shape[0], dtype=torch.float32)
     fn(x.data_ptr(), codes.data_ptr(), scales.data_ptr(), y.data_ptr(), x.shape[0], codes.shape[0], x.shape[1])
+    return y
+
+
+INT4_BLOCK = 64
+
+
+def int4_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_zeros)`` for bf16 x [T, K]
+    and a weight packed by PyTorch on an AVX-512 CPU (N a multiple of 64), with that kernel's bits
+    (``csrc/int4_rows.c``; ``llama._native_int4_exact`` checks them on this machine before the engine
+    uses it) -> bf16 [T, N]. Row-invariant."""
+    fn = _loaded("int4_rows")
+    T, K = x.shape if x.dim() == 2 else (0, 0)
+    N = scales_zeros.shape[1] if scales_zeros.dim() == 3 else 0
+    if (x.dtype != torch.bfloat16 or scales_zeros.dtype != torch.bfloat16 or packed.dtype != torch.uint8
+            or not (x.is_cpu and packed.is_cpu and scales_zeros.is_cpu) or x.dim() != 2 or N % INT4_BLOCK or not N
+            or group_size < 1 or K % group_size or scales_zeros.shape != (K // group_size, N, 2)
+            or packed.numel() != N * K // 2):
+        raise ValueError(f"int4_rows takes bf16 x [T, K], uint8 packed codes [N, K / 2] and bf16 scales_zeros "
+                         f"[K / group_size, N, 2] on the CPU, N a multiple of {INT4_BLOCK}; got x {x.dtype} "
+                         f"{tuple(x.shape)}, packed {packed.dtype} {tuple(packed.shape)}, scales_zeros "
+                         f"{scales_zeros.dtype} {tuple(scales_zeros.shape)}, group_size {group_size}")
+    x, packed, scales_zeros = x.contiguous(), packed.contiguous(), scales_zeros.contiguous()
+    y = torch.empty(T, N, dtype=torch.bfloat16)
+    failed = fn(x.data_ptr(), packed.data_ptr(), scales_zeros.data_ptr(), y.data_ptr(), T, N, K, group_size)
+    if failed:
+        raise RuntimeError("int4_rows: " + ("no scratch memory" if failed == 1 else "this build has no AVX-512"))
     return y

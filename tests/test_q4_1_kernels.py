@@ -1,5 +1,7 @@
-"""The q4_1 model's LM head on its Q8_0 codes (``native.q8_rows``, ``q4_model.Q8Head``): exactly the
-dense fp32 head's values, in the fp32 C product's order, row-invariant, with either walk."""
+"""labkit's C kernels for the q4_1 model: the LM head on its Q8_0 codes (``native.q8_rows``,
+``q4_model.Q8Head``: exactly the dense fp32 head's values, in the fp32 C product's order, row-invariant,
+with either walk), and the layer products on 4-bit codes (``native.int4_rows``: PyTorch's int4 kernel's
+bits, so that a q4_1 layer can run as one C call)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import pytest
 import torch
 
 from labkit.model import linear_forms as lf
-from labkit.model import native
+from labkit.model import llama, native
 from labkit.model.gguf_codes import QuantizedWeight
 from labkit.model.llama import linear
 from labkit.model.q4_model import Q8Head
+from labkit.model.quant import Int4Linear
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 
@@ -115,3 +118,54 @@ def test_q8_head_refuses_a_weight_that_is_not_q8_0_or_not_the_heads_shape():
         Q8Head(QuantizedWeight("Q4_1", codes, scales.half(), scales.half()), dense)
     with pytest.raises(ValueError, match="shaped like"):
         Q8Head(QuantizedWeight("Q8_0", codes, scales.half(), None), dense[:16])
+
+
+# ------------------------------------------------------------------------------ 4-bit layer products
+
+needs_int4 = pytest.mark.skipif(not llama._native_int4_exact(),
+                                reason="labkit's int4 product does not match PyTorch's here (PyTorch's AVX2 form, "
+                                       "or no C kernel): q4_1 layers run op by op")
+
+
+def int4_linear(out_features: int, in_features: int, seed: int = 0) -> Int4Linear:
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 16, (out_features, in_features), generator=g)
+    scale = (torch.rand(out_features, in_features // 32, generator=g) + 0.01) * 0.05
+    return Int4Linear.from_codes(codes, scale, -8 * scale * torch.rand(out_features, in_features // 32, generator=g))
+
+
+@needs_int4
+@pytest.mark.parametrize("shape", [(960, 576), (576, 1536), (3072, 576), (64, 32)])
+def test_int4_rows_gives_pytorchs_int4_bits_at_every_row_count(shape):
+    lin = int4_linear(*shape)
+    assert lin.dense is None
+    x = (torch.randn(16, shape[1], generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
+    want = torch.ops.aten._weight_int4pack_mm_for_cpu(x, lin.packed, lin.group_size, lin.scales_zeros)
+    for rows in (1, 2, 3, 4, 5, 7, 16):
+        assert torch.equal(native.int4_rows(x[:rows], lin.packed, lin.scales_zeros, lin.group_size), want[:rows]), rows
+    # a row alone gets the bits it gets among 16
+    assert torch.equal(native.int4_rows(x[9:10].clone(), lin.packed, lin.scales_zeros, lin.group_size), want[9:10])
+
+
+@needs_int4
+def test_int4_rows_names_what_is_wrong_with_its_input():
+    lin = int4_linear(128, 64)
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="int4_rows.*bf16 x"):
+        native.int4_rows(x.float(), lin.packed, lin.scales_zeros, 32)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        native.int4_rows(x, lin.packed[:96], lin.scales_zeros[:, :96], 32)
+    with pytest.raises(ValueError, match="group_size"):
+        native.int4_rows(x, lin.packed, lin.scales_zeros, 48)
+
+
+@needs_int4
+def test_where_the_c_int4_product_differs_the_q4_1_layers_run_op_by_op(monkeypatch):
+    real = native.int4_rows
+    monkeypatch.setattr(llama, "_int4_exact", {})
+    monkeypatch.setattr(native, "int4_rows", lambda *a: real(*a) * 1.0078125)      # one bf16 ulp at 1
+    assert not llama._native_int4_exact()
+    monkeypatch.setattr(llama, "_small_ops", {})
+    ops = llama.small_ops(torch.zeros(1, 576), type("Cfg", (), dict(hidden_size=576, intermediate_size=1536,
+                                                                     rms_norm_eps=1e-5))())
+    assert ops is not None and ops._layer_q4 is None
