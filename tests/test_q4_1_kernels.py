@@ -166,6 +166,6 @@ def test_where_the_c_int4_product_differs_the_q4_1_layers_run_op_by_op(monkeypat
     monkeypatch.setattr(native, "int4_rows", lambda *a: real(*a) * 1.0078125)      # one bf16 ulp at 1
     assert not llama._native_int4_exact()
     monkeypatch.setattr(llama, "_small_ops", {})
-    ops = llama.small_ops(torch.zeros(1, 576), type("Cfg", (), dict(hidden_size=576, intermediate_size=1536,
-                                                                     rms_norm_eps=1e-5))())
+    ops = llama.small_ops(torch.zeros(1, 576), type("Config", (), dict(hidden_size=576, intermediate_size=1536,
+                                                                        rms_norm_eps=1e-5))())
     assert ops is not None and ops._layer_q4 is None

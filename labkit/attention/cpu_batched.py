@@ -68,10 +68,11 @@ class _RowsPlan:
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim] -> output of the same shape."""
+    call = one_kernel_call(query, key_cache, meta)
+    if call is not None:
+        return _kernel_rows(query, key_cache, value_cache, *call, scale)
     kernel = uses_decode_kernel(query, key_cache)
     plans = _plan(meta, query.shape[0], query.device, kernel)
-    if len(plans) == 1 and isinstance(plans[0], _DecodePlan) and plans[0].contiguous:
-        return _kernel_rows(query, key_cache, value_cache, plans[0].slots, plans[0].lens, scale)
     out = torch.empty_like(query)
     for plan in plans:
         if isinstance(plan, _RowsPlan):
@@ -79,6 +80,23 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
         else:
             out[plan.tok] = _kernel_rows(query[plan.tok], key_cache, value_cache, plan.slots, plan.lens, scale)
     return out
+
+
+def one_kernel_call(rows: torch.Tensor, key_cache: torch.Tensor, meta: AttentionMetadata
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(slots [B or 1, L], lens [B]) where this step's attention is one call of the C kernel over all its
+    query rows in order (``rows``: any tensor with a row per query token): every row a single new token,
+    or every row one sequence's (its verification rows, or its prefill). Else None. The whole-layer C
+    call (``llama.SmallOps.decode_plan``) runs exactly where this is not None."""
+    if not uses_decode_kernel(rows, key_cache):
+        return None
+    plans = _plan(meta, rows.shape[0], rows.device, True)
+    if len(plans) != 1:
+        return None
+    plan = plans[0]
+    whole = (plan.contiguous if isinstance(plan, _DecodePlan) else
+             plan.first_token == 0 and len(plan.context_lens) == rows.shape[0])
+    return (plan.slots, plan.lens) if whole else None
 
 
 def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype, first_slot: int | None = None

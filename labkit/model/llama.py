@@ -92,19 +92,10 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm: labkit's one C call
-    (``native.rms_norm``) where it gives PyTorch's bits on this machine (`_native_norm_lanes`), else
-    `_torch_rms_norm`."""
-    lanes = _native_norm_lanes(x, weight, eps)
-    if lanes:
-        return native.rms_norm(x, weight, eps, lanes)
-    return _torch_rms_norm(x, weight, eps)
-
-
-def _torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm through PyTorch's kernels. fp32 input takes torch's fused kernel (one op instead of six;
-    bit-identical to the written-out form, which tests/test_model_ops.py checks), or for a single row
-    `_one_row_rms_norm`; other dtypes upcast as Hugging Face does."""
+    """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm, through PyTorch's
+    kernels (labkit's C form, with these bits, is `SmallOps.rms_norm`). fp32 input takes torch's fused
+    kernel (one op instead of six; bit-identical to the written-out form, which tests/test_model_ops.py
+    checks), or for a single row `_one_row_rms_norm`; other dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         if (x.dim() == 2 and x.shape[0] == 1 and not torch.compiler.is_compiling()   # .item() would break the graph
                 and _scalar_rms_norm_is_exact()):
@@ -115,23 +106,14 @@ def _torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + delta, rms_norm(x + delta)): the residual add and the RMSNorm after it, in one C call where
-    the norm runs natively. The sum is a new tensor; x stays as it was."""
-    lanes = _native_norm_lanes(x, weight, eps)
-    if lanes and delta.dtype == x.dtype and delta.shape == x.shape and delta.is_contiguous():
-        return native.add_rms_norm(x, delta, weight, eps, lanes)
+    """(x + delta, rms_norm(x + delta)): the residual add and the RMSNorm after it (one C call in
+    `SmallOps.add_rms_norm`). The sum is a new tensor; x stays as it was."""
     total = x + delta
     return total, rms_norm(total, weight, eps)
 
 
 def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up for the fused gate/up output [T, 2I]: one C call (``native.silu_mul``, with
-    PyTorch's own vector exp) where `_native_swiglu_exact` finds PyTorch's bits on this machine, else
-    ``F.silu(gate) * up``."""
-    if (gate_up.device.type == "cpu" and gate_up.dtype in (torch.float32, torch.bfloat16) and gate_up.dim() == 2
-            and gate_up.is_contiguous() and not torch.compiler.is_compiling() and native.has_silu_mul()
-            and _native_swiglu_exact(gate_up.dtype, gate_up.shape[1] // 2)):
-        return native.silu_mul(gate_up)
+    """silu(gate) * up for the fused gate/up output [T, 2I] (one C call in `SmallOps.swiglu`)."""
     gate, up = gate_up.chunk(2, -1)
     return F.silu(gate) * up
 
@@ -146,15 +128,14 @@ _norm_lanes: dict[tuple, int | None] = {}
 _swiglu_exact: dict[tuple, bool] = {}
 
 
-def _native_norm_lanes(x: torch.Tensor, weight: torch.Tensor, eps: float) -> int | None:
-    """The lane count for ``native.rms_norm`` on x, or None where PyTorch's kernels run instead."""
-    if not (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and weight.dtype == x.dtype
-            and x.dim() == 2 and weight.dim() == 1 and x.is_contiguous() and weight.is_contiguous()
-            and not torch.compiler.is_compiling() and native.available()):
+def _native_norm_lanes(dtype: torch.dtype, n: int, eps: float) -> int | None:
+    """The lane count with which ``native.rms_norm`` gives PyTorch's bits for rows of n values in dtype
+    (fp32 or bf16) on this machine, or None where PyTorch's kernels run instead."""
+    if dtype not in (torch.float32, torch.bfloat16) or not native.available():
         return None
-    key = (x.dtype, x.shape[1], eps, torch.get_num_threads())
+    key = (dtype, n, eps, torch.get_num_threads())
     if key not in _norm_lanes:
-        _norm_lanes[key] = _probe_norm_lanes(x.dtype, x.shape[1], eps)
+        _norm_lanes[key] = _probe_norm_lanes(dtype, n, eps)
     return _norm_lanes[key]
 
 
@@ -168,13 +149,16 @@ def _probe_norm_lanes(dtype: torch.dtype, n: int, eps: float) -> int | None:
             cases.append((x, w))
 
         def exact(lanes: int, dt: torch.dtype) -> bool:
-            return all(torch.equal(native.rms_norm(x.to(dt), w.to(dt), eps, lanes), _torch_rms_norm(x.to(dt), w.to(dt), eps))
+            return all(torch.equal(native.rms_norm(x.to(dt), w.to(dt), eps, lanes), rms_norm(x.to(dt), w.to(dt), eps))
                        for x, w in cases)
 
         return next((lanes for lanes in (16, 8, 4) if exact(lanes, torch.float32) and exact(lanes, dtype)), None)
 
 
 def _native_swiglu_exact(dtype: torch.dtype, inner: int) -> bool:
+    """Whether ``native.silu_mul`` gives PyTorch's bits for [T, 2 inner] rows in dtype on this machine."""
+    if not native.has_silu_mul():
+        return False
     key = (dtype, inner, torch.get_num_threads())
     if key not in _swiglu_exact:
         g = torch.Generator().manual_seed(39)
@@ -264,8 +248,7 @@ class SmallOps:
 
         layer = model.layers[0]
         weights = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
-        if (backend is not cpu_batched or not cpu_batched.uses_decode_kernel(x, kv_caches[0][0])
-                or not x.is_contiguous()
+        if (backend is not cpu_batched or not x.is_contiguous()
                 or any(w.dtype != self.dtype or not w.is_contiguous() for w in (layer.input_layernorm, layer.post_attention_layernorm))):
             return None
         rows = x.shape[0]
@@ -277,15 +260,10 @@ class SmallOps:
             if not (linear_forms.bf16_uses_kernel() if self.bf else
                     all(linear_forms.form_name(tuple(w.shape), rows) == linear_forms.NATIVE for w in weights)):
                 return None
-        plans = cpu_batched._plan(meta, rows, x.device, True)
-        if len(plans) != 1:
+        call = cpu_batched.one_kernel_call(x, kv_caches[0][0], meta)
+        if call is None:
             return None
-        plan = plans[0]
-        # every row a decode row, or all rows one sequence's (a verification, or a prefill): one kernel call
-        if not (plan.contiguous if isinstance(plan, cpu_batched._DecodePlan) else
-                plan.first_token == 0 and len(plan.context_lens) == rows):
-            return None
-        slots, lens = plan.slots, plan.lens
+        slots, lens = call
         return slots, (0 if slots.shape[0] == 1 else slots.shape[1]), lens, int4
 
     def decode_layer(self, layer: "LlamaLayer", x: torch.Tensor, positions: torch.Tensor, rotary: "Rotary",
@@ -332,35 +310,24 @@ class SmallOps:
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if self._norm is None:
             return rms_norm(x, weight, eps)
-        out = torch.empty_like(x)
-        self._norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps, self.lanes, self.bf)
-        return out
+        return native.rms_norm_unchecked(self._norm, x, weight, eps, self.lanes, self.bf)
 
     def add_rms_norm(self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float):
         if self._add_norm is None or not delta.is_contiguous() or delta.dtype != x.dtype:
             return add_rms_norm(x, delta, weight, eps)
-        total, out = torch.empty_like(x), torch.empty_like(x)
-        self._add_norm(x.data_ptr(), delta.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0],
-                       x.shape[1], eps, self.lanes, self.bf)
-        return total, out
+        return native.add_rms_norm_unchecked(self._add_norm, x, delta, weight, eps, self.lanes, self.bf)
 
     def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
         if self._silu is None or not gate_up.is_contiguous() or gate_up.dtype != self.dtype:
             return swiglu(gate_up)
-        rows, inner = gate_up.shape[0], gate_up.shape[1] // 2
-        out = torch.empty((rows, inner), dtype=self.dtype)
-        self._silu(gate_up.data_ptr(), out.data_ptr(), rows, inner, self.bf)
-        return out
+        return native.silu_mul_unchecked(self._silu, gate_up, self.bf)
 
     def rope_write_kv(self, heads: torch.Tensor, rotary: "Rotary", positions: torch.Tensor, slots: torch.Tensor,
                       key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
         """``native.rope_write_kv`` for the engine's own tensors (contiguous heads, int64 positions and
         slots below the table's and the pool's sizes), without its checks."""
-        q = torch.empty((heads.shape[0], num_heads, rotary.cos.shape[1]), dtype=self.dtype)
-        self._rope(heads.data_ptr(), rotary.cos.data_ptr(), rotary.signed_sin.data_ptr(), positions.data_ptr(),
-                   slots.data_ptr(), q.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), heads.shape[0],
-                   num_heads, num_kv_heads, rotary.cos.shape[1])
-        return q
+        return native.rope_write_kv_unchecked(self._rope, heads, rotary.cos, rotary.signed_sin, positions, slots,
+                                              key_pool, value_pool, num_heads, num_kv_heads)
 
 
 _small_ops: dict[tuple, SmallOps] = {}
@@ -380,9 +347,8 @@ def small_ops(x: torch.Tensor, cfg: ModelConfig) -> SmallOps | None:
     key = (x.dtype, cfg.hidden_size, cfg.intermediate_size, cfg.rms_norm_eps, torch.get_num_threads())
     ops = _small_ops.get(key)
     if ops is None:
-        probe = torch.zeros(1, cfg.hidden_size, dtype=x.dtype)
-        lanes = _native_norm_lanes(probe, torch.ones(cfg.hidden_size, dtype=x.dtype), cfg.rms_norm_eps)
-        silu = native.has_silu_mul() and _native_swiglu_exact(x.dtype, cfg.intermediate_size)
+        lanes = _native_norm_lanes(x.dtype, cfg.hidden_size, cfg.rms_norm_eps)
+        silu = _native_swiglu_exact(x.dtype, cfg.intermediate_size)
         ops = _small_ops[key] = SmallOps(x.dtype, lanes, silu)
     return ops
 
@@ -510,22 +476,17 @@ class LlamaLayer(nn.Module):
 
     def _fused_attention_input(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend,
                                ops: SmallOps | None = None):
-        """`attention_input` and the K/V write with RoPE and the write in one C call (``native.rope_write_kv``:
-        about ten PyTorch kernels a layer fewer, the same bits), where it applies: fp32 or bf16 on the CPU
-        (pools of the same dtype), a backend whose pool is addressed by slot (``KV_POOL_LAYOUT``). Returns q,
-        or None elsewhere."""
+        """`attention_input` and the K/V write with RoPE and the write in one C call (``SmallOps.rope_write_kv``:
+        about ten PyTorch kernels a layer fewer, the same bits), where it applies: the fused small ops
+        (fp32 or bf16 on the CPU), pools of x's dtype addressed by slot (``KV_POOL_LAYOUT``). Returns q, or
+        None elsewhere."""
         key_cache, value_cache = kv_cache
-        if not (key_cache.dtype == x.dtype and getattr(backend, "KV_POOL_LAYOUT", None) == "slots"
-                and key_cache.is_contiguous() and value_cache.is_contiguous()):
+        if ops is None or not (key_cache.dtype == x.dtype and getattr(backend, "KV_POOL_LAYOUT", None) == "slots"
+                               and key_cache.is_contiguous() and value_cache.is_contiguous()):
             return None
-        if ops is not None:
-            heads = ops.linear(ops.rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
-            return ops.rope_write_kv(heads.contiguous(), rotary, positions, meta.slot_mapping, key_cache, value_cache,
-                                     self.num_heads, self.num_kv_heads)
-        if not (x.dtype in (torch.float32, torch.bfloat16) and x.device.type == "cpu" and native.available()):
-            return None
-        return native.rope_write_kv(self.qkv(x).contiguous(), rotary.cos, rotary.signed_sin, positions, meta.slot_mapping,
-                                    key_cache, value_cache, self.num_heads, self.num_kv_heads)
+        heads = ops.linear(ops.rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
+        return ops.rope_write_kv(heads.contiguous(), rotary, positions, meta.slot_mapping, key_cache, value_cache,
+                                 self.num_heads, self.num_kv_heads)
 
 
 def decode_weight_bytes(model: nn.Module) -> int:

@@ -311,6 +311,40 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
     return out
 
 
+# The small ops' calls themselves, without checks: the public functions below check their input and call
+# these; ``llama.SmallOps`` checks once per forward and calls them straight (at about 60 calls a step the
+# checks cost more than the C work). ``fn`` is the kernel from `raw_kernels`; ``bf`` 1 for bf16.
+
+def rms_norm_unchecked(fn, x: torch.Tensor, weight: torch.Tensor, eps: float, lanes: int, bf: int) -> torch.Tensor:
+    out = torch.empty_like(x)
+    fn(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps, lanes, bf)
+    return out
+
+
+def add_rms_norm_unchecked(fn, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, lanes: int,
+                           bf: int) -> tuple[torch.Tensor, torch.Tensor]:
+    total, out = torch.empty_like(x), torch.empty_like(x)
+    fn(x.data_ptr(), delta.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
+       eps, lanes, bf)
+    return total, out
+
+
+def silu_mul_unchecked(fn, gate_up: torch.Tensor, bf: int) -> torch.Tensor:
+    rows, inner = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inner, dtype=gate_up.dtype)
+    fn(gate_up.data_ptr(), out.data_ptr(), rows, inner, bf)
+    return out
+
+
+def rope_write_kv_unchecked(fn, heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                            slots: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int,
+                            num_kv_heads: int) -> torch.Tensor:
+    q = torch.empty(heads.shape[0], num_heads, cos.shape[-1], dtype=heads.dtype)
+    fn(heads.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(), q.data_ptr(),
+       key_pool.data_ptr(), value_pool.data_ptr(), heads.shape[0], num_heads, num_kv_heads, cos.shape[-1])
+    return q
+
+
 def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                   slots: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int,
                   num_kv_heads: int) -> torch.Tensor:
@@ -320,9 +354,6 @@ def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos
     followed by ``write_kv`` (``csrc/rope_kv.c``). Positions must be below P and slots inside the pools,
     as the engine's are: they are not range-checked here (a reduction per call would cost more than the
     kernel)."""
-    kernels = _kernel()
-    if kernels is None:
-        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
     T, D = heads.shape[0], cos.shape[-1]
     dtype = heads.dtype
     if (dtype not in (torch.float32, torch.bfloat16)
@@ -334,19 +365,17 @@ def rope_write_kv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos
             or key_pool.shape[-2:] != (num_kv_heads, D) or value_pool.shape != key_pool.shape):
         raise ValueError("rope_write_kv takes contiguous CPU heads [T, (H + 2 Hkv) * D] and pools [..., Hkv, D] of one "
                          "dtype (fp32 or bf16), fp32 tables [P, D], and contiguous int64 positions and slots [T]")
-    q = torch.empty(T, num_heads, D, dtype=dtype)
-    kernels[("rope_write_kv", dtype)](heads.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), slots.data_ptr(),
-                             q.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), T, num_heads, num_kv_heads, D)
-    return q
+    return rope_write_kv_unchecked(_loaded(("rope_write_kv", dtype)), heads, cos, sin, positions, slots, key_pool,
+                                   value_pool, num_heads, num_kv_heads)
 
 
-def _rows_of(x: torch.Tensor, weight: torch.Tensor, what: str) -> tuple[int, int, int]:
-    """(T, n, bf) for a contiguous CPU x [T, n] and weight [n] of one dtype, fp32 or bf16."""
+def _bf_of(x: torch.Tensor, weight: torch.Tensor, what: str) -> int:
+    """1 for bf16, 0 for fp32, for a contiguous CPU x [T, n] and weight [n] of one dtype (else ValueError)."""
     if (x.dtype not in (torch.float32, torch.bfloat16) or weight.dtype != x.dtype or not x.is_cpu or not weight.is_cpu
             or x.dim() != 2 or weight.shape != (x.shape[1],) or not x.is_contiguous() or not weight.is_contiguous()):
         raise ValueError(f"{what} takes a contiguous fp32 or bf16 CPU x [T, n] and weight [n] of its dtype; got x "
                          f"{x.dtype} {tuple(x.shape)}, weight {weight.dtype} {tuple(weight.shape)}")
-    return x.shape[0], x.shape[1], int(x.dtype == torch.bfloat16)
+    return int(x.dtype == torch.bfloat16)
 
 
 def _loaded(name):
@@ -362,26 +391,21 @@ def _loaded(name):
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, lanes: int) -> torch.Tensor:
     """RMSNorm of each row of x [T, n] (fp32 or bf16) in one call, summing the squares in PyTorch's
-    order for ``lanes``-lane vectors (``csrc/norm_act.c``); ``llama.rms_norm`` checks the lanes that give
+    order for ``lanes``-lane vectors (``csrc/norm_act.c``); ``llama.small_ops`` checks the lanes that give
     PyTorch's bits on this machine before it calls this."""
-    T, n, bf = _rows_of(x, weight, "rms_norm")
-    out = torch.empty_like(x)
-    _loaded("rms_norm")(x.data_ptr(), weight.data_ptr(), out.data_ptr(), T, n, eps, lanes, bf)
-    return out
+    bf = _bf_of(x, weight, "rms_norm")
+    return rms_norm_unchecked(_loaded("rms_norm"), x, weight, eps, lanes, bf)
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float,
                  lanes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + delta, rms_norm(x + delta)) in one call: the residual add and the next RMSNorm. x and delta
     are left as they are."""
-    T, n, bf = _rows_of(x, weight, "add_rms_norm")
+    bf = _bf_of(x, weight, "add_rms_norm")
     if delta.shape != x.shape or delta.dtype != x.dtype or not delta.is_cpu or not delta.is_contiguous():
         raise ValueError(f"add_rms_norm needs delta like x {x.dtype} {tuple(x.shape)}; got {delta.dtype} "
                          f"{tuple(delta.shape)}")
-    total, out = torch.empty_like(x), torch.empty_like(x)
-    _loaded("add_rms_norm")(x.data_ptr(), delta.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), T, n,
-                            eps, lanes, bf)
-    return total, out
+    return add_rms_norm_unchecked(_loaded("add_rms_norm"), x, delta, weight, eps, lanes, bf)
 
 
 def has_silu_mul() -> bool:
@@ -391,15 +415,12 @@ def has_silu_mul() -> bool:
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gate_up [T, 2I] = (gate | up), fp32 or bf16, in one call (``csrc/norm_act.c``):
-    PyTorch's bits, with its own vector exp, which ``llama.swiglu`` checks on this machine first."""
+    PyTorch's bits, with its own vector exp, which ``llama.small_ops`` checks on this machine first."""
     if (gate_up.dtype not in (torch.float32, torch.bfloat16) or not gate_up.is_cpu or gate_up.dim() != 2
             or gate_up.shape[1] % 2 or not gate_up.is_contiguous()):
         raise ValueError(f"silu_mul takes a contiguous fp32 or bf16 CPU gate_up [T, 2I]; got {gate_up.dtype} "
                          f"{tuple(gate_up.shape)}")
-    rows, inner = gate_up.shape[0], gate_up.shape[1] // 2
-    out = torch.empty(rows, inner, dtype=gate_up.dtype)
-    _loaded("silu_mul")(gate_up.data_ptr(), out.data_ptr(), rows, inner, int(gate_up.dtype == torch.bfloat16))
-    return out
+    return silu_mul_unchecked(_loaded("silu_mul"), gate_up, int(gate_up.dtype == torch.bfloat16))
 
 
 Q8_GROUP = 32
