@@ -180,8 +180,9 @@ def run(args) -> list[Section]:
     prof = Profiler(args.batch, args.model, args.dtype, args.weights)
     from labkit.model import linear_forms
     if args.weights == "q4_1":
-        env.rows.append(["weights", "q4_1: the GGUF's Q4_1 codes through PyTorch's int4 kernel (bf16 activations), "
-                                    "the LM head on its Q8_0 codes (native.q8_rows)"])
+        env.rows.append(["weights", "q4_1: the GGUF's Q4_1 codes (bf16 activations inside the products: PyTorch's int4 "
+                                    "kernel op by op, labkit's with its bits inside the whole-layer call), the LM head "
+                                    "on its Q8_0 codes in fp32 (native.q8_rows)"])
     if args.dtype == "float32":
         env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
     else:
