@@ -95,11 +95,11 @@ def _why(tpot: Verdict | None, ttft: Verdict | None) -> list[str]:
               "of the fp32 bytes, so decoding gets faster"),
         same=unexpected, greater=unexpected)]
     out.append(ttft.sentence(
-        greater=("预填充一步处理几百行，是计算密集的：PyTorch 的 int4 CPU 内核每行都要解包 4 位码，算得比 fp32 矩阵乘慢，"
+        greater=("预填充一步处理几百行，是计算密集的：int4 CPU 内核（PyTorch 的，或 labkit 与它逐位相同的 C 内核）每行都要解包 4 位码，算得比 fp32 矩阵乘慢，"
                  "省下的读取换不回来，所以首 token 反而更慢",
-                 "A prefill step handles hundreds of rows and is compute-bound: PyTorch's int4 CPU kernel unpacks "
-                 "codes for every row and computes slower than the fp32 matmul, so the saved reads do not pay and "
-                 "the first token comes later"),
+                 "A prefill step handles hundreds of rows and is compute-bound: the int4 CPU kernel (PyTorch's, or "
+                 "labkit's C kernel with its bits) unpacks codes for every row and computes slower than the fp32 "
+                 "matmul, so the saved reads do not pay and the first token comes later"),
         same=("预填充是计算密集的，少读字节帮不上忙：首 token 时间与基线持平",
               "Prefill is compute-bound, so fewer bytes do not help it: the first token takes as long as the baseline's"),
         less=("这次预填充也变快了：对计算密集的预填充来说少见，看它是否比解码的收益小",
