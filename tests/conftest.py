@@ -32,6 +32,20 @@ def pytest_configure(config):
     torch.manual_seed(0)
 
 
+# The longest files first. Under `--dist loadfile` (make test) pytest-xdist hands whole files to the
+# workers in collection order, so a long file collected late keeps one worker busy at the end while the
+# other idles: the notebooks (about 4.5 minutes together), the transformers-serve runs (3), the browser
+# files. Longest first is the classic fix for such a schedule; the other files keep their order.
+LONG_FIRST = ("test_notebooks.py", "test_bench_transformers_serve.py", "test_browser.py", "test_scheduler_random.py",
+              "test_spec_engine.py", "test_batch_invariance.py", "test_browser_kinds.py", "test_bench_smoke.py",
+              "test_loader.py", "test_browser_lab02.py", "test_browser_progress.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))      # stable: files stay whole, in order
+
+
 @pytest.fixture(scope="session")
 def llm():
     from labkit import LLM

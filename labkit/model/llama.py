@@ -183,26 +183,25 @@ def _native_int4_exact() -> bool:
 
 
 def _probe_int4() -> bool:
-    if not (native.available() and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")):
+    ops = torch.ops.aten
+    if not (native.available() and hasattr(ops, "_weight_int4pack_mm_for_cpu")
+            and hasattr(ops, "_convert_weight_to_int4pack_for_cpu")):
         return False
-    from labkit.model.quant import Int4Linear
-
     g = torch.Generator().manual_seed(37)
     with torch.inference_mode():
         for n, k in ((128, 64), (192, 96)):
-            codes = torch.randint(0, 16, (n, k), generator=g)
-            scale = torch.rand(n, k // 32, generator=g) * 10.0 ** torch.randint(-4, 1, (n, k // 32), generator=g)
-            lin = Int4Linear.from_codes(codes, scale, -torch.rand(n, k // 32, generator=g) * 8 * scale)
-            if lin.dense is not None:
-                return False
+            # codes, scales and zero points as quant.Int4Linear packs them (zero = minimum + 8 scale)
+            packed = ops._convert_weight_to_int4pack_for_cpu(torch.randint(0, 16, (n, k), generator=g, dtype=torch.int32), 1)
+            scale = torch.rand(k // 32, n, generator=g) * 10.0 ** torch.randint(-4, 1, (k // 32, n), generator=g)
+            zero = scale * (8 - 8 * torch.rand(k // 32, n, generator=g))
+            scales_zeros = torch.stack([scale, zero], dim=-1).to(torch.bfloat16).contiguous()
             for rows in (1, 2, 3, 5):
                 x = (torch.randn(rows, k, generator=g) * 4).to(torch.bfloat16)
                 try:
-                    mine = native.int4_rows(x, lin.packed, lin.scales_zeros, lin.group_size)
+                    mine = native.int4_rows(x, packed, scales_zeros, 32)
                 except (RuntimeError, ValueError):
                     return False
-                if not torch.equal(mine, torch.ops.aten._weight_int4pack_mm_for_cpu(x, lin.packed, lin.group_size,
-                                                                                     lin.scales_zeros)):
+                if not torch.equal(mine, ops._weight_int4pack_mm_for_cpu(x, packed, 32, scales_zeros)):
                     return False
     return True
 
