@@ -444,6 +444,7 @@ scales = torch.rand(100, 18, generator=g).half().float()
 dense = (codes.float().reshape(100, 18, 32) * scales[..., None]).reshape(100, 576)
 a = torch.randn(3, 576, generator=g)
 assert torch.equal(native.q8_rows(a, codes, scales), native.linear_rows(a, dense))
+assert native.int4_block() == 32 and llama._native_int4_exact()      # PyTorch's AVX2 int4 form, bit for bit
 print("avx2 ok")
 """
 
@@ -451,9 +452,10 @@ print("avx2 ok")
 @pytest.mark.skipif(native.compiler() is None or platform.machine() not in ("x86_64", "AMD64"),
                     reason="needs a C compiler on x86-64")
 def test_the_kernels_build_and_give_pytorchs_bits_for_an_avx2_cpu(tmp_path):
-    """The AVX2 code paths (8-lane vectors, the 8-lane exp), built with -march=x86-64-v3 and checked
-    against PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2): an AVX-512 machine runs both. A missing
-    header there once failed the whole build on AVX2 CPUs, leaving them without any C kernel."""
+    """The AVX2 code paths (8-lane vectors, the 8-lane exp, PyTorch's AVX2 int4 form), built with
+    -march=x86-64-v3 and checked against PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2): an AVX-512
+    machine runs both. A missing header there once failed the whole build on AVX2 CPUs, leaving them
+    without any C kernel."""
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("this CPU has no AVX2")
     env = {**os.environ, native.MARCH_ENV: "x86-64-v3", "ATEN_CPU_CAPABILITY": "avx2", "LABKIT_CACHE": str(tmp_path)}

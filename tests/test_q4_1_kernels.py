@@ -153,8 +153,10 @@ def test_int4_rows_names_what_is_wrong_with_its_input():
     x = torch.randn(2, 64).to(torch.bfloat16)
     with pytest.raises(ValueError, match="int4_rows.*bf16 x"):
         native.int4_rows(x.float(), lin.packed, lin.scales_zeros, 32)
-    with pytest.raises(ValueError, match="multiple of 64"):
-        native.int4_rows(x, lin.packed[:96], lin.scales_zeros[:, :96], 32)
+    with pytest.raises(ValueError, match=f"multiple of {native.int4_block()}"):
+        native.int4_rows(x, lin.packed[:80], lin.scales_zeros[:, :80], 32)
+    with pytest.raises(ValueError, match="block must be"):
+        native.int4_rows(x, lin.packed, lin.scales_zeros, 32, block=48)
     with pytest.raises(ValueError, match="group_size"):
         native.int4_rows(x, lin.packed, lin.scales_zeros, 48)
 

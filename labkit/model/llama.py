@@ -173,9 +173,9 @@ _int4_exact: dict[int, bool] = {}
 
 
 def _native_int4_exact() -> bool:
-    """Whether ``native.int4_rows`` gives ``_weight_int4pack_mm_for_cpu``'s bits on this machine (checked
-    once per thread count on random codes, scales and rows, 1 to 5 rows; PyTorch's AVX2 form packs and
-    rounds otherwise, so there it is False and the q4_1 layers run op by op)."""
+    """Whether ``native.int4_rows`` gives ``_weight_int4pack_mm_for_cpu``'s bits on this machine, in
+    PyTorch's form for its CPU capability (checked once per thread count on random codes, scales and
+    rows, 1 to 5 rows). Where it is False (another form, no C kernel) the q4_1 layers run op by op."""
     threads = torch.get_num_threads()
     if threads not in _int4_exact:
         _int4_exact[threads] = _probe_int4()
@@ -184,7 +184,7 @@ def _native_int4_exact() -> bool:
 
 def _probe_int4() -> bool:
     ops = torch.ops.aten
-    if not (native.available() and hasattr(ops, "_weight_int4pack_mm_for_cpu")
+    if not (native.available() and native.int4_block() and hasattr(ops, "_weight_int4pack_mm_for_cpu")
             and hasattr(ops, "_convert_weight_to_int4pack_for_cpu")):
         return False
     g = torch.Generator().manual_seed(37)
@@ -208,8 +208,8 @@ def _probe_int4() -> bool:
 
 def _int4_layer_weight(w) -> bool:
     """Whether w is a ``quant.Int4Linear`` that `SmallOps.decode_layer` can take: packed codes (output rows
-    a multiple of 64), bf16 inside, fp32 out."""
-    return (getattr(w, "dense", True) is None and w.out_features % native.INT4_BLOCK == 0
+    a multiple of PyTorch's block here), bf16 inside, fp32 out."""
+    return (getattr(w, "dense", True) is None and w.out_features % (native.int4_block() or 1 << 30) == 0
             and w.dtype == torch.bfloat16 and w.out_dtype == torch.float32)
 
 
@@ -280,7 +280,8 @@ class SmallOps:
                 x.data_ptr(), out.data_ptr(), layer.input_layernorm.data_ptr(), qkv.packed.data_ptr(),
                 qkv.scales_zeros.data_ptr(), o.packed.data_ptr(), o.scales_zeros.data_ptr(),
                 layer.post_attention_layernorm.data_ptr(), gate_up.packed.data_ptr(), gate_up.scales_zeros.data_ptr(),
-                down.packed.data_ptr(), down.scales_zeros.data_ptr(), qkv.group_size, rotary.cos.data_ptr(),
+                down.packed.data_ptr(), down.scales_zeros.data_ptr(), qkv.group_size, native.int4_block(),
+                rotary.cos.data_ptr(),
                 rotary.signed_sin.data_ptr(), positions.data_ptr(), *shape, gate_up.out_features // 2, layer.eps,
                 self.lanes, layer.head_dim ** -0.5)
         else:

@@ -155,11 +155,11 @@ def _load() -> dict:
     fn.restype = ctypes.c_int
     kernels["decode_layer"] = fn
     fn = lib.labkit_int4_rows
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5
     fn.restype = ctypes.c_int
     kernels["int4_rows"] = fn
     fn = lib.labkit_decode_layer_q4
-    fn.argtypes = ([ctypes.c_void_p] * 12 + [ctypes.c_int64] + [ctypes.c_void_p] * 7 + [ctypes.c_int64]
+    fn.argtypes = ([ctypes.c_void_p] * 12 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 7 + [ctypes.c_int64]
                    + [ctypes.c_void_p] + [ctypes.c_int64] * 6 + [ctypes.c_float, ctypes.c_int64, ctypes.c_float])
     fn.restype = ctypes.c_int
     kernels["decode_layer_q4"] = fn
@@ -445,28 +445,41 @@ def q8_rows(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor) -> torch
     return y
 
 
-INT4_BLOCK = 64
+# PyTorch's int4 CPU kernel packs output rows in blocks of 64 where its CPU capability is AVX512 and of 32
+# where it is AVX2 (with other arithmetic too: csrc/int4_rows.c); its other forms are not written here.
+_INT4_BLOCKS = {"AVX512": 64, "AVX2": 32}
 
 
-def int4_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group_size: int) -> torch.Tensor:
+def int4_block() -> int | None:
+    """The block of PyTorch's int4 form on this machine (64 or 32), or None where labkit has no such form."""
+    return _INT4_BLOCKS.get(torch.backends.cpu.get_cpu_capability())
+
+
+def int4_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group_size: int,
+              block: int | None = None) -> torch.Tensor:
     """``torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_zeros)`` for bf16 x [T, K]
-    and a weight packed by PyTorch on an AVX-512 CPU (N a multiple of 64), with that kernel's bits
-    (``csrc/int4_rows.c``; ``llama._native_int4_exact`` checks them on this machine before the engine
-    uses it) -> bf16 [T, N]. Row-invariant."""
+    and a weight PyTorch packed in its form for ``block`` (default: `int4_block`; N a multiple of it), with
+    that kernel's bits (``csrc/int4_rows.c``; ``llama._native_int4_exact`` checks them on this machine
+    before the engine uses it) -> bf16 [T, N]. Row-invariant."""
     fn = _loaded("int4_rows")
+    block = int4_block() if block is None else block
     T, K = x.shape if x.dim() == 2 else (0, 0)
     N = scales_zeros.shape[1] if scales_zeros.dim() == 3 else 0
+    if block not in _INT4_BLOCKS.values():
+        raise ValueError(f"int4_rows: block must be one of {sorted(_INT4_BLOCKS.values())} (PyTorch's int4 forms), "
+                         f"got {block} (this CPU's PyTorch capability: {torch.backends.cpu.get_cpu_capability()})")
     if (x.dtype != torch.bfloat16 or scales_zeros.dtype != torch.bfloat16 or packed.dtype != torch.uint8
-            or not (x.is_cpu and packed.is_cpu and scales_zeros.is_cpu) or x.dim() != 2 or N % INT4_BLOCK or not N
+            or not (x.is_cpu and packed.is_cpu and scales_zeros.is_cpu) or x.dim() != 2 or N % block or not N
             or group_size < 1 or K % group_size or scales_zeros.shape != (K // group_size, N, 2)
             or packed.numel() != N * K // 2):
         raise ValueError(f"int4_rows takes bf16 x [T, K], uint8 packed codes [N, K / 2] and bf16 scales_zeros "
-                         f"[K / group_size, N, 2] on the CPU, N a multiple of {INT4_BLOCK}; got x {x.dtype} "
+                         f"[K / group_size, N, 2] on the CPU, N a multiple of {block}; got x {x.dtype} "
                          f"{tuple(x.shape)}, packed {packed.dtype} {tuple(packed.shape)}, scales_zeros "
                          f"{scales_zeros.dtype} {tuple(scales_zeros.shape)}, group_size {group_size}")
     x, packed, scales_zeros = x.contiguous(), packed.contiguous(), scales_zeros.contiguous()
     y = torch.empty(T, N, dtype=torch.bfloat16)
-    failed = fn(x.data_ptr(), packed.data_ptr(), scales_zeros.data_ptr(), y.data_ptr(), T, N, K, group_size)
+    failed = fn(x.data_ptr(), packed.data_ptr(), scales_zeros.data_ptr(), y.data_ptr(), T, N, K, group_size, block)
     if failed:
-        raise RuntimeError("int4_rows: " + ("no scratch memory" if failed == 1 else "this build has no AVX-512"))
+        raise RuntimeError("int4_rows: " + ("no scratch memory" if failed == 1 else
+                                            f"this build has no form for block {block}"))
     return y

@@ -8,7 +8,8 @@ PyTorch's int4 CPU kernel (``quant.Int4Linear``): a decode step reads ~0.6 bytes
 instead of 4. (On a GPU ``Int4Linear`` holds the kernel's dequantised values as a bf16 matrix: the
 same numbers, without the byte savings.) A decode step runs each layer as one C call
 (``llama.SmallOps.decode_layer``), whose int4 product (``native.int4_rows``) gives PyTorch's kernel's
-bits; labkit checks that on the machine first and otherwise runs the layers op by op.
+bits in its AVX512 or AVX2 form; labkit checks that on the machine first and otherwise runs the layers
+op by op.
 
 It is an approximation of the fp32 reference, not a copy of it. The codes are exact; what rounds:
 

@@ -39,7 +39,7 @@ int labkit_decode_attention_f32(const float *q, const float *k, const float *v, 
                                 int64_t slot_stride, const int64_t *lens, float *out, int64_t R, int64_t H,
                                 int64_t Hkv, int64_t D, float scale);
 int labkit_int4_rows(const bf16 *x, const uint8_t *packed, const bf16 *scales_zeros, bf16 *y, int64_t T, int64_t N,
-                     int64_t K, int64_t G);
+                     int64_t K, int64_t G, int64_t block);
 int labkit_decode_attention_bf16(const float *q, const bf16 *k, const bf16 *v, const int64_t *slots,
                                  int64_t slot_stride, const int64_t *lens, float *out, int64_t R, int64_t H,
                                  int64_t Hkv, int64_t D, float scale);
@@ -48,7 +48,7 @@ int labkit_decode_attention_bf16(const float *q, const bf16 *k, const bf16 *v, c
  * zero points sz, groups of G) on an fp32 stream through bf16 scratch rows xb and yb. */
 struct products {
     const void *w[4], *sz[4];
-    int64_t group;
+    int64_t group, block;
     int int4;
     bf16 *xb, *yb;
 };
@@ -59,7 +59,7 @@ static int product(const struct products *p, int i, const void *x, void *y, int6
         float *yf = y;
         for (int64_t e = 0; e < T * K; e++)
             p->xb[e] = narrow(xf[e]);
-        if (labkit_int4_rows(p->xb, p->w[i], p->sz[i], p->yb, T, N, K, p->group))
+        if (labkit_int4_rows(p->xb, p->w[i], p->sz[i], p->yb, T, N, K, p->group, p->block))
             return 1;
         for (int64_t e = 0; e < T * N; e++)
             yf[e] = widen(p->yb[e]);
@@ -170,21 +170,21 @@ int labkit_decode_layer(const void *x, void *out, const void *ln1, const void *w
     if (bf)
         return 2;               /* no bf16 product in this build: Python never asks */
 #endif
-    struct products w = {{w_qkv, w_o, w_gate_up, w_down}, {0, 0, 0, 0}, 0, 0, 0, 0};
+    struct products w = {{w_qkv, w_o, w_gate_up, w_down}, {0, 0, 0, 0}, 0, 0, 0, 0, 0};
     return layer(x, out, ln1, &w, ln2, cos, sin, positions, new_slots, k_pool, v_pool, context_slots, slot_stride,
                  lens, R, h, H, Hkv, D, I, eps, lanes, scale, bf);
 }
 
 /* The fp32 layer with 4-bit products: packed codes p_* and scales and zero points sz_* (groups of G) as
- * `quant.Int4Linear` holds them. */
+ * `quant.Int4Linear` holds them, in PyTorch's form for `block` (int4_rows.c). */
 int labkit_decode_layer_q4(const float *x, float *out, const float *ln1, const void *p_qkv, const void *sz_qkv,
                            const void *p_o, const void *sz_o, const float *ln2, const void *p_gate_up,
-                           const void *sz_gate_up, const void *p_down, const void *sz_down, int64_t G,
+                           const void *sz_gate_up, const void *p_down, const void *sz_down, int64_t G, int64_t block,
                            const float *cos, const float *sin, const int64_t *positions, const int64_t *new_slots,
                            float *k_pool, float *v_pool, const int64_t *context_slots, int64_t slot_stride,
                            const int64_t *lens, int64_t R, int64_t h, int64_t H, int64_t Hkv, int64_t D, int64_t I,
                            float eps, int64_t lanes, float scale) {
-    struct products w = {{p_qkv, p_o, p_gate_up, p_down}, {sz_qkv, sz_o, sz_gate_up, sz_down}, G, 1, 0, 0};
+    struct products w = {{p_qkv, p_o, p_gate_up, p_down}, {sz_qkv, sz_o, sz_gate_up, sz_down}, G, block, 1, 0, 0};
     return layer(x, out, ln1, &w, ln2, cos, sin, positions, new_slots, k_pool, v_pool, context_slots, slot_stride,
                  lens, R, h, H, Hkv, D, I, eps, lanes, scale, 0);
 }

@@ -1,27 +1,35 @@
 /* y = x · wᵀ for a few bf16 rows x [T, K] and a 4-bit weight w [N, K] in PyTorch's packed CPU layout,
- * with the bits of PyTorch's `_weight_int4pack_mm_for_cpu` on AVX-512 CPUs: the q4_1 model's layer
- * products, so that a q4_1 decode layer can run as one C call (decode_layer.c) instead of four PyTorch
- * calls and eight dtype conversions between the C ops.
+ * with the bits of PyTorch's `_weight_int4pack_mm_for_cpu`: the q4_1 model's layer products, so that a
+ * q4_1 decode layer can run as one C call (decode_layer.c) instead of four PyTorch calls and eight dtype
+ * conversions between the C ops.
  *
- * The layout (what `_convert_weight_to_int4pack_for_cpu` writes where PyTorch's CPU capability is AVX512):
- * output rows in blocks of 64; block b holds, for each k, 32 bytes: byte d (d < 16) has row 64b + d in its
- * low nibble and row 64b + 32 + d in its high one, byte 16 + d rows 64b + 16 + d and 64b + 48 + d.
- * scales_zeros [K / G, N, 2] bf16: the scale and zero point of each group of G along k.
+ * PyTorch packs and computes in one of two forms, by its CPU capability when the weight was packed and
+ * multiplied; `block` says which (Python passes the one for torch's capability):
  *
- * The arithmetic, per output (t, n), k in order from 0 to K - 1, g = k / G (all fp32, each step one
- * rounding, i.e. fused multiply-adds):
+ * block 64 (AVX512): output rows in blocks of 64; block b holds, for each k, 32 bytes: byte d (d < 16)
+ *   has row 64b + d in its low nibble and row 64b + 32 + d in its high one, byte 16 + d rows 64b + 16 + d
+ *   and 64b + 48 + d. Per output (t, n), k in order from 0 to K - 1, g = k / G:
  *
- *   w = fma(code - 8, scale[g][n], zero[g][n])       code in 0..15, so code - 8 in -8..7 (exact)
- *   c = fma(x[t][k], w, c)                            c starts at 0
- *   y[t][n] = c rounded to bf16 (to nearest, ties to even)
+ *     w = fma(code - 8, scale[g][n], zero[g][n])     code in 0..15, so code - 8 in -8..7 (exact)
+ *     c = fma(x[t][k], w, c)                          c starts at 0
  *
- * One sequential sum per output whatever T is, so a row gets the same bits alone or among others.
- * Python checks this kernel against PyTorch's on this machine before it uses it (`SmallOps`): PyTorch's
- * AVX2 form rounds a shifted zero point first and packs in blocks of 32, so there it is not offered.
+ * block 32 (AVX2): blocks of 32 rows, 16 bytes a k: byte d has row 32b + d (low nibble) and 32b + 16 + d
+ *   (high). The zero point is shifted first, one rounding of its own:
+ *
+ *     z = fma(scale[g][n], -8, zero[g][n]);  w = fma(code, scale[g][n], z);  c = fma(x[t][k], w, c)
+ *
+ * Both: scales_zeros [K / G, N, 2] bf16 (the scale and zero point of each group of G along k), widened
+ * exactly; y[t][n] = c rounded to bf16 (to nearest, ties to even). One sequential sum per output whatever
+ * T is, so a row gets the same bits alone or among others. Python checks this kernel against PyTorch's on
+ * the machine before it uses it (`llama._native_int4_exact`).
  */
 #include "simd.h"
 
 #include <stdlib.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>      /* simd.h includes it only with AVX-512 */
+#endif
 
 #if defined(__AVX512F__)
 #define PREFETCH_K 64       /* codes asked for this many k ahead (2 KiB) */
@@ -79,30 +87,98 @@ static inline __attribute__((always_inline)) void int4_block(const float *x, con
 }
 #endif
 
-/* x [T, K] bf16, packed [N / 64, K, 32], scales_zeros [K / G, N, 2] bf16, y [T, N] bf16; N a multiple
- * of 64, K of G. Returns 0; 1 where scratch memory could not be had, 2 where this build has no AVX-512
- * (Python never asks then). */
+#if defined(__AVX2__) && defined(__FMA__)
+/* The 8 scales and 8 shifted zero points of one group for rows 8j..8j+7 of a 32-row block. */
+static inline void scales_zeros_of8(const bf16 *sz, __m256 *scale, __m256 *zero) {
+    const __m256i pairs = _mm256_loadu_si256((const __m256i *)sz);                  /* s0 z0 s1 z1 ... s7 z7 */
+    const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(pairs)), 16));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(pairs, 1)), 16));
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256 a = _mm256_permutevar8x32_ps(lo, split), b = _mm256_permutevar8x32_ps(hi, split);
+    *scale = _mm256_permute2f128_ps(a, b, 0x20);                                     /* s0..s3 | s4..s7 */
+    *zero = _mm256_fmadd_ps(*scale, _mm256_set1_ps(-8.0f), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+/* R rows of x (widened to fp32, from row t) against 32-row block b, in PyTorch's AVX2 form. */
+static inline __attribute__((always_inline)) void int4_block32(const float *x, const uint8_t *packed,
+                                                               const bf16 *sz, bf16 *y, int64_t t, int64_t b,
+                                                               int64_t N, int64_t K, int64_t G, const int R) {
+    const __m256i low = _mm256_set1_epi32(15);
+    const uint8_t *codes = packed + b * K * 16;
+    __m256 acc[4][4], scale[4] = {0}, zero[4] = {0};    /* set at k = 0, a group start */
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        if (k % G == 0)
+            for (int j = 0; j < 4; j++)
+                scales_zeros_of8(sz + ((k / G) * N + b * 32 + 8 * j) * 2, &scale[j], &zero[j]);
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)(codes + k * 16));
+        const __m256i first = _mm256_cvtepu8_epi32(bytes);                              /* rows 0-7 | 16-23 */
+        const __m256i second = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));  /* rows 8-15 | 24-31 */
+        __m256 w[4];
+        w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(first, low)), scale[0], zero[0]);
+        w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(second, low)), scale[1], zero[1]);
+        w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(first, 4)), scale[2], zero[2]);
+        w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(second, 4)), scale[3], zero[3]);
+        for (int i = 0; i < R; i++) {
+            const __m256 a = _mm256_set1_ps(x[(t + i) * K + k]);
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = _mm256_fmadd_ps(a, w[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++) {
+            float f[8];
+            _mm256_storeu_ps(f, acc[i][j]);
+            bf16 *out = y + (t + i) * N + b * 32 + 8 * j;
+            for (int l = 0; l < 8; l++)
+                out[l] = narrow(f[l]);
+        }
+}
+#endif
+
+/* x [T, K] bf16, packed [N / block, K, block / 2], scales_zeros [K / G, N, 2] bf16, y [T, N] bf16; N a
+ * multiple of block (64 or 32: PyTorch's AVX512 or AVX2 form), K of G. Returns 0; 1 where scratch memory
+ * could not be had; 2 where this build lacks the form (Python never asks then). */
 int labkit_int4_rows(const bf16 *x, const uint8_t *packed, const bf16 *scales_zeros, bf16 *y, int64_t T, int64_t N,
-                     int64_t K, int64_t G) {
+                     int64_t K, int64_t G, int64_t block) {
+    int built = 0;
 #if defined(__AVX512F__)
+    built |= block == 64;
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    built |= block == 32;
+#endif
+    if (!built)
+        return 2;
     float *xf = malloc((size_t)(T * K) * sizeof(float));      /* x widened once, not once per block */
     if (!xf)
         return 1;
     for (int64_t i = 0; i < T * K; i++)
         xf[i] = widen(x[i]);
-    for (int64_t b = 0; b < N / 64; b++) {
+    for (int64_t b = 0; b < N / block; b++) {
         int64_t t = 0;
+#if defined(__AVX512F__)
+        if (block == 64) {
+            for (; t + 4 <= T; t += 4)
+                int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 4);
+            for (; t + 2 <= T; t += 2)
+                int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 2);
+            if (t < T)
+                int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 1);
+            continue;
+        }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
         for (; t + 4 <= T; t += 4)
-            int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 4);
+            int4_block32(xf, packed, scales_zeros, y, t, b, N, K, G, 4);
         for (; t + 2 <= T; t += 2)
-            int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 2);
+            int4_block32(xf, packed, scales_zeros, y, t, b, N, K, G, 2);
         if (t < T)
-            int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 1);
+            int4_block32(xf, packed, scales_zeros, y, t, b, N, K, G, 1);
+#endif
     }
     free(xf);
     return 0;
-#else
-    (void)x, (void)packed, (void)scales_zeros, (void)y, (void)T, (void)N, (void)K, (void)G;
-    return 2;
-#endif
 }

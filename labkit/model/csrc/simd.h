@@ -112,6 +112,18 @@ static inline vec load_widen(const bf16 *p) {
     return LOAD(f);
 }
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+/* LANES int8 values as fp32 (exact): the compiler's generic conversion below took 18 ms for the q4_1 LM
+ * head where this takes about 2. */
+static inline vec load_i8(const int8_t *p) {
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+    vec v;
+    memcpy(&v, &f, sizeof v);
+    return v;
+}
+#else
 typedef int8_t i8vec __attribute__((vector_size(LANES)));
 
 static inline vec load_i8(const int8_t *p) {
@@ -119,6 +131,7 @@ static inline vec load_i8(const int8_t *p) {
     memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, vec);
 }
+#endif
 #define MUL(a, b) ((a) * (b))
 #endif
 
