@@ -50,7 +50,7 @@ def test_choose_takes_the_fastest_exact_form_and_never_an_inexact_one():
 
 def test_the_probe_keeps_padded_f_linear_unless_the_kernel_wins_clearly_one_form_for_every_row_count(fresh, monkeypatch):
     def fake(fast):
-        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS, forms=None):
+        def time_forms(sample, rows, names, rounds=lf.PROBE_ROUNDS, forms=None, dtype=None):
             return {n: (1.0 if (n == lf.NATIVE) == fast else 2.0) for n in names}
         return time_forms
 
@@ -193,19 +193,24 @@ def test_without_an_invariant_form_the_probe_warns_and_keeps_f_linear(fresh, mon
 
 def test_a_choice_timed_while_busy_is_timed_again_once_the_machine_is_quiet(fresh, monkeypatch):
     # (A bf16 choice timed beside a CI run once picked PyTorch's form and kept it for good.)
-    timed = []
+    timed, chosen = [], []
 
-    def time_it(value):
-        return lambda: timed.append(value) or value
+    def walk(crossover):
+        """time_walks for _set_walk whose timings make the sequential walk win up to ``crossover`` rows."""
+        return lambda: timed.append(crossover) or {rows: {"tiles": 2.0, "sequential": 1.0 if rows <= crossover else 3.0}
+                                                   for rows in lf.WALK_ROWS}
 
     monkeypatch.setattr(lf, "_busy", lambda: True)
-    assert lf._cached_rows("walk", time_it(2)) == 2 and timed == [2]
-    assert lf._cached_rows("walk", time_it(5)) == 2 and timed == [2]        # still busy: the choice stands
+    lf._set_walk("walk", chosen.append, walk(2))
+    lf._set_walk("walk", chosen.append, walk(4))          # still busy: the choice stands
+    assert timed == [2] and chosen == [2, 2]
     monkeypatch.setattr(lf, "_busy", lambda: False)
-    assert lf._cached_rows("walk", time_it(4)) == 4 and timed == [2, 4]     # quiet: timed again, and kept
-    assert lf._cached_rows("walk", time_it(7)) == 4 and timed == [2, 4]
+    lf._set_walk("walk", chosen.append, walk(4))          # quiet: timed again, and kept
+    lf._set_walk("walk", chosen.append, walk(8))
+    assert timed == [2, 4] and chosen == [2, 2, 4, 4]
     data = json.loads(fresh.read_text())
-    assert data["walk"] == 4 and "walk" + lf.PROVISIONAL not in data
+    key = next(k for k in data if k.endswith("| walk"))
+    assert data[key] == 4 and key + lf.PROVISIONAL not in data
 
 
 def test_the_bf16_choice_is_retimed_after_a_busy_timing(fresh, monkeypatch):

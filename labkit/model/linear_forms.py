@@ -484,10 +484,7 @@ def _fill_walk(sweep: list[torch.Tensor]) -> None:
     streams memory, not the dtype."""
     if NATIVE not in candidates() or not sweep:
         return
-    with _lock:
-        key = f"{describe_cpu()} | {NATIVE} v{native.VERSION} | {WALK_KEY}"
-        rows = _cached_rows(key, lambda: sequential_up_to(_time_walks(sweep)))
-        native.set_sequential_rows(rows)
+    _set_walk(WALK_KEY, native.set_sequential_rows, lambda: _time_walks(sweep))
 
 
 Q8_WALK_KEY = "C kernel: Q8_0 sequential walk up to rows"
@@ -499,37 +496,29 @@ def prepare_q8(codes: torch.Tensor, scales: torch.Tensor) -> None:
     `linear_rows`. The walks give the same bits."""
     if not native.available():
         return
+    _set_walk(Q8_WALK_KEY, native.set_q8_sequential_rows, lambda: _time_q8_walks(codes, scales))
+
+
+def _set_walk(name: str, set_walk: Callable[[int], None], time_walks: Callable[[], dict]) -> None:
+    """Set a kernel's walk crossover (``set_walk``) from the disk cache, or from ``time_walks()`` stored
+    there (provisionally if the machine is busy). One choice per CPU: it is about how the CPU streams
+    memory, not the dtype."""
     with _lock:
-        key = f"{describe_cpu()} | {NATIVE} v{native.VERSION} | {Q8_WALK_KEY}"
-        rows = _cached_rows(key, lambda: sequential_up_to(_time_q8_walks(codes, scales)))
-        native.set_q8_sequential_rows(rows)
-
-
-def _cached_rows(key: str, time_it: Callable[[], int]) -> int:
-    """A walk's crossover from the disk cache, or ``time_it()`` stored there (provisionally if busy)."""
-    data = _read_cache()
-    rows = data.get(key)
-    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0 or not _usable(data, key):
-        busy = _busy()
-        rows = time_it()
+        key = f"{describe_cpu()} | {NATIVE} v{native.VERSION} | {name}"
         data = _read_cache()
-        _store(data, key, rows, busy)
-        _write_cache(data)
-    return rows
+        rows = data.get(key)
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0 or not _usable(data, key):
+            busy = _busy()
+            rows = sequential_up_to(time_walks())
+            data = _read_cache()
+            _store(data, key, rows, busy)
+            _write_cache(data)
+        set_walk(rows)
 
 
 def _time_q8_walks(codes: torch.Tensor, scales: torch.Tensor) -> dict[int, dict[str, float]]:
     """`_time_walks` for ``native.q8_rows`` over one Q8_0 weight."""
-    def walking(max_rows: int) -> Callable:
-        def fn(x, w):
-            native.set_q8_sequential_rows(max_rows)
-            return native.q8_rows(x, w, scales)
-        return fn
-    forms = {"tiles": walking(0), "sequential": walking(MAX_ROWS)}
-    try:
-        return {rows: time_forms([codes], rows, list(forms), forms=forms, dtype=torch.float32) for rows in WALK_ROWS}
-    finally:
-        native.set_q8_sequential_rows(0)
+    return _time_walks([codes], native.set_q8_sequential_rows, lambda x, w: native.q8_rows(x, w, scales), torch.float32)
 
 
 def sequential_up_to(times: dict[int, dict[str, float]], margin: float = MARGIN) -> int:
@@ -543,18 +532,20 @@ def sequential_up_to(times: dict[int, dict[str, float]], margin: float = MARGIN)
     return best
 
 
-def _time_walks(sweep: list[torch.Tensor]) -> dict[int, dict[str, float]]:
-    """{rows: {walk: seconds for one sweep through ``sweep``}} at WALK_ROWS, interleaved rounds."""
+def _time_walks(sweep: list[torch.Tensor], set_walk: Callable[[int], None] = native.set_sequential_rows,
+                product: Callable = native.linear_rows, dtype: torch.dtype | None = None) -> dict[int, dict[str, float]]:
+    """{rows: {walk: seconds for one sweep through ``sweep``}} at WALK_ROWS, interleaved rounds: ``product``
+    (default `linear_rows`) with its walk set by ``set_walk``, inputs in ``dtype`` (default the weights')."""
     def walking(max_rows: int) -> Callable:
         def fn(x, w):
-            native.set_sequential_rows(max_rows)
-            return native.linear_rows(x, w)
+            set_walk(max_rows)
+            return product(x, w)
         return fn
     forms = {"tiles": walking(0), "sequential": walking(MAX_ROWS)}
     try:
-        return {rows: time_forms(sweep, rows, list(forms), forms=forms) for rows in WALK_ROWS}
+        return {rows: time_forms(sweep, rows, list(forms), forms=forms, dtype=dtype) for rows in WALK_ROWS}
     finally:
-        native.set_sequential_rows(0)
+        set_walk(0)
 
 
 def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> str:

@@ -450,8 +450,10 @@ def q8_rows(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor) -> torch
 _INT4_BLOCKS = {"AVX512": 64, "AVX2": 32}
 
 
+@functools.cache
 def int4_block() -> int | None:
-    """The block of PyTorch's int4 form on this machine (64 or 32), or None where labkit has no such form."""
+    """The block of PyTorch's int4 form on this machine (64 or 32), or None where labkit has no such form
+    (PyTorch's capability is fixed for the process; asked at every q4_1 layer call)."""
     return _INT4_BLOCKS.get(torch.backends.cpu.get_cpu_capability())
 
 

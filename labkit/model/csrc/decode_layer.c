@@ -15,8 +15,8 @@
  *   out = out + (silu(n2 · Wgᵀ) * (n2 · Wuᵀ)) · Wdᵀ   labkit_linear_rows_*, labkit_silu_mul
  *
  * The q4_1 model (`labkit_decode_layer_q4`): the same fp32 layer, each product on 4-bit weights as
- * `quant.Int4Linear` computes it: the input rounded to bf16, labkit_int4_rows (PyTorch's int4 kernel's
- * bits), the bf16 output widened back to fp32.
+ * `quant.Int4Linear` computes it: the input rounded to bf16, PyTorch's int4 kernel's bits, the bf16
+ * output widened back to fp32 (labkit_int4_rows_f32).
  *
  * Returns 0, or 1 when scratch memory could not be had (nothing is written to out then; the K/V may be). */
 #include <stdlib.h>
@@ -38,33 +38,23 @@ void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float 
 int labkit_decode_attention_f32(const float *q, const float *k, const float *v, const int64_t *slots,
                                 int64_t slot_stride, const int64_t *lens, float *out, int64_t R, int64_t H,
                                 int64_t Hkv, int64_t D, float scale);
-int labkit_int4_rows(const bf16 *x, const uint8_t *packed, const bf16 *scales_zeros, bf16 *y, int64_t T, int64_t N,
-                     int64_t K, int64_t G, int64_t block);
+int labkit_int4_rows_f32(const float *x, const uint8_t *packed, const bf16 *scales_zeros, float *y, int64_t T,
+                         int64_t N, int64_t K, int64_t G, int64_t block);
 int labkit_decode_attention_bf16(const float *q, const bf16 *k, const bf16 *v, const int64_t *slots,
                                  int64_t slot_stride, const int64_t *lens, float *out, int64_t R, int64_t H,
                                  int64_t Hkv, int64_t D, float scale);
 
 /* The layer's four products: fp32 or bf16 weights (w), or 4-bit ones (packed codes w, bf16 scales and
- * zero points sz, groups of G) on an fp32 stream through bf16 scratch rows xb and yb. */
+ * zero points sz, groups of G, PyTorch's form for `block`) on an fp32 stream. */
 struct products {
     const void *w[4], *sz[4];
     int64_t group, block;
     int int4;
-    bf16 *xb, *yb;
 };
 
 static int product(const struct products *p, int i, const void *x, void *y, int64_t T, int64_t N, int64_t K, int bf) {
-    if (p->int4) {
-        const float *xf = x;
-        float *yf = y;
-        for (int64_t e = 0; e < T * K; e++)
-            p->xb[e] = narrow(xf[e]);
-        if (labkit_int4_rows(p->xb, p->w[i], p->sz[i], p->yb, T, N, K, p->group, p->block))
-            return 1;
-        for (int64_t e = 0; e < T * N; e++)
-            yf[e] = widen(p->yb[e]);
-        return 0;
-    }
+    if (p->int4)
+        return labkit_int4_rows_f32(x, p->w[i], p->sz[i], y, T, N, K, p->group, p->block) != 0;
 #if defined(__AVX512BF16__)
     if (bf) {
         labkit_linear_rows_bf16(x, p->w[i], y, T, N, K);
@@ -75,22 +65,17 @@ static int product(const struct products *p, int i, const void *x, void *y, int6
     return 0;
 }
 
-static int layer(const void *x, void *out, const void *ln1, struct products *w, const void *ln2, const float *cos,
+static int layer(const void *x, void *out, const void *ln1, const struct products *w, const void *ln2, const float *cos,
                  const float *sin, const int64_t *positions, const int64_t *new_slots, void *k_pool, void *v_pool,
                  const int64_t *context_slots, int64_t slot_stride, const int64_t *lens, int64_t R, int64_t h,
                  int64_t H, int64_t Hkv, int64_t D, int64_t I, float eps, int64_t lanes, float scale, int bf) {
     const int64_t size = bf ? 2 : 4, width = (H + 2 * Hkv) * D, qd = H * D;
-    /* one block of scratch: n1 | qkv | q | q fp32 | attention fp32 | attention | o | n2 | gate_up | m | down,
-     * then for 4-bit products a bf16 input row block and output row block */
+    /* one block of scratch: n1 | qkv | q | q fp32 | attention fp32 | attention | o | n2 | gate_up | m | down */
     const int64_t counts[] = {R * h, R * width, R * qd, 0, 0, R * qd, R * h, R * h, R * 2 * I, R * I, R * h};
     int64_t total = 0;
     for (int i = 0; i < 11; i++)
         total += counts[i] * size;
     total += 2 * R * qd * (int64_t)sizeof(float);
-    const int64_t in_max = h > qd ? (h > I ? h : I) : (qd > I ? qd : I);
-    const int64_t out_max = width > 2 * I ? (width > h ? width : h) : (2 * I > h ? 2 * I : h);
-    if (w->int4)
-        total += R * (in_max + out_max) * (int64_t)sizeof(bf16);
     char *block = malloc((size_t)total);
     if (!block)
         return 1;
@@ -105,9 +90,7 @@ static int layer(const void *x, void *out, const void *ln1, struct products *w, 
     void *n2 = p;            p += counts[7] * size;
     void *gu = p;            p += counts[8] * size;
     void *m = p;             p += counts[9] * size;
-    void *dn = p;            p += counts[10] * size;
-    w->xb = (bf16 *)p;
-    w->yb = w->xb + R * in_max;
+    void *dn = p;
 
     labkit_rms_norm(x, ln1, n1, R, h, eps, lanes, bf);
     int failed = product(w, 0, n1, qkv, R, width, h, bf);
@@ -170,7 +153,7 @@ int labkit_decode_layer(const void *x, void *out, const void *ln1, const void *w
     if (bf)
         return 2;               /* no bf16 product in this build: Python never asks */
 #endif
-    struct products w = {{w_qkv, w_o, w_gate_up, w_down}, {0, 0, 0, 0}, 0, 0, 0, 0, 0};
+    const struct products w = {{w_qkv, w_o, w_gate_up, w_down}, {0, 0, 0, 0}, 0, 0, 0};
     return layer(x, out, ln1, &w, ln2, cos, sin, positions, new_slots, k_pool, v_pool, context_slots, slot_stride,
                  lens, R, h, H, Hkv, D, I, eps, lanes, scale, bf);
 }
@@ -184,7 +167,7 @@ int labkit_decode_layer_q4(const float *x, float *out, const float *ln1, const v
                            float *k_pool, float *v_pool, const int64_t *context_slots, int64_t slot_stride,
                            const int64_t *lens, int64_t R, int64_t h, int64_t H, int64_t Hkv, int64_t D, int64_t I,
                            float eps, int64_t lanes, float scale) {
-    struct products w = {{p_qkv, p_o, p_gate_up, p_down}, {sz_qkv, sz_o, sz_gate_up, sz_down}, G, block, 1, 0, 0};
+    const struct products w = {{p_qkv, p_o, p_gate_up, p_down}, {sz_qkv, sz_o, sz_gate_up, sz_down}, G, block, 1};
     return layer(x, out, ln1, &w, ln2, cos, sin, positions, new_slots, k_pool, v_pool, context_slots, slot_stride,
                  lens, R, h, H, Hkv, D, I, eps, lanes, scale, 0);
 }

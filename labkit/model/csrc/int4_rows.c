@@ -31,6 +31,17 @@
 #include <immintrin.h>      /* simd.h includes it only with AVX-512 */
 #endif
 
+/* n finished sums from output index `at` on: rounded to bf16 into yb, or (yb null) rounded and widened
+ * back into yf, as `Int4Linear` returns the kernel's bf16 product on an fp32 stream. */
+static inline void store(const float *f, int n, bf16 *yb, float *yf, int64_t at) {
+    for (int l = 0; l < n; l++) {
+        if (yb)
+            yb[at + l] = narrow(f[l]);
+        else
+            yf[at + l] = widen(narrow(f[l]));
+    }
+}
+
 #if defined(__AVX512F__)
 #define PREFETCH_K 64       /* codes asked for this many k ahead (2 KiB) */
 
@@ -48,8 +59,8 @@ static inline void scales_zeros_of(const bf16 *sz, __m512 *scale, __m512 *zero) 
 
 /* R rows of x (widened to fp32, from row t) against output block b (64 rows of w). */
 static inline __attribute__((always_inline)) void int4_block(const float *x, const uint8_t *packed, const bf16 *sz,
-                                                             bf16 *y, int64_t t, int64_t b, int64_t N, int64_t K,
-                                                             int64_t G, const int R) {
+                                                             bf16 *yb, float *yf, int64_t t, int64_t b, int64_t N,
+                                                             int64_t K, int64_t G, const int R) {
     const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     const uint8_t *codes = packed + b * K * 32;
     __m512 acc[4][4], scale[4] = {0}, zero[4] = {0};     /* set at k = 0, a group start */
@@ -80,9 +91,7 @@ static inline __attribute__((always_inline)) void int4_block(const float *x, con
         for (int j = 0; j < 4; j++) {
             float f[16];
             _mm512_storeu_ps(f, acc[i][j]);
-            bf16 *out = y + (t + i) * N + b * 64 + 16 * j;
-            for (int l = 0; l < 16; l++)
-                out[l] = narrow(f[l]);
+            store(f, 16, yb, yf, (t + i) * N + b * 64 + 16 * j);
         }
 }
 #endif
@@ -101,8 +110,9 @@ static inline void scales_zeros_of8(const bf16 *sz, __m256 *scale, __m256 *zero)
 
 /* R rows of x (widened to fp32, from row t) against 32-row block b, in PyTorch's AVX2 form. */
 static inline __attribute__((always_inline)) void int4_block32(const float *x, const uint8_t *packed,
-                                                               const bf16 *sz, bf16 *y, int64_t t, int64_t b,
-                                                               int64_t N, int64_t K, int64_t G, const int R) {
+                                                               const bf16 *sz, bf16 *yb, float *yf, int64_t t,
+                                                               int64_t b, int64_t N, int64_t K, int64_t G,
+                                                               const int R) {
     const __m256i low = _mm256_set1_epi32(15);
     const uint8_t *codes = packed + b * K * 16;
     __m256 acc[4][4], scale[4] = {0}, zero[4] = {0};    /* set at k = 0, a group start */
@@ -131,18 +141,44 @@ static inline __attribute__((always_inline)) void int4_block32(const float *x, c
         for (int j = 0; j < 4; j++) {
             float f[8];
             _mm256_storeu_ps(f, acc[i][j]);
-            bf16 *out = y + (t + i) * N + b * 32 + 8 * j;
-            for (int l = 0; l < 8; l++)
-                out[l] = narrow(f[l]);
+            store(f, 8, yb, yf, (t + i) * N + b * 32 + 8 * j);
         }
 }
 #endif
 
-/* x [T, K] bf16, packed [N / block, K, block / 2], scales_zeros [K / G, N, 2] bf16, y [T, N] bf16; N a
- * multiple of block (64 or 32: PyTorch's AVX512 or AVX2 form), K of G. Returns 0; 1 where scratch memory
- * could not be had; 2 where this build lacks the form (Python never asks then). */
-int labkit_int4_rows(const bf16 *x, const uint8_t *packed, const bf16 *scales_zeros, bf16 *y, int64_t T, int64_t N,
-                     int64_t K, int64_t G, int64_t block) {
+/* The product of the rows xf (bf16 values, widened) into yb or yf (`store`); frees xf. */
+static int int4_rows(float *xf, const uint8_t *packed, const bf16 *scales_zeros, bf16 *yb, float *yf, int64_t T,
+                     int64_t N, int64_t K, int64_t G, int64_t block) {
+    for (int64_t b = 0; b < N / block; b++) {
+#if defined(__AVX512F__)
+        if (block == 64) {
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4)
+                int4_block(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 4);
+            for (; t + 2 <= T; t += 2)
+                int4_block(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 2);
+            if (t < T)
+                int4_block(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 1);
+            continue;
+        }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+        int64_t t = 0;
+        for (; t + 4 <= T; t += 4)
+            int4_block32(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 4);
+        for (; t + 2 <= T; t += 2)
+            int4_block32(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 2);
+        if (t < T)
+            int4_block32(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 1);
+#endif
+    }
+    free(xf);
+    return 0;
+}
+
+/* Scratch for the widened rows, or NULL with *failed set: 2 where this build lacks the form for `block`
+ * (Python never asks then), 1 where there is no memory. */
+static float *rows_scratch(int64_t T, int64_t K, int64_t block, int *failed) {
     int built = 0;
 #if defined(__AVX512F__)
     built |= block == 64;
@@ -150,35 +186,34 @@ int labkit_int4_rows(const bf16 *x, const uint8_t *packed, const bf16 *scales_ze
 #if defined(__AVX2__) && defined(__FMA__)
     built |= block == 32;
 #endif
-    if (!built)
-        return 2;
-    float *xf = malloc((size_t)(T * K) * sizeof(float));      /* x widened once, not once per block */
+    float *xf = built ? malloc((size_t)(T * K) * sizeof(float)) : NULL;
+    *failed = !built ? 2 : !xf;
+    return xf;
+}
+
+/* x [T, K] bf16, packed [N / block, K, block / 2], scales_zeros [K / G, N, 2] bf16, y [T, N] bf16; N a
+ * multiple of block (64 or 32: PyTorch's AVX512 or AVX2 form), K of G. Returns 0; 1 where scratch memory
+ * could not be had; 2 where this build lacks the form. */
+int labkit_int4_rows(const bf16 *x, const uint8_t *packed, const bf16 *scales_zeros, bf16 *y, int64_t T, int64_t N,
+                     int64_t K, int64_t G, int64_t block) {
+    int failed;
+    float *xf = rows_scratch(T, K, block, &failed);    /* x widened once, not once per block */
     if (!xf)
-        return 1;
+        return failed;
     for (int64_t i = 0; i < T * K; i++)
         xf[i] = widen(x[i]);
-    for (int64_t b = 0; b < N / block; b++) {
-        int64_t t = 0;
-#if defined(__AVX512F__)
-        if (block == 64) {
-            for (; t + 4 <= T; t += 4)
-                int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 4);
-            for (; t + 2 <= T; t += 2)
-                int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 2);
-            if (t < T)
-                int4_block(xf, packed, scales_zeros, y, t, b, N, K, G, 1);
-            continue;
-        }
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-        for (; t + 4 <= T; t += 4)
-            int4_block32(xf, packed, scales_zeros, y, t, b, N, K, G, 4);
-        for (; t + 2 <= T; t += 2)
-            int4_block32(xf, packed, scales_zeros, y, t, b, N, K, G, 2);
-        if (t < T)
-            int4_block32(xf, packed, scales_zeros, y, t, b, N, K, G, 1);
-#endif
-    }
-    free(xf);
-    return 0;
+    return int4_rows(xf, packed, scales_zeros, y, NULL, T, N, K, G, block);
+}
+
+/* The same product on an fp32 stream, as `quant.Int4Linear` computes it there: x [T, K] fp32 rounded to
+ * bf16 first, the bf16 result widened back into y [T, N] fp32 (decode_layer.c's q4_1 products). */
+int labkit_int4_rows_f32(const float *x, const uint8_t *packed, const bf16 *scales_zeros, float *y, int64_t T,
+                         int64_t N, int64_t K, int64_t G, int64_t block) {
+    int failed;
+    float *xf = rows_scratch(T, K, block, &failed);
+    if (!xf)
+        return failed;
+    for (int64_t i = 0; i < T * K; i++)
+        xf[i] = widen(narrow(x[i]));
+    return int4_rows(xf, packed, scales_zeros, NULL, y, T, N, K, G, block);
 }
