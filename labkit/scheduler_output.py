@@ -88,6 +88,10 @@ class SchedulerOutput:
     preempted: list[str] = field(default_factory=list)
     new_blocks: dict[str, list[int]] = field(default_factory=dict)
     prefix_hits: dict[str, int] = field(default_factory=dict)
+    # Requests admitted from the waiting queue this step (new, or resumed after preemption): their block
+    # table is new in full, whatever the runner remembers of an earlier one (vLLM v1's
+    # ``resumed_from_preemption``). The preempting step may have had no rows, so no runner saw it.
+    admitted: list[str] = field(default_factory=list)
     idle: list[str] = field(default_factory=list)        # static batching: slots held by finished requests
     freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped

@@ -13,7 +13,8 @@ steps, one row per request::
                                                row 1: [4, 0, 0, ...]
                                                row 2: [9, 5, 8, ...]
 
-Each step it writes only what changed: a row for a request seen for the first time, and the tail of a
+Each step it writes only what changed: a row for a request seen for the first time (or admitted again
+after a preemption: ``SchedulerOutput.admitted``), and the tail of a
 table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
 ``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
 ``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``.
@@ -140,13 +141,18 @@ class InputBatch:
         self._free_rows.extend(range(2 * n - 1, n - 1, -1))
 
     def _write_tables(self, decision: SchedulerOutput, tables: list, starts: torch.Tensor) -> torch.Tensor:
-        """Write the block-table entries that changed; returns every row's table length. ``starts``: each
-        row's first position; one before the row's last end means the request was reset in between
-        (preempted and readmitted in a step this batch never saw, or drafts rolled back): rewrite it."""
+        """Write the block-table entries that changed; returns every row's table length. A request the
+        decision ``admitted`` (new, or resumed after a preemption this batch may never have seen: a step
+        with no rows is not run) gets its whole row rewritten; so does a row whose start is before its
+        last end (drafts rolled back)."""
         lens_list = list(map(len, tables))
         lens = long_tensor(lens_list).to(torch.int32)
         old = self.num_blocks[self._rows]
         old[starts < self.seen_end[self._rows]] = 0
+        for rid in decision.admitted:        # (re)admitted: a new table, though its start may equal the old end
+            i = self._index.get(rid)
+            if i is not None:
+                old[i] = 0
         # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
         # after a rollback). A row given blocks: from its first new block on (appended blocks sit at the
         # end; a copy-on-write target may sit before them, then the whole row). Plain lists from here:

@@ -297,6 +297,7 @@ class ContinuousScheduler:
             if req.first_scheduled_time is None:      # a preempted request keeps its first stamp
                 req.first_scheduled_time = now
             self.running.append(req)
+            out.admitted.append(req.request_id)
             num_seqs += 1 + req.num_forks_pending
             if blocks:
                 out.new_blocks.setdefault(req.request_id, []).extend(blocks)
