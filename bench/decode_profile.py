@@ -184,10 +184,14 @@ def run(args) -> list[Section]:
                                     "kernel op by op, labkit's with its bits inside the whole-layer call), the LM head "
                                     "on its Q8_0 codes in fp32 (native.q8_rows)"])
     if args.dtype == "float32":
-        env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads)])
+        busy = " (timed while busy: provisional)" if linear_forms.timed_while_busy("float32", threads) else ""
+        env.rows.append(["labkit fp32 linear forms", linear_forms.describe(threads) + busy])
     else:
-        env.rows.append(["labkit bf16 products", "C kernel" if linear_forms.bf16_uses_kernel(threads) else "PyTorch"])
+        env.rows.append(["labkit bf16 products", linear_forms.bf16_report(threads)])
     prof.plain(4)
+    if args.weights == "q4_1":
+        from labkit.model import quant
+        env.rows.append(["labkit int4 products (row-invariance gate)", quant.int4_report()])
     rounds: list[dict] = []
     for r in range(args.rounds):
         arms = [("plain", lambda: prof.plain(args.steps)), ("staged", lambda: prof.staged(args.steps)),

@@ -283,6 +283,11 @@ def run(args) -> list[Section]:
     singles, batch = prompt_set(engines["labkit fp32"].llm.tokenizer, args.batch)
     for e in engines.values():                       # first calls allocate and pick kernels
         e.generate1(singles[0], 4)
+    from labkit.model import quant
+    busy = " (timed while busy: provisional)" if linear_forms.timed_while_busy("float32", threads) else ""
+    env.rows[-1][1] += busy
+    env.rows.append(["labkit bf16 products", linear_forms.bf16_report(threads)])
+    env.rows.append(["labkit int4 products (row-invariance gate)", quant.int4_report()])
     b1 = rounds(engines, singles, args.max_tokens, args.rounds, batched=False)
     common = [f"greedy, one intra-op thread on both sides, {clock_name()} clock; ratios are medians of per-round "
               "ratios; load average now: " + load_average()]

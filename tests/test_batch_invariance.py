@@ -6,11 +6,10 @@ has a (wasted) row at N+1, and the request waiting for its slot is admitted a st
 synchronous engine admits it. Batches, row counts and prefill chunks therefore differ between the two
 engines. With a forward whose rounding followed the batch (a product whose bits depend on the row
 count, attention over sequences padded to the longest in the step), greedy near-ties flipped: 2 of 8
-prompts changed on a Xeon. These tests compare every logits row of every request, bit for bit, and the
-greedy tokens, for each batch-invariant linear form this CPU offers (fp32: labkit's C kernel, and
-PyTorch's ``F.linear`` padded to the row count from which it is invariant; bf16: the C kernel, and
-PyTorch's product; q4_1: PyTorch's int4 kernel), at batch 1 to 16, with chunked prefill, stop tokens,
-EOS and ``max_tokens``.
+prompts changed on a Xeon. This test compares every logits row of every request, bit for bit, and the
+greedy tokens, sync against async, for the fp32 form the engine runs here, at batch 1 to 16, with chunked
+prefill, stop tokens, EOS and ``max_tokens``; tests/test_form_invariance.py forces every form this CPU
+offers in turn (fp32, bf16, q4_1) through prefix hits, batches, chunks, async, speculation and preemption.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ def using(form: str, monkeypatch):
 
 @pytest.mark.slow
 # The full sync-vs-async comparison for the fp32 form the engine runs here (labkit's C kernel where it
-# builds); every other form, bf16 and q4_1 go through the quicker alone-vs-batched test below.
+# builds); every form this CPU offers, bf16 and q4_1 included, goes through tests/test_form_invariance.py.
 @pytest.mark.parametrize("form", [lf.NATIVE] if native.available() else [f for f in forms() if f in lf.INVARIANT][:1])
 def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, monkeypatch):
     sampling = params(tokenizer)
@@ -104,17 +103,3 @@ def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, mon
                 assert len(sync_rows[i]) <= len(async_rows[i]) <= len(sync_rows[i]) + 1, (name, i)
                 assert async_rows[i][:len(sync_rows[i])] == sync_rows[i], f"{name}: prompt {i}"
             assert any(len(t) < s.max_tokens for t, s in zip(sync_tokens, sampling)), "no request stopped early"
-
-
-@pytest.mark.parametrize("form", forms())
-def test_a_prompt_gets_the_same_logits_alone_and_in_a_chunked_batch(form, monkeypatch):
-    """The quick form of the property: one prompt alone at batch 1, and the same prompt among four
-    others with every prefill cut into chunks of at most 40 tokens."""
-    prompts = PROMPTS[2:7]
-    sampling = [SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)] * len(prompts)
-    with using(form, monkeypatch) as dtype:
-        alone = run(LLM(config=EngineConfig(max_num_seqs=1, **dtype), progress=False), prompts[:1], sampling[:1])
-        batched = run(LLM(config=EngineConfig(max_num_seqs=5, max_num_batched_tokens=40, **dtype), progress=False),
-                      prompts, sampling)
-    assert len(alone[1][0]) == 6
-    assert batched[0][0] == alone[0][0] and batched[1][0] == alone[1][0]

@@ -53,7 +53,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from labkit.model import native
+from labkit.model import invariance, native
 from labkit.model.cache_dir import cache_root
 from labkit.model.cpu_features import describe_cpu
 
@@ -575,6 +575,15 @@ def product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return FORMS[form_name(tuple(weight.shape), x.shape[0])](x, weight)
 
 
+def invariant_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weightᵀ in fp32 in a batch-invariant form, whether or not a model registered this shape (the
+    fp32 fallback of the bf16 and 4-bit products): the chosen form for a registered shape, else labkit's C
+    kernel where it builds, else ``F.linear, padded`` (which raises where F.linear has no invariant row count)."""
+    if tuple(weight.shape) in _groups or _forced or os.environ.get(ENV):
+        return product(x, weight)
+    return native.linear_rows(x, weight) if native.available() else _padded(x, weight)
+
+
 def table(threads: int | None = None) -> dict[tuple, dict[int, str]]:
     """{shape: {rows: form}} known for a thread count (the current one by default)."""
     threads = torch.get_num_threads() if threads is None else threads
@@ -612,13 +621,17 @@ def describe(threads: int | None = None) -> str:
     return "; ".join(lines)
 
 
-# ----------------------------------------------------------------------------- bf16: the kernel or not
+# ----------------------------------------------------------------------------- bf16: which form
 
 BF16_ROWS = (1, 2, 4, 8, 16)    # row counts the bf16 probe times on the sweep (and PREFILL_ROWS on a sample)
-BF16_ENV = "LABKIT_BF16_KERNEL"  # 1 or 0 fixes the choice (tests, demonstrations)
+BF16_ENV = "LABKIT_BF16_KERNEL"  # 1 or 0 asks for the kernel or PyTorch's form (tests, demonstrations)
+TORCH_BF16 = "PyTorch"           # PyTorch's bf16 product (``llama._bf16_torch``)
+UPCAST = "fp32 product"          # the last resort: bf16 weights widened, the fp32 form, rounded to bf16
 _bf16: dict[str, object] = {}    # "weights": a sample of the model's bf16 weights; "torch": its PyTorch form
-_bf16_choice: dict[int, bool] = {}    # threads -> whether bf16 products use the kernel
+_bf16_choice: dict[int, bool] = {}    # threads -> whether bf16 products use the kernel (both offered)
 _bf16_timings: dict[int, dict] = {}   # threads -> {form: {rows: seconds}}, as probed in this process
+_bf16_refused: dict[int, str | None] = {}   # threads -> why PyTorch's form is not offered (None: it is)
+_warned: set[str] = set()
 
 
 def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> bool:
@@ -627,12 +640,12 @@ def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> b
     choice for every row count, prefill included, never a mix: PyTorch's bf16 rows and the kernel's
     differ in their last bits, and a row must get the same bits at every row count (speculative
     verification, and a decode row sharing a step with a prefill: issue 38)."""
-    kernel, torch_form = sum(times[NATIVE].values()), sum(times["PyTorch"].values())
+    kernel, torch_form = sum(times[NATIVE].values()), sum(times[TORCH_BF16].values())
     return kernel * (1 + margin) < torch_form
 
 
 def _probe_bf16(threads: int) -> bool:
-    forms = {NATIVE: native.linear_rows, "PyTorch": _bf16["torch"]}
+    forms = {NATIVE: native.linear_rows, TORCH_BF16: _bf16["torch"]}
     best: dict[str, dict[int, float]] = {name: {} for name in forms}
     prefill = [probe_weights(_bf16["weights"], PREFILL_BYTES)[0]]
     for weights, rows_list in ((_bf16["weights"], BF16_ROWS), (prefill, PREFILL_ROWS)):
@@ -641,6 +654,15 @@ def _probe_bf16(threads: int) -> bool:
                 best[name][rows] = seconds
     _bf16_timings[threads] = best
     return choose_bf16(best)
+
+
+def _with_threads(threads: int, fn: Callable):
+    current = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(current)
 
 
 def _fill_bf16(threads: int) -> None:
@@ -653,46 +675,125 @@ def _fill_bf16(threads: int) -> None:
             _bf16_choice[threads] = data[key]
             return
         busy = _busy()
-        current = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            choice = _probe_bf16(threads)
-        finally:
-            torch.set_num_threads(current)
+        choice = _with_threads(threads, lambda: _probe_bf16(threads))
         data = _read_cache()
         _store(data, key, choice, busy)
         _write_cache(data)
         _bf16_choice[threads] = choice
 
 
+def bf16_torch_refused(threads: int | None = None) -> str | None:
+    """Why PyTorch's bf16 product is not offered on this CPU at this thread count (a row's bits change
+    with the row count or position: `labkit.model.invariance`), or None where it passes. Checked once per
+    CPU, torch version and thread count on every registered weight shape (about 3 s for the default
+    model), then read from the disk cache."""
+    threads = torch.get_num_threads() if threads is None else threads
+    if "torch" not in _bf16:
+        return None
+    with _lock:
+        if threads not in _bf16_refused:
+            shapes = list(_bf16["shapes"])
+            key = machine_key(threads).replace("float32", "bfloat16 PyTorch row invariance")
+            data = _read_cache()
+            cached = data.get(key)
+            if isinstance(cached, dict) and cached.get("shapes") == [list(s) for s in shapes]:
+                _bf16_refused[threads] = cached.get("refused")
+            else:
+                def gate() -> str | None:
+                    for shape in shapes:
+                        why = invariance.linear_difference(_bf16["torch"], shape, torch.bfloat16)
+                        if why is not None:
+                            return f"{shape[0]}x{shape[1]}: {why}"
+                    return None
+                _bf16_refused[threads] = _with_threads(threads, gate)
+                data = _read_cache()
+                data[key] = {"shapes": [list(s) for s in shapes], "refused": _bf16_refused[threads]}
+                _write_cache(data)
+    return _bf16_refused[threads]
+
+
+def bf16_offered(threads: int | None = None) -> list[str]:
+    """The bf16 product forms this CPU offers, each giving a row the same bits at every row count: the
+    C kernel (row-invariant by construction, where it builds with a bf16 dot product) and PyTorch's form
+    where `bf16_torch_refused` finds no difference."""
+    offered = [NATIVE] if native.has_bf16() else []
+    return offered + ([TORCH_BF16] if bf16_torch_refused(threads) is None else [])
+
+
+def warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def bf16_form(threads: int | None = None) -> str:
+    """The form every bf16 CPU product takes at this thread count (one form at every row count):
+
+    - the offered forms (`bf16_offered`); both: the faster as timed once on this CPU (`choose_bf16`);
+    - ``LABKIT_BF16_KERNEL=1`` / ``0`` asks for the kernel / PyTorch's form, granted where offered;
+    - neither offered: ``UPCAST`` (exact and row-invariant through the fp32 form, slower), with a warning.
+    """
+    threads = torch.get_num_threads() if threads is None else threads
+    env = os.environ.get(BF16_ENV)
+    if "torch" not in _bf16:          # no model registered its weights: nothing to check against
+        return NATIVE if env == "1" and native.has_bf16() else TORCH_BF16
+    offered = bf16_offered(threads)
+    if env in ("0", "1"):
+        want = NATIVE if env == "1" else TORCH_BF16
+        if want in offered:
+            return want
+        warn_once(f"{BF16_ENV}={env} asks for {want}, which this CPU does not offer "
+                   f"({native.why_unavailable() if want == NATIVE else bf16_torch_refused(threads)})")
+    if not offered:
+        warn_once(f"no row-invariant bf16 product on this CPU (PyTorch's: {bf16_torch_refused(threads)}; "
+                   f"labkit's C kernel: {native.why_unavailable() or 'no bf16 dot product'}): bf16 products "
+                   "run as fp32 products of the widened weights, rounded to bf16 (exact, slower)")
+        return UPCAST
+    if len(offered) == 1:
+        return offered[0]
+    if threads not in _bf16_choice:
+        _fill_bf16(threads)
+    return NATIVE if _bf16_choice[threads] else TORCH_BF16
+
+
 def prepare_bf16(weights: list[torch.Tensor], torch_form: Callable) -> None:
     """Register a model's bf16 CPU weights and PyTorch's bf16 product, and decide for the current
-    thread count and for one thread whether the kernel serves bf16 products (disk cache, or timed once:
-    about a second)."""
-    if not native.has_bf16():
-        return
+    thread count and for one thread which form serves bf16 products (disk cache, or checked and timed
+    once: a few seconds)."""
     ws = [w for w in weights if isinstance(w, torch.Tensor) and w.dtype == torch.bfloat16 and w.dim() == 2]
     if not ws:
         return
     _bf16.setdefault("weights", probe_weights(ws))
+    _bf16["shapes"] = sorted(set(_bf16.get("shapes", ())) | {tuple(w.shape) for w in ws})
     _bf16.setdefault("torch", torch_form)
-    _fill_walk(_bf16["weights"])
+    if native.has_bf16():
+        _fill_walk(_bf16["weights"])
     for threads in sorted({torch.get_num_threads(), 1}):
-        _fill_bf16(threads)
+        bf16_form(threads)
+
+
+def timed_while_busy(kind: str, threads: int) -> bool:
+    """Whether the cached choice of ``kind`` ("float32" or "bfloat16") at ``threads`` was timed while the
+    machine was busy (provisional: timed again once it is quiet)."""
+    key = machine_key(threads) if kind == "float32" else machine_key(threads).replace("float32", "bfloat16")
+    return bool(_read_cache().get(key + PROVISIONAL))
+
+
+def bf16_report(threads: int | None = None) -> str:
+    """Which bf16 form serves products here, why, and whether its timing was taken while busy (benchmarks)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    form = bf16_form(threads)
+    refused = bf16_torch_refused(threads)
+    why = (f"; PyTorch's refused ({refused})" if refused else
+           "; the only form offered" if len(bf16_offered(threads)) == 1 else
+           "; both offered, the faster as timed" + (" (timed while busy: provisional)"
+                                                    if timed_while_busy("bfloat16", threads) else ""))
+    return form + why
 
 
 def bf16_uses_kernel(threads: int | None = None) -> bool:
-    """Whether bf16 CPU products (every row count) go through the C kernel at this thread count: where
-    it has a bf16 product and, timed on this CPU, beat PyTorch's (``LABKIT_BF16_KERNEL=0/1`` fixes it)."""
-    env = os.environ.get(BF16_ENV)
-    if env in ("0", "1"):
-        return env == "1" and native.has_bf16()
-    if not native.has_bf16() or "weights" not in _bf16:
-        return False
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads not in _bf16_choice:
-        _fill_bf16(threads)
-    return _bf16_choice[threads]
+    """Whether bf16 CPU products (every row count) go through the C kernel at this thread count."""
+    return bf16_form(threads) == NATIVE
 
 
 def bf16_timings(threads: int | None = None) -> dict[str, dict[int, float]]:
@@ -725,4 +826,5 @@ def forget() -> None:
         _bf16.clear()
         _bf16_choice.clear()
         _bf16_timings.clear()
+        _bf16_refused.clear()
         _pad.clear()

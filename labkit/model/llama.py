@@ -78,11 +78,15 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
         return weight(x)
     if x.device.type == "cpu":
         if x.dtype == torch.bfloat16:
-            # labkit's C kernel (row-invariant too) for every row count or for none, as timed once on
-            # this CPU (`linear_forms.bf16_uses_kernel`): mixing would break row invariance.
-            if (weight.dtype == torch.bfloat16 and not torch.compiler.is_compiling()
-                    and linear_forms.bf16_uses_kernel()):
-                return native.linear_rows(x, weight)
+            # One row-invariant form for every row count, never a mix (`linear_forms.bf16_form`): labkit's
+            # C kernel, PyTorch's form where this CPU gives it the same bits at every row count, or the
+            # fp32 form of the widened weights where neither is offered.
+            if weight.dtype == torch.bfloat16 and not torch.compiler.is_compiling():
+                form = linear_forms.bf16_form()
+                if form == linear_forms.NATIVE:
+                    return native.linear_rows(x, weight)
+                if form == linear_forms.UPCAST:
+                    return linear_forms.invariant_product(x.float(), weight.float()).to(torch.bfloat16)
             return _bf16_torch(x, weight)
         if x.dtype == torch.float32 and weight.dtype == torch.float32:
             if torch.compiler.is_compiling():

@@ -22,10 +22,14 @@ and uses ``F.linear``: the same values, without the byte savings.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.model import invariance, linear_forms, native
 from labkit.model.llama import LlamaModel
 
 GROUP_SIZE = 32
@@ -57,6 +61,80 @@ def dequantize_groups(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.T
 
 def int4_kernel_available(device: torch.device | str) -> bool:
     return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+
+
+# ----------------------------------------------------------------------------- which int4 product
+
+TORCH_INT4 = "PyTorch"       # _weight_int4pack_mm_for_cpu
+NATIVE_INT4 = "C kernel"     # labkit's int4 product (native.int4_rows): one dot product per output, k in order
+DENSE_FP32 = "fp32 product"  # the dequantised weight through the fp32 form (the last resort)
+INT4_ENV = "LABKIT_INT4_FORM"   # "PyTorch" or "C kernel" asks for that form (tests), granted where offered
+_int4_forms: dict[tuple, str] = {}
+_int4_shapes: set[tuple[int, int, int]] = set()      # (out, in, group) of every packed Int4Linear built
+_int4_lock = threading.Lock()
+
+
+def torch_int4(x: torch.Tensor, packed: torch.Tensor, group_size: int, scales_zeros: torch.Tensor) -> torch.Tensor:
+    """PyTorch's CPU int4 product (bf16 x [T, K] -> bf16 [T, N])."""
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_zeros)
+
+
+def _int4_packed(out_features: int, in_features: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random codes, scales and zero points of this shape, packed as ``Int4Linear`` packs them."""
+    g = torch.Generator().manual_seed(out_features * 7 + in_features)
+    codes = torch.randint(0, 16, (out_features, in_features), generator=g, dtype=torch.int32)
+    groups = in_features // group_size
+    scale = torch.rand(groups, out_features, generator=g) * 0.1 + 0.01
+    zero = scale * (8 - 8 * torch.rand(groups, out_features, generator=g))
+    return _pack(codes), torch.stack([scale, zero], dim=-1).to(torch.bfloat16).contiguous()
+
+
+def int4_offered(out_features: int, in_features: int, group_size: int) -> list[str]:
+    """The 4-bit product forms that give a row the same bits at every row count on this CPU, for a weight
+    of this shape (`labkit.model.invariance`, checked once per shape and thread count; ~0.2 s)."""
+    if not int4_kernel_available("cpu") or out_features % 16:
+        return []
+    packed, scales_zeros = _int4_packed(out_features, in_features, group_size)
+    inputs = invariance.probe_inputs(in_features, torch.bfloat16)
+    offered = []
+    if invariance.first_difference(lambda x: torch_int4(x, packed, group_size, scales_zeros), inputs) is None:
+        offered.append(TORCH_INT4)
+    block = native.int4_block() if native.available() else None
+    if block and out_features % block == 0:
+        try:
+            if invariance.first_difference(lambda x: native.int4_rows(x, packed, scales_zeros, group_size),
+                                           inputs) is None:
+                offered.append(NATIVE_INT4)
+        except (RuntimeError, ValueError):
+            pass
+    return offered
+
+
+def int4_form(out_features: int, in_features: int, group_size: int) -> str:
+    """The form every product through a 4-bit weight of this shape takes at this thread count: PyTorch's
+    int4 kernel where it is row-invariant here (the C layer call has its bits: `llama._native_int4_exact`),
+    else labkit's int4 product, else the dequantised weight through the fp32 form. ``LABKIT_INT4_FORM``
+    asks for one of the first two, granted where offered."""
+    key = (out_features, in_features, group_size, torch.get_num_threads(), os.environ.get(INT4_ENV))
+    form = _int4_forms.get(key)
+    if form is None:
+        with _int4_lock:
+            offered = int4_offered(out_features, in_features, group_size)
+            want = key[-1]
+            form = want if want in offered else (offered[0] if offered else DENSE_FP32)
+            if want is not None and want not in offered:
+                linear_forms.warn_once(f"{INT4_ENV}={want} is not offered for a {out_features}x{in_features} "
+                                       f"4-bit weight on this CPU: using {form}")
+            elif not offered or offered[0] != TORCH_INT4:
+                linear_forms.warn_once(f"PyTorch's int4 kernel is not row-invariant for a {out_features}x"
+                                       f"{in_features} weight on this CPU: using {form}")
+            _int4_forms[key] = form
+    return form
+
+
+def int4_report() -> str:
+    """The int4 form of each 4-bit weight shape built in this process (benchmarks): ``576x576: PyTorch; ...``."""
+    return "; ".join(f"{o}x{i}: {int4_form(o, i, g)}" for o, i, g in sorted(_int4_shapes)) or "no 4-bit weight built"
 
 
 PACK_ROWS = 2048   # rows packed at a time: the kernel wants int32 codes, 4 bytes per 4-bit code
@@ -116,6 +194,7 @@ class Int4Linear(nn.Module):
             self.register_buffer("packed", packed, persistent=False)
             self.register_buffer("scales_zeros", scales_zeros, persistent=False)
             self.dense = None
+            _int4_shapes.add((self.out_features, self.in_features, self.group_size))
         else:
             # The kernel's numbers: (code - 8) * scale + zero, with scale and zero rounded to dtype first.
             s, z = scale.to(dtype).float(), (minimum + 8 * scale).to(dtype).float()
@@ -125,11 +204,23 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.dtype)
         if self.dense is not None:
-            y = F.linear(x, self.dense)
+            return F.linear(x, self.dense).to(self.out_dtype)
+        form = int4_form(self.out_features, self.in_features, self.group_size)
+        if form == TORCH_INT4:
+            y = torch_int4(x.contiguous(), self.packed, self.group_size, self.scales_zeros)
+        elif form == NATIVE_INT4:
+            y = native.int4_rows(x.contiguous(), self.packed, self.scales_zeros, self.group_size)
         else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size,
-                                                           self.scales_zeros)
+            y = linear_forms.invariant_product(x.float(), self._dense_fp32())
         return y.to(self.out_dtype)
+
+    def _dense_fp32(self) -> torch.Tensor:
+        """The weight as the kernel dequantises it, read back through the kernel one basis row at a time
+        (so rounded to bf16), in fp32; built on first use."""
+        if getattr(self, "_fp32", None) is None:
+            eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+            self._fp32 = torch_int4(eye, self.packed, self.group_size, self.scales_zeros).float().t().contiguous()
+        return self._fp32
 
     def nbytes(self) -> int:
         if self.dense is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -166,6 +167,15 @@ def test_views_render_tables_and_figures_from_rows():
         assert fig.layout.title.text
     assert "0.80" in views.batch_verdict(batches)
     assert views.identical_summary(rows) == (2, 2)
+
+
+def test_the_lossless_sentence_counts_every_table_and_names_the_runs_that_differ():
+    same, differs = _row("copy", "ngram", 1.5), replace(_row("chat", "draft", 0.8), identical="0/2")
+    sentence = views.identical_sentence({"k 扫描": [same], "付费目标": [differs]})
+    assert sentence.startswith("1/3 ")
+    assert "k 扫描 1/1" in sentence and "付费目标 0/2" in sentence
+    assert "k = " in sentence.split("不同的运行")[1]
+    assert "不同的运行" not in views.identical_sentence({"k 扫描": [same]})
 
 
 # ----------------------------------------------------------------------------- exercises and quiz

@@ -318,6 +318,26 @@ def identical_summary(rows: list[Row]) -> tuple[int, int]:
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
+def identical_sentence(groups: dict[str, list[Row]]) -> str:
+    """The lossless count over every speculative table the lab shows (``groups``: the table's name ->
+    its rows), each table's count beside it, and the rows that differ named, never left out."""
+    same, total = identical_summary([r for rows in groups.values() for r in rows])
+    parts = []
+    for name, rows in groups.items():
+        s, n = identical_summary(rows)
+        parts.append(f"{name} {s}/{n}")
+    head = t(f"{same}/{total} 次投机运行的贪心输出与普通贪心逐 token 相同（{'；'.join(parts)}）",
+             f"{same}/{total} speculative runs gave the same greedy tokens as plain greedy ({'; '.join(parts)})")
+    differ = [f"{name}: {method_label(r.method)}, {workload_label(r.workload)}, k = {r.k} ({r.identical})"
+              for name, rows in groups.items() for r in rows if not r.all_identical]
+    if not differ:
+        return head
+    return head + t("。不同的运行：" + "；".join(differ) + "——这不是投机解码的性质：同一目标模型在这台 CPU 上的某个乘法"
+                    "形式让一行的位依赖于批里的行数。",
+                    ". Runs that differ: " + "; ".join(differ) + " — not a property of speculative decoding: a "
+                    "product form of the target on this CPU gave a row bits that depend on the batch's row count.")
+
+
 def summary_table(opt: OptimalK, sweep: list[Row], matrix: list[Row], batches: list[BatchRow]) -> Table:
     slowest = min(matrix, key=lambda r: r.speedup)
     worst_verify = max(sweep, key=lambda r: r.verify_cost)
