@@ -19,6 +19,8 @@
    process (issue 20).
 7. ``bench.prefill_attention``: batch-invariant prefill attention (each row against its own prefix)
    against one causal SDPA call, per layer and as a share of the prefill forward (issue 38).
+8. ``bench.bf16_forms``: a 512-token bf16 prefill and a batch-1 decode step with each bf16 product form
+   the row-invariance gate offers on this CPU, and the form the choice rule keeps.
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -40,6 +42,7 @@ BENCHMARKS = {
     "llama_cpp_peer": "labkit fp32 / bf16 / q4_1 next to llama.cpp F32 / BF16 / Q4_1 (optional: needs llama-cpp-python)",
     "load_memory": "load time and peak memory, labkit vs transformers (issue 20)",
     "prefill_attention": "what batch invariance costs in prefill attention, against one causal SDPA call (issue 38)",
+    "bf16_forms": "bf16 prefill and decode with each row-invariant bf16 product form this CPU offers",
 }
 SKIPPED = {"baselines": "no --tiny or --model mode, and it runs the default model only",
            "llama_cpp_peer": "it runs the default model's GGUF files only (no --model)"}

@@ -218,3 +218,13 @@ def test_prefill_attention_benchmark_prints_one_row_per_length(tiny_model):
     table = sections[-1]
     assert [r[0] for r in table.rows] == ["8", "24"]
     assert all(float(r[3]) > 0 and r[4].endswith("x") for r in table.rows)
+
+
+def test_bf16_forms_benchmark_times_each_offered_form_and_names_the_choice(tiny_model):
+    from bench import bf16_forms
+    from labkit.model import linear_forms as lf
+
+    env, table = bf16_forms.main(["--tiny", "--model", tiny_model])
+    assert any(r[0] == "bf16 form the engine chose" for r in env.rows)
+    assert [r[0] for r in table.rows] == [name for name in bf16_forms.ARMS if name in lf.bf16_offered()]
+    assert all(float(r[1].split()[0]) > 0 for r in table.rows)
