@@ -175,17 +175,19 @@ class LLMEngine:
         logits = self.runner.execute(decision) if decision.num_rows else None
         t2 = host_clock.now()
         sampled = self._sample(decision, logits)
+        failed = self.sampler.take_failed()
         t_sampled = host_clock.now()
-        update = self.scheduler.update_from_output(decision, sampled, self.clock(),
-                                                   token_events=self.hooks.wants(ev.TokensAppended))
+        update = self.scheduler.update_from_output(decision, _without(sampled, failed) if failed else sampled,
+                                                   self.clock(), token_events=self.hooks.wants(ev.TokensAppended))
         self._reserved_ids.difference_update(r.request_id for r in update.forked)
         self._apply(update)
+        outputs = self._fail(update.outputs, failed) if failed else update.outputs
         self._propose()
         t3 = host_clock.now()
         self.step_count += 1
         model_s = self.runner.last_model_s if decision.num_rows else 0.0
         self._end_step(decision, model_s, host_s=(t1 - t0, t_sampled - t2, t3 - t2))
-        return update.outputs
+        return outputs
 
     def _step_async(self) -> list[StepOutput]:
         """Overlap scheduling: plan step N+1 while step N's forward runs; apply N's tokens a call late.
@@ -204,11 +206,13 @@ class LLMEngine:
         self._host_elapsed(t1 - t0)
         prev, self._in_flight = self._in_flight, None
         sampled, wait_s, model_s, sample_s = SampledTokens(), 0.0, 0.0, 0.0
+        failed: dict[str, str] = {}
         if prev is not None:
             result, wait_s = self._await_forward(prev.result)
             model_s = self.runner.last_model_s
             t2 = host_clock.now()
             sampled = result if self._sample_on_worker else self._sample(prev.decision, result)
+            failed = self.sampler.take_failed()      # read before the next launch samples again
             self._forget_retired()
             sample_s = host_clock.now() - t2
             self._host_elapsed(sample_s)
@@ -219,11 +223,11 @@ class LLMEngine:
         t3 = host_clock.now()
         outputs: list[StepOutput] = []
         if prev is not None:
-            update = self.scheduler.update_from_output(prev.decision, sampled, self.clock(),
-                                                       token_events=self.hooks.wants(ev.TokensAppended))
+            update = self.scheduler.update_from_output(prev.decision, _without(sampled, failed) if failed else sampled,
+                                                       self.clock(), token_events=self.hooks.wants(ev.TokensAppended))
             self._reserved_ids.difference_update(r.request_id for r in update.forked)
             self._apply(update)
-            outputs = update.outputs
+            outputs = self._fail(update.outputs, failed) if failed else update.outputs
         after_s = host_clock.now() - t3
         self._host_elapsed(after_s)
         self.step_count += 1
@@ -281,6 +285,23 @@ class LLMEngine:
             if req.status is RequestStatus.FINISHED_ABORTED and req.request_id in self._streams:
                 self._streams[req.request_id].append(StepOutput(req.request_id, (), True, req.status.value))
         self._events += update.events
+
+    def _fail(self, outputs, failed: dict[str, str]) -> list[StepOutput]:
+        """End the requests whose rows could not be sampled (``Sampler.take_failed``), each alone, with
+        ``finish_reason="error"`` and why; the rest of the batch goes on. Their rows were applied
+        without a token (``_without``), so the stand-in tokens the sampler drew never reach anyone."""
+        update = StepUpdate()
+        for rid in failed:
+            req = self.requests.get(rid)
+            if req is not None and not req.is_finished:
+                self.scheduler.finish_request(req, RequestStatus.FINISHED_ERROR, self.clock(), update)
+        self._apply(update)
+        ended = [StepOutput(req.request_id, (), True, req.status.value, failed[req.request_id])
+                 for req in update.finished]
+        for out in ended:
+            if out.request_id in self._streams:
+                self._streams[out.request_id].append(out)
+        return [out for out in outputs if out.request_id not in failed] + ended
 
     def _forget_drafts(self, request_ids: list[str]) -> None:
         """Preempted requests lose their draft K/V and draft probabilities (recomputed later)."""
@@ -381,6 +402,17 @@ class LLMEngine:
                  kv_cache_usage_perc=100.0 * self.kv.usage(), simulated=self.simulated)
         return d
 
-    def reset_metrics(self) -> None:
-        self.metrics = MetricsCollector()
+    def reset_metrics(self, keep_samples: bool = True) -> None:
+        """Fresh run statistics. ``keep_samples=False`` (a long-lived server) keeps counts, sums and
+        the last step, but no per-request latency samples: memory stays flat, percentiles are None."""
+        self.metrics = MetricsCollector(keep_samples=keep_samples)
+
+
+def _without(sampled: SampledTokens, failed: dict[str, str]) -> SampledTokens:
+    """``sampled`` less the requests in ``failed``, as rows: each failed row is applied as a row that
+    yields no token (its computed tokens count; nothing is appended), then the request is ended."""
+    tokens = (sampled.token_ids if sampled.row_tokens is None
+              else {rid: (t,) for rid, t in zip(sampled.row_ids, sampled.row_tokens)})
+    return SampledTokens({rid: t for rid, t in tokens.items() if rid not in failed},
+                         {rid: t for rid, t in sampled.fork_token_ids.items() if rid not in failed})
 

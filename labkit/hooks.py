@@ -204,7 +204,7 @@ class RequestTimings:
 @dataclass(frozen=True)
 class RequestFinished:
     request_id: str
-    reason: str          # "stop" (EOS / stop token) | "length" | "abort"
+    reason: str          # "stop" (EOS / stop token) | "length" | "abort" | "error"
     timings: RequestTimings
 
 

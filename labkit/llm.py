@@ -88,7 +88,8 @@ class LLM:
     def _group_done(self, rid: str) -> bool:
         group = self._group(rid)
         req = group[0]
-        return all(r.is_finished for r in group) and (len(group) == req.sampling_params.n or req.status.value == "abort")
+        ended_early = req.status.value in ("abort", "error")      # its children may never have forked
+        return all(r.is_finished for r in group) and (len(group) == req.sampling_params.n or ended_early)
 
     def _collect(self, rid: str) -> RequestOutput:
         group = self._group(rid)

@@ -54,12 +54,14 @@ class RequestOutput:
 
 @dataclass(slots=True)     # one per running request per step: slotted, not frozen (a frozen
 class StepOutput:          # dataclass's __init__ costs ~4x as much); read it, never change it
-    """What one engine step produced for one request (a delta)."""
+    """What one engine step produced for one request (a delta). ``error``: why a request that
+    finished with ``finish_reason="error"`` could not go on."""
 
     request_id: str
     new_token_ids: tuple[int, ...]
     finished: bool
     finish_reason: str | None
+    error: str | None = None
 
 
 class DecodeOutputs(Sequence):

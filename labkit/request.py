@@ -29,13 +29,14 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "stop"
     FINISHED_LENGTH = "length"
     FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"        # this request alone could not go on (vLLM v1's FINISHED_ERROR)
 
     @property
     def finished(self) -> bool:
         return self._value_ in _FINISHED     # _value_: a plain attribute (``value`` is a slow descriptor)
 
 
-_FINISHED = frozenset(("stop", "length", "abort"))
+_FINISHED = frozenset(("stop", "length", "abort", "error"))
 
 
 @dataclass(eq=False)

@@ -97,17 +97,65 @@ def strict_openai_app(bodies: list[dict]):
 
 
 @contextmanager
-def strict_openai_server():
-    """``with strict_openai_server() as (base_url, bodies): ...`` on 127.0.0.1, a free port."""
-    bodies: list[dict] = []
+def running(app):
+    """``with running(app) as base_url: ...``: any ASGI app under uvicorn on 127.0.0.1, a free port."""
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(strict_openai_app(bodies), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        assert wait_until(lambda: server.started, timeout=20), "the strict server did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", bodies
+        assert wait_until(lambda: server.started, timeout=20), "the server did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@contextmanager
+def strict_openai_server():
+    """``with strict_openai_server() as (base_url, bodies): ...`` on 127.0.0.1, a free port."""
+    bodies: list[dict] = []
+    with running(strict_openai_app(bodies)) as base_url:
+        yield base_url, bodies
+
+
+# ------------------------------------------------------------------ the simulated model at a fixed pace
+
+class PacedEngine:
+    """An engine whose every step takes at least ``1 / steps_per_s`` seconds of wall time. The simulated
+    model steps as fast as the CPU allows; a test that watches streams over time (gaps between chunks,
+    a request that arrives while others run) fixes the rate instead. Everything else is the engine's."""
+
+    def __init__(self, engine, steps_per_s: float):
+        self._engine, self._period = engine, 1.0 / steps_per_s
+
+    def step(self):
+        t0 = time.monotonic()
+        outputs = self._engine.step()
+        time.sleep(max(0.0, self._period - (time.monotonic() - t0)))
+        return outputs
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def sse_data(lines) -> list:
+    """The ``data:`` payloads of a server-sent event stream: dicts, and the final ``"[DONE]"``."""
+    events = []
+    for line in lines:
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def finish_reasons(events: list) -> dict[int, str]:
+    """Choice index -> its finish_reason, over a stream's chunks."""
+    return {c["index"]: c["finish_reason"] for e in events if isinstance(e, dict)
+            for c in e.get("choices") or [] if c.get("finish_reason")}
+
+
+def completion_text(events: list) -> str:
+    return "".join(c.get("text") or (c.get("delta") or {}).get("content") or "" for e in events
+                   if isinstance(e, dict) for c in e.get("choices") or [])

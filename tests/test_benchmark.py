@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from labkit.benchmark import BenchResult, compute_metrics, latency_cdf, load_results, results_table, ttft_vs_rate
 from labkit.benchmark.cli import DEFAULT_OUTPUT_LEN, format_report
@@ -20,7 +23,8 @@ from labkit.benchmark.workload import BenchRequest, build_workload
 from labkit.i18n import get_language, set_language
 from labkit.labs.lab05_engine_choice import external
 from labkit.labs.lab05_engine_choice.ablation import Workload
-from tests.serve_util import scrape, serving, sim_llm, strict_openai_server
+from labkit.serve import BackgroundServer, ServedModel
+from tests.serve_util import PacedEngine, running, scrape, serving, sim_llm, strict_openai_server, wait_until
 
 pytestmark = pytest.mark.timeout(180)     # a stuck run fails its test with every thread's stack
 
@@ -343,3 +347,90 @@ def test_lab05_external_path_says_why_a_run_failed_and_when_metrics_are_missing(
     finally:
         set_language(before)
     assert refused.metrics.completed == 0 and first.startswith("3 requests failed; the first error: HTTP 422")
+
+
+# ------------------------------------------------------------------ streams the server ends early
+
+def test_a_stream_that_ends_with_finish_reason_abort_or_error_is_a_failure_with_its_reason():
+    text = {"choices": [{"index": 0, "text": "a", "finish_reason": None}]}
+    usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    records, _ = run_raw([(200, sse(text, {"choices": [{"index": 0, "text": "", "finish_reason": reason}]}, usage,
+                                    "[DONE]")) for reason in ("abort", "error", "length")], "completions")
+    assert [r.success for r in records] == [False, False, True]
+    assert records[0].error == "the server ended the stream with finish_reason 'abort' after 1 output tokens"
+    assert "finish_reason 'error'" in records[1].error
+
+
+def aborting_app(bodies: list[dict]):
+    """A server that ends some streams early, as a restart or an engine failure does. Request i of
+    every four: 0 runs to max_tokens; 1 ends with finish_reason "abort" after 2 tokens; 2 stops early
+    (finish_reason "stop", 2 tokens: a short reply, unless ignore_eos asked for the full length);
+    3 sends an error event. Every stream reports usage and ends with [DONE]."""
+    app = FastAPI()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await request.json()
+        kind = len(bodies) % 4
+        bodies.append(body)
+        n = body["max_tokens"] if kind == 0 else 2
+
+        def events():
+            for i in range(n):
+                last = i == n - 1
+                reason = {0: "length", 1: "abort", 2: "stop"}.get(kind) if last else None
+                yield sse_line({"choices": [{"index": 0, "text": f" w{i}", "finish_reason": reason}]})
+            if kind == 3:
+                yield sse_line({"error": {"message": "the engine failed", "type": "internal_error"}})
+            yield sse_line({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+def sse_line(payload: dict) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+@pytest.mark.parametrize("ignore_eos", [True, False], ids=["ignore-eos", "plain"])
+def test_bench_counts_streams_the_server_ended_early_as_failed_with_their_reasons(tmp_path, capsys, ignore_eos):
+    bodies: list[dict] = []
+    with running(aborting_app(bodies)) as base_url:
+        bench_main(bench_args(base_url, "--num-prompts", "8", "--output-len", "6", "--max-concurrency", "1",
+                              "--result-file", str(tmp_path / "r.json"), *(["--ignore-eos"] if ignore_eos else [])))
+    out = capsys.readouterr().out
+    short = "fewer output tokens than asked (ignore_eos)"
+    expected = {"finish_reason 'abort'": 2, "the server reported an error mid-stream": 2}
+    if ignore_eos:
+        expected[short] = 2
+    assert (reported(out, "Successful requests"), reported(out, "Failed requests")) == (
+        str(8 - sum(expected.values())), str(sum(expected.values())))
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["failures"] == expected and saved["metrics"]["failed"] == sum(expected.values())
+    assert all(reported(out, f"Failed: {kind}") == str(count) for kind, count in expected.items())
+    errors = [r["error"] for r in saved["requests"]]
+    assert errors[1] == "the server ended the stream with finish_reason 'abort' after 2 output tokens"
+    assert errors[2] == ("with ignore_eos the stream ended after 2 of the 6 output tokens asked (finish_reason 'stop')"
+                         if ignore_eos else "")
+
+
+def test_bench_against_labkit_serve_whose_engine_fails_counts_every_open_stream_failed(tmp_path, capsys, monkeypatch):
+    llm = sim_llm(num_blocks=256, max_num_seqs=16)
+    with BackgroundServer(ServedModel(PacedEngine(llm.engine, steps_per_s=200), "sim")) as server:
+        def device_lost(decision):
+            raise RuntimeError("device lost")
+
+        def fail_soon():                                       # the engine stops mid-run
+            wait_until(lambda: llm.engine.step_count > 20, timeout=30)
+            monkeypatch.setattr(llm.engine.runner, "execute", device_lost)
+
+        threading.Thread(target=fail_soon, daemon=True).start()
+        bench_main(["--base-url", server.base_url, "--model", "sim", "--dataset", "chat", "--num-prompts", "4",
+                    "--output-len", "300", "--ignore-eos", "--no-progress", "--request-timeout", "60",
+                    "--result-file", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert (reported(out, "Successful requests"), reported(out, "Failed requests")) == ("0", "4")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert "device lost" in saved["first_error"] and sum(saved["failures"].values()) == 4

@@ -65,7 +65,7 @@ def run_bench(args: argparse.Namespace) -> BenchResult:
 
 
 def format_report(metrics: BenchMetrics, settings: dict, first_error: str | None = None,
-                  server_metrics: str | None = None) -> str:
+                  server_metrics: str | None = None, failures: dict[str, int] | None = None) -> str:
     rows = [("Successful requests", metrics.completed), ("Failed requests", metrics.failed),
             ("Benchmark duration (s)", metrics.duration_s), ("Total input tokens", metrics.total_input_tokens),
             ("Total generated tokens", metrics.total_output_tokens),
@@ -86,6 +86,8 @@ def format_report(metrics: BenchMetrics, settings: dict, first_error: str | None
             shown = "—" if value is None else f"{value:.2f}"
             lines.append(f"{f'{stat} {key.upper()} (ms)':<40}{shown:>16}")
     lines.append("=" * 56)
+    for kind, count in (failures or {}).items():
+        lines.append(f"{'Failed: ' + kind:<48}{count:>8}")
     if first_error is not None:
         lines.append(f"First error: {first_error}")
     if server_metrics is not None:
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run_bench(args)
     except ValueError as exc:
         parser.error(str(exc))
-    print(format_report(result.metrics, result.settings, result.first_error, result.server_metrics))
+    print(format_report(result.metrics, result.settings, result.first_error, result.server_metrics,
+                        result.failures))
     if args.result_file:
         print(f"result file: {result.save(args.result_file)}")

@@ -9,8 +9,10 @@ least one valid chunk (or ``data: [DONE]``), whatever text it carried. A reply t
 with the end-of-sequence token is a success with the server's count of output tokens (0, or 1 where
 the server counts that token, as ``transformers serve`` does); its TTFT is the time to its first
 chunk, and it has no TPOT and no ITL gaps. A request fails on an HTTP error, a transport error, a
-chunk that is not an OpenAI stream chunk (or carries an ``error``), or a stream that ends without
-any valid chunk.
+chunk that is not an OpenAI stream chunk (or carries an ``error``), a stream that ends without
+any valid chunk, a stream the server ended early (``finish_reason`` "abort" or "error": a restart,
+a shutdown, an engine failure), and, with ``ignore_eos``, a stream with fewer output tokens than
+asked. Its ``error`` says which.
 
 Only the OpenAI API is sent unless asked: a request's output length goes out as ``max_tokens``
 (``/v1/completions``) or ``max_completion_tokens`` (chat), which every OpenAI-compatible server
@@ -67,6 +69,9 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
+FAILED_FINISH_REASONS = ("abort", "error")     # the server ended the stream; the request did not complete
+
+
 class MalformedChunk(ValueError):
     """A ``data:`` line that is not an OpenAI stream chunk, or one that reports an error."""
 
@@ -85,6 +90,33 @@ def _parse_chunk(data: str) -> dict:
     if not valid:
         raise MalformedChunk(f"malformed chunk (not an OpenAI stream chunk): {data[:200]!r}")
     return chunk
+
+
+def _finish_reason(chunk: dict) -> str | None:
+    reasons = [c.get("finish_reason") for c in chunk.get("choices") or []]
+    return next((r for r in reasons if isinstance(r, str)), None)
+
+
+def shortfall(record: RequestRecord, finish_reason: str | None, counted: bool, target: "Target",
+              req: BenchRequest) -> str:
+    """Why a stream that ended normally still did not complete ("" if it did). ``counted``: the server
+    reported its output tokens (usage); text chunks alone are no count (a chunk may hold several)."""
+    if finish_reason in FAILED_FINISH_REASONS:
+        return (f"the server ended the stream with finish_reason {finish_reason!r} after {record.output_tokens} "
+                "output tokens")
+    if counted and target.ignore_eos and req.output_len is not None and record.output_tokens < req.output_len:
+        return (f"with ignore_eos the stream ended after {record.output_tokens} of the {req.output_len} output "
+                f"tokens asked (finish_reason {finish_reason!r})")
+    return ""
+
+
+def failure_kind(error: str) -> str:
+    """A failed request's error, shortened to its kind for a count ("finish_reason 'abort'", "HTTP 503")."""
+    if error.startswith("the server ended the stream with finish_reason"):
+        return "finish_reason " + error.split("finish_reason ", 1)[1].split(" ", 1)[0]
+    if error.startswith("with ignore_eos"):
+        return "fewer output tokens than asked (ignore_eos)"
+    return error.split(":", 1)[0][:80] or "failed"
 
 
 def _chunk_text(chunk: dict) -> str:
@@ -109,6 +141,8 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
     last = st
     first: float | None = None          # when the first valid chunk (or [DONE]) arrived
     text_chunks = 0
+    finish_reason: str | None = None
+    counted = False                     # the server sent usage
     try:
         async with client.stream("POST", target.url(), json=target.body(req), headers=target.headers()) as resp:
             if resp.status_code != 200:
@@ -124,6 +158,7 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
                     continue
                 chunk = _parse_chunk(data)
                 first = now if first is None else first
+                finish_reason = _finish_reason(chunk) or finish_reason
                 text = _chunk_text(chunk)
                 if text:
                     if text_chunks == 0:
@@ -134,6 +169,7 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
                     record.text += text
                 usage = chunk.get("usage")
                 if usage:
+                    counted = True
                     record.prompt_tokens = usage.get("prompt_tokens") or 0
                     record.output_tokens = usage.get("completion_tokens") or 0
         record.e2el_s = clock() - st
@@ -143,7 +179,8 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
         if text_chunks == 0:            # an empty completion (e.g. EOS at once): TTFT = its first chunk
             record.ttft_s = first - st
         record.output_tokens = record.output_tokens or text_chunks
-        record.success = True
+        record.error = shortfall(record, finish_reason, counted, target, req)
+        record.success = not record.error
     except (httpx.HTTPError, MalformedChunk) as exc:
         record.error = str(exc) if isinstance(exc, MalformedChunk) else f"{type(exc).__name__}: {exc}"
     return record

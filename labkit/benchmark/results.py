@@ -11,9 +11,11 @@ from __future__ import annotations
 import glob
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from labkit.benchmark.client import failure_kind
 from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary
 from labkit.labs.common.tables import Table
 
@@ -35,6 +37,12 @@ class BenchResult:
         return next((r.error or "failed" for r in self.requests if not r.success), None)
 
     @property
+    def failures(self) -> dict[str, int]:
+        """Failed requests by kind of failure, most frequent first ({"finish_reason 'abort'": 31})."""
+        kinds = Counter(failure_kind(r.error or "failed") for r in self.requests if not r.success)
+        return dict(kinds.most_common())
+
+    @property
     def request_rate(self) -> float:
         return float(self.settings.get("request_rate", math.inf))
 
@@ -47,7 +55,7 @@ class BenchResult:
         settings = {k: (str(v) if isinstance(v, float) and math.isinf(v) else v) for k, v in self.settings.items()}
         requests = [{k: v for k, v in asdict(r).items() if k != "text"} for r in self.requests]
         return {"settings": settings, "metrics": asdict(self.metrics), "first_error": self.first_error,
-                "server_metrics": self.server_metrics, "requests": requests}
+                "failures": self.failures, "server_metrics": self.server_metrics, "requests": requests}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

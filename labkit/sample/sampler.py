@@ -2,9 +2,17 @@
 
 The same ``to_probs`` transform produces the target distribution p that speculative decoding's
 rejection sampler compares with the draft's q, so sampling and verification agree exactly.
+
+Every valid ``SamplingParams`` is honoured in float32: top-p always keeps the most likely token (a top_p
+of 1e-46 rounds to 0.0 and means "only the most likely"). A row whose logits give no distribution at
+all (NaN or infinite logits: a numerical fault of the model on that sequence) never reaches
+``torch.multinomial``: it raises ``InvalidDistribution``, and ``Sampler`` records it as that request's
+failure (``take_failed``) so the engine ends that request alone and the rest of the batch goes on.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -33,19 +41,38 @@ def to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(-1)
-        # Drop a token when the tokens ranked above it already cover top_p (keeps at least one).
+        # Drop a token when the tokens ranked above it already cover top_p. The most likely token
+        # stays whatever top_p is: a top_p below float32's range (1e-46) compares as 0.0 and would
+        # drop every token, leaving softmax nothing but NaN.
         drop = (sorted_probs.cumsum(-1) - sorted_probs) >= params.top_p
+        drop[..., 0] = False
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     return logits.softmax(-1)
 
 
+class InvalidDistribution(ValueError):
+    """A logits row that gives no probability distribution (NaN or infinite logits)."""
+
+
+def check_distribution(probs: torch.Tensor) -> None:
+    """Raise ``InvalidDistribution`` unless every row of probs [n, vocab] is finite with a positive sum,
+    which is what ``torch.multinomial`` and the rejection sampler need. One sum per row: a NaN or an
+    infinity anywhere in a row makes its sum non-finite (and NaN fails every comparison)."""
+    for total in probs.sum(-1).tolist():
+        if not 0.0 < total < math.inf:
+            raise InvalidDistribution(f"the logits give no probability distribution (probabilities sum to "
+                                      f"{total}): NaN or infinite logits")
+
+
 def sample_tokens(logits: torch.Tensor, params: list[SamplingParams],
                   generators: list[torch.Generator | None]) -> list[int]:
-    """One token per row of logits [n, vocab]; greedy rows share a single argmax call."""
+    """One token per row of logits [n, vocab]; greedy rows share a single argmax call. Raises
+    ``InvalidDistribution`` for a sampled row with no distribution (nothing NaN reaches multinomial)."""
     tokens = logits.argmax(-1).tolist()
     for i, (p, gen) in enumerate(zip(params, generators)):
         if not p.greedy:
             probs = to_probs(logits[i:i + 1], p)
+            check_distribution(probs)
             tokens[i] = int(torch.multinomial(probs[0].cpu(), 1, generator=gen).item())
     return tokens
 
@@ -66,14 +93,15 @@ class Sampler:
         self._generators: dict[str, torch.Generator | None] = {}
         self._pending_forks: dict[str, tuple[str, ...]] = {}
         self._draft_probs: dict[str, torch.Tensor | None] = {}
-        self._num_added = 0
+        self._num_added = 0           # sequences registered: an unseeded one is seeded by its rank
         self._num_random = 0          # live requests that sample (have a generator); 0: all greedy
+        self._failed: dict[str, str] = {}   # request id -> why its row could not be sampled (this step)
 
     # -- per-request state ----------------------------------------------------------------------
     def add(self, request_id: str, params: SamplingParams, child_ids: tuple[str, ...] = ()) -> None:
         """Register a request (and the children it will fork into, n > 1) with their generators."""
         base = params.seed if params.seed is not None else self.seed * 1_000_003 + self._num_added
-        self._num_added += 1
+        self._num_added += 1 + len(child_ids)    # one seed per sequence: the next request's start after these
         for index, rid in enumerate((request_id, *child_ids)):
             self._params[rid] = params
             self._generators[rid] = None if params.greedy else torch.Generator().manual_seed(base + index)
@@ -87,6 +115,33 @@ class Sampler:
             self._num_random -= self._generators.pop(rid, None) is not None
             self._params.pop(rid, None)
             self._draft_probs.pop(rid, None)
+
+    def take_failed(self) -> dict[str, str]:
+        """The requests whose rows gave no distribution since the last call, with why. Each got a
+        stand-in token (0, or a draw from a uniform target) that the engine must not apply."""
+        failed, self._failed = self._failed, {}
+        return failed
+
+    def _draw(self, request_id: str, row: torch.Tensor, generator_of: str | None = None) -> int:
+        """One token for ``request_id`` from its logits row [1, vocab] with its own generator (for a
+        fork, child ``generator_of``'s). A row with no distribution fails this request alone."""
+        gen = self._generators[generator_of or request_id]
+        try:
+            return sample_tokens(row, [self._params[request_id]], [gen])[0]
+        except InvalidDistribution as exc:
+            self._failed[request_id] = str(exc)
+            return 0
+
+    def _target(self, request_id: str, rows: torch.Tensor) -> torch.Tensor:
+        """The target distribution p of verification rows [k + 1, vocab]; rows with no distribution
+        fail this request alone (the rejection sampler then gets a uniform stand-in)."""
+        probs = to_probs(rows, self._params[request_id])
+        try:
+            check_distribution(probs)
+        except InvalidDistribution as exc:
+            self._failed[request_id] = str(exc)
+            return torch.full_like(probs, 1.0 / probs.shape[-1])
+        return probs
 
     def generator(self, request_id: str) -> torch.Generator | None:
         return self._generators[request_id]
@@ -134,11 +189,10 @@ class Sampler:
         ``max(-1).indices`` is argmax (the first maximal index, as ``argmax``), about twice as fast on CPU."""
         tokens = logits.max(-1).indices.tolist()
         if self._num_random:
-            generators, params = self._generators, self._params
+            generators = self._generators
             for i, rid in enumerate(request_ids):
-                gen = generators[rid]
-                if gen is not None:
-                    tokens[i] = sample_tokens(logits[i:i + 1], [params[rid]], [gen])[0]
+                if generators[rid] is not None:
+                    tokens[i] = self._draw(rid, logits[i:i + 1])
         return SampledTokens(row_tokens=tokens, row_ids=request_ids)
 
     def _fork_tokens(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
@@ -148,9 +202,7 @@ class Sampler:
         for s, _, end in rows:
             children = self._pending_forks.pop(s.request_id, None)
             if children:
-                params = self._params[s.request_id]
-                out.fork_token_ids[s.request_id] = [
-                    sample_tokens(logits[end - 1:end], [params], [self._generators[c]])[0] for c in children]
+                out.fork_token_ids[s.request_id] = [self._draw(s.request_id, logits[end - 1:end], c) for c in children]
 
     def _sample_last_rows(self, scheduled: list[ScheduledRequest], logits: torch.Tensor, out: SampledTokens) -> None:
         """Exactly one logits row per scheduled request, in order (every step of plain decoding): one
@@ -159,9 +211,8 @@ class Sampler:
         tokens = logits.argmax(-1).tolist()
         if self._num_random:
             for i, s in enumerate(scheduled):
-                gen = self._generators[s.request_id]
-                if gen is not None:
-                    tokens[i] = sample_tokens(logits[i:i + 1], [self._params[s.request_id]], [gen])[0]
+                if self._generators[s.request_id] is not None:
+                    tokens[i] = self._draw(s.request_id, logits[i:i + 1])
         out.token_ids.update({s.request_id: (t,) for s, t in zip(scheduled, tokens)})
 
     def _sample_plain(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
@@ -169,8 +220,11 @@ class Sampler:
         if not rows:
             return
         last = torch.tensor([end - 1 for _, _, end in rows], device=logits.device)
-        tokens = sample_tokens(logits.index_select(0, last), [self._params[s.request_id] for s, _, _ in rows],
-                               [self._generators[s.request_id] for s, _, _ in rows])
+        picked = logits.index_select(0, last)
+        tokens = picked.argmax(-1).tolist()
+        for i, (s, _, _) in enumerate(rows):
+            if self._generators[s.request_id] is not None:
+                tokens[i] = self._draw(s.request_id, picked[i:i + 1])
         out.token_ids.update((s.request_id, (t,)) for (s, _, _), t in zip(rows, tokens))
 
     def _one_by_one(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
@@ -180,13 +234,13 @@ class Sampler:
             rid, r = s.request_id, logits[a:b]
             params, gen = self._params[rid], self._generators[rid]
             if not s.num_spec_tokens:
-                out.token_ids[rid] = sample_tokens(r[-1:], [params], [gen])
+                out.token_ids[rid] = [self._draw(rid, r[-1:])]
             elif params.greedy:
                 out.token_ids[rid] = greedy_verify(self._drafts(s), r)
             else:
                 q = self._draft_probs.get(rid)
                 out.token_ids[rid] = rejection_sample(self._drafts(s), None if q is None else q[:s.num_spec_tokens],
-                                                      to_probs(r, params), generator=gen)
+                                                      self._target(rid, r), generator=gen)
             self._draft_probs.pop(rid, None)
 
     def _verify(self, batch: list, out: SampledTokens) -> None:
@@ -206,7 +260,7 @@ class Sampler:
         for group, use_q in ((with_q, True), (point, False)):
             if not group:
                 continue
-            target = torch.cat([to_probs(r, self._params[s.request_id]) for s, r in group])   # [sum k+1, vocab]
+            target = torch.cat([self._target(s.request_id, r) for s, r in group])   # [sum k+1, vocab]
             q = torch.cat([self._draft_probs[s.request_id][:s.num_spec_tokens] for s, _ in group]) if use_q else None
             tokens = rejection_sample_batch([self._drafts(s) for s, _ in group], q, target,
                                             [self._generators[s.request_id] for s, _ in group])

@@ -1,6 +1,10 @@
 """FastAPI routes of ``labkit serve``: the OpenAI HTTP API over one engine loop.
 
 Handlers validate, enqueue, stream and abort; they never touch the engine (see engine_loop.py).
+What a request costs before the engine sees it — the checks that walk every field, the chat template,
+tokenising — runs in a small thread pool (``PREPARE_WORKERS``), off the event loop (which serves every
+stream) and off the engine loop (which steps every request): a 1 MB prompt delays nobody's next token.
+The body itself is bounded and read before FastAPI parses it (limits.py: 413, 408).
 """
 
 from __future__ import annotations
@@ -8,24 +12,32 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException
 
+from labkit.sampling_params import SamplingParams
 from labkit.serve import openai_format as fmt
-from labkit.serve.engine_loop import EngineLoop
-from labkit.serve.errors import APIError, bad_value, error_response, validation_error
+from labkit.serve import responses as doc
+from labkit.serve.engine_loop import EngineLoop, check_context
+from labkit.serve.errors import APIError, bad_value, error_object, error_response, validation_error
+from labkit.serve.limits import RequestBody, ServeLimits
 from labkit.serve.metrics import ServerMetrics
 from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest, invalid_unicode_field, unsupported_field
 from labkit.serve.request_stream import RequestStream
 
 METRICS_TIMEOUT_S = 30.0
+PREPARE_WORKERS = 2
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed", "n", "ignore_eos", "stop",
                    "stream_options")
+PROMPT_FIELDS = ("prompt", "n", "max_tokens")
 
 
 @dataclass(frozen=True)
@@ -36,35 +48,48 @@ class ServedModel:
     name: str
 
 
-def build_app(served: ServedModel) -> FastAPI:
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready for the engine loop: token ids that fit the context, and how to sample."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop: list[str]
+    include_usage: bool
+
+
+def build_app(served: ServedModel, limits: ServeLimits = ServeLimits()) -> FastAPI:
     metrics = ServerMetrics(served.name)
     loop = EngineLoop(served.engine, metrics)
+    pool = ThreadPoolExecutor(PREPARE_WORKERS, thread_name_prefix="labkit-serve-prepare")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         loop.start()
         yield
         loop.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="labkit serve", lifespan=lifespan)
+    app = FastAPI(title="labkit serve", lifespan=lifespan,
+                  description="An OpenAI-compatible server over one labkit engine (DESIGN §8).")
     app.state.engine_loop, app.state.metrics = loop, metrics
+    app.add_middleware(RequestBody, timeout_s=limits.body_timeout_s,
+                       max_bytes=limits.body_limit(served.engine.max_model_len))
+    app.openapi = lambda: _openapi(app)
     _add_error_handlers(app)
     _add_info_routes(app, served, loop, metrics)
 
-    @app.post("/v1/completions")
-    async def create_completion(body: CompletionRequest, request: Request):
-        _check_request(body, served.name)
-        return await _generate(request, loop, body, body.prompt, body.max_tokens, "completion", served.name)
+    async def generate(request: Request, body, kind: str):
+        prepared = await asyncio.get_running_loop().run_in_executor(pool, _prepare, served, body, kind)
+        return await _generate(request, loop, body, prepared, kind, served.name, limits.stalled_stream_timeout_s)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/completions", responses=doc.generation(doc.Completion, doc.CompletionChunk))
+    async def create_completion(body: CompletionRequest, request: Request):
+        return await generate(request, body, "completion")
+
+    @app.post("/v1/chat/completions", responses=doc.generation(doc.ChatCompletion, doc.ChatCompletionChunk))
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
-        _check_request(body, served.name)
-        engine = served.engine
-        prompt_ids = engine.tokenizer.encode(_render_chat(engine.tokenizer, body))
-        max_tokens = body.requested_max_tokens()
-        if max_tokens is None:           # vLLM's default: up to the context limit
-            max_tokens = max(1, engine.max_model_len - len(prompt_ids))
-        return await _generate(request, loop, body, prompt_ids, max_tokens, "chat", served.name)
+        return await generate(request, body, "chat")
 
     return app
 
@@ -72,19 +97,21 @@ def build_app(served: ServedModel) -> FastAPI:
 def _add_info_routes(app: FastAPI, served: ServedModel, loop: EngineLoop, metrics: ServerMetrics) -> None:
     created = int(time.time())
 
-    @app.get("/health")
+    @app.get("/health", response_class=Response, responses=doc.HEALTH)
     async def health():
+        if loop.failure is not None:
+            return error_response(503, f"the engine failed ({loop.failure}); see the server log")
         if not loop.alive:
             return error_response(503, "the engine loop has stopped")
         return Response(status_code=200)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", response_model=doc.ModelList)
     async def list_models():
         card = {"id": served.name, "object": "model", "created": created, "owned_by": "labkit",
                 "root": served.name, "max_model_len": served.engine.max_model_len}
         return {"object": "list", "data": [card]}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=doc.METRICS)
     async def prometheus_metrics():
         try:
             stats = await asyncio.wait_for(asyncio.wrap_future(loop.snapshot()), METRICS_TIMEOUT_S)
@@ -93,6 +120,25 @@ def _add_info_routes(app: FastAPI, served: ServedModel, loop: EngineLoop, metric
         except Exception as exc:
             return error_response(500, f"engine.stats() failed: {type(exc).__name__}: {exc}")
         return Response(metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _openapi(app: FastAPI) -> dict:
+    """FastAPI's document, made to describe the server that answers: its errors are 400 / 404 / 408 /
+    413 / 500 / 503 with the OpenAI error body (never FastAPI's 422), and the stream chunks and the
+    error body are in ``components.schemas``."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        for path in schema["paths"].values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        models = [(m, "serialization") for m in (doc.ErrorResponse, *doc.STREAM_MODELS)]
+        _, defs = models_json_schema(models, ref_template="#/components/schemas/{model}")
+        components.update(defs.get("$defs", {}))
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -107,6 +153,40 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         return error_response(exc.status_code, str(exc.detail))
+
+
+# ------------------------------------------------------------------------------ preparing (the pool)
+
+def _prepare(served: ServedModel, body, kind: str) -> Prepared:
+    """Checks, chat template and tokenising: every cost that grows with the body. Runs in the pool."""
+    _check_request(body, served.name)
+    engine = served.engine
+    if kind == "chat":
+        prompt_ids = _encode(engine, _render_chat(engine.tokenizer, body), "messages")
+        max_tokens = body.requested_max_tokens()
+        if max_tokens is None:           # vLLM's default: up to the context limit
+            max_tokens = max(1, engine.max_model_len - len(prompt_ids))
+    try:
+        stop, include_usage = body.stop_strings(), body.include_usage()
+        params = body.sampling_params(body.max_tokens if kind == "completion" else max_tokens)
+    except ValueError as exc:
+        raise bad_value(exc, SAMPLING_FIELDS) from None
+    if kind == "completion":
+        prompt_ids = _encode(engine, body.prompt, "prompt")
+    field = "prompt" if kind == "completion" else "messages"
+    try:
+        engine.inputs.check_fits(len(prompt_ids), params)
+        check_context(len(prompt_ids), params.max_tokens, engine.max_model_len)
+    except ValueError as exc:
+        raise bad_value(exc, PROMPT_FIELDS, field) from None
+    return Prepared(prompt_ids, params, stop, include_usage)
+
+
+def _encode(engine, prompt, field: str) -> list[int]:
+    try:
+        return engine.inputs.encode(prompt, chat=False)
+    except ValueError as exc:
+        raise bad_value(exc, PROMPT_FIELDS, field) from None
 
 
 def _check_request(body, served_name: str) -> None:
@@ -139,29 +219,27 @@ def _render_chat(tokenizer, body: ChatCompletionRequest) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
 
 
-async def _generate(request: Request, loop: EngineLoop, body, prompt, max_tokens: int, kind: str,
-                    model: str):
-    try:
-        stop, include_usage = body.stop_strings(), body.include_usage()
-        params = body.sampling_params(max_tokens)
-    except ValueError as exc:
-        raise bad_value(exc, SAMPLING_FIELDS) from None
+# ------------------------------------------------------------------------------ generating (the event loop)
+
+async def _generate(request: Request, loop: EngineLoop, body, prepared: Prepared, kind: str, model: str,
+                    stall_timeout_s: float):
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
     header = fmt.Header(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
-    stream = RequestStream(loop, header.id, prompt, params, stop)
+    stream = RequestStream(loop, header.id, prepared.prompt_ids, prepared.params, prepared.stop, stall_timeout_s)
     refused = await stream.start()
     if refused is not None and refused.status != 400:
-        raise APIError(refused.status, refused.message)       # 503 while shutting down, 500 on a bug
+        raise APIError(refused.status, refused.message)       # 503 while shutting down or down, 500 on a bug
     if refused is not None:
-        raise bad_value(ValueError(refused.message), ("prompt", "n", "max_tokens"),
-                        "prompt" if kind == "completion" else "messages")
+        raise bad_value(ValueError(refused.message), PROMPT_FIELDS, "prompt" if kind == "completion" else "messages")
     if body.stream:
-        return StreamingResponse(_sse_events(stream, header, kind, include_usage),
+        return StreamingResponse(_sse_events(stream, header, kind, prepared.include_usage),
                                  media_type="text/event-stream")
     return await _collect_unless_disconnected(request, stream, header, kind)
 
 
 async def _sse_events(stream: RequestStream, header: fmt.Header, kind: str, include_usage: bool):
+    """The chunks, then (if the request failed) one error event, the usage chunk if asked, ``[DONE]``."""
+    failed = False
     try:
         if kind == "chat":
             for index in range(stream.n):
@@ -172,6 +250,9 @@ async def _sse_events(stream: RequestStream, header: fmt.Header, kind: str, incl
                 yield fmt.sse(fmt.chat_chunk(header, d.index, delta, d.finish_reason))
             else:
                 yield fmt.sse(fmt.completion_chunk(header, d.index, d.text, d.finish_reason))
+            if d.finish_reason == "error" and not failed:
+                failed = True
+                yield fmt.sse(error_object(500, d.error or "the request failed in the engine"))
         if include_usage:
             obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
             yield fmt.sse(fmt.usage_chunk(header, obj, stream.usage()))
@@ -193,7 +274,7 @@ async def _collect_unless_disconnected(request: Request, stream: RequestStream, 
         stream.close()
     if not collect.done() or collect.cancelled():
         return error_response(499, "client disconnected")
-    return JSONResponse(collect.result())
+    return JSONResponse(collect.result())          # raises the APIError of a failed request
 
 
 async def _collect(stream: RequestStream, header: fmt.Header, kind: str) -> dict:
@@ -201,6 +282,8 @@ async def _collect(stream: RequestStream, header: fmt.Header, kind: str) -> dict
     async for d in stream.deltas():
         texts[d.index] += d.text
     reasons = [stream.finish_reasons[i] for i in range(stream.n)]
+    if "error" in reasons:
+        raise APIError(500, next(iter(stream.errors.values()), "the request failed in the engine"))
     build = fmt.chat_response if kind == "chat" else fmt.completion_response
     return build(header, texts, reasons, stream.usage())
 

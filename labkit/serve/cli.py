@@ -28,6 +28,11 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
                         help="connections and requests open at once; past it new requests get a 503")
     limits.add_argument("--timeout-graceful-shutdown", type=int, default=ServeLimits.timeout_graceful_shutdown,
                         help="seconds open streams get to end (finish_reason 'abort') after SIGTERM / SIGINT")
+    limits.add_argument("--max-body-bytes", type=int, default=None,
+                        help="largest request body; past it a 413 before parsing (default: 1 MiB + 32 bytes per "
+                             "token of max_model_len)")
+    limits.add_argument("--stalled-stream-timeout", type=float, default=ServeLimits.stalled_stream_timeout_s,
+                        help="seconds a stream's output may wait unread before the request is aborted")
     engine = parser.add_argument_group("engine (EngineConfig)")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--num-blocks", type=int, default=None)
@@ -64,7 +69,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 def serve_limits(args: argparse.Namespace) -> ServeLimits:
     return ServeLimits(args.header_timeout, args.body_timeout, args.limit_concurrency,
-                       args.timeout_graceful_shutdown)
+                       args.timeout_graceful_shutdown, args.max_body_bytes, args.stalled_stream_timeout)
 
 
 def served_model_name(args: argparse.Namespace) -> str:

@@ -11,7 +11,7 @@ import json
 from fastapi.responses import JSONResponse
 
 _TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-          408: "timeout", 500: "internal_error", 503: "service_unavailable"}
+          408: "timeout", 413: "invalid_request_error", 500: "internal_error", 503: "service_unavailable"}
 
 
 class ErrorJSONResponse(JSONResponse):
@@ -31,10 +31,14 @@ class APIError(Exception):
         return error_response(self.status, self.message, self.param, self.code)
 
 
+def error_object(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """``{"error": {...}}``: the body of an error response, and the ``data`` of a stream's error event."""
+    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
+                      "code": code}}
+
+
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
-    body = {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
-            "code": code}
-    return ErrorJSONResponse({"error": body}, status_code=status)
+    return ErrorJSONResponse(error_object(status, message, param, code), status_code=status)
 
 
 def bad_value(exc: ValueError, fields: tuple[str, ...], default: str | None = None) -> APIError:

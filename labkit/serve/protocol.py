@@ -5,7 +5,8 @@ Field names and defaults follow the OpenAI API as vLLM's server accepts it (vLLM
 Fields of the OpenAI API that labkit does not implement (``UNSUPPORTED``) are refused with a 400
 naming them unless they carry their neutral value (``"presence_penalty": 0`` changes nothing);
 other unknown fields are ignored, as vLLM does. Range checks live in ``SamplingParams``, except the
-integer bounds pydantic states with the real limit (``max_tokens`` <= 2**31).
+integer bounds pydantic states with the real limit (``max_tokens`` <= 2**31); the ranges are also
+written into ``/openapi.json`` (``_documented``) so that the document says what the server accepts.
 """
 
 from __future__ import annotations
@@ -70,16 +71,21 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+def _documented(**bounds) -> dict:
+    """JSON-schema bounds for the document only: ``SamplingParams`` checks them, with its own message."""
+    return {"json_schema_extra": bounds}
+
+
 class _SamplingFields(BaseModel):
     # extra="allow": unknown fields are kept (not used) so that UNSUPPORTED ones can be refused.
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = Field(0, le=MAX_TOKENS_LIMIT)
-    n: int = 1
-    seed: Union[int, None] = Field(None, lt=1 << 63)
+    temperature: float = Field(1.0, **_documented(minimum=0, maximum=100))
+    top_p: float = Field(1.0, **_documented(exclusiveMinimum=0, maximum=1))
+    top_k: int = Field(0, le=MAX_TOKENS_LIMIT, **_documented(minimum=-1))
+    n: int = Field(1, **_documented(minimum=1, maximum=64))
+    seed: Union[int, None] = Field(None, lt=1 << 63, **_documented(minimum=0))
     stop: Union[str, list[str], None] = None
     stream: bool = False
     stream_options: Union[StreamOptions, None] = None

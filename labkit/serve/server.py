@@ -17,7 +17,7 @@ import time
 import uvicorn
 
 from labkit.serve.app import ServedModel, build_app
-from labkit.serve.limits import BodyTimeout, ServeLimits, header_timeout_protocol
+from labkit.serve.limits import ServeLimits, limited_protocol
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -46,10 +46,11 @@ class _DrainingServer(uvicorn.Server):
 
 
 def make_server(app, limits: ServeLimits, log_level: str) -> uvicorn.Server:
-    config = uvicorn.Config(BodyTimeout(app, limits.body_timeout_s), log_level=log_level,
-                            http=header_timeout_protocol(limits.header_timeout_s),
-                            limit_concurrency=limits.limit_concurrency,
-                            timeout_graceful_shutdown=limits.timeout_graceful_shutdown)
+    """uvicorn over ``app`` (from ``build_app(served, limits)``); the concurrency limit is the protocol's
+    (an OpenAI 503), so uvicorn's own (plain text) stays off."""
+    config = uvicorn.Config(app, log_level=log_level,
+                            http=limited_protocol(limits.header_timeout_s, limits.limit_concurrency),
+                            limit_concurrency=None, timeout_graceful_shutdown=limits.timeout_graceful_shutdown)
     return _DrainingServer(config, app.state.engine_loop)
 
 
@@ -60,7 +61,7 @@ class BackgroundServer:
 
     def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
                  limits: ServeLimits = ServeLimits()):
-        self.app = build_app(served)
+        self.app = build_app(served, limits)
         self._sock = bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         self._server = make_server(self.app, limits, log_level)
@@ -95,4 +96,4 @@ class BackgroundServer:
 def run_foreground(served: ServedModel, sock: socket.socket, log_level: str = "info",
                    limits: ServeLimits = ServeLimits()) -> None:
     """Serve on ``sock`` (from ``bind``) until SIGTERM / SIGINT."""
-    make_server(build_app(served), limits, log_level).run(sockets=[sock])
+    make_server(build_app(served, limits), limits, log_level).run(sockets=[sock])

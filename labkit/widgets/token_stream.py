@@ -61,7 +61,7 @@ class TokenStream(LiveView):
     order = traitlets.List().tag(sync=True)         # request ids, oldest first
     segments = traitlets.Dict().tag(sync=True)      # request id -> [[text, "target" | "draft"], ...]
     num_tokens = traitlets.Dict().tag(sync=True)    # request id -> output tokens so far
-    finished = traitlets.Dict().tag(sync=True)      # request id -> "stop" | "length" | "abort"
+    finished = traitlets.Dict().tag(sync=True)      # request id -> "stop" | "length" | "abort" | "error"
     colors = traitlets.Dict().tag(sync=True)        # request id -> "#rrggbb"
     max_requests = traitlets.Int(16, min=1).tag(sync=True)
 
@@ -118,6 +118,7 @@ class TokenStream(LiveView):
             "stop": t("已结束 (停止符)", "finished (stop token)"),
             "length": t("已结束 (达到 max_tokens)", "finished (max_tokens)"),
             "abort": t("已中止", "aborted"),
+            "error": t("出错结束", "ended by an error"),
             "draft": t("被接受的草稿 token", "accepted draft tokens"),
             "target": t("目标模型生成", "target model tokens"),
         }

@@ -1,0 +1,66 @@
+"""The float32 sampler honours every valid ``SamplingParams`` value, and a row whose logits give no
+distribution fails its own request, never ``torch.multinomial`` and never the batch (issue 44)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit.sample.sampler import InvalidDistribution, Sampler, check_distribution, sample_tokens, to_probs
+from labkit.sampling_params import GREEDY_TEMPERATURE, SamplingParams
+from labkit.scheduler_output import ScheduledRequest
+
+finite_logits = st.lists(st.floats(-1e4, 1e4, allow_nan=False, width=32), min_size=2, max_size=40)
+any_top_p = st.floats(0.0, 1.0, exclude_min=True, allow_subnormal=True)     # 5e-324 included
+
+
+@settings(max_examples=300, deadline=None)
+@given(logits=finite_logits, top_p=any_top_p, top_k=st.integers(-1, 45),
+       temperature=st.floats(GREEDY_TEMPERATURE, 100.0))
+def test_every_valid_parameter_gives_a_distribution_that_keeps_the_most_likely_token(logits, top_p, top_k,
+                                                                                      temperature):
+    row = torch.tensor([logits])
+    probs = to_probs(row, SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k))[0]
+    assert torch.isfinite(probs).all() and math.isclose(float(probs.sum()), 1.0, rel_tol=1e-4)
+    assert probs[row[0] == row.max()].sum() > 0          # a most likely token survives (any of a tie)
+
+
+@pytest.mark.parametrize("top_p", [1e-46, 5e-324, 1e-30, 1e-8])
+def test_a_top_p_too_small_for_float32_keeps_exactly_the_most_likely_token(top_p):
+    row = torch.tensor([[0.5, 2.0, 1.0, -3.0]])
+    probs = to_probs(row, SamplingParams(temperature=1.0, top_p=top_p))
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf], ids=["nan", "inf"])
+def test_logits_with_no_distribution_raise_invalid_distribution_and_never_reach_multinomial(monkeypatch, bad):
+    multinomial = torch.multinomial
+
+    def checked_multinomial(probs, *args, **kwargs):
+        assert torch.isfinite(probs).all(), "a non-finite distribution reached torch.multinomial"
+        return multinomial(probs, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", checked_multinomial)
+    row = torch.tensor([[0.5, bad, 1.0]])
+    with pytest.raises(InvalidDistribution, match="NaN or infinite logits"):
+        sample_tokens(row, [SamplingParams(temperature=1.0)], [torch.Generator().manual_seed(0)])
+    with pytest.raises(InvalidDistribution):
+        check_distribution(to_probs(row, SamplingParams(temperature=0.7, top_p=0.5)))
+
+
+def test_the_sampler_fails_only_the_request_whose_row_has_no_distribution():
+    sampler = Sampler(seed=0)
+    ids = ["ok-greedy", "bad", "ok-sampled"]
+    for rid, params in zip(ids, [SamplingParams(), SamplingParams(temperature=1.0), SamplingParams(temperature=1.0)]):
+        sampler.add(rid, params)
+    logits = torch.tensor([[0.0, 5.0, 0.0], [math.nan, 0.0, 0.0], [0.0, 0.0, 50.0]])
+    rows = [ScheduledRequest(rid, (1,), 3, 0, "decode", [0], (3,), 1) for rid in ids]
+    tokens = sampler.sample(rows, logits).token_ids
+    failed = sampler.take_failed()
+    assert set(failed) == {"bad"} and "NaN" in failed["bad"]
+    assert tokens["ok-greedy"] == (1,) and tokens["ok-sampled"] == (2,)
+    assert sampler.take_failed() == {}                       # each failure is reported once

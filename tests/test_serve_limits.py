@@ -1,0 +1,199 @@
+"""Bounded work per request before it costs anyone else: the body limit (413 before parsing), the
+tokenising and templating off both loops, the 503 past the connection limit in OpenAI's error shape,
+and a stream nobody reads. The simulated model; every server binds 127.0.0.1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from labkit.serve import BackgroundServer, ServedModel
+from labkit.serve.cli import add_serve_args, serve_limits
+from labkit.serve.limits import ServeLimits, default_max_body_bytes
+from tests.serve_util import PacedEngine, finish_reasons, scrape, sim_llm, sse_data, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+FIVE_MB = 5 * 1000 * 1000
+MAX_GAP_S = 0.2
+
+
+def post_raw(server, path: str, body: bytes, chunked: bool = False, piece: int = 1 << 16) -> bytes:
+    """POST ``body`` over a plain socket as fast as the server takes it (``Content-Length``, or
+    ``Transfer-Encoding: chunked`` with no length announced); the whole reply once the server closes."""
+    sock = socket.create_connection((server.host, server.port), timeout=30)
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 f"Connection: close\r\n{framing}\r\n\r\n".encode())
+    try:
+        for i in range(0, len(body), piece):
+            part = body[i:i + piece]
+            sock.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n" if chunked else part)
+        if chunked:
+            sock.sendall(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass                                  # the server may close once it has answered
+    reply = b""
+    try:
+        while chunk := sock.recv(1 << 16):
+            reply += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    return reply
+
+
+def status_and_error(reply: bytes) -> tuple[int, dict]:
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(payload)["error"]
+
+
+class ChunkClock:
+    """Streams one long completion on a thread and keeps when each chunk arrived."""
+
+    def __init__(self, server, body: dict):
+        self.times: list[float] = []
+        self.lines: list[str] = []
+        self.started = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(server, body))
+        self._thread.start()
+        assert self.started.wait(30), "the stream did not start"
+
+    def _read(self, server, body) -> None:
+        with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=60) as resp:
+            for line in resp.iter_lines():
+                if line:
+                    self.times.append(time.monotonic())
+                    self.lines.append(line)
+                    self.started.set()
+
+    def join(self) -> None:
+        self._thread.join(60)
+
+    @property
+    def longest_gap_s(self) -> float:
+        return max(b - a for a, b in zip(self.times, self.times[1:]))
+
+
+# 100 steps a second: a chunk every 10 ms, and 250 of them (2.5 s) to cover the big body.
+LONG_STREAM = {"model": "sim", "prompt": "keep going", "max_tokens": 250, "ignore_eos": True, "stream": True}
+
+
+@pytest.fixture
+def paced_server(request):
+    limits = getattr(request, "param", ServeLimits())
+    llm = sim_llm(num_blocks=128, max_num_seqs=8)                       # max_model_len 4096
+    with BackgroundServer(ServedModel(PacedEngine(llm.engine, steps_per_s=100), "sim"), limits=limits) as server:
+        yield server
+
+
+# ------------------------------------------------------------------------------ the body limit
+
+def test_the_default_body_limit_is_a_mib_plus_32_bytes_per_token_of_context():
+    assert default_max_body_bytes(8192) == (1 << 20) + 32 * 8192
+    assert ServeLimits().body_limit(4096) == (1 << 20) + 32 * 4096
+    assert ServeLimits(max_body_bytes=5000).body_limit(4096) == 5000
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_past_the_limit_is_a_413_in_openai_shape_before_it_is_parsed(paced_server, chunked):
+    limit = default_max_body_bytes(4096)
+    status, error = status_and_error(post_raw(paced_server, "/v1/completions", b"x" * (limit + 1), chunked))
+    assert status == 413 and error["type"] == "invalid_request_error", error        # not JSON, yet no 400
+    assert str(limit) in error["message"] and "--max-body-bytes" in error["message"]
+    assert httpx.get(paced_server.base_url + "/health", timeout=10).status_code == 200
+
+
+def test_a_body_within_the_limit_is_parsed_as_usual(paced_server):
+    limit = default_max_body_bytes(4096)
+    prompt = "y" * (limit - 200)
+    body = json.dumps({"model": "sim", "prompt": prompt, "max_tokens": 1}).encode()
+    status, error = status_and_error(post_raw(paced_server, "/v1/completions", body))
+    assert status == 400 and error["param"] == "prompt" and "max_model_len" in error["message"]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_running_stream_never_waits_more_than_0_2_s_while_a_5_mb_body_arrives_and_is_refused(
+        paced_server, chunked):
+    clock = ChunkClock(paced_server, LONG_STREAM)
+    body = json.dumps({"model": "sim", "prompt": "z" * FIVE_MB}).encode()
+    status, _ = status_and_error(post_raw(paced_server, "/v1/completions", body, chunked))
+    refused_at = time.monotonic()
+    clock.join()
+    assert status == 413 and refused_at < clock.times[-1]          # refused while the stream still ran
+    assert finish_reasons(sse_data(clock.lines)) == {0: "length"}
+    assert clock.longest_gap_s < MAX_GAP_S, clock.longest_gap_s
+
+
+@pytest.mark.parametrize("paced_server", [ServeLimits(max_body_bytes=8 * FIVE_MB)], indirect=True)
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_5_mb_prompt_within_a_raised_limit_is_tokenised_without_stalling_a_running_stream(paced_server, path):
+    clock = ChunkClock(paced_server, LONG_STREAM)
+    text = "z" * FIVE_MB
+    prompt = {"prompt": text} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
+    status, error = status_and_error(post_raw(paced_server, path, json.dumps({"model": "sim", **prompt}).encode()))
+    refused_at = time.monotonic()
+    clock.join()
+    assert status == 400 and "max_model_len" in error["message"]         # tokenised: 5,000,0xx tokens
+    assert refused_at < clock.times[-1]
+    assert clock.longest_gap_s < MAX_GAP_S, clock.longest_gap_s
+
+
+def test_the_body_limit_is_a_serve_option():
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    assert serve_limits(parser.parse_args(["--max-body-bytes", "4096"])).max_body_bytes == 4096
+    assert serve_limits(parser.parse_args([])).max_body_bytes is None         # from max_model_len
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        serve_limits(parser.parse_args(["--max-body-bytes", "0"]))
+
+
+# ------------------------------------------------------------------------------ the connection limit
+
+def test_past_the_connection_limit_the_503_carries_the_openai_error_body():
+    limits = ServeLimits(limit_concurrency=3)
+    with BackgroundServer(ServedModel(sim_llm(num_blocks=64).engine, "sim"), limits=limits) as server:
+        idle = [socket.create_connection((server.host, server.port), timeout=5) for _ in range(3)]
+        time.sleep(0.1)
+        resp = httpx.get(server.base_url + "/health", timeout=5)
+        for sock in idle:
+            sock.close()
+    assert resp.status_code == 503 and resp.headers["content-type"] == "application/json"
+    error = resp.json()["error"]
+    assert error["type"] == "service_unavailable" and "--limit-concurrency" in error["message"]
+
+
+# ------------------------------------------------------------------------------ a stream nobody reads
+
+def test_a_stream_nobody_reads_is_aborted_after_the_stall_timeout_and_ends_with_abort():
+    # n = 32 sequences of 4000 tokens: 32 chunks a step fill the socket buffers in a few seconds,
+    # and the request would need several seconds to finish on its own.
+    llm = sim_llm(num_blocks=8100, max_num_seqs=32)
+    limits = ServeLimits(stalled_stream_timeout_s=0.5)
+    with BackgroundServer(ServedModel(llm.engine, "sim"), limits=limits) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)        # the server's writes back up soon
+        sock.connect((server.host, server.port))
+        body = json.dumps({"model": "sim", "prompt": "unread", "n": 32, "max_tokens": 4000, "ignore_eos": True,
+                           "stream": True}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert wait_until(lambda: scrape(server.base_url)["labkit:num_requests_running"] == 32, 10)
+        t0 = time.monotonic()
+        assert wait_until(lambda: scrape(server.base_url)["labkit:num_requests_running"] == 0, 20)
+        aborted_after_s = time.monotonic() - t0
+        generated = scrape(server.base_url)["labkit:generation_tokens_total"]
+        reply = b""                                                          # the client reads at last
+        sock.settimeout(30)
+        while chunk := sock.recv(1 << 16):
+            reply += chunk
+        sock.close()
+    assert generated < 32 * 4000 / 2 and aborted_after_s < 10, (generated, aborted_after_s)
+    events = sse_data(line.strip().decode() for line in reply.split(b"\n"))      # between HTTP chunk sizes
+    assert finish_reasons(events) == dict.fromkeys(range(32), "abort") and events[-1] == "[DONE]"
