@@ -47,3 +47,10 @@ def percentages(citation: Citation) -> list[float]:
     """'20.4/13.3/57.3/8.9 %' → [20.4, 13.3, 57.3, 8.9] (the paper's Fig. 2 breakdowns)."""
     numbers = citation.value.replace("%", "").strip()
     return [float(x) for x in numbers.split("/")]
+
+
+def cite_line(claim_contains: str, zh: str) -> str:
+    """A cited row as a learner reads it, Chinese first with the row's English claim in parentheses:
+    ``cite_line("Default block size", "默认块大小")`` → '默认块大小（Default block size and rationale）：16 tokens; … —— Kwon …'."""
+    c = cite(claim_contains)
+    return f"{zh}（{c.claim}）：{c.value} —— {c.source}"

@@ -58,7 +58,8 @@ def breakdown_figure(rows: list[tuple[str, PoolBreakdown]]) -> go.Figure:
 
 
 def effective_use_figure(runs: list[LayoutRun]) -> go.Figure:
-    """Effective KV use (100 − waste) of our runs beside the paper's Fig. 2 values."""
+    """Effective KV use (K/V share of the whole pool, ``LayoutRun.effective_use``) of our runs beside
+    the paper's Fig. 2 values, our free share written beside it (free slots are in Fig. 2's base too)."""
     labels = [r.label for r in runs]
     values = [r.effective_use for r in runs]
     colors = [COLORS["used"] if r.layout == "paged" else COLORS["internal_frag"] for r in runs]
@@ -69,9 +70,12 @@ def effective_use_figure(runs: list[LayoutRun]) -> go.Figure:
     labels.append(t("论文：vLLM", "paper: vLLM"))
     values.append(float(cite("vLLM KV memory holding token states").value.rstrip("%")))
     colors.append("#A6D49F")
-    fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=colors,
-                           text=[f"{v:.1f}%" for v in values], textposition="outside"))
-    style(fig, t("有效 KV 利用率：占用的槽位里真正存有 K/V 的比例", "Effective KV use: share of held slots that hold K/V"),
+    free = [r.breakdown.free for r in runs] + [None] * (len(values) - len(runs))
+    text = [f"{v:.1f}%" + (t(f"（空闲 {f:.0f}%）", f" ({f:.0f}% free)") if f is not None and f >= 5 else "")
+            for v, f in zip(values, free)]
+    fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=colors, text=text, textposition="outside"))
+    style(fig, t("有效 KV 利用：存有 K/V 的槽位占整个 KV 池的比例（论文图 2 的口径）",
+                 "Effective KV use: share of the whole KV pool holding K/V (the paper's Fig. 2 measure)"),
           t("有效利用（%）", "effective use (%)"), height=140 + 40 * len(labels))
     fig.update_xaxes(range=[0, 110])
     fig.update_yaxes(autorange="reversed")

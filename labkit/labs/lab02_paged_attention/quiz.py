@@ -142,8 +142,11 @@ ROWS = [
                            "Paged attention is slower than attention over contiguous K/V. Where does the cost come from?"), [
         ("每个位置先查块表算出槽位，再从分散的块里收集 K/V",
          "Each position is looked up in the block table and K/V are gathered from scattered blocks",
-         "对：论文的 CUDA 内核慢 20–26%；本实验的 CPU 路径把 K/V 先复制出来，代价更大（第 7 节）。",
-         "Right: the paper's CUDA kernel is 20–26 % slower; our CPU path copies K/V out first and pays more (section 7).", ""),
+         "对：论文的 CUDA 内核比 FasterTransformer 慢 20–26%（图 18a）；这台机器上慢多少，看第 7 节同一内核两边对比的测量——"
+         "它可能在论文的范围之内，也可能在外，取决于内核和机器。",
+         "Right: the paper's CUDA kernel is 20–26 % slower than FasterTransformer's (Fig. 18a); how much slower it is on this "
+         "machine is section 7's measurement with the same kernel on both sides, inside or outside the paper's range "
+         "depending on kernel and machine.", ""),
         ("分页布局下注意力要多算浮点运算：每个块都要单独做一次 softmax 再合并",
          "Paging adds floating-point work: every block gets its own softmax, merged afterwards",
          "注意力本身的运算量一样，多出来的是寻址和搬数据。",
@@ -154,8 +157,9 @@ ROWS = [
          "paging is approximate"),
         ("块表放在 CPU 上，每一步都要把整张表从主机拷贝到加速器上",
          "Block tables live on the CPU and are copied to the accelerator in full every step",
-         "块表很小（每块一个整数），拷贝代价可以忽略；第 7 节的差距来自收集分散的 K/V。",
-         "Block tables are tiny (one integer per block); the gap in section 7 comes from gathering scattered K/V.",
+         "块表很小（每块一个整数），拷贝代价可以忽略；分页多做的是按块表寻址、收集分散的 K/V。",
+         "Block tables are tiny (one integer per block); what paging adds is addressing through the table and gathering "
+         "scattered K/V.",
          "the table copy is the cost")]),
 ]
 

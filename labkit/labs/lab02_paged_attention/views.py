@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from labkit.i18n import t
 from labkit.labs.common.measure import record_verdict
-from labkit.labs.common.references import cite
+from labkit.labs.common.references import cite, cite_line, percentages
 from labkit.labs.common.tables import Table
 from labkit.labs.lab02_paged_attention.attention_cost import SDPA, IndirectionCost
 from labkit.labs.lab02_paged_attention.block_map import BlockMapRun, is_consecutive
@@ -33,17 +33,56 @@ def block_tables_table(run: BlockMapRun, index: int) -> Table:
 
 
 def layout_table(runs: list[LayoutRun]) -> Table:
-    rows = [[r.label, r.num_requests, r.num_steps, r.mean_running, r.max_running, r.breakdown.used,
+    rows = [[r.label, r.num_requests, r.num_steps, r.mean_running, r.max_running, r.effective_use,
              r.breakdown.reserved_later, r.breakdown.internal, r.breakdown.external, r.breakdown.free, r.waste,
-             r.effective_use, _model(r.simulated)] for r in runs]
+             r.waiting_share, _model(r.simulated)] for r in runs]
     return Table([t("设置", "setting"), t("请求数", "requests"), t("步数", "steps"), t("平均并发", "mean running"),
-                  t("最大并发", "max running"), t("存有 K/V %", "holds K/V %"), t("预留待用 %", "reserved later %"),
-                  t("内部碎片 %", "internal %"), t("外部碎片 %", "external %"), t("空闲 %", "free %"),
-                  t("浪费 %", "waste %"), t("有效利用 %", "effective use %"), t("模型", "model")], rows,
+                  t("最大并发", "max running"), t("存有 K/V %（有效利用）", "holds K/V % (effective use)"),
+                  t("预留待用 %", "reserved later %"), t("内部碎片 %", "internal %"), t("外部碎片 %", "external %"),
+                  t("空闲 %", "free %"), t("浪费 %", "waste %"), t("有请求排队的步 %", "steps with a request waiting %"),
+                  t("模型", "model")], rows,
                  caption=t("KV 池各部分占比（各步平均，本次运行实测）", "KV pool split (mean over steps, measured in this run)"),
-                 notes=[t("浪费 = 请求占用的槽位里没有存 K/V 的比例；有效利用 = 100 − 浪费（论文图 2 的口径）。",
-                          "waste = share of the slots requests hold that hold no K/V; effective use = 100 − waste "
-                          "(the paper's Fig. 2 measure).")])
+                 notes=[t("有效利用 = 存有 K/V 的槽位占整个 KV 池的比例：论文图 2 的口径（分母是整个池，预留、碎片和空闲都在分母里，"
+                          "图 2 把外部碎片和空闲合成“External frag. & Others”）。浪费 = 请求占用的槽位里没有存 K/V 的比例"
+                          "（分母只是被请求占用的槽位）：两者分母不同，浪费不是 100 − 有效利用。",
+                          "effective use = share of the whole KV pool holding K/V: the paper's Fig. 2 measure (the base is "
+                          "the whole pool; reservation, fragmentation and free slots are all in it, Fig. 2 lumping external "
+                          "fragmentation and free as 'External frag. & Others'). waste = share of the slots requests hold "
+                          "that hold no K/V (the base is the held slots only): different bases, so waste is not "
+                          "100 − effective use.")])
+
+
+def effective_use_lines(runs: tuple[LayoutRun, LayoutRun, LayoutRun], name: str) -> list[str]:
+    """Section 3.2's comparison with Fig. 2, on Fig. 2's own measure (token states as a share of the
+    whole pool), from the same ``effective_use`` the table prints; (max-length, exact, paged) runs."""
+    mx, oracle, paged = runs
+    paper_max, paper_oracle = (percentages(cite(f"{s} KV breakdown"))[0] for s in ("Orca(Max)", "Orca(Oracle)"))
+    paper_vllm = float(cite("vLLM KV memory holding token states").value.rstrip("%"))
+    lines = [t(f"{name}：存有 K/V 占整个 KV 池（论文图 2 的口径）——最大长度预留 {mx.effective_use:.1f}%、恰好预留 "
+               f"{oracle.effective_use:.1f}%、分页 {paged.effective_use:.1f}%；论文图 2 同一口径：Orca(Max) {paper_max:.1f}%、"
+               f"Orca(Oracle) {paper_oracle:.1f}%、vLLM {paper_vllm:.1f}%。",
+               f"{name}: K/V as a share of the whole KV pool (the paper's Fig. 2 measure): max-length reservation "
+               f"{mx.effective_use:.1f}%, exact reservation {oracle.effective_use:.1f}%, paged {paged.effective_use:.1f}%; "
+               f"Fig. 2 on the same measure: Orca(Max) {paper_max:.1f}%, Orca(Oracle) {paper_oracle:.1f}%, vLLM {paper_vllm:.1f}%.")]
+    gap = 100.0 - paged.effective_use
+    if paged.effective_use < paper_vllm - 10 and paged.breakdown.free >= 0.8 * gap:
+        why = (t(f"分页时只有 {paged.waiting_share:.0f}% 的步有请求在排队：这条轨迹喂不满池子",
+                 f"only {paged.waiting_share:.0f}% of the paged steps had a request waiting: this trace does not fill the pool")
+               if paged.waiting_share < 50 else
+               t(f"分页时 {paged.waiting_share:.0f}% 的步有请求在排队：挡住它们的是别的上限（批上限、token 预算），不是 KV",
+                 f"{paged.waiting_share:.0f}% of the paged steps had a request waiting: another limit (batch size, token "
+                 "budget) held them back, not KV"))
+        lines.append(t(f"分页一行离 vLLM 的 {paper_vllm:.1f}% 远，差的主要是空闲（{paged.breakdown.free:.1f}%），不是浪费"
+                       f"（浪费 {paged.waste:.1f}%）；{why}。论文的 {paper_vllm:.1f}% 是在负载把池子占满时量的。",
+                       f"The paged row is far from vLLM's {paper_vllm:.1f}%, and what is missing is mostly free slots "
+                       f"({paged.breakdown.free:.1f}%), not waste ({paged.waste:.1f}%); {why}. The paper's "
+                       f"{paper_vllm:.1f}% was measured with the load keeping the pool full."))
+    return lines
+
+
+def cite_lines(claims: list[tuple[str, str]]) -> list[str]:
+    """One line per cited row, Chinese first: ``zh（English claim）：value —— source``."""
+    return [cite_line(claim, zh) for claim, zh in claims]
 
 
 def paper_fit_ratios() -> tuple[float, float]:
@@ -57,10 +96,9 @@ def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
     """(paged, contiguous) pairs: requests running at once and output tokens per second."""
     rows = []
     for paged, contiguous in pairs:
-        speed = paged.tokens_per_s / contiguous.tokens_per_s if contiguous.tokens_per_s else float("nan")
         rows.append([paged.label, contiguous.label, contiguous.max_running, paged.max_running,
                      contiguous.mean_running, paged.mean_running, fit_ratio(paged, contiguous),
-                     contiguous.tokens_per_s, paged.tokens_per_s, speed, _model(paged.simulated)])
+                     contiguous.tokens_per_s, paged.tokens_per_s, throughput_cell(paged, contiguous), _model(paged.simulated)])
     oracle, orca_max = paper_fit_ratios()
     c = cite("Avg batched requests OPT-13B ShareGPT")
     return Table([t("分页", "paged"), t("连续", "contiguous"), t("连续：最大并发", "contiguous: max running"),
@@ -71,10 +109,23 @@ def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
                  caption=t("同一个池、同一条轨迹：同时运行的请求数与吞吐（本次运行实测；模拟的时间是虚拟时间）",
                            "Same pool, same trace: requests running at once and throughput (measured in this run; "
                            "simulated times are virtual)"),
-                 notes=[t(f"论文（{c.source}）：平均批大小 {c.value}（Orca(Max)/Pow2/Oracle/vLLM），即 vLLM 是 "
+                 notes=[t("真实模型的吞吐倍数：方括号里是各轮配对的范围，括号里是结论（持平 / 噪声之内 / 机器正忙）；模拟的倍数是精确的。",
+                          "Real-model throughput ratios: the brackets give the range over paired rounds, the word the verdict "
+                          "(level / within noise / machine busy); simulated ratios are exact."),
+                        t(f"论文（{c.source}）：平均批大小 {c.value}（Orca(Max)/Pow2/Oracle/vLLM），即 vLLM 是 "
                           f"Orca(Oracle) 的 {oracle:.1f} 倍、Orca(Max) 的 {orca_max:.1f} 倍。",
                           f"Paper ({c.source}): mean batch {c.value} (Orca(Max)/Pow2/Oracle/vLLM), i.e. vLLM batches "
                           f"{oracle:.1f}x Orca(Oracle) and {orca_max:.1f}x Orca(Max).")])
+
+
+def throughput_cell(paged: LayoutRun, contiguous: LayoutRun) -> str:
+    """The fit table's throughput ratio with what backs it: exact when simulated; for the real model
+    the range over the paired rounds and the verdict's word (level / within noise / machine busy)."""
+    v = throughput_verdict(paged, contiguous)
+    if v.deterministic:
+        return f"{v.ratio:.2f}"
+    word = v.mark(greater=("（更快）", " (faster)"), less=("（更慢）", " (slower)"), same=("（持平）", " (level)"))
+    return f"{v.ratio:.2f} [{v.ratio_min:.2f}–{v.ratio_max:.2f}]{word}"
 
 
 def prefix_table(pairs: list[tuple[str, PrefixRun, PrefixRun]]) -> Table:
@@ -205,8 +256,11 @@ def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixR
     """The numbers to remember; ``paper_like`` (paged, max-length contiguous) on the paper's workload."""
     off, on = prefix
     rows = [] if paper_like is None else [
-        [t("论文的负载：有效 KV 利用，连续（最大长度预留）→ 分页", "the paper's workload: effective KV use, contiguous (max-length) → paged"),
-         f"{paper_like[1].effective_use:.1f} % → {paper_like[0].effective_use:.1f} %", paper_like[0].label]]
+        [t("论文的负载：存有 K/V 占整个池（图 2 口径），连续（最大长度预留）→ 分页",
+           "the paper's workload: K/V share of the whole pool (Fig. 2 measure), contiguous (max-length) → paged"),
+         f"{paper_like[1].effective_use:.1f} % → {paper_like[0].effective_use:.1f} %"
+         + t(f"（分页另有 {paper_like[0].breakdown.free:.0f} % 空闲）", f" (paged: {paper_like[0].breakdown.free:.0f} % free)"),
+         paper_like[0].label]]
     rows += [
         [t("KV 浪费：连续（最大长度预留）→ 分页", "KV waste: contiguous (max-length reservation) → paged"),
          f"{contiguous.waste:.1f} % → {paged.waste:.1f} %", paged.label],

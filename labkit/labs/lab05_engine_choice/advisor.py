@@ -14,10 +14,13 @@ hardware coverage first), and the recommendation says so when it happens.
 The rules, in order (the first that decides, decides; the rest add reasons or shift scores):
 
     1. hardware    not NVIDIA → TensorRT-LLM is out; CPU / Apple → llama.cpp; AMD or mixed → vLLM
-    2. quantisation NVFP4 needs Blackwell; FP8 needs Hopper/Ada/Blackwell (on NVIDIA)
-    3. stable model + max throughput + NVIDIA FP8/FP4 + a team that can run it → TensorRT-LLM
-    4. weekly new models, a small Python team → vLLM (no build step, broad hardware)
-    5. strict TTFT at low concurrency, or structured output / multi-LoRA heavy → SGLang is a contender
+    2. quantisation NVFP4 needs Blackwell; FP8 (W8A8) needs Hopper/Ada/Blackwell. vLLM and TensorRT-LLM
+                   both serve FP8 there (equal points); NVFP4 recipes are cited for TensorRT-LLM only
+    3. stable model + max throughput: only a comparison one party made on the same hardware ranks
+       engines (points to its winner); a figure with no second engine beside it is information (0)
+    4. weekly new models, a small Python team → vLLM and SGLang (no build step, Python scheduler);
+       vLLM also for broad hardware
+    5. strict TTFT at low concurrency → SGLang; multi-LoRA → vLLM and SGLang alike (both batch mixed adapters)
     6. ties: the first engine of ``TIE_ORDER`` among those with the top score
 """
 
@@ -190,9 +193,12 @@ def _quantization(s: Scenario, reasons: list[Reason]) -> None:
                               "NVFP4 is an NVIDIA Blackwell format (TensorRT-LLM docs); it does not apply to this hardware.",
                               "TensorRT-LLM FP8 / FP4 quantization", "", 0))
     if s.quantization == "fp8" and s.hardware == "nvidia-ampere":
-        reasons.append(_r("Ampere 不支持 FP8（TensorRT-LLM 支持矩阵：Ampere 只有 INT8/INT4）。",
-                          "Ampere has no FP8 (TensorRT-LLM support matrix: INT8/INT4 only on Ampere).",
+        reasons.append(_r("Ampere 没有 FP8 硬件：TensorRT-LLM 在 Ampere 上只有 INT8/INT4（0.18 支持矩阵）。",
+                          "Ampere has no FP8 hardware: TensorRT-LLM offers INT8/INT4 only on Ampere (0.18 support matrix).",
                           "TensorRT-LLM precision by architecture", "", 0))
+        reasons.append(_r("vLLM 在 Ampere 上以仅权重 FP8（W8A16，FP8 Marlin 内核）运行 FP8 检查点：省显存，但不是 FP8 计算。",
+                          "vLLM runs an FP8 checkpoint on Ampere weight-only (W8A16, FP8 Marlin kernels): it saves memory, "
+                          "but does not compute in FP8.", "vLLM FP8 W8A8", "vLLM", 1))
     if s.quantization == "fp8" and s.hardware in ("cpu", "apple"):
         reasons.append(_r("FP8 是 Hopper/Ada/Blackwell GPU 的格式；CPU / Apple 上用 4/5/8 位整数量化（GGUF）。",
                           "FP8 is a Hopper/Ada/Blackwell GPU format; on a CPU or Apple silicon use 4/5/8-bit integer "
@@ -203,6 +209,10 @@ def _quantization(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("TensorRT-LLM 为 Hopper/Blackwell 的 FP8/FP4 提供现成配方（Model Optimizer 预量化检查点）。",
                           "TensorRT-LLM ships FP8/FP4 recipes for Hopper/Blackwell (Model Optimizer pre-quantized checkpoints).",
                           "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 3))
+    if fp8_ok:
+        reasons.append(_r("vLLM 同样服务 FP8：Ada/Hopper（新版文档含 Blackwell）上权重与激活都用 FP8（W8A8）——FP8 本身不区分这两个引擎。",
+                          "vLLM serves FP8 too: weights and activations in FP8 (W8A8) on Ada/Hopper (Blackwell in newer "
+                          "docs), so FP8 alone does not separate the two engines.", "vLLM FP8 W8A8", "vLLM", 3))
     if s.quantization == "int4" and s.hardware in ("cpu", "apple"):
         reasons.append(_r("4 位 GGUF 量化是 llama.cpp 的本行。", "4-bit GGUF quantization is llama.cpp's home ground.",
                           "llama.cpp hardware and quantization", "llama.cpp", 2))
@@ -213,26 +223,30 @@ def _max_throughput(s: Scenario, reasons: list[Reason]) -> None:
     if not (s.nvidia and s.throughput == "high" and s.model_churn == "stable"):
         return
     if s.hardware == "nvidia-hopper" and s.quantization == "fp8":
-        reasons.append(_r("模型稳定、追求极限吞吐：TensorRT-LLM 公布了 Llama-3.1-8B FP8 在单卡 H100 上 28,837 tok/s"
-                          "（它自己的 trtllm-bench）；同一模型没有其他引擎的公开数字可比。",
-                          "Stable model, maximum throughput: TensorRT-LLM publishes 28,837 tok/s for Llama-3.1-8B FP8 on one "
-                          "H100 (its own trtllm-bench); no other engine's figure for that model is cited here.",
-                          "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 @ v0.17", "TensorRT-LLM", 4))
+        reasons.append(_r("参考（不排名）：TensorRT-LLM 公布了 Llama-3.1-8B FP8 在单卡 H100 上 28,837 tok/s"
+                          "（它自己的 trtllm-bench）；同一模型没有别的引擎的数字，所以这一项不加分。",
+                          "For reference (no ranking): TensorRT-LLM publishes 28,837 tok/s for Llama-3.1-8B FP8 on one H100 "
+                          "(its own trtllm-bench); no other engine's figure for that model is cited, so it scores nothing.",
+                          "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 @ v0.17", "", 0))
     if s.hardware == "nvidia-hopper":
-        reasons.append(_r("反例：默认设置下 gpt-oss-120b 在 H100 上 vLLM 6,095 tok/s，TensorRT-LLM 2,140（同一方、同一方法）："
-                          "先在自己的负载上测。", "Counter-example: at default settings gpt-oss-120b on an H100 gave vLLM "
-                          "6,095 tok/s and TensorRT-LLM 2,140 (one party, one method): measure on your own workload first.",
-                          "gpt-oss-120b H100 total tok/s", "vLLM", 1))
+        reasons.append(_r("同一块 H100、同一方、同一方法（默认设置，gpt-oss-120b）：vLLM 6,095 tok/s，TensorRT-LLM 2,140，"
+                          "SGLang 1,814——这里唯一能排名的吞吐对比；换了模型和负载可能翻转，先在自己的负载上测。",
+                          "Same H100, one party, one method (default settings, gpt-oss-120b): vLLM 6,095 tok/s, TensorRT-LLM "
+                          "2,140, SGLang 1,814: the one throughput comparison here that ranks engines; another model or "
+                          "workload may flip it, so measure your own first.", "gpt-oss-120b H100 total tok/s", "vLLM", 3))
+        reasons.append(_r("vLLM v0.6.0 博客附录（H100）：ShareGPT 与解码为主的负载上 vLLM 最高（70B 只略高于 TensorRT-LLM），"
+                          "预填充为主时更低——排名随负载变。", "vLLM v0.6.0 blog appendix (H100): vLLM highest on ShareGPT and "
+                          "decode-heavy loads (70B only marginally above TensorRT-LLM), lower on prefill-heavy: the ranking "
+                          "moves with the workload.", "v0.6.0 comparison: H100", "", 0))
     elif s.hardware == "nvidia-ampere":
         reasons.append(_r("A100 上的跨引擎对比（vLLM v0.6.0 博客附录，8B、单卡 A100）：TensorRT-LLM r24.07 吞吐最高，vLLM 第二。",
                           "Cross-engine comparison on an A100 (vLLM v0.6.0 blog appendix, 8B on one A100): TensorRT-LLM "
                           "r24.07 had the highest throughput, vLLM second.",
                           "v0.6.0 comparison: TRT-LLM r24.07 8B on 1xA100", "TensorRT-LLM", 3))
     elif s.hardware == "nvidia-blackwell" and s.quantization in ("fp8", "nvfp4"):
-        reasons.append(_r("Blackwell 上的 FP4/FP8：TensorRT-LLM 的 PyTorch 后端在 Blackwell 与 Hopper 上支持 FP4 和 FP8；"
-                          "本表没有 Blackwell 上的吞吐数字，先测。", "FP4/FP8 on Blackwell: TensorRT-LLM's PyTorch backend "
-                          "supports FP4 and FP8 on Blackwell and Hopper; no Blackwell throughput figure is cited here, so "
-                          "measure first.", "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 4))
+        reasons.append(_r("Blackwell 上的 FP4/FP8：本表没有 Blackwell 上任何引擎的吞吐数字，这一项不加分，先测。",
+                          "FP4/FP8 on Blackwell: no engine's Blackwell throughput figure is cited here, so this scores "
+                          "nothing; measure first.", "TensorRT-LLM FP8 / FP4 quantization", "", 0))
 
 
 def _churn(s: Scenario, reasons: list[Reason]) -> None:
@@ -240,6 +254,9 @@ def _churn(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("每周换新模型：vLLM 直接加载 Hugging Face 检查点、无构建步骤，且一份代码跑所有硬件。",
                           "New models weekly: vLLM loads Hugging Face checkpoints directly with no build step, on every "
                           "kind of hardware.", "vLLM supported hardware platforms", "vLLM", 4))
+        reasons.append(_r("SGLang 也直接加载 Hugging Face 检查点、没有构建步骤（硬件覆盖比 vLLM 窄）。",
+                          "SGLang also loads Hugging Face checkpoints directly with no build step (on narrower hardware "
+                          "than vLLM).", "SGLang launch without a build step", "SGLang", 2))
         if s.nvidia:
             reasons.append(_r("TensorRT-LLM 1.0 的 LLM API 也直接加载 Hugging Face 模型（PyTorch 后端，不构建引擎）：差距在缩小。",
                               "TensorRT-LLM 1.0's LLM API also loads a Hugging Face model directly (PyTorch backend, no "
@@ -258,8 +275,9 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
     if s.multi_lora:
         reasons.append(_r("多 LoRA：SGLang 在同一批次内为不同序列用不同适配器。", "Multi-LoRA: SGLang batches different "
                           "adapters for different sequences.", "SGLang multi-LoRA serving", "SGLang", 2))
-        reasons.append(_r("多 LoRA：vLLM 按请求挂载适配器。", "Multi-LoRA: vLLM attaches an adapter per request.",
-                          "vLLM LoRA adapters", "vLLM", 2))
+        reasons.append(_r("多 LoRA：vLLM 同样在一个批里混合不同的适配器（--max-loras 是一批里最多的适配器数）。",
+                          "Multi-LoRA: vLLM also mixes different adapters in one batch (--max-loras is the most adapters per "
+                          "batch).", "vLLM mixed LoRA batch", "vLLM", 2))
     if s.structured_output:
         reasons.append(_r("结构化输出：本实验没有核实各引擎的约束解码实现，这一项不加分；请在自己的 JSON schema 上测。",
                           "Structured output: this lab has not checked each engine's constrained decoding, so it scores "
@@ -268,6 +286,9 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("小型 Python 团队：vLLM 的调度器是 Python 写的、可读可改（V1 的引擎核心进程）。",
                           "Small Python team: vLLM's scheduler is Python, readable and patchable (V1's engine-core process).",
                           "vLLM V1 vs V0 throughput", "vLLM", 2))
+        reasons.append(_r("小型 Python 团队：SGLang 的调度器同样是 Python 写的。",
+                          "Small Python team: SGLang's scheduler is Python too.", "SGLang launch without a build step",
+                          "SGLang", 2))
     if s.operations == "edge":
         reasons.append(_r("边缘设备：llama.cpp 是没有依赖的 C/C++ 程序，一个二进制加一个 GGUF 文件即可部署。",
                           "Edge devices: llama.cpp is plain C/C++ without dependencies; one binary and one GGUF file deploy.",
@@ -313,4 +334,19 @@ SCENARIOS: dict[str, Scenario] = {
     "AMD MI300X, stable model": Scenario(hardware="amd", throughput="high"),
     "MacBook (Apple silicon), NVFP4 checkpoint": Scenario(hardware="apple", throughput="low", quantization="nvfp4"),
     "Intel Xeon CPU server": Scenario(hardware="cpu", throughput="medium", team="platform"),
+}
+
+# The named scenarios as a learner reads them (Chinese first); the English key stays the identifier.
+SCENARIO_NAMES_ZH: dict[str, str] = {
+    "H100, stable Llama model, max throughput, FP8": "H100、稳定的 Llama 模型、追求极限吞吐、FP8",
+    "mixed AMD + NVIDIA fleet, weekly new models": "AMD + NVIDIA 混合机队、每周换新模型",
+    "CPU-only laptop": "只有 CPU 的笔记本",
+    "MacBook (Apple silicon), local assistant": "MacBook（Apple 芯片）上的本地助手",
+    "H100 chat product, strict TTFT, many LoRA adapters": "H100 上的对话产品、严格的 TTFT、很多 LoRA 适配器",
+    "small Python team on A100s, weekly new models": "A100 上的小型 Python 团队、每周换新模型",
+    "A100s, stable model, max throughput": "A100、稳定的模型、追求极限吞吐",
+    "B200, stable model, NVFP4, max throughput": "B200、稳定的模型、NVFP4、追求极限吞吐",
+    "AMD MI300X, stable model": "AMD MI300X、稳定的模型",
+    "MacBook (Apple silicon), NVFP4 checkpoint": "MacBook（Apple 芯片）、NVFP4 检查点",
+    "Intel Xeon CPU server": "Intel Xeon CPU 服务器",
 }

@@ -169,4 +169,8 @@ def diagnosis_sentences(points: list[LoadPoint]) -> list[str]:
              f"{100 * hi.host_share:.1f}% at {hi.concurrency}" + (", rising with load; " if grows else ", not rising with load; ") +
              ("still far below model time: on this CPU the model saturates first, not the scheduler." if hi.host_share < 0.2
               else "a real share: scheduler overhead is worth attacking (what vLLM V1 and overlap scheduling do)."))
-    return [memory, host]
+    lab03 = t("主机时间占比小，只说明这个负载、这台机器上调度器没有先饱和；调度器的 CPU 时间怎样随运行中的请求数增长"
+              "（第三个误解），看实验 03 第 7 节。",
+              "A small host share only says the scheduler did not saturate first on this workload and machine; how the "
+              "scheduler's CPU time grows with the number of running requests (the third misreading) is lab 03, section 7.")
+    return [memory, host, lab03]

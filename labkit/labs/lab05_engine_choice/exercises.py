@@ -74,11 +74,15 @@ def goodput_exercise(result_path: str | Path | None = None, ttft_ms: float = 200
         title={"zh": "练习：从结果文件算 goodput 与 P99 TPOT", "en": "Exercise: goodput and P99 TPOT from a result file"},
         task={"zh": "实现 goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms)，返回一对 (goodput 请求/秒, P99 TPOT 毫秒)"
                     "（元组或列表都可以；相对误差 1e-6 以内算对）。requests 是结果文件里的请求记录（success, ttft_s, e2el_s, "
-                    "output_tokens，时间单位秒）。没有任何请求有 TPOT 时，P99 返回 None。",
+                    "output_tokens，时间单位秒）。P99 TPOT 指“各请求 TPOT 的第 99 百分位”：先给每个成功、至少 2 个输出 token 的请求算一个 "
+                    "TPOT，再在这些请求之间取 P99（vllm bench serve 的口径；不是把所有 token 间隔混在一起的 ITL 的 P99）。"
+                    "没有任何请求有 TPOT 时，P99 返回 None。",
               "en": "Write goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms) returning a pair (goodput in "
                     "requests/s, P99 TPOT in ms) (a tuple or a list; within 1e-6 relative counts as right). requests are "
-                    "the result file's records (success, ttft_s, e2el_s, output_tokens; times in seconds). When no "
-                    "request has a TPOT, the P99 is None."},
+                    "the result file's records (success, ttft_s, e2el_s, output_tokens; times in seconds). P99 TPOT is the "
+                    "99th percentile across requests of each request's TPOT: one TPOT per successful request with at "
+                    "least two output tokens, then the P99 over those requests (vllm bench serve's definition; not the P99 "
+                    "of ITL, which pools every inter-token gap). When no request has a TPOT, the P99 is None."},
         checks=checks,
         reference="labkit.labs.lab05_engine_choice.solutions:goodput_and_p99_tpot",
         engine=["labkit.benchmark.metrics", "labkit.metrics:percentile"], diagnose=_diagnose_goodput, lab="05",

@@ -135,6 +135,13 @@ PHILOSOPHY: dict[str, tuple[Fact, ...]] = {
         Fact("硬件覆盖面广：NVIDIA、AMD、Intel GPU，x86/ARM/Apple CPU，TPU、Gaudi 等",
              "Broad hardware: NVIDIA, AMD and Intel GPUs; x86/ARM/Apple CPUs; TPU, Gaudi and more",
              "vLLM supported hardware platforms"),
+        Fact("V1 默认用 torch.compile 编译模型，并把批补齐（padding）到最近的已捕获 CUDA 图大小——"
+             "“为形状编译、补齐”不是 TensorRT-LLM 独有", "V1 compiles the model with torch.compile by default and pads a "
+             "batch to the nearest captured CUDA-graph size: compiling for shapes and padding is not TensorRT-LLM's alone",
+             "vLLM V1 torch.compile default"),
+        Fact("FP8：Ada/Hopper（新版文档含 Blackwell）上权重与激活都用 FP8（W8A8）；Ampere 上以仅权重 FP8（W8A16）运行",
+             "FP8: weights and activations (W8A8) on Ada/Hopper (Blackwell in newer docs); weight-only FP8 (W8A16) on Ampere",
+             "vLLM FP8 W8A8"),
     ),
     "TensorRT-LLM": (
         Fact("只支持 NVIDIA GPU（Blackwell、Hopper、Ada、Ampere），Linux", "NVIDIA GPUs only (Blackwell, Hopper, Ada, "
@@ -156,6 +163,9 @@ PHILOSOPHY: dict[str, tuple[Fact, ...]] = {
              "SGLang zero-overhead batch scheduler"),
         Fact("同一批次内为不同序列使用不同的 LoRA 适配器", "Different LoRA adapters for different sequences in one batch",
              "SGLang multi-LoRA serving"),
+        Fact("和 vLLM 一样没有构建步骤（直接加载 Hugging Face 检查点），调度器也是 Python 写的",
+             "Like vLLM, no build step (it loads a Hugging Face checkpoint as is) and a scheduler written in Python",
+             "SGLang launch without a build step"),
     ),
     "LMDeploy": (
         Fact("厂商自称请求吞吐最高为 vLLM 的 1.8 倍（厂商说法）", "Vendor claim: up to 1.8x vLLM's request throughput",
@@ -203,11 +213,18 @@ class Mechanism:
     pytorch_zh: str
     pytorch_en: str
     pytorch_claim: str
+    vllm_zh: str = "—"          # what vLLM V1 does about the same thing (the idea is not one engine's)
+    vllm_en: str = "—"
+    vllm_claim: str = ""
 
     @property
     def citations(self) -> tuple[Citation | None, Citation]:
         """(engine side, PyTorch side); the engine side is None where the lab states nothing about it."""
         return (find(self.engine_claim) if self.engine_claim else None), find(self.pytorch_claim)
+
+    @property
+    def vllm_citation(self) -> Citation | None:
+        return find(self.vllm_claim) if self.vllm_claim else None
 
 
 _REMOVED = "TRT-LLM TensorRT engine backend"
@@ -237,7 +254,10 @@ TRTLLM_MECHANISM: tuple[Mechanism, ...] = (
               "—", "—", "",
               "为一组批大小捕获 CUDA 图；enable_padding 把批补到最近的已捕获大小（1.3.0rc27）",
               "CUDA graphs captured for a list of batch sizes; enable_padding rounds a batch up to the nearest (1.3.0rc27)",
-              "TRT-LLM CUDA graph padding (PyTorch backend, 1.3.0rc27)"),
+              "TRT-LLM CUDA graph padding (PyTorch backend, 1.3.0rc27)",
+              "同样：为 cudagraph_capture_sizes 捕获 CUDA 图，批补齐到最近的已捕获大小（v0.10.2）",
+              "the same: CUDA graphs captured for cudagraph_capture_sizes, a batch padded to the nearest captured size (v0.10.2)",
+              "vLLM CUDA graph capture sizes and padding"),
     Mechanism("飞行中批处理（in-flight batching）", "in-flight batching",
               "预填充与解码的序列同批；输入打包、不补齐（packed, no padding）",
               "context and generation sequences in one batch; packed inputs, no padding",
@@ -257,7 +277,9 @@ TRTLLM_MECHANISM: tuple[Mechanism, ...] = (
               "—", "—", "",
               "用 torch.compile 做轻量的纵向融合，并做分段 CUDA 图（注意力留在 eager）（1.4.0rc1）",
               "torch.compile for light vertical fusion and piecewise CUDA graphs (attention stays eager) (1.4.0rc1)",
-              "TRT-LLM torch.compile and piecewise CUDA graph"),
+              "TRT-LLM torch.compile and piecewise CUDA graph",
+              "V1 默认开启 torch.compile（v0.8.3 文档）", "torch.compile on by default in V1 (v0.8.3 docs)",
+              "vLLM V1 torch.compile default"),
 )
 
 
@@ -284,4 +306,44 @@ CROSS_ENGINE: tuple[EnginePair, ...] = (
     EnginePair("vLLM team (v0.6.0 blog appendix)", "Llama 8B / 70B", "H100", "ShareGPT / decode-heavy / prefill-heavy",
                "v0.6.0 comparison: H100"),
     EnginePair("BentoML", "Llama-3-8B", "1× A100-80GB", "100 concurrent users, tok/s and TTFT", "BentoML Llama-3-8B A100-80GB"),
+)
+
+
+# ---------------------------------------------------------------- serving features, engine by engine
+
+@dataclass(frozen=True)
+class Feature:
+    """A serving feature the chapter names, per engine, each backed by one reference row."""
+
+    feature_zh: str
+    feature_en: str
+    engine: str
+    fact: Fact
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("服务框架：Triton 推理服务器（Triton Inference Server）", "serving front end: Triton Inference Server", "TensorRT-LLM",
+            Fact("tensorrtllm_backend 是 Triton 推理服务器里服务 TensorRT-LLM 引擎的后端",
+                 "tensorrtllm_backend is the Triton Inference Server backend that serves TensorRT-LLM engines",
+                 "TensorRT-LLM backend for Triton Inference Server")),
+    Feature("预填充/解码分离（disaggregated prefill/decode）", "disaggregated prefill/decode", "vLLM",
+            Fact("实验性：预填充与解码放在不同的 vLLM 实例里，KV 在两者间传输；分开调 TTFT 与 ITL，文档写明不提高吞吐",
+                 "experimental: prefill and decode in separate vLLM instances, KV transferred between them; TTFT and ITL "
+                 "tuned apart; the docs say it does not improve throughput", "vLLM disaggregated prefilling")),
+    Feature("预填充/解码分离（disaggregated prefill/decode）", "disaggregated prefill/decode", "TensorRT-LLM",
+            Fact("分离式服务（disaggregated serving）的概念文档保留给 PyTorch 后端（TensorRT 后端移除说明页）",
+                 "the disaggregated-serving concept pages are kept for the PyTorch backend (TensorRT-backend removal page)",
+                 "TRT-LLM legacy docs still relevant")),
+    Feature("投机解码（speculative decoding）", "speculative decoding", "vLLM",
+            Fact("低负载（QPS 1，Llama3-70B，4×H100）：草稿模型 1.5 倍（ShareGPT），n-gram 2.8 倍（CNN/DM）",
+                 "at low load (QPS 1, Llama3-70B, 4x H100): draft model 1.5x (ShareGPT), n-gram 2.8x (CNN/DM)",
+                 "vLLM spec decode low QPS")),
+    Feature("投机解码（speculative decoding）", "speculative decoding", "SGLang",
+            Fact("EAGLE-2 / EAGLE-3：Llama-3.1-8B、单卡 H100、MT-bench 上 158.34 → 244.10 / 373.25 tok/s",
+                 "EAGLE-2 / EAGLE-3: Llama-3.1-8B on one H100, MT-bench, 158.34 → 244.10 / 373.25 tok/s",
+                 "SGLang Llama-3.1-8B 1xH100 MT-bench")),
+    Feature("投机解码（speculative decoding）", "speculative decoding", "TensorRT-LLM",
+            Fact("投机解码的概念文档保留给 PyTorch 后端（TensorRT 后端移除说明页）",
+                 "the speculative-decoding concept pages are kept for the PyTorch backend (TensorRT-backend removal page)",
+                 "TRT-LLM legacy docs still relevant")),
 )

@@ -68,9 +68,13 @@ ROWS = [
     Row("ec-disagree", ("两篇公开测评对 vLLM 与 TensorRT-LLM 谁更快结论相反。最可能的原因是？",
                         "Two published benchmarks disagree on whether vLLM or TensorRT-LLM is faster. Most likely why?"), [
         ("默认参数、版本和负载（输入/输出长度、并发）不同", "Different defaults, versions and workloads (lengths, concurrency)",
-         "对：同一个 H100 上，Llama-3.1-8B FP8 与 gpt-oss-120b 默认设置给出相反的排名；在自己的负载上测。",
-         "Right: on the same H100, Llama-3.1-8B FP8 and gpt-oss-120b at default settings rank the engines oppositely; "
-         "measure your own workload.", ""),
+         "对：vLLM v0.6.0 博客附录里，8B 在单卡 A100 上 TensorRT-LLM 吞吐最高，在 H100 上 vLLM 在解码为主的负载上最高、"
+         "预填充为主时更低；GPUStack 在 H100 上按默认设置测 gpt-oss-120b，vLLM 6,095 tok/s 对 TensorRT-LLM 2,140。"
+         "（Llama-3.1-8B FP8 那几行只有 TensorRT-LLM 自己的数，排不出名次。）在自己的负载上测。",
+         "Right: in the vLLM v0.6.0 blog appendix TensorRT-LLM had the highest 8B throughput on one A100, while on an H100 "
+         "vLLM led on decode-heavy loads and trailed on prefill-heavy ones; GPUStack's default-settings run of gpt-oss-120b "
+         "on an H100 gave vLLM 6,095 tok/s against TensorRT-LLM's 2,140. (The Llama-3.1-8B FP8 rows are TensorRT-LLM's "
+         "own and rank nothing.) Measure your own workload.", ""),
         ("其中一篇测评是厂商做的，结果不可信，另一篇才是对的",
          "One of them was done by a vendor and cannot be trusted; the other one is right",
          "厂商测评要看清配置，但配置差异本身就足以解释相反的结论，不必假设谁错了。",

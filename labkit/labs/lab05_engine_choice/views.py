@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 from labkit.i18n import t
 from labkit.labs.common.figures import style
 from labkit.labs.common.measure import Verdict
+from labkit.labs.common.references import cite_line
 from labkit.labs.common.tables import Table, fmt
 from labkit.labs.lab05_engine_choice import advisor as adv
 from labkit.labs.lab05_engine_choice.ablation import AblationRow
@@ -20,6 +21,7 @@ from labkit.labs.lab05_engine_choice.diagnose import LoadPoint
 from labkit.labs.lab05_engine_choice.facts import (
     CROSS_ENGINE,
     ENGINEERING,
+    FEATURES,
     PHILOSOPHY,
     PUBLISHED,
     TRTLLM_MECHANISM,
@@ -62,10 +64,34 @@ def trtllm_mechanism_table() -> Table:
     for m in TRTLLM_MECHANISM:
         engine_cite, torch_cite = m.citations
         rows.append([t(m.aspect_zh, m.aspect_en), t(m.engine_zh, m.engine_en), t(m.pytorch_zh, m.pytorch_en),
-                     "; ".join(c.source for c in (engine_cite, torch_cite) if c is not None)])
+                     t(m.vllm_zh, m.vllm_en),
+                     "; ".join(c.source for c in (engine_cite, torch_cite, m.vllm_citation) if c is not None)])
     return Table([t("机制", "mechanism"), t("TensorRT 后端（引擎）", "TensorRT backend (engine)"),
-                  t("PyTorch 后端", "PyTorch backend"), t("出处（文档版本）", "source (documentation version)")], rows,
-                 caption=t("TensorRT-LLM 的做法：每一项注明文档版本", "TensorRT-LLM in its own terms, each with its documentation version"))
+                  t("PyTorch 后端", "PyTorch backend"), t("vLLM V1（对照）", "vLLM V1 (for comparison)"),
+                  t("出处（文档版本）", "source (documentation version)")], rows,
+                 caption=t("TensorRT-LLM 的做法：每一项注明文档版本；最后一列是 vLLM V1 对同一件事的做法",
+                           "TensorRT-LLM in its own terms, each with its documentation version; the last column is what "
+                           "vLLM V1 does about the same thing"),
+                 notes=[t("提前构建、自动调优和插件是 TensorRT 后端独有的；CUDA 图补齐与 torch.compile 两家都做。",
+                          "The ahead-of-time build, auto-tuning and plugins are the TensorRT backend's own; CUDA-graph "
+                          "padding and torch.compile are done by both engines.")])
+
+
+def features_table() -> Table:
+    """Serving features the chapter names, engine by engine, each with its reference row."""
+    rows = [[t(f.feature_zh, f.feature_en), f.engine, t(f.fact.zh, f.fact.en), f.fact.citation.source] for f in FEATURES]
+    return Table([t("功能", "feature"), t("引擎", "engine"), t("文档或测量怎么说", "what the docs or measurements say"),
+                  t("出处", "source")], rows,
+                 caption=t("服务框架、预填充/解码分离与投机解码：各引擎的做法（逐行引用）",
+                           "Serving front end, disaggregated prefill/decode and speculative decoding, engine by engine (each cited)"),
+                 notes=[t("投机解码各行的负载、模型和硬件都不同，倍数不能互相比较；没列出的组合不是“不支持”，只是这里没有核实的出处。",
+                          "The speculative-decoding rows differ in workload, model and hardware, so their gains do not compare; "
+                          "a combination not listed is not 'unsupported', only not cited here.")])
+
+
+def cite_lines(claims: list[tuple[str, str]]) -> list[str]:
+    """One line per cited row, Chinese first: ``zh（English claim）：value —— source``."""
+    return [cite_line(claim, zh) for claim, zh in claims]
 
 
 _ARMS = {"eager": ("不构建（eager，精确形状）", "no build (eager, exact shape)"),
@@ -145,7 +171,12 @@ def cost_view(usd_per_gpu_hour: float) -> Table:
                  caption=t(f"每百万 token 成本，GPU 价格 {usd_per_gpu_hour:g} 美元/小时（示例价格，不是事实）",
                            f"Cost per million tokens at {usd_per_gpu_hour:g} $/GPU-hour (example price, not a fact)"),
                  notes=[t("成本 = 每小时价格 ×GPU 数 /（tok/s × 3600）× 10^6；吞吐来自上表的引用。",
-                          "cost = price per hour × GPUs / (tok/s × 3600) × 10^6; throughputs cited in the table above.")])
+                          "cost = price per hour × GPUs / (tok/s × 3600) × 10^6; throughputs cited in the table above."),
+                        t("各行的模型（8B 与 120B）、负载、测量方与 token 口径（只数输出，或输入 + 输出）都不同："
+                          "行与行之间的成本差不是“哪个引擎便宜几倍”。只有同一方、同一方法、同一模型的几行（如 gpt-oss-120b 的三行）可以互相比较。",
+                          "The rows differ in model (8B vs 120B), workload, who measured and which tokens are counted (output "
+                          "only, or input + output): a cost gap between rows is not 'engine X is N times cheaper'. Only rows "
+                          "measured by one party, one method, one model (e.g. the three gpt-oss-120b rows) compare.")])
 
 
 def engineering_table() -> Table:
@@ -212,9 +243,11 @@ def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
                                  legendgroup=w, showlegend=col == 1), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot")
     style(fig, t("每个开关的代价与收益（相对基线 = 1，同一负载）", "What each switch costs and buys (baseline = 1, same workload)"),
-          height=480)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.32, xanchor="center", x=0.5),
-                      margin=dict(b=150))
+          height=600)
+    # The legend sits under the panels (over them it hid the third title), and well below the
+    # rotated variant names: at y = -0.32 it collided with them.
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.6, xanchor="center", x=0.5),
+                      margin=dict(b=240))
     fig.update_xaxes(tickangle=-40)
     fig.update_yaxes(title_text=t("相对基线（倍）", "relative to the baseline (×)"), row=1, col=1)
     return fig
@@ -327,7 +360,7 @@ def scenarios_table(measured: adv.Measured | None = None) -> Table:
         rec = adv.recommend(s, measured)
         top = [r for r in rec.reasons if r.engine == rec.engine and r.weight > 0][:2]
         tie = rec.tie_note()
-        rows.append([name, rec.engine, rec.runner_up or "—",
+        rows.append([t(f"{adv.SCENARIO_NAMES_ZH[name]}（{name}）", name), rec.engine, rec.runner_up or "—",
                      " / ".join(t(r.text_zh, r.text_en)[:60] for r in top) or (t(*tie) if tie else "—")])
     return Table([t("场景", "scenario"), t("推荐", "recommendation"), t("次选", "runner-up"), t("主要理由", "key reasons")],
                  rows, caption=t("命名场景与建议", "Named scenarios and their recommendation"),
@@ -339,7 +372,7 @@ def summary_table(rows: list[AblationRow], workloads: list[str], points: list[Lo
     body = []
     for w in workloads:
         best = max(gains(rows, w), key=lambda g: g.throughput_x)
-        body.append([t(f"负载 {w} 上收益最大的开关", f"biggest gain on workload {w}"), f"{best.variant}: {best.throughput_x:.2f}×",
+        body.append([t(f"负载 {w} 上收益最大的开关", f"biggest gain on workload {w}"), f"{t(best.zh, best.en)}: {best.throughput_x:.2f}×",
                      t("本次实测（每 CPU 秒输出 token）", "measured here (output tokens per CPU s)")])
     hi = points[-1]
     body.append([t(f"并发 {hi.concurrency} 时 KV 使用峰值 / 主机时间占比", f"peak KV usage / host share at concurrency {hi.concurrency}"),
