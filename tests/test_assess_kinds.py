@@ -142,3 +142,19 @@ def test_a_learner_whose_shuffle_happens_to_be_the_right_order_still_starts_from
     q = Ordering("q", ["a", "b", "c"], id="three")
     lucky = next(f"l{i}" for i in range(200) if _seeded_order(3, "three", f"l{i}") == [0, 1, 2])
     assert q.start_order(lucky) != [0, 1, 2] and sorted(q.start_order(lucky)) == [0, 1, 2]
+
+
+def test_the_start_order_puts_no_item_in_its_place_for_any_learner():
+    for size in (3, 4, 6):
+        q = Ordering("q", [f"item {i}" for i in range(size)], id=f"derange-{size}")
+        for learner in (f"l{i}" for i in range(60)):
+            order = q.start_order(learner)
+            assert sorted(order) == q.answer and all(i != j for i, j in enumerate(order)), (size, learner, order)
+
+
+def test_the_pair_named_is_the_pair_whose_reason_is_given():
+    # "比较" is placed before "前向", which it must follow: the first neighbouring pair out of order is
+    # (比较, 起草), but 比较's reason is about 前向, so 前向/比较 is the pair named.
+    message = steps().check([2, 0, 1, 3]).message
+    assert "「前向」应排在「比较」之前" in message and "比较要分布" in message
+    assert "「起草」应排在「比较」之前" not in message

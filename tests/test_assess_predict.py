@@ -116,3 +116,23 @@ def test_the_widget_offers_three_directions_and_locks_after_the_reveal():
 def test_a_bad_prediction_setting_is_refused_by_name(how, field):
     with pytest.raises(ValueError, match=field):
         display.predict("?", 1.0, **how)
+
+
+def test_a_percentage_is_judged_in_percentage_points_not_relative_error():
+    result = display.predict("浪费了百分之几？", lambda: 0.81, unit="%").reveal("4")
+    assert "偏高 3.2 个百分点" in result.message and "396" not in result.message
+    assert "偏低 0.3 个百分点" in display.predict("?", 0.81, unit="%").reveal("0.5").message
+    assert "偏高 25%" in display.predict("?", 4.0, unit="倍").reveal("5").message     # other units stay relative
+
+
+@pytest.mark.parametrize("guess, measured, same_side", [
+    (0.5, 0.73, True), (0.01, 0.003, True), (0.5, 0.003, False), (0.01, 0.73, False), (0.05, 0.2, True)])
+def test_a_p_value_is_judged_by_its_side_of_the_threshold_with_the_difference_beside_it(guess, measured, same_side):
+    result = display.predict("p 值？", lambda: measured, kind="p_value").reveal(guess)
+    assert result.correct is same_side and result.judgement == ("same side" if same_side else "other side")
+    assert f"{abs(guess - measured):.2f}" in result.message and "%" not in result.message
+
+
+def test_a_p_value_guess_outside_zero_to_one_is_refused():
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        display.predict("p 值？", 0.5, kind="p_value").reveal("1.5")

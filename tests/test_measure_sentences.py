@@ -33,8 +33,8 @@ COMPARATIVE = re.compile(r"更快|更慢|变快|变慢|快了|慢了|比[^。；
 PENDING: dict[tuple[str, str], str] = {}
 # Words that describe what a region of a figure means, not what was measured.
 ALLOWED = {
-    "below = slower than plain decoding": "legend of the speed-up = 1 line in lab 04's figure",
-    "低于此线 = 比普通解码慢": "legend of the speed-up = 1 line in lab 04's figure",
+    "dashed 1×: below = slower than plain decoding": "legend of the speed-up = 1 line in lab 04's figure",
+    "虚线 1×：低于它 = 比普通解码慢": "legend of the speed-up = 1 line in lab 04's figure",
 }
 
 

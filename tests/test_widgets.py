@@ -46,7 +46,7 @@ from labkit.widgets import (
 from labkit.widgets.acceptance_view import estimate_alpha, expected_tokens_per_step, leviathan_speedup
 from labkit.widgets.base import bundle_esm
 from labkit.widgets.detokenizer import IncrementalDetokenizer
-from labkit.widgets.history import StepHistory
+from labkit.widgets.history import StepHistory, link_scrub
 from labkit.widgets.throttle import Throttle
 
 ALL_VIEW_CLASSES = (BlockMap, BatchTimeline, AcceptanceView, MemoryGauge, TokenStream, LatencyView)
@@ -748,3 +748,32 @@ def test_batch_timeline_fills_its_width_before_the_window_is_full(tmp_path):
     left, right = min(op["x"] for op in cells), max(op["x"] + op["w"] for op in cells)
     width = 900 - 18                                          # the harness's element width, less padding
     assert left < 40 + 0.05 * width and right > 0.9 * width, (left, right)
+
+
+def test_linked_views_move_together_when_the_learner_scrubs_one_and_follow_together():
+    bus = EventBus()
+    view, gauge = link_scrub(BlockMap(hooks=bus), MemoryGauge(hooks=bus))
+    run_that_rises_and_ends(bus, peak_at=3)
+    view.flush()
+    gauge.flush()
+    assert view.step == gauge.step == 3
+    view.set_state({"pinned": True, "cursor": 1})                   # the learner drags the block map's slider
+    assert view.step == gauge.step == 1 and gauge.pinned
+    gauge.set_state({"pinned": True, "cursor": 4})                  # ... then the gauge's
+    assert gauge.step == view.step == 4
+    bus.emit(step_end(6, {"z": ([7], 4)}, kv_cache_usage_perc=12.5, num_requests_running=1))
+    view.flush()
+    gauge.flush()
+    assert view.step == gauge.step == 4, "an engine update moves neither pinned view"
+    view.follow()
+    assert not gauge.pinned and view.step == gauge.step == 6
+
+
+def test_unlinked_views_scrub_alone():
+    bus = EventBus()
+    view, gauge = BlockMap(hooks=bus), MemoryGauge(hooks=bus)
+    run_that_rises_and_ends(bus, peak_at=3)
+    view.flush()
+    gauge.flush()
+    view.set_state({"pinned": True, "cursor": 1})
+    assert view.step == 1 and gauge.step == 3

@@ -214,8 +214,8 @@ class Ordering:
     ``reasons[i]`` says why item i can only come after the item before it (shown when the learner
     puts it too early), ``explanation`` is shown with the right order. ``check(order)`` takes the
     learner's arrangement as item indices (as written) or item texts; it is exact, and a wrong
-    arrangement is told the first neighbouring pair that is the wrong way round.
-    The widget starts from a shuffled order (per learner, never the right one).
+    arrangement is told the first item placed before the one it must follow, and that item's reason.
+    The widget starts from a shuffled order (per learner, no item already in its place).
     """
 
     question: Text
@@ -242,11 +242,14 @@ class Ordering:
         return self.id if self.id is not None else _text_key(self.question)
 
     def start_order(self, learner: str | None = None) -> list[int]:
-        """The order the widget shows first: shuffled per learner, never already right."""
+        """The order the widget shows first: shuffled per learner with no item already in its place
+        (a derangement), so no step is given away."""
         order = _seeded_order(len(self.items), self.key(), learner)
-        if order == self.answer:
-            order = order[1:] + order[:1]
-        return order
+        for attempt in range(1, 100):
+            if all(i != j for i, j in enumerate(order)):
+                return order
+            order = _seeded_order(len(self.items), f"{self.key()}#{attempt}", learner)
+        return self.answer[1:] + self.answer[:1]          # a rotation is always a derangement
 
     def _index_of(self, item: Union[int, str]) -> int | None:
         if isinstance(item, int) and not isinstance(item, bool):
@@ -274,7 +277,10 @@ class Ordering:
         if indices == self.answer:
             done = t("✓ 顺序正确。", "✓ Right order.")
             return Feedback(True, f"{done} {localize(self.explanation)}".strip())
-        early, late = next((b, a) for a, b in zip(indices, indices[1:]) if a > b)
+        # The first item placed before the one it must follow: the pair named is the pair its reason explains.
+        position = {item: i for i, item in enumerate(indices)}
+        late = next(j for j in range(1, len(indices)) if position[j] < position[j - 1])
+        early = late - 1
         placed = sum(i == j for i, j in zip(indices, self.answer))
         pair = t(f"✗ 顺序不对：「{localize(self.items[early])}」应排在「{localize(self.items[late])}」之前。",
                  f"✗ Not the right order: '{localize(self.items[early])}' comes before "

@@ -12,6 +12,7 @@ from labkit.widgets.control_panel import ControlPanel
 from labkit.widgets.dashboard import EngineRoom
 from labkit.widgets.engine_views import EngineViews
 from labkit.widgets.events import TokensAppended
+from labkit.widgets.history import link_scrub
 from labkit.widgets.latency_view import LatencyView
 from labkit.widgets.memory_gauge import MemoryGauge
 from labkit.widgets.palette import STATE_COLORS, request_color
@@ -21,5 +22,5 @@ from labkit.widgets.token_stream import TokenStream
 __all__ = [
     "AcceptanceView", "BatchTimeline", "BlockMap", "ControlPanel", "EngineRoom", "EngineViews",
     "LatencyView", "MemoryGauge", "PanelSettings", "STATE_COLORS", "TokenStream", "TokensAppended",
-    "leviathan_speedup", "request_color",
+    "leviathan_speedup", "link_scrub", "request_color",
 ]

@@ -57,9 +57,12 @@ class BatchTimeline(LiveView):
     colors = traitlets.Dict().tag(sync=True)                # request id -> "#rrggbb"
     color_by = traitlets.Unicode("kind").tag(sync=True)     # "kind" | "request" (toggle in the view)
 
-    def __init__(self, engine: object | None = None, *, window: int = 200, **kwargs) -> None:
+    def __init__(self, engine: object | None = None, *, window: int = 200,
+                 title: tuple[str, str] | None = None, **kwargs) -> None:
+        """``title``: a (zh, en) pair naming this timeline (two side by side need their own names)."""
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
+        self._title = title
         self._columns: deque[_Column] = deque(maxlen=window)
         self._num_slots = 0
         super().__init__(engine, window=window, **kwargs)
@@ -89,7 +92,7 @@ class BatchTimeline(LiveView):
 
     def make_labels(self) -> dict[str, str]:
         return {
-            "title": t("批处理时间线", "Batch timeline"),
+            "title": t(*self._title) if self._title else t("批处理时间线", "Batch timeline"),
             "waiting": t("等待第一个引擎步…", "Waiting for the first engine step…"),
             "step": t("步", "step"),
             "slot": t("槽位", "slot"),

@@ -171,3 +171,31 @@ class ScrubbableView(LiveView):
             "ended": t("运行已结束", "run ended"),
             "pinned": t("已固定", "pinned"),
         }
+
+
+def link_scrub(*views: ScrubbableView) -> tuple[ScrubbableView, ...]:
+    """Make scrubbable views of one engine move together: when the learner moves one view's slider
+    (or presses "follow"), the others show the same engine step (their kept step nearest it). Each
+    view keeps its own history, so the positions differ; the engine step is what is shared."""
+    moving = [False]
+
+    def follow_from(source: ScrubbableView):
+        def on_change(change: dict) -> None:
+            if moving[0] or source._syncing:
+                return                        # an engine update, or a move this function made
+            moving[0] = True
+            try:
+                for view in views:
+                    if view is source:
+                        continue
+                    if not source.pinned:
+                        view.follow()
+                    elif 0 <= source.cursor < len(source.history_steps):
+                        view.show_step(source.history_steps[source.cursor])
+            finally:
+                moving[0] = False
+        source.observe(on_change, names=["cursor", "pinned"])
+
+    for view in views:
+        follow_from(view)
+    return views

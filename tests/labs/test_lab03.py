@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -392,3 +393,107 @@ def test_the_synthesis_ties_the_fit_ratio_and_both_gains_together():
     assert "3.0×" in html and "1.5×" in html and "2.0×" in html and "6.0×" in html   # fit, memory, batching, total
     assert "1.5–3.0" in views.synthesis_sentence(rows) and "部分重合" in views.synthesis_sentence(rows)
     assert "之内" in views.synthesis_sentence(rows[1:]) and "低于" in views.synthesis_sentence(rows[:1])
+
+
+# ----------------------------------------------------------------------------- sentences follow the rows they sit beside
+
+def _host_rows(per_request_us: dict[int, float]) -> list:
+    """Rows whose engine host path is ``n × per-request µs`` (scheduler time only, no runner)."""
+    return [overhead.OverheadRow(n, 1e-6 * us * n, 0.0, 0.0) for n, us in per_request_us.items()]
+
+
+# The issue's shape: ~2.5 µs per request up to 1,024, but 4,096 costs 8 µs per request and drags a
+# through-origin fit up, so the fitted line meets SmolLM2/H100's step below 64 while the table's
+# 64 row still says "accelerator".
+DRAGGED = {1: 40.0, 64: 3.0, 256: 2.5, 1024: 2.5, 4096: 8.0}
+SMALL = overhead.PROFILES["SmolLM2-135M / H100"]
+
+
+def test_the_crossover_is_read_from_the_measured_rows_not_from_a_fit_they_disagree_with():
+    from labkit.labs.lab03_batching import overhead_view
+
+    rows, ctx = _host_rows(DRAGGED), 12
+    longer = {r.num_running: r.engine_host_s > overhead.model_step_s(r.num_running, *SMALL, ctx) for r in rows}
+    assert longer == {1: False, 64: False, 256: True, 1024: True, 4096: True}
+    fitted = overhead.crossover(rows, *SMALL, ctx)
+    assert fitted < 64                                          # the fit contradicts the 64 row
+    c = overhead.measured_crossover(rows, *SMALL, ctx)
+    assert (c.below, c.above) == (64, 256) and 64 < c.n < 256
+    text = " ".join(overhead_view.crossover_lines(rows, ctx))
+    assert f"{c.n:,.0f}" in text and "64" in text and "256" in text and f"{fitted:,.0f} 个" not in text
+    summary = str(views.summary_table(_offline_for_summary(), _decode_for_summary(), c))
+    assert f"{c.n:,.0f}" in summary
+
+
+def test_a_crossover_beyond_the_measured_range_is_said_to_be_not_reached():
+    from labkit.labs.lab03_batching import overhead_view
+
+    rows = _host_rows({1: 1.0, 64: 1.0, 256: 1.0})
+    c = overhead.measured_crossover(rows, *SMALL, 12)
+    assert not c.reached and c.below == 256
+    assert "没有追上" in overhead_view.crossover_text(c) and "256" in overhead_view.crossover_text(c)
+    already = overhead.measured_crossover(_host_rows({1: 1e4, 64: 1e3}), *SMALL, 12)
+    assert (already.n, already.below) == (1.0, None)
+
+
+def _offline_for_summary():
+    def run(label, steps, seconds):
+        return offline.OfflineRun(label, 4, 100, steps, seconds, seconds, 50.0, 50.0, 10.0, 4, True)
+    return offline.OfflineComparison(run("static", 50, 2.0), run("continuous", 40, 1.6), 20, 40.0)
+
+
+def _decode_for_summary():
+    return [scaling.StepTiming("decode", 1, 0.010, (0.010, 0.011)), scaling.StepTiming("decode", 8, 0.012, (0.012, 0.013))]
+
+
+def test_the_decode_table_prints_each_batchs_spread_and_a_busy_flag():
+    quiet = [scaling.StepTiming("decode", 1, 0.010, (0.010, 0.011, 0.0105), 0.5, 2),
+             scaling.StepTiming("decode", 8, 0.004, (0.004, 0.0042, 0.0041), 0.5, 2)]
+    busy = [replace(quiet[0], load=6.0), replace(quiet[1], all_s=(0.004, 0.009))]
+    text = str(views.scaling_table(quiet))
+    assert "1.10×" in text and "否" in text and "是：不可靠" not in text and "0.40×（0.38–0.40）" in text
+    text = str(views.scaling_table(busy))
+    assert text.count("是：不可靠") == 2 and "2.25×" in text and "6.0" in text
+    assert "正忙" in views.calibration_note(busy) and "正忙" not in views.calibration_note(quiet)
+
+
+def _remedy_run():
+    rows, steps = {}, {}
+    for i, (name, _) in enumerate(overhead.RUNGS):
+        rows[name] = overhead.OverheadRow(64, 1e-3, 2e-3, 0.0, engine_host_mean_s=1.5e-3, step_s=3e-3)
+        steps[name] = [0.003 + 0.001 * i, 0.0031 + 0.001 * i, 0.0029 + 0.001 * i]
+    return overhead.RemedyRun("SmolLM2-135M / H100", 64, rows, steps, 0.5)
+
+
+def test_the_async_sentence_shows_the_step_statistic_its_verdict_and_the_table_use():
+    from labkit.labs.lab03_batching import overhead_view
+
+    run = _remedy_run()
+    sentence = overhead_view.async_sentence(overhead_view.async_verdict(run, 0.5), run)
+    table = str(overhead_view.remedies_table([run], {}))
+    sync, async_ = run.steps[overhead.RUNGS[-2][0]], run.steps[overhead.RUNGS[-1][0]]
+    for value in sync + async_:
+        assert f"{1e3 * value:.2f}" in sentence and f"{1e3 * value:.2f}" in table
+    assert f"{1e3 * statistics.median(async_):.2f}（" in table
+    assert "异步调度（async scheduling）" in table and "+ async scheduling |" not in table
+
+
+def test_throughput_above_its_step_ceiling_gets_a_note_and_rows_within_it_none():
+    def run(steps, seconds):
+        return offline.OfflineRun("x", 10, 1000, steps, seconds, seconds, 50.0, None, 50.0, 4, True)
+
+    rows = [offline.AnyscaleRow(32, {"static, max-length reservation": run(100, 10.0),
+                                     "continuous, paged KV": run(95, 8.0)})]
+    table = str(views.anyscale_table(rows))
+    assert "超过上限" in table and "只在每步耗时相同时成立" in table
+    rows = [offline.AnyscaleRow(32, {"static, max-length reservation": run(100, 10.0),
+                                     "continuous, paged KV": run(50, 8.0)})]
+    assert "超过上限" not in str(views.anyscale_table(rows))
+
+
+def test_learner_visible_row_labels_are_chinese_first_with_the_english_term():
+    from labkit.labs.lab03_batching import overhead_view
+
+    assert overhead_view.rung_name("+ async scheduling") == "+ 异步调度（async scheduling）"
+    pools = preemption.compare_pressure([TraceRequest(0.0, 8, 8) for _ in range(4)], share=0.5)
+    assert pools[0].label.startswith("够大的池（ample pool")

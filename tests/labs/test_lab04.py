@@ -8,6 +8,7 @@ use a few tokens.
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from labkit.hooks import SpecVerified
+from labkit.labs.common.measure import verdict_from_ratios
 from labkit.labs.exercises import exercise
 from labkit.labs.lab04_speculative import lossless, solutions, speedup, sweeps, views
 from labkit.labs.lab04_speculative.latency import StreamTimes
@@ -309,3 +311,59 @@ def test_batch_one_and_batch_two_serve_the_same_requests(engines):
     rows = sweeps.batch_effect(engines, "ngram", 2, "copy", [1, 2], max_tokens=4, min_requests=2, rounds=2)
     assert [(b.batch, b.row.identical) for b in rows] == [(1, "2/2"), (2, "2/2")]   # batch 2 repeats its one group
     assert 2 * rows[0].row.steps == rows[1].row.steps      # the same two requests (twice), the same request-steps
+
+
+# ----------------------------------------------------------------------------- sentences computed from the rows shown
+
+def _busy(row, ratios=(0.9, 1.2, 1.0)):
+    return replace(row, verdict=verdict_from_ratios(list(ratios), load=8.0, cores=2))
+
+
+# The rows the issue recorded: the 2-layer draft is slower on all four workloads (its own chat included),
+# n-gram pays on copy and code (3.04x, the lab's best pair) and loses on chat.
+RECORDED = [_row("copy", "ngram", 1.9, 0.8), _row("code", "ngram", 3.04, 0.92), _row("chat", "ngram", 0.9, 0.2),
+            _row("copy", "draft", 0.7), _row("code", "draft", 0.6), _row("chat", "draft", 0.85, 0.45),
+            _row("json", "draft", 0.5)]
+
+
+def test_mismatched_traffic_is_read_per_proposer_from_the_rows():
+    text = " ".join(views.mismatch_sentences(RECORDED))
+    ngram, draft = views.method_label("ngram"), views.method_label("draft")
+    assert f"{ngram}在抄写式编辑、代码上付得起，在开放对话上赔钱" in text and "相对某个提议者" in text
+    assert f"抄写式编辑上{ngram}更快，{draft}更慢" in text                  # the verdict flips with the proposer
+    home = next(s for s in views.mismatch_sentences(RECORDED) if "主场" in s)   # the draft loses at home: its cost
+    assert draft in home and "开放对话" in home and "0.85" in home and "k·c = 0.20" in home and "1.30" in home
+
+
+def test_a_proposer_that_pays_in_its_own_domain_gets_no_cost_note():
+    rows = [_row("chat", "draft", 1.4), _row("code", "draft", 0.7)]
+    assert not any("主场" in s for s in views.mismatch_sentences(rows))
+    assert any("付得起" in s and "赔钱" in s for s in views.mismatch_sentences(rows))
+
+
+def _gap_row(verify_cost, steps):
+    """α 0.5, k 4, c 0.05, one verification: proposal-rate factor (E + steps - 1) / (steps E), verify-cost
+    factor 1.2 / (verify_cost + 0.2)."""
+    return speedup.Row("copy", "ngram k=4", 4, 0.5, 0.4, 1 / steps, 0.05, 1.0, verify_cost, 1.0, "1/1",
+                       drafted=(4,), steps=steps, num_accepted=2, num_trials=4)
+
+
+def test_the_gap_sentence_names_the_factor_the_table_shows_further_from_one():
+    proposal_rows = [_gap_row(1.3, 2), _gap_row(1.1, 3)]            # factors 0.76 / 0.80 and 0.68 / 0.92
+    factors = views.gap_factors(proposal_rows)
+    assert all(abs(math.log(p)) > abs(math.log(v)) for _, p, v in factors)
+    text = views.gap_sentence(proposal_rows)
+    table = str(views.gap_table(proposal_rows))
+    assert "主要因为不是每步都有草稿" in text and "2 行里有 2 行提议率因子离 1 更远" in text
+    for _, p, v in factors:
+        assert f"{p:.2f}" in table and f"{v:.2f}" in table
+    verify_rows = [_gap_row(2.0, 2), _gap_row(2.5, 2), _gap_row(1.05, 3)]
+    assert "主要因为验证 k+1 个 token" in views.gap_sentence(verify_rows)
+    assert "差不多" in views.gap_sentence([_gap_row(1.3, 2), _gap_row(2.5, 2)])
+
+
+def test_a_busy_section_prints_one_warning_not_one_per_sentence():
+    rows = [_busy(r) for r in RECORDED[:4]]
+    text = views.matrix_verdict(rows)
+    assert text.count("关掉别的程序") == 1 and text.count("（机器正忙，不可靠）") >= 2   # one warning, short hedges
+    assert "机器正忙" not in views.matrix_verdict(RECORDED)

@@ -38,7 +38,9 @@ def fast(full_value: _T, fast_value: _T) -> _T:
 
 # ----------------------------------------------------------------------------- predict
 
-KINDS = ("exact", "measured", "direction")
+KINDS = ("exact", "measured", "direction", "p_value")
+PERCENT_UNITS = ("%", "％")          # a guess in these units is judged in percentage points
+P_THRESHOLD = 0.05                   # a p-value guess is judged by its side of this line
 DIRECTIONS = ("bigger", "same", "smaller")
 _DIRECTION_TEXT = {"bigger": {"zh": "更大", "en": "bigger"}, "same": {"zh": "差不多", "en": "about the same"},
                    "smaller": {"zh": "更小", "en": "smaller"}}
@@ -84,7 +86,16 @@ def _relative_error(x: float, actual: float) -> float | None:
     return (x - actual) / abs(actual) if actual != 0 else None
 
 
-def _off_by(error: float | None, x: float, actual: float) -> str:
+def _is_percent(unit: str) -> bool:
+    return unit.strip() in PERCENT_UNITS
+
+
+def _off_by(error: float | None, x: float, actual: float, unit: str = "") -> str:
+    """How far a guess is from the measurement: in percentage points for a percentage ("4 %" vs
+    "0.81 %" is 3.2 points, not "396 % too high"), else relative."""
+    if _is_percent(unit):
+        side = t("偏高", "too high") if x > actual else t("偏低", "too low")
+        return t(f"{side} {abs(x - actual):.1f} 个百分点。", f"{abs(x - actual):.1f} percentage points {side}.")
     if error is None:
         return t(f"相差 {format_number(abs(x - actual))}。", f"Off by {format_number(abs(x - actual))}.")
     side = t("偏高", "too high") if error > 0 else t("偏低", "too low")
@@ -118,7 +129,11 @@ class Prediction:
         verdict / ``compare()`` result (its ``ratio_min``..``ratio_max`` over rounds, for a ratio),
         or a function returning either (called at reveal, after the measurement);
       * ``"direction"``: bigger / same / smaller than ``baseline`` (e.g. 1.0 for a speed-up),
-        "same" meaning within ``same_within`` (relative) of it.
+        "same" meaning within ``same_within`` (relative) of it;
+      * ``"p_value"``: a test's p-value: right when the guess falls on the same side of
+        ``P_THRESHOLD`` (0.05) as the measured p, the absolute difference shown beside it.
+
+    A measured guess in percent (``unit="%"``) is judged in percentage points, not relative error.
 
     ``answer`` is a value or a function called once at reveal time (a measurement). With ``lab`` and
     ``id`` every reveal is recorded in the lab's results summary (section ``predictions``) with the
@@ -157,7 +172,8 @@ class Prediction:
             x = parse_number(guess)
             if x is None:
                 raise ValueError(f"guess must be a number, got {guess!r}")
-            result = self._judge_exact(x) if self.kind == "exact" else self._judge_measured(x)
+            judge = {"exact": self._judge_exact, "p_value": self._judge_p_value}.get(self.kind, self._judge_measured)
+            result = judge(x)
         if record:
             self._record(result)
         return result
@@ -189,13 +205,34 @@ class Prediction:
                      f"this machine measured {format_number(low)}–{format_number(high)} {unit} across rounds")
             tail = t(f"你的预测落在{band}的范围之内：差别在这台机器自己的噪声里，算猜中了。",
                      f"Your guess lies inside what {band}: within this machine's own noise, a hit.") if inside else \
-                t(f"{_off_by(error, x, actual)}（{band}，你的预测在这个范围之外）",
-                  f"{_off_by(error, x, actual)} ({band}; your guess lies outside that band)")
+                t(f"{_off_by(error, x, actual, unit)}（{band}，你的预测在这个范围之外）",
+                  f"{_off_by(error, x, actual, unit)} ({band}; your guess lies outside that band)")
             judgement = "inside spread" if inside else "outside spread"
         else:
-            tail = _off_by(error, x, actual) if x != actual else t("与测得值相同。", "Equal to the measured value.")
+            tail = _off_by(error, x, actual, unit) if x != actual else t("与测得值相同。", "Equal to the measured value.")
             judgement = "relative error"
         return PredictionResult("measured", x, actual, error, f"{head} {tail}".strip(), None, spread, judgement)
+
+    def _judge_p_value(self, x: float) -> PredictionResult:
+        """A p-value is not a quantity to hit: judged by whether the guess falls on the same side of
+        ``P_THRESHOLD`` as the test's p, with the absolute difference beside it."""
+        if not 0 <= x <= 1:
+            raise ValueError(f"a p-value guess lies between 0 and 1, got {x!r}")
+        actual = self.actual()
+        same_side = (x < P_THRESHOLD) == (actual < P_THRESHOLD)
+
+        def side(p: float) -> str:
+            if p < P_THRESHOLD:
+                return t(f"低于 {P_THRESHOLD:g}（有显著差异）", f"below {P_THRESHOLD:g} (a significant difference)")
+            return t(f"不低于 {P_THRESHOLD:g}（看不出差别）", f"at or above {P_THRESHOLD:g} (no difference seen)")
+        verdict = t("✓ 同一侧：", "✓ Same side: ") if same_side else t("✗ 不在同一侧：", "✗ Other side: ")
+        message = t(f"{verdict}测得 p = {actual:.3f}，{side(actual)}；你的预测 {format_number(x)}，{side(x)}。"
+                    f"两者相差 {abs(x - actual):.2f}（p 值没有“准确值”可猜，要看的是它落在阈值哪一侧）。",
+                    f"{verdict}measured p = {actual:.3f}, {side(actual)}; your prediction {format_number(x)}, {side(x)}. "
+                    f"They differ by {abs(x - actual):.2f} (a p-value has no exact value to hit; what matters is its "
+                    "side of the threshold).")
+        return PredictionResult("p_value", x, actual, None, message, same_side,
+                                judgement="same side" if same_side else "other side")
 
     def _judge_direction(self, direction: str) -> PredictionResult:
         actual = self.actual()

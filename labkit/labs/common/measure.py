@@ -298,11 +298,12 @@ class Verdict:
     # -- sentences
 
     def sentence(self, *, greater: tuple[str, str], less: tuple[str, str], same: tuple[str, str],
-                 unit: str = "×", digits: int = 2) -> str:
+                 unit: str = "×", digits: int = 2, warn: bool = True) -> str:
         """The conclusion in the current language. Each template is a (zh, en) clause stating the
         finding as if it were certain; it may use ``{ratio}``, ``{lo}``, ``{hi}`` (formatted
-        numbers). The confidence decides the hedge around it."""
-        return render(self, greater=greater, less=less, same=same, unit=unit, digits=digits)
+        numbers). The confidence decides the hedge around it. ``warn=False``: a busy machine gets
+        a short hedge only, the section printing ``busy_warning`` once for all its sentences."""
+        return render(self, greater=greater, less=less, same=same, unit=unit, digits=digits, warn=warn)
 
     def mark(self, *, greater: tuple[str, str] = ("", ""), less: tuple[str, str] = ("", ""),
              same: tuple[str, str] = ("", "")) -> str:
@@ -375,7 +376,7 @@ def _fmt(x: float, digits: int) -> str:
 
 
 def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str], same: tuple[str, str],
-           unit: str = "×", digits: int = 2) -> str:
+           unit: str = "×", digits: int = 2, warn: bool = True) -> str:
     """A conclusion sentence from ``verdict`` (see ``Verdict.sentence``)."""
     from labkit.i18n import t
 
@@ -403,6 +404,9 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
         return t(f"测得 {where}：差别在噪声之内，这次测量不能说明「{clause}」。",
                  f"Measured {where}: the difference is within noise; this measurement does not show "
                  f"that {lower}.")
+    if not warn:
+        return t(f"测得 {where}，看起来{clause}（机器正忙，不可靠）。",
+                 f"Measured {where}, which suggests that {lower} (machine busy: not reliable).")
     loads = [x for x in (verdict.load_before, verdict.load_after) if x is not None]
     if loads and max(loads) > verdict.cores:
         load_zh = f"负载 {max(loads):.1f}，{verdict.cores} 个核"
@@ -416,6 +420,21 @@ def render(verdict: Verdict, *, greater: tuple[str, str], less: tuple[str, str],
              f"Measured {where}, which suggests that {lower}; but the machine was "
              f"busy while measuring ({load_en}), so this is not reliable. Close other programs, or set "
              "LABKIT_FAST=1 before the first cell, then run this cell again.")
+
+
+def busy_warning(verdicts) -> str:
+    """One warning for a section whose sentences were rendered with ``warn=False``: "" when none of
+    ``verdicts`` was measured on a busy machine."""
+    from labkit.i18n import t
+
+    busy = [v for v in verdicts if v is not None and v.busy]
+    if not busy:
+        return ""
+    return t(f"本节 {len(busy)} 个结论测量时机器正忙（负载高于核数，或同一件事各轮用时相差太大），上面标着“不可靠”的结论不要当真。"
+             "关掉别的程序，或在第一个单元格之前设置 LABKIT_FAST=1，然后重跑本节。",
+             f"{len(busy)} conclusion(s) in this section were measured while the machine was busy (load above the cores, "
+             "or rounds of the same work far apart); do not trust those marked 'not reliable'. Close other programs, "
+             "or set LABKIT_FAST=1 before the first cell, then rerun this section.")
 
 
 def _clock_zh(clock: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
+from labkit.i18n import t
 from labkit.metrics import percentile
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
@@ -74,5 +75,6 @@ def compare_chunking(long_len: int, budget: int, num_decoders: int = 4, decode_t
     """(no chunking, the whole prompt in one step; chunked prefill under ``budget`` tokens per step)."""
     whole = chunk_engine(False, max(1024, long_len + num_decoders), long_len, num_decoders)
     chunked = chunk_engine(True, budget, long_len, num_decoders)
-    return (long_prompt_run(whole, "no chunking", long_len, num_decoders, decode_tokens),
-            long_prompt_run(chunked, f"chunked, budget {budget}", long_len, num_decoders, decode_tokens))
+    return (long_prompt_run(whole, t("不分块（no chunking）", "no chunking"), long_len, num_decoders, decode_tokens),
+            long_prompt_run(chunked, t(f"分块预填充，预算 {budget}（chunked, budget {budget}）", f"chunked, budget {budget}"),
+                            long_len, num_decoders, decode_tokens))

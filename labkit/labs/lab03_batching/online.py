@@ -90,7 +90,9 @@ def rate_sweep(make_llm, trace_at_rate, rates: list[float], slo: SLO,
 
 
 def saturates(result: ServingResult) -> bool:
-    """Past saturation some completed requests miss the SLO: goodput falls below completed throughput."""
+    """Some completed requests miss the SLO: goodput falls below completed throughput. (The name is
+    kept for callers; the lab calls this "missing the SLO", not saturation, which is throughput that
+    stops growing with the rate.)"""
     return result.num_good < result.num_requests
 
 
@@ -110,7 +112,8 @@ def extend_to_saturation(sweep: dict[str, list[ServingResult]], make_llm, trace_
 
 
 def saturation_rate(results: list[ServingResult]) -> float | None:
-    """The lowest swept rate at which goodput fell below completed throughput (None: it never did)."""
+    """The lowest swept rate at which goodput fell below completed throughput, i.e. some requests
+    missed the SLO (None: it never did)."""
     return next((r.rate for r in sorted(results, key=lambda r: r.rate) if saturates(r)), None)
 
 

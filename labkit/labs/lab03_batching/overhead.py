@@ -12,9 +12,13 @@ While the CPU schedules, a synchronous engine's accelerator waits, so the accele
 ``model / (host + model)`` of the time. Once host time per step exceeds the accelerator's step time
 the scheduler, not the accelerator, sets the pace. Both grow with the number of running requests n:
 the host line ``host(n) = a + b·n`` is fitted to the measured rows with ``a >= 0`` (a negative
-intercept is no host time at all, so the line is then refitted through the origin), and the crossover
-is where it meets the simulator's own decode step at the same n and context (``crossover``), for a
-model profile: a small model's step is short (the host wins early), a large one's long.
+intercept is no host time at all, so the line is then refitted through the origin) and drawn as a
+guide. The crossover the lab reports is read from the measured rows (``measured_crossover``): the
+first measured n where the host path is not shorter than the simulator's own decode step at the same
+n and context, interpolated from the point below it, or "not reached within the measured range". A
+fitted line can disagree with the points (one expensive point, e.g. 4,096 requests whose per-request
+cost is several times the others', drags a through-origin fit), and a sentence beside a table follows
+the table (``crossover``, the fitted line's meeting point, is kept for the benchmarks).
 
 The remedies are ``EngineConfig`` switches measured one at a time (``remedies``): batched sampling,
 the persistent batch (input preparation from columns kept across steps) and async scheduling (the
@@ -204,6 +208,48 @@ def crossover(rows: list[OverheadRow], model_profile: str, hardware: str, contex
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
     return hi
+
+
+@dataclass(frozen=True)
+class MeasuredCrossover:
+    """Where the measured host path first reaches the accelerator step, read from the measured rows
+    themselves (never from a fitted line): ``n`` interpolated linearly between the last measured
+    concurrency where the host was shorter (``below``) and the first where it was not (``above``).
+    ``n`` is None when the host stays shorter at every measured point (``below`` is then the highest
+    one measured); ``below`` is None when the host is already longer at the first point."""
+
+    n: float | None
+    below: int | None
+    above: int | None
+
+    @property
+    def reached(self) -> bool:
+        return self.n is not None
+
+
+def measured_crossover(rows: list[OverheadRow], model_profile: str, hardware: str, context_len: int,
+                       value=None) -> MeasuredCrossover:
+    """The crossover from the rows a table prints (default value: the engine's whole host path),
+    by the same estimator: host minus step at each measured n, and the first sign change."""
+    pick = value or (lambda r: r.engine_host_s)
+    points = sorted((r.num_running, pick(r) - model_step_s(r.num_running, model_profile, hardware, context_len))
+                    for r in rows)
+    if not points:
+        raise ValueError("no measured rows")
+    if points[0][1] >= 0:
+        return MeasuredCrossover(float(points[0][0]), None, points[0][0])
+    for (n0, g0), (n1, g1) in zip(points, points[1:]):
+        if g1 >= 0:
+            return MeasuredCrossover(n0 + (n1 - n0) * (-g0) / (g1 - g0), n0, n1)
+    return MeasuredCrossover(None, points[-1][0], None)
+
+
+def fit_deviation(rows: list[OverheadRow], value=None) -> tuple[int, float]:
+    """The measured point furthest from the fitted line ``fit_linear``: (its n, fitted / measured − 1)."""
+    pick = value or (lambda r: r.engine_host_s)
+    a, b = fit_linear(rows, value=pick)
+    worst = max(rows, key=lambda r: abs((a + b * r.num_running) / pick(r) - 1) if pick(r) > 0 else 0.0)
+    return worst.num_running, (a + b * worst.num_running) / pick(worst) - 1 if pick(worst) > 0 else 0.0
 
 
 def saturation_concurrency(rows: list[OverheadRow], accelerator_s, host: bool = False) -> float | None:

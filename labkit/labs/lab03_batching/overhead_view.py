@@ -6,6 +6,8 @@ measurement is (clear / within noise / machine busy), rendered into a sentence, 
 
 from __future__ import annotations
 
+import statistics
+
 import plotly.graph_objects as go
 
 from labkit.i18n import t
@@ -15,11 +17,13 @@ from labkit.labs.common.tables import Table
 from labkit.labs.lab03_batching.overhead import (
     PROFILES,
     RUNGS,
+    MeasuredCrossover,
     OverheadRow,
     RealAsync,
     RemedyRun,
-    crossover,
+    fit_deviation,
     fit_linear,
+    measured_crossover,
     model_step_s,
 )
 
@@ -60,7 +64,7 @@ def host_vs_step_figure(rows: list[OverheadRow], context_len: int) -> go.Figure:
     fig.add_trace(go.Scatter(x=xs, y=[1e3 * r.engine_host_s for r in rows], mode="markers",
                              name=t("主机路径（实测）", "host path (measured)"), marker=dict(color=COLORS["used"])))
     fig.add_trace(go.Scatter(x=xs, y=[1e3 * (a + b * x) for x in xs], mode="lines", line=dict(dash="dot", color=COLORS["used"]),
-                             name=t("拟合 a + b·n（a ≥ 0）", "fit a + b·n (a ≥ 0)")))
+                             name=t("拟合 a + b·n（a ≥ 0，仅作参考）", "fit a + b·n (a ≥ 0, a guide only)")))
     for (name, (model, hw)), color in zip(PROFILES.items(), (COLORS["verify"], COLORS["prefill"])):
         fig.add_trace(go.Scatter(x=xs, y=[1e3 * model_step_s(x, model, hw, context_len) for x in xs], mode="lines+markers",
                                  name=t(f"{name} 加速器步（模拟）", f"{name} accelerator step (simulated)"), line=dict(color=color)))
@@ -70,17 +74,30 @@ def host_vs_step_figure(rows: list[OverheadRow], context_len: int) -> go.Figure:
                  t("运行中请求数（对数）", "running requests (log)"), t("毫秒/步（对数）", "ms per step (log)"))
 
 
+def crossover_text(c: MeasuredCrossover) -> str:
+    """A measured crossover in words (the table's rows, interpolated between two measured points)."""
+    if c.n is None:
+        return t(f"在测到的范围内没有追上（到 {c.below:,} 个运行中请求，主机路径仍比加速器步短）",
+                 f"not reached within the measured range (up to {c.below:,} running requests the host path is shorter)")
+    if c.below is None:
+        return t(f"在测到的第一个点（{c.above:,} 个运行中请求）就已经追上", f"already at the first measured point ({c.above:,} running requests)")
+    return t(f"约 {c.n:,.0f} 个运行中请求（在实测的 {c.below:,} 和 {c.above:,} 之间线性插值）",
+             f"about {c.n:,.0f} running requests (interpolated between the measured {c.below:,} and {c.above:,})")
+
+
 def crossover_lines(rows: list[OverheadRow], context_len: int) -> list[str]:
-    """Where the fitted host line meets each profile's step (computed, never a constant)."""
+    """Where the measured host path reaches each profile's step: read from the table's rows (the
+    "longer side" column), never from the fitted line; the fit is printed with how far it strays."""
     a, b = fit_linear(rows, value=lambda r: r.engine_host_s)
-    out = [t(f"主机路径拟合（截距不为负）：{1e3 * a:.3f} ms + {1e6 * b:.2f} µs × 运行中请求数",
-             f"host path fit (non-negative intercept): {1e3 * a:.3f} ms + {1e6 * b:.2f} µs × running requests")]
+    n_worst, dev = fit_deviation(rows)
+    out = [t(f"主机路径拟合（截距不为负，仅作图中参考）：{1e3 * a:.3f} ms + {1e6 * b:.2f} µs × 运行中请求数；"
+             f"它在 {n_worst:,} 个请求处偏离实测 {dev:+.0%}，所以交点从实测点读，不从拟合线读",
+             f"host path fit (non-negative intercept, a guide in the figure only): {1e3 * a:.3f} ms + {1e6 * b:.2f} µs × "
+             f"running requests; it strays {dev:+.0%} from the measurement at {n_worst:,} requests, so the crossover is "
+             "read from the measured points, not the line")]
     for name, (model, hw) in PROFILES.items():
-        n = crossover(rows, model, hw, context_len)
-        out.append(t(f"{name}：主机线在 {n:,.0f} 个运行中请求时追上加速器步" if n is not None else
-                     f"{name}：到 100 万个运行中请求主机线也追不上加速器步",
-                     f"{name}: the host line meets the accelerator step at {n:,.0f} running requests" if n is not None else
-                     f"{name}: the host line stays below the accelerator step up to a million running requests"))
+        c = measured_crossover(rows, model, hw, context_len)
+        out.append(t(f"{name}：主机路径追上加速器步：", f"{name}: the host path reaches the accelerator step: ") + crossover_text(c))
     return out
 
 
@@ -110,20 +127,44 @@ def remedies_table(runs: list[RemedyRun], anchors: dict[str, str]) -> Table:
     body = []
     for run in runs:
         for name, r in run.rows.items():
-            bound = max(r.engine_host_s, r.model_s)
-            body.append([run.profile, f"{run.num_running:,}", name, _us(r.engine_host_s),
+            step = rung_step_s(run, name)
+            bound = max(r.engine_host_mean_s or r.engine_host_s, r.model_s)
+            body.append([run.profile, f"{run.num_running:,}", rung_name(name), _us(r.engine_host_s),
                          f"{1e6 * r.engine_host_s / run.num_running:.2f}", f"{1e6 * r.engine_host_mean_s / run.num_running:.2f}",
-                         _ms(r.model_s), _ms(r.step_s), f"{r.step_s / bound:.2f}", f"{r.busy_share:.0%}",
-                         f"{r.tokens_per_s:,.0f}", anchors.get(name, "")])
+                         _ms(r.model_s), f"{_ms(step)}（{_rounds_ms(run.steps[name])}）", f"{step / bound:.2f}",
+                         f"{min(1.0, r.model_s / step):.0%}", f"{run.num_running / step:,.0f}", anchors.get(name, "")])
     return Table([t("模型 / 硬件", "model / hardware"), t("运行中请求", "running"), t("开关（逐级叠加）", "rung (cumulative)"),
-                  t("主机 µs/步（实测）", "host µs/step (measured)"), t("µs/请求", "µs/request"),
-                  t("µs/请求（均值，含 GC）", "µs/request (mean, GC incl.)"), t("加速器毫秒（模拟）", "accelerator ms (sim)"),
-                  t("一步毫秒（虚拟时钟）", "step ms (virtual clock)"), t("步 ÷ max(主机, 加速器)", "step / max(host, accel)"),
+                  t("主机 µs/步（最快一步，实测）", "host µs/step (fastest step, measured)"),
+                  t("µs/请求（最快一步）", "µs/request (fastest step)"),
+                  t("µs/请求（均值，含 GC：推动虚拟时钟的是它）", "µs/request (mean, GC incl.: what drives the clock)"),
+                  t("加速器毫秒（模拟）", "accelerator ms (sim)"),
+                  t("一步毫秒（虚拟时钟，各轮中位的中位；括号里是每轮）", "step ms (virtual clock, median of the rounds' medians; each round)"),
+                  t("步 ÷ max(主机均值, 加速器)", "step / max(host mean, accel)"),
                   t("加速器忙碌", "accelerator busy"), t("吞吐 token/s（模拟）", "tokens/s (simulated)"),
                   t("已发表的对照", "published anchor")], body,
                  caption=t("逐个打开补救办法：主机时间在本机实测，加速器时间来自成本模型，一步的长短由虚拟时钟记录（所有主机工作都推动它）",
                            "The remedies one at a time: host time measured here, accelerator time from the cost model, the step "
                            "from the virtual clock (every piece of host work advances it)"))
+
+
+RUNG_NAMES = {"per-request sampling": ("逐请求采样（per-request sampling）", "per-request sampling"),
+              "+ batched sampling": ("+ 批量采样（batched sampling）", "+ batched sampling"),
+              "+ persistent batch": ("+ 持久批（persistent batch）", "+ persistent batch"),
+              "+ async scheduling": ("+ 异步调度（async scheduling）", "+ async scheduling")}
+
+
+def rung_name(key: str) -> str:
+    """A rung of ``RUNGS`` in the reader's language (the key stays the English name)."""
+    return t(*RUNG_NAMES.get(key, (key, key)))
+
+
+def rung_step_s(run: RemedyRun, rung: str) -> float:
+    """The rung's step as the async verdict reads it: the median of each round's median virtual step."""
+    return statistics.median(run.steps[rung])
+
+
+def _rounds_ms(values: list[float]) -> str:
+    return " / ".join(_ms(v) for v in values)
 
 
 def async_verdict(run: RemedyRun, load: float | None) -> Verdict:
@@ -137,6 +178,16 @@ def async_verdict(run: RemedyRun, load: float | None) -> Verdict:
 
 
 def async_sentence(verdict: Verdict, run: RemedyRun) -> str:
+    """The verdict's sentence, then the numbers it was computed from (the table's step column)."""
+    (sync_name, _), (async_name, _) = RUNGS[-2], RUNGS[-1]
+    basis = t(f"依据：一步（虚拟时钟，每轮中位）同步 {_rounds_ms(run.steps[sync_name])} ms → 异步 {_rounds_ms(run.steps[async_name])} ms，"
+              f"逐轮相除；表中“一步毫秒”一列是同一组数。",
+              f"Basis: the step (virtual clock, each round's median) sync {_rounds_ms(run.steps[sync_name])} ms -> async "
+              f"{_rounds_ms(run.steps[async_name])} ms, divided round by round; the table's step column shows the same numbers.")
+    return _async_clause(verdict, run) + " " + basis
+
+
+def _async_clause(verdict: Verdict, run: RemedyRun) -> str:
     return verdict.sentence(
         greater=(f"{run.profile}：异步调度让一步变长了（{{ratio}}）", f"{run.profile}: async scheduling made the step longer ({{ratio}}x)"),
         less=(f"{run.profile}：异步调度把一步缩短到同步的 {{ratio}}（主机工作藏到了加速器的一步后面）",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from labkit.config import EngineConfig
 from labkit.hooks import Preempted
+from labkit.i18n import t
 from labkit.replay import replay
 from labkit.traces import TraceRequest
 
@@ -64,4 +65,5 @@ def compare_pressure(trace: list[TraceRequest], share: float = 0.25) -> tuple[Pr
     """(a pool that holds everything, a pool of ``share`` of that) on the same trace."""
     full = blocks_for_all(trace)
     small = max(int(full * share), max(-(-(r.prompt_len + r.output_len) // 16) for r in trace))
-    return (run_pressure(trace, full, "ample pool"), run_pressure(trace, small, f"{share:.0%} of that pool"))
+    return (run_pressure(trace, full, t("够大的池（ample pool）", "ample pool")),
+            run_pressure(trace, small, t(f"只有它的 {share:.0%}（{share:.0%} of that pool）", f"{share:.0%} of that pool")))

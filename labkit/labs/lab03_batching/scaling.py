@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
+from labkit.labs.common.measure import DEFAULT_MAX_SPREAD, cores, machine_load
 from labkit.metrics import StepRecorder
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
@@ -32,6 +33,19 @@ class StepTiming:
     size: int           # decode: batch size; prefill: prompt tokens
     step_s: float       # model time of the fastest measured step (least disturbed by other programs)
     all_s: tuple[float, ...] = ()   # every measured step's model time, in order
+    load: float | None = None       # the highest machine load seen around the measurement
+    cores: int = 1
+
+    @property
+    def spread(self) -> float | None:
+        """Slowest over fastest measured step (None with fewer than two steps)."""
+        return max(self.all_s) / min(self.all_s) if len(self.all_s) > 1 and min(self.all_s) > 0 else None
+
+    @property
+    def busy(self) -> bool:
+        """Measured while the machine was busy: load above the cores, or steps spread past
+        ``measure.DEFAULT_MAX_SPREAD`` (the same rule as every verdict)."""
+        return (self.load is not None and self.load > self.cores) or (self.spread or 1.0) > DEFAULT_MAX_SPREAD
 
 
 def scaling_engine(max_batch: int = 32, max_prompt: int = 512):
@@ -58,9 +72,11 @@ def decode_step_times(llm, batch_sizes: list[int], steps: int = 3, prompt_len: i
     engine, corpus = llm.engine, text_corpus(llm.engine)
     out = []
     for b in batch_sizes:
+        before = machine_load()
         rows = _run(engine, [prompt_tokens(engine, prompt_len, i, corpus) for i in range(b)], steps + 1)
         decode = [r.model_s for r in rows if r.prefill_tokens == 0 and r.decode_tokens == b]
-        out.append(StepTiming("decode", b, min(decode), tuple(decode)))
+        loads = [x for x in (before, machine_load()) if x is not None]
+        out.append(StepTiming("decode", b, min(decode), tuple(decode), max(loads) if loads else None, cores()))
     return out
 
 

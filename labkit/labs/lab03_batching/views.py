@@ -16,9 +16,10 @@ from labkit.labs.lab03_batching.offline import (
     OfflineComparison,
 )
 from labkit.labs.lab03_batching.online import ServingResult
-from labkit.labs.lab03_batching.overhead import OverheadRow
+from labkit.labs.lab03_batching.overhead import MeasuredCrossover, OverheadRow
+from labkit.labs.lab03_batching.overhead_view import crossover_text
 from labkit.labs.lab03_batching.preemption import PressureRun
-from labkit.labs.lab03_batching.scaling import StepTiming
+from labkit.labs.lab03_batching.scaling import StepTiming, step_ratio_spread
 
 POLICY_COLORS = {"static": COLORS["idle"], "continuous": COLORS["decode"]}
 SIM = t("（模拟）", " (simulated)")
@@ -94,17 +95,32 @@ def ceiling_sentence(name: str, c: OfflineComparison) -> str:
     return line
 
 
+def above_ceiling(rows: list[AnyscaleRow]) -> list[tuple[int, str, float, float]]:
+    """(output cap, system, throughput ratio, step ceiling) of every row whose ratio beats its ceiling."""
+    return [(row.max_output_len, name, row.speedup(name), row.step_ceiling(name)) for row in rows for name in row.runs
+            if row.speedup(name) > row.step_ceiling(name) + 5e-3]
+
+
 def anyscale_table(rows: list[AnyscaleRow]) -> Table:
     body = []
+    above = {(cap, name) for cap, name, _, _ in above_ceiling(rows)}
     for row in rows:
         for name, run in row.runs.items():
+            mark = t("（超过上限，见注）", " (above the ceiling, see note)") if (row.max_output_len, name) in above else ""
             body.append([row.max_output_len, policy_name(name), run.steps, f"{run.mean_batch:.1f}", f"{run.tokens_per_s:,.0f}",
-                         f"{row.speedup(name):.2f}×", f"{row.step_ceiling(name):.2f}×"])
+                         f"{row.speedup(name):.2f}×{mark}", f"{row.step_ceiling(name):.2f}×"])
+    notes = [t(f"上限 {cap}、{policy_name(name)}：吞吐倍数 {ratio:.2f}× 高于步数上限 {ceil:.2f}×。步数上限只在每步耗时相同时成立；"
+               "成本模型里一步的耗时随这一步的 token 数和上下文长度变化，这个系统的步平均比静态批处理的步便宜，所以倍数可以超过它。",
+               f"Cap {cap}, {name}: throughput ratio {ratio:.2f}x above the step ceiling {ceil:.2f}x. The ceiling holds only "
+               "if every step costs the same; in the cost model a step's time varies with its tokens and context length, "
+               "and this system's steps are cheaper on average than static batching's, so the ratio can exceed it.")
+             for cap, name, ratio, ceil in above_ceiling(rows)]
     return Table([t("输出上限", "output cap"), t("系统", "system"), t("步数", "steps"), t("平均批大小", "mean batch"),
                   t("输出 token/s（模拟）", "output tok/s (simulated)"), t("吞吐相对静态", "throughput vs static"),
                   t("步数上限（静态步数 ÷ 本系统步数）", "step ceiling (static steps / these steps)")], body,
                  caption=t("Anyscale 设置（模拟）：512 token 提示，输出长度 ~ 指数分布（均值 128）并截断",
-                           "The Anyscale setup (simulated): 512-token prompts, outputs ~ exponential (mean 128), capped"))
+                           "The Anyscale setup (simulated): 512-token prompts, outputs ~ exponential (mean 128), capped"),
+                 notes=notes)
 
 
 def anyscale_figure(rows: list[AnyscaleRow], cited: dict[str, float]) -> go.Figure:
@@ -211,12 +227,46 @@ def scaling_figure(decode: list[StepTiming], prefill: list[StepTiming], knee: fl
 
 
 def scaling_table(decode: list[StepTiming]) -> Table:
+    """Each batch's fastest step (what the ratios and §5.1's calibration use), its spread over the
+    measured steps and whether the machine was busy; the step ratio with its step-by-step range."""
     base = decode[0]
-    rows = [[d.size, _ms(d.step_s), f"{d.step_s / base.step_s:.2f}×", f"{(d.size / d.step_s) / (base.size / base.step_s):.1f}×"]
-            for d in decode]
-    return Table([t("批大小", "batch"), t("解码步（毫秒）", "decode step (ms)"), t("步耗时倍数", "step time x"),
-                  t("吞吐倍数", "throughput x")], rows,
-                 caption=t("解码步耗时 vs 批大小（真实模型，本机实测）", "Decode step time vs batch size (real model, measured here)"))
+    rows = []
+    for d in decode:
+        pair = step_ratio_spread(d, base)
+        ratio_range = "" if pair is None or d is base else f"（{pair[0]:.2f}–{pair[1]:.2f}）"
+        rows.append([d.size, _ms(d.step_s), _spread(d), f"{d.step_s / base.step_s:.2f}×{ratio_range}",
+                     f"{(d.size / d.step_s) / (base.size / base.step_s):.1f}×", busy_flag(d.busy)])
+    loads = [d.load for d in decode if d.load is not None]
+    load = t(f"测量期间最高负载 {max(loads):.1f}（{decode[0].cores} 个核）", f"highest load while measuring {max(loads):.1f} "
+             f"({decode[0].cores} cores)") if loads else t("负载未知", "load unknown")
+    return Table([t("批大小", "batch"), t("解码步（毫秒，最快一步）", "decode step (ms, fastest)"),
+                  t("各步 最慢 ÷ 最快", "steps: slowest / fastest"),
+                  t("步耗时倍数（逐步范围）", "step time x (step-by-step range)"), t("吞吐倍数", "throughput x"),
+                  t("机器正忙？", "machine busy?")], rows,
+                 caption=t("解码步耗时 vs 批大小（真实模型，本机实测）", "Decode step time vs batch size (real model, measured here)"),
+                 notes=[t(f"每个批大小测 {len(base.all_s)} 步，取最快的一步（别的程序只可能让一步用时增加）；{load}。"
+                          "标着“正忙”的行，倍数不可靠：重跑这两格。第 5.1 节的定标用的就是第一行的批 1 步。",
+                          f"{len(base.all_s)} steps per batch size, the fastest kept (other programs can only add to a step's time); {load}. "
+                          "Rows marked busy give unreliable ratios: rerun these two cells. Section 5.1 calibrates with the "
+                          "first row's batch-1 step.")])
+
+
+def _spread(d: StepTiming) -> str:
+    return "—" if d.spread is None else f"{d.spread:.2f}×"
+
+
+def busy_flag(busy: bool) -> str:
+    return t("是：不可靠", "yes: unreliable") if busy else t("否", "no")
+
+
+def calibration_note(decode: list[StepTiming]) -> str:
+    """What §5.1's calibration stands on: the batch-1 step of §5's table, flagged when busy."""
+    base = min(decode, key=lambda d: d.size)
+    flag = t("；测它时机器正忙，定标和下面的对比都不可靠，先重跑第 5 节", "; the machine was busy when it was measured, so the "
+             "calibration and the comparison below are unreliable: rerun section 5 first") if base.busy else ""
+    return t(f"定标用的批 {base.size} 解码步：{_ms(base.step_s)} ms（第 5 节表的第一行，各步 最慢 ÷ 最快 = {_spread(base)}）{flag}。",
+             f"Calibrated on the batch-{base.size} decode step: {_ms(base.step_s)} ms (first row of section 5's table, "
+             f"slowest / fastest = {_spread(base)}){flag}.")
 
 
 # ------------------------------------------------------------------------------ chunked prefill
@@ -278,7 +328,16 @@ def pressure_table(runs: tuple[PressureRun, ...]) -> Table:
                  rows, caption=t("内存压力下的抢占（重算）（模拟）", "Preemption (recompute) under memory pressure (simulated)"))
 
 
-def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturation: float | None) -> Table:
+def _crossover_cell(crossover: MeasuredCrossover | float | None) -> str:
+    if isinstance(crossover, MeasuredCrossover):
+        return crossover_text(crossover)
+    return t("不会追上", "never") if crossover is None else f"≈ {crossover:,.0f}"
+
+
+def summary_table(offline: OfflineComparison, decode: list[StepTiming],
+                  saturation: MeasuredCrossover | float | None) -> Table:
+    """``saturation``: §7's crossover as its table shows it (``overhead.measured_crossover``); a bare
+    number is printed as given."""
     rows = [[t("连续 ÷ 静态吞吐（真实模型，按 CPU 时间）", "continuous / static throughput (real model, CPU time)"), f"{offline.time_ratio:.2f}×",
              t(f"步数上限 {offline.step_ceiling:.2f}×", f"step ceiling {offline.step_ceiling:.2f}x")],
             [t(f"解码批 {decode[-1].size} ÷ 批 {decode[0].size} 的步耗时（真实模型）",
@@ -287,7 +346,7 @@ def summary_table(offline: OfflineComparison, decode: list[StepTiming], saturati
                                                                  f"{decode[-1].size // decode[0].size}x the batch")],
             [t("主机路径追上加速器一步的并发（SmolLM2-135M / H100 的步，模拟）",
                "concurrency where the host path reaches the accelerator step (SmolLM2-135M / H100 step, simulated)"),
-             t("不会追上", "never") if saturation is None else f"≈ {saturation:,.0f}", t("运行中请求", "running requests")]]
+             _crossover_cell(saturation), t("§7 的表：实测点，不是拟合线", "§7's table: measured points, not the fitted line")]]
     return Table([t("量", "quantity"), t("本次测量", "measured in this run"), t("对照", "for comparison")], rows,
                  caption=t("要记住的三个数", "Three numbers to remember"))
 

@@ -24,6 +24,7 @@ from labkit.labs.common.measure import Comparison, Sample, Verdict, compare
 from labkit.labs.common.tables import Table
 from labkit.labs.lab04_speculative.speedup import Row, aggregate, run_one
 from labkit.labs.lab04_speculative.sweeps import LAB_CONFIG, Engines, engine_name
+from labkit.labs.lab04_speculative.views import workload_label
 from labkit.model.cpu_features import has_amx
 
 PAIRS = (("ngram", "copy"), ("int4", "chat"))     # (method, workload) that suit each other
@@ -109,16 +110,17 @@ def within(measured: float, predicted: float | None) -> float | None:
     return None if predicted is None or predicted <= 0 else abs(measured - predicted) / predicted
 
 
-def row_sentence(r: PayingRow) -> str:
-    """The verdict's sentence, then how close each prediction came (counted from the numbers)."""
-    label = METHOD_NAMES[r.method]
-    head = r.verdict.sentence(
-        greater=(f"{label[0]} 在 {r.workload} 上让解码变快了：加速比 {{ratio}}",
-                 f"{label[1]} speeds up decoding on {r.workload}: {{ratio}}"),
-        less=(f"{label[0]} 在 {r.workload} 上让解码变慢了：加速比只有 {{ratio}}",
-              f"{label[1]} slows decoding on {r.workload}: only {{ratio}}"),
-        same=(f"{label[0]} 在 {r.workload} 上与普通解码一样快（{{ratio}}）",
-              f"{label[1]} decodes {r.workload} as fast as plain ({{ratio}})"))
+def row_sentence(r: PayingRow, warn: bool = True) -> str:
+    """The verdict's sentence, then how close each prediction came (counted from the numbers).
+    ``warn=False``: a busy machine's long warning is left to ``row_sentences`` (once per section)."""
+    label, workload = METHOD_NAMES[r.method], workload_label(r.workload)
+    head = r.verdict.sentence(warn=warn,
+        greater=(f"{label[0]} 在{workload}上让解码变快了：加速比 {{ratio}}",
+                 f"{label[1]} speeds up decoding on {workload}: {{ratio}}"),
+        less=(f"{label[0]} 在{workload}上让解码变慢了：加速比只有 {{ratio}}",
+              f"{label[1]} slows decoding on {workload}: only {{ratio}}"),
+        same=(f"{label[0]} 在{workload}上与普通解码一样快（{{ratio}}）",
+              f"{label[1]} decodes {workload} as fast as plain ({{ratio}})"))
     zh, en = [], []
     for name_zh, name_en, pred in (("教科书公式", "the textbook formula", r.row.prediction),
                                    ("按实测验证代价修正的公式", "the formula with the measured verify cost",
@@ -132,6 +134,17 @@ def row_sentence(r: PayingRow) -> str:
     return f"{head} " + t("；".join(zh) + "。", "; ".join(en).capitalize() + ".")
 
 
+def row_sentences(rows: list[PayingRow]) -> list[str]:
+    """Every row's sentence, and one busy-machine warning for the section when any row needs it."""
+    from labkit.labs.common.measure import busy_warning
+
+    warning = busy_warning([r.verdict for r in rows])
+    return [row_sentence(r, warn=False) for r in rows] + ([warning] if warning else [])
+
+
+CONFIDENCE_NAMES = {"clear": ("明确（clear）", "clear"), "within noise": ("噪声之内（within noise）", "within noise"),
+                    "machine busy": ("机器正忙（machine busy）", "machine busy")}
+
 METHOD_NAMES = {"ngram": ("n-gram", "n-gram"), "int4": ("4 位副本草稿", "the 4-bit copy")}
 
 
@@ -139,9 +152,10 @@ def paying_table(rows: list[PayingRow]) -> Table:
     body = []
     for r in rows:
         v = r.verdict
-        body.append([r.target, t(*METHOD_NAMES[r.method]), r.workload, r.k, _f(r.row.alpha), f"{r.row.c:.3f}",
+        body.append([r.target, t(*METHOD_NAMES[r.method]), workload_label(r.workload), r.k, _f(r.row.alpha), f"{r.row.c:.3f}",
                      f"{r.row.verify_cost:.2f}", _x(r.row.prediction), _x(r.row.adjusted_prediction),
-                     f"{r.measured:.2f}× ({v.ratio_min:.2f}–{v.ratio_max:.2f})", v.confidence, r.row.identical])
+                     f"{r.measured:.2f}× ({v.ratio_min:.2f}–{v.ratio_max:.2f})",
+                     t(*CONFIDENCE_NAMES.get(v.confidence, (v.confidence, v.confidence))), r.row.identical])
     return Table([t("目标", "target"), t("方法", "method"), t("流量", "workload"), "k", "α", "c", t("验证代价", "verify cost"),
                   t("教科书预测", "textbook prediction"), t("修正后预测", "adjusted prediction"),
                   t("实测加速比（各轮范围）", "measured speed-up (round range)"), t("把握", "confidence"),

@@ -7,12 +7,14 @@ was busy. Nothing here decides "faster" or "slower" from a bare number.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.labs.common.figures import COLORS, axis_titles, style
-from labkit.labs.common.measure import Verdict, verdict_from_ratios
+from labkit.labs.common.measure import Verdict, busy_warning, verdict_from_ratios
 from labkit.labs.common.tables import Table
 from labkit.labs.lab04_speculative.latency import StreamTimes
 from labkit.labs.lab04_speculative.lossless import OTHER, SampleTest
@@ -21,6 +23,9 @@ from labkit.labs.lab04_speculative.sweeps import METHOD_LABELS, BatchRow, Optima
 
 WORKLOAD_LABELS = {"copy": ("抄写式编辑", "copy-heavy editing"), "chat": ("开放对话", "open chat"),
                    "code": ("代码", "code"), "json": ("固定键 JSON", "JSON with fixed keys")}
+# Where each proposer is expected to pay: n-gram copies the prompt, the 2-layer draft was distilled
+# from the target's chat answers; the 4-bit copy is the target itself, so it has no home domain.
+HOME_WORKLOADS = {"ngram": "copy", "draft": "chat"}
 NOISE = 0.05   # two k whose per-round speed-ups stay within 5 % of each other are "as good"
 LINE_COLORS = {"measured": COLORS["accepted"], "textbook": COLORS["predicted"], "adjusted": "#4C78A8"}
 
@@ -81,19 +86,58 @@ def sweep_figure(rows: list[Row]) -> go.Figure:
                               t("验证步耗时 / 普通解码步耗时（×）", "verify step / plain step time (×)"))])
 
 
+def gap_factors(rows: list[Row]) -> list[tuple[Row, float, float]]:
+    """Per row with both predictions: (row, proposal-rate factor, verify-cost factor), the two numbers
+    that take the textbook prediction to the adjusted one (their product)."""
+    out = []
+    for r in rows:
+        if r.prediction is None or r.adjusted_tokens_per_step is None or not r.predicted_tokens_per_step:
+            continue
+        out.append((r, r.adjusted_tokens_per_step / r.predicted_tokens_per_step,
+                    (1 + r.k * r.c) / (r.verify_cost + r.k * r.c)))
+    return out
+
+
 def gap_table(rows: list[Row]) -> Table:
     """From the textbook prediction to the measurement, one assumption at a time."""
     headers = ["k", t("Leviathan 预测", "Leviathan"), t("× 提议率修正", "× proposal-rate factor"),
                t("× 验证代价修正", "× verify-cost factor"), t("= 修正后预测", "= adjusted"), t("实测", "measured")]
-    body = []
-    for r in rows:
-        if r.prediction is None or r.adjusted_tokens_per_step is None:
-            continue
-        proposal = r.adjusted_tokens_per_step / r.predicted_tokens_per_step
-        verify = (1 + r.k * r.c) / (r.verify_cost + r.k * r.c)
-        body.append([r.k, _x(r.prediction), _f(proposal), _f(verify), _x(r.adjusted_prediction), _x(r.speedup)])
+    body = [[r.k, _x(r.prediction), _f(proposal), _f(verify), _x(r.adjusted_prediction), _x(r.speedup)]
+            for r, proposal, verify in gap_factors(rows)]
     return Table(headers, body, caption=t("教科书预测与实测之间差在哪里（各因子都由本次测量算出）",
                                           "Where the textbook prediction and the measurement part (every factor measured in this run)"))
+
+
+def _span(xs: list[float]) -> str:
+    return f"{min(xs):.2f}" if min(xs) == max(xs) else f"{min(xs):.2f}–{max(xs):.2f}"
+
+
+def gap_sentence(rows: list[Row]) -> str:
+    """Which factor of ``gap_table`` takes the textbook prediction further from the measurement, from
+    the printed factors: the one further from 1 (the larger |log factor|) in more of the rows."""
+    factors = gap_factors(rows)
+    if not factors:
+        return t("没有可以分解的行（缺少 α 或提议率）。", "No row to decompose (α or the proposal rate is missing).")
+    proposal = [p for _, p, _ in factors]
+    verify = [v for _, _, v in factors]
+    proposal_wins = sum(abs(math.log(p)) > abs(math.log(v)) for _, p, v in factors)
+    head = t(f"提议率因子 {_span(proposal)}，验证代价因子 {_span(verify)}（都是上表的数）：",
+             f"Proposal-rate factor {_span(proposal)}, verify-cost factor {_span(verify)} (the table's numbers): ")
+    n = len(factors)
+    if proposal_wins * 2 > n:
+        return head + t(f"{n} 行里有 {proposal_wins} 行提议率因子离 1 更远——教科书公式偏高，主要因为不是每步都有草稿"
+                        "（n-gram 找不到匹配就不起草），其次才是验证比普通步贵。",
+                        f"in {proposal_wins} of {n} rows the proposal rate is further from 1: the textbook formula is "
+                        "high mainly because not every step has drafts (n-gram drafts nothing without a match), and only "
+                        "then because a verify step costs more than a plain one.")
+    if proposal_wins * 2 < n:
+        return head + t(f"{n} 行里有 {n - proposal_wins} 行验证代价因子离 1 更远——教科书公式偏高，主要因为验证 k+1 个 token "
+                        "比一个普通步贵，其次才是不是每步都有草稿。",
+                        f"in {n - proposal_wins} of {n} rows the verify cost is further from 1: the textbook formula is "
+                        "high mainly because verifying k+1 tokens costs more than a plain step, and only then because "
+                        "not every step has drafts.")
+    return head + t(f"两个因子各在一半的行里离 1 更远（{proposal_wins}/{n}）：两者对偏差的贡献差不多。",
+                    f"each factor is further from 1 in half the rows ({proposal_wins}/{n}): they explain about as much.")
 
 
 def _speed(row: Row) -> Verdict:
@@ -121,7 +165,7 @@ def sweep_verdict(opt: OptimalK, rows: list[Row]) -> str:
     best = max(rows, key=lambda r: r.speedup)
     worst = max(rows, key=lambda r: r.verify_cost)
     k = best.k
-    lines = [_speed(best).sentence(
+    lines = [_speed(best).sentence(warn=False,
         greater=(f"实测最优 k = {k}：加速比 {{ratio}}，比普通解码快", f"Best measured k = {k}: {{ratio}}, faster than plain decoding"),
         less=(f"实测最优 k = {k}，可加速比只有 {{ratio}}：比普通解码还慢", f"Best measured k = {k}, yet only {{ratio}}: slower than plain decoding"),
         same=(f"实测最优 k = {k}：加速比 {{ratio}}，与普通解码差不多快", f"Best measured k = {k}: {{ratio}}, about as fast as plain decoding")),
@@ -134,7 +178,7 @@ def sweep_verdict(opt: OptimalK, rows: list[Row]) -> str:
         lines.append(t(f"k = {', '.join(map(str, ties))} 与 k = {k} 逐轮比较分不出高下（差别不总是超过 {NOISE:.0%}）：把它们看作一样好。",
                        f"k = {', '.join(map(str, ties))} cannot be told apart from k = {k} round by round (the "
                        f"difference does not always exceed {NOISE:.0%}): treat them as equally good."))
-    lines.append(_verify(worst).sentence(
+    lines.append(_verify(worst).sentence(warn=False,
         greater=(f"教科书假设“验证 k+1 个 token 只花一个普通步”在这里不成立：k = {worst.k} 时验证一步是普通解码步的 {{ratio}}",
                  f"The textbook assumption 'verifying k+1 tokens costs one plain step' fails here: at k = {worst.k} "
                  f"a verify step costs {{ratio}} plain steps"),
@@ -142,7 +186,8 @@ def sweep_verdict(opt: OptimalK, rows: list[Row]) -> str:
               f"A verify step costs at most {{ratio}} plain steps (k = {worst.k}): the textbook assumption (1) roughly holds here"),
         less=(f"验证一步最多只花普通解码步的 {{ratio}}（k = {worst.k}）：有的步没有草稿，就是普通步",
               f"A verify step costs at most {{ratio}} plain steps (k = {worst.k}): steps without drafts are plain steps")))
-    return " ".join(lines)
+    warning = busy_warning([_speed(best), _verify(worst)])
+    return " ".join(lines + ([warning] if warning else []))
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -164,12 +209,93 @@ def matrix_figure(rows: list[Row]) -> go.Figure:
     for method in dict.fromkeys(r.method for r in rows):
         mine = [r for r in rows if r.method == method]
         fig.add_trace(go.Bar(x=[workload_label(r.workload) for r in mine], y=[r.speedup for r in mine],
-                             name=method_label(method), text=[f"{r.speedup:.2f}×" for r in mine], textposition="outside"))
-    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash"),
-                  annotation_text=t("低于此线 = 比普通解码慢", "below = slower than plain decoding"))
+                             name=method_label(method), text=[f"{r.speedup:.2f}×" for r in mine], textposition="outside",
+                             textfont=dict(size=11), cliponaxis=False))
+    # The "below = slower" note goes in the legend: as an annotation on the line it sat on the bar labels.
+    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash"))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=COLORS["rejected"], dash="dash"),
+                             name=t("虚线 1×：低于它 = 比普通解码慢", "dashed 1×: below = slower than plain decoding")))
+    top = max((r.speedup for r in rows), default=1.0)
+    fig.update_yaxes(range=[0, 1.18 * max(top, 1.0)])
+    fig.update_layout(barmode="group", bargroupgap=0.08, uniformtext=dict(minsize=9, mode="show"))
     k = rows[0].k
     return style(fig, t(f"各类流量上的加速比（k = {k}，本机实测）", f"Speed-up per workload (k = {k}, measured here)"),
                  t("流量", "workload"), t("加速比（×，普通解码 = 1）", "speed-up (×, plain = 1)"))
+
+
+def proposer_domains(rows: list[Row]) -> dict[str, dict[str, list[Row]]]:
+    """Per proposer (in row order): its rows grouped by their speed-up verdict: "greater" (faster than
+    plain decoding in every round), "less" (slower in every round), "same" (clearly within the margin)
+    and "unsure" (within noise, or measured while busy). What counts as "mismatched traffic" is read
+    from here, per proposer, never fixed in advance; only clear verdicts are stated as directions."""
+    out: dict[str, dict[str, list[Row]]] = {}
+    for r in rows:
+        v = _speed(r)
+        out.setdefault(r.method, {"greater": [], "same": [], "less": [], "unsure": []})[
+            v.direction if v.clear else "unsure"].append(r)
+    return out
+
+
+def _names(rows: list[Row]) -> str:
+    return t("、", ", ").join(workload_label(r.workload) for r in rows)
+
+
+def _speed_word(row: Row) -> str:
+    """The row's direction in words (its verdict's mark: the hedge where it is not clear)."""
+    return _speed(row).mark(greater=("更快", "faster"), less=("更慢", "slower"), same=("差不多", "about the same"))
+
+
+def _per_proposer(method: str, groups: dict[str, list[Row]]) -> str:
+    parts = [t(f"在{_names(rs)}上{_speed_word(rs[0])}", f"{_speed_word(rs[0])} on {_names(rs)}")
+             for rs in (groups["greater"], groups["same"], groups["less"]) if rs]
+    if groups["unsure"]:
+        parts.append(t(f"在{_names(groups['unsure'])}上没有把握（见表）", f"not certain on {_names(groups['unsure'])} (see the table)"))
+    label = method_label(method)
+    return t(f"{label}：" + "，".join(parts), f"{label}: " + "; ".join(parts))
+
+
+def _home_note(method: str, groups: dict[str, list[Row]]) -> str:
+    """Why a proposer loses in its own domain, when its verdict there is clearly "less": its cost per
+    step, from the row."""
+    home = HOME_WORKLOADS.get(method)
+    row = next((r for r in groups["less"] if r.workload == home), None)
+    if row is None:
+        return ""
+    draft_cost, word = row.k * row.c, _speed_word(row)
+    return t(f"{method_label(method)}连它自己的主场（{workload_label(home)}）也{word}（{row.speedup:.2f}×，α = {_f(row.alpha)}）："
+             f"原因不是流量错配，而是它太贵——每步起草花 k·c = {draft_cost:.2f} 个普通步，验证再花 {row.verify_cost:.2f} 个，"
+             f"换回的只有 {row.tokens_per_step:.2f} 个 token。",
+             f"{method_label(method)} is {word} even in its own domain ({workload_label(home)}: {row.speedup:.2f}x, "
+             f"α = {_f(row.alpha)}): not mismatched traffic but cost — drafting takes k·c = {draft_cost:.2f} plain steps "
+             f"and verifying {row.verify_cost:.2f} more, for {row.tokens_per_step:.2f} tokens a step.")
+
+
+def mismatch_sentences(rows: list[Row]) -> list[str]:
+    """"Mismatched traffic" depends on the proposer: per proposer where it pays and where it loses,
+    the workloads where proposers disagree, and a proposer that loses in its own domain with its cost.
+    Every direction stated is a clear verdict's."""
+    domains = proposer_domains(rows)
+    lines = [_per_proposer(m, g) for m, g in domains.items()]
+    split = [m for m, g in domains.items() if g["greater"] and g["less"]]
+    if split:
+        m = split[0]
+        lines.append(t(f"{method_label(m)}在{_names(domains[m]['greater'])}上付得起，在{_names(domains[m]['less'])}上赔钱："
+                       "“错配流量”是相对某个提议者而言的，不是流量本身的性质",
+                       f"{method_label(m)} pays on {_names(domains[m]['greater'])} and loses on {_names(domains[m]['less'])}: "
+                       "'mismatched traffic' is relative to a proposer, not a property of the traffic"))
+    by_workload: dict[str, dict[str, Row]] = {}
+    for g in domains.values():
+        for r in g["greater"] + g["less"]:
+            by_workload.setdefault(r.workload, {})[_speed(r).direction] = r
+    flip = next((d for d in by_workload.values() if len(d) == 2), None)
+    if flip:
+        up, down = flip["greater"], flip["less"]
+        lines.append(t(f"同一类流量，换一个提议者结论就反过来：{workload_label(up.workload)}上{method_label(up.method)}"
+                       f"{_speed_word(up)}，{method_label(down.method)}{_speed_word(down)}",
+                       f"On the same traffic the verdict flips with the proposer: on {workload_label(up.workload)} "
+                       f"{method_label(up.method)} is {_speed_word(up)}, {method_label(down.method)} {_speed_word(down)}"))
+    notes = [n for n in (_home_note(m, g) for m, g in domains.items()) if n]
+    return [line.rstrip("。.") + t("。", ".") for line in lines] + notes
 
 
 def matrix_verdict(rows: list[Row]) -> str:
@@ -179,28 +305,26 @@ def matrix_verdict(rows: list[Row]) -> str:
     sure = sum(_speed(r).clear and _speed(r).direction == "less" for r in rows)
     bm, bw, wm, ww = (method_label(best.method), workload_label(best.workload), method_label(worst.method),
                       workload_label(worst.workload))
-    text = _speed(best).sentence(
+    lines = [_speed(best).sentence(warn=False,
         greater=(f"最好的组合：{bm} 在{bw}上比普通解码快，{{ratio}}（α = {_f(best.alpha)}）",
                  f"Best pair: {bm} on {bw} decodes faster than plain, {{ratio}} (α = {_f(best.alpha)})"),
         same=(f"最好的组合 {bm} 在{bw}上也只与普通解码差不多快，{{ratio}}（α = {_f(best.alpha)}）",
               f"The best pair, {bm} on {bw}, is only about as fast as plain decoding, {{ratio}} (α = {_f(best.alpha)})"),
         less=(f"连最好的组合 {bm} 在{bw}上也比普通解码慢，{{ratio}}（α = {_f(best.alpha)}）",
-              f"Even the best pair, {bm} on {bw}, is slower than plain decoding, {{ratio}} (α = {_f(best.alpha)})"))
-    if worst is best:
-        return text
-    text += " " + _speed(worst).sentence(
-        less=(f"{slower}/{len(rows)} 个组合比普通解码更慢（其中 {sure} 个各轮都一致），最慢的是 {wm} 在{ww}上：{{ratio}}"
-              f"（α = {_f(worst.alpha)}）——草稿猜错时，起草和验证的代价白花了",
-              f"{slower}/{len(rows)} pairs are slower than plain decoding ({sure} of them in every round); the slowest is "
-              f"{wm} on {ww}: {{ratio}} (α = {_f(worst.alpha)}): when drafts are wrong, drafting and verifying are paid "
-              "for nothing"),
-        same=(f"最慢的组合 {wm} 在{ww}上与普通解码差不多快（{{ratio}}）：降低 α 的流量（或更大的 k）会把它推到 1 以下",
-              f"The slowest pair, {wm} on {ww}, is about as fast as plain decoding ({{ratio}}); traffic with a lower α "
-              "(or a larger k) pushes it below 1"),
-        greater=(f"这次连最慢的组合 {wm} 在{ww}上也比普通解码快（{{ratio}}）；降低 α 的流量（或更大的 k）会把它推到 1 以下，见上面的预测公式",
-                 f"This time even the slowest pair, {wm} on {ww}, is faster than plain decoding ({{ratio}}); traffic with a "
-                 "lower α (or a larger k) pushes it below 1, as the formula says"))
-    return text
+              f"Even the best pair, {bm} on {bw}, is slower than plain decoding, {{ratio}} (α = {_f(best.alpha)})"))]
+    if worst is not best:
+        lines.append(_speed(worst).sentence(warn=False,
+            less=(f"{slower}/{len(rows)} 个组合比普通解码更慢（其中 {sure} 个各轮都一致），最慢的是 {wm} 在{ww}上：{{ratio}}"
+                  f"（α = {_f(worst.alpha)}）",
+                  f"{slower}/{len(rows)} pairs are slower than plain decoding ({sure} of them in every round); the slowest "
+                  f"is {wm} on {ww}: {{ratio}} (α = {_f(worst.alpha)})"),
+            same=(f"最慢的组合 {wm} 在{ww}上与普通解码差不多快（{{ratio}}）",
+                  f"The slowest pair, {wm} on {ww}, is about as fast as plain decoding ({{ratio}})"),
+            greater=(f"这次连最慢的组合 {wm} 在{ww}上也比普通解码快（{{ratio}}）",
+                     f"This time even the slowest pair, {wm} on {ww}, is faster than plain decoding ({{ratio}})")))
+    lines += mismatch_sentences(rows)
+    warning = busy_warning([_speed(r) for r in rows])
+    return " ".join(lines + ([warning] if warning else []))
 
 
 # ----------------------------------------------------------------------------- batch size
@@ -241,18 +365,19 @@ def batch_verdict(rows: list[BatchRow]) -> str:
     step, speed = batch_verdicts(rows)
     a, b = first.batch, last.batch
     s0, s1 = f"{first.row.speedup:.2f}×", f"{last.row.speedup:.2f}×"
+    warning = busy_warning([step, speed])
     return " ".join((
-        step.sentence(greater=(f"批大小从 {a} 到 {b}：普通解码一步的耗时变成原来的 {{ratio}}，这台机器的算力已经在忙，验证多出来的行不再免费",
+        step.sentence(warn=False, greater=(f"批大小从 {a} 到 {b}：普通解码一步的耗时变成原来的 {{ratio}}，这台机器的算力已经在忙，验证多出来的行不再免费",
                                f"From batch {a} to {b}: a plain step takes {{ratio}} as long; the machine's compute is busy, "
                                "extra verify rows are no longer free"),
                       same=(f"批大小从 {a} 到 {b}：普通解码一步的耗时几乎没变（{{ratio}}），算力还有富余",
                             f"From batch {a} to {b}: a plain step takes about as long ({{ratio}}); compute is still spare"),
                       less=(f"批大小从 {a} 到 {b}：普通解码一步的耗时反而变成原来的 {{ratio}}",
                             f"From batch {a} to {b}: a plain step takes only {{ratio}} as long")),
-        speed.sentence(less=(f"加速比从 {s0} 下降到 {s1}（变成原来的 {{ratio}}）", f"the speed-up falls from {s0} to {s1} ({{ratio}})"),
+        speed.sentence(warn=False, less=(f"加速比从 {s0} 下降到 {s1}（变成原来的 {{ratio}}）", f"the speed-up falls from {s0} to {s1} ({{ratio}})"),
                        same=(f"加速比从 {s0} 到 {s1}，几乎不变", f"the speed-up stays about the same, {s0} to {s1}"),
                        greater=(f"加速比从 {s0} 上升到 {s1}（变成原来的 {{ratio}}）",
-                                f"the speed-up rises from {s0} to {s1} ({{ratio}})"))))
+                                f"the speed-up rises from {s0} to {s1} ({{ratio}})")))) + (f" {warning}" if warning else "")
 
 
 # ----------------------------------------------------------------------------- lossless
