@@ -15,7 +15,7 @@ import pytest
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit import hooks as ev
 from labkit.traces import synthetic_trace
-from tests.sim_oracle import expected_output, shadow_llm
+from tests.sim_oracle import expected_output, next_token, shadow_llm
 
 # ------------------------------------------------------------------------------- shared helpers
 
@@ -301,17 +301,31 @@ def test_continuous_batching_fills_a_freed_slot_at_the_next_step():
     assert not any(b.kind == "idle" for e in rec.of(ev.StepEnd) for b in e.batch)
 
 
-def test_static_batching_with_parallel_sampling_finishes():
+def test_static_batching_with_parallel_sampling_runs_the_family_as_one_batch_to_its_end():
+    """p (n = 3) fills the batch's three slots; q arrives during it. The parent is aborted; its children
+    (sharing a pool too small for both: one is preempted) still output exactly their own sequences, and
+    q is admitted only after the batch's last sequence has ended (static batching, DESIGN §6)."""
     llm = shadow_llm(EngineConfig(block_size=2, num_blocks=10, max_num_seqs=3, max_model_len=20,
                                   scheduler="static"))
-    engine = llm.engine
-    engine.add_request([97, 98, 99, 100], SamplingParams(max_tokens=12, n=3, **IGNORE_EOS), request_id="p")
+    engine, rec = llm.engine, Recorder(llm.engine)
+    p_prompt, q_prompt = [97, 98, 99, 100], [97, 97, 98, 98]
+    engine.add_request(p_prompt, SamplingParams(max_tokens=12, n=3, **IGNORE_EOS), request_id="p")
     engine.step()
-    engine.add_request([97, 97, 98, 98], SamplingParams(max_tokens=4, **IGNORE_EOS), request_id="q")
+    engine.add_request(q_prompt, SamplingParams(max_tokens=4, **IGNORE_EOS), request_id="q")
     engine.step()
     engine.abort("p")           # the parent leaves; its children (sharing a too-small pool) go on
     run_to_end(engine, max_steps=500)
     assert_pool_empty(engine)
+    parent = engine.get_request("p")
+    assert parent.status.value == "abort" and len(parent.child_ids) == 2
+    first = next_token("p", p_prompt)                    # each child's first token: from the parent's logits
+    for child_id in parent.child_ids:
+        child = engine.get_request(child_id)
+        assert child.status.value == "length"
+        assert child.output_token_ids == expected_output(child_id, p_prompt, 12, 20, ignore_eos=True, first_token=first)
+    assert engine.stats()["num_preemptions"] > 0
+    assert engine.get_request("q").output_token_ids == expected_output("q", q_prompt, 4, 20, ignore_eos=True)
+    assert rec.first_step("q") > max(rec.finish_step(c) for c in parent.child_ids)
 
 
 # ------------------------------------------------------------------------------- prefix caching

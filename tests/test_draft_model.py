@@ -117,14 +117,16 @@ def test_sampled_drafts_carry_q_over_the_full_vocabulary(draft_path):
     engine.abort(rid)
 
 
-def test_a_seeded_sampled_run_completes_with_valid_tokens(draft_path):
+def test_sampling_from_a_point_mass_target_through_rejection_sampling_gives_the_greedy_output(draft_path, plain_greedy):
+    """top_k=1 makes the target distribution p a point mass on its argmax, so rejection sampling (accept x
+    with min(1, p(x)/q(x)), else draw from normalise(max(0, p - q))) must emit exactly the greedy tokens,
+    whatever the draft proposed and whatever the random draws."""
     llm = draft_llm(draft_path, 4)
-    params = SamplingParams(temperature=1.0, seed=3, max_tokens=16)
-    outs = llm.generate(PARITY_PROMPTS[:2], params)
-    for out in outs:
-        assert 1 <= len(out.token_ids) <= 16
-        assert all(0 <= t < llm.engine.vocab_size for t in out.token_ids)
-    assert spec_stats(llm)["spec_decode_num_draft_tokens"] > 0
+    params = SamplingParams(temperature=1.0, top_k=1, seed=3, max_tokens=GREEDY_BATCH.max_tokens)
+    assert [o.token_ids for o in llm.generate(PARITY_PROMPTS[:2], params)] == plain_greedy[:2]
+    stats = spec_stats(llm)
+    assert stats["spec_decode_num_draft_tokens"] > 0
+    assert 0 <= stats["spec_decode_num_accepted_tokens"] <= stats["spec_decode_num_draft_tokens"]
     assert llm.engine.proposer.kv.usage() == 0.0
 
 

@@ -1,0 +1,131 @@
+"""Scheduler and KV rules against their definitions (vLLM v1), not against another labkit path.
+
+    stop tokens      a sequence ends with the first sampled token in ``stop_token_ids`` (kept in the output,
+                     finish reason "stop"), on every host path: the persistent batch applies decode steps
+                     from columns (``_update_decode``), not through ``_append``
+    freeing order    a finished request's blocks go back to the free queue tail first: the queue hands out
+                     its head (least recently freed) first, so the tail is evicted before the prefix, and a
+                     later request with the same prefix still finds it cached (vLLM's ``free_blocks(reversed)``)
+    preemption       a step that preempted admits no waiting request (vLLM v1 ``schedule``: waiting requests
+                     are scheduled only ``if not preempted_reqs``), or the victim would be readmitted at once
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit import LLM, EngineConfig, SamplingParams
+from labkit.kv.block_pool import BlockPool
+from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.request import Request
+from labkit.scheduler.continuous import ContinuousScheduler
+from labkit.scheduler_output import SampledTokens
+
+# ------------------------------------------------------------------ stop tokens, on every host path
+
+HOST_PATHS = {"lists": {}, "persistent batch": {"persistent_batch": True}, "async": {"async_scheduling": True},
+              "async, persistent batch": {"async_scheduling": True, "persistent_batch": True}}
+PROMPTS = [[97 + i] * (3 + i) for i in range(6)]
+
+
+def sim_tokens(params: list[SamplingParams], **config) -> list[tuple[list[int], str]]:
+    """Each request's (output tokens, finish reason); the tokens the steps streamed must be the same."""
+    engine = LLM(model="sim", config=EngineConfig(**config), progress=False).engine
+    ids = [engine.add_request(p, sp) for p, sp in zip(PROMPTS, params)]
+    streamed: dict[str, list[int]] = {rid: [] for rid in ids}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            streamed[out.request_id] += out.new_token_ids
+    reqs = [engine.get_request(rid) for rid in ids]
+    assert [streamed[r.request_id] for r in reqs] == [r.output_token_ids for r in reqs]
+    return [(r.output_token_ids, r.status.value) for r in reqs]
+
+
+@pytest.fixture(scope="module")
+def unstopped() -> list[list[int]]:
+    return [tokens for tokens, _ in sim_tokens([SamplingParams(max_tokens=24)] * len(PROMPTS))]
+
+
+def cut_at_first_stop(tokens: list[int], stops: tuple[int, ...]) -> tuple[list[int], str]:
+    """The definition: up to and including the first stop token; else the whole run, ended by length."""
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return tokens[:i + 1], "stop"
+    return tokens, "length"
+
+
+@pytest.mark.parametrize("path", list(HOST_PATHS))
+def test_a_sequence_ends_at_its_first_stop_token_on_every_host_path(unstopped, path):
+    stops = []
+    for i, tokens in enumerate(unstopped):
+        if i == 0:
+            stops.append((tokens[0],))                    # on the prompt's last row (prefill)
+        elif i == 5:
+            stops.append(())                              # no stop: ends by length
+        else:
+            stops.append((tokens[3 * i], 255))            # in steady decode, with a token it never samples
+    params = [SamplingParams(max_tokens=24, stop_token_ids=s, ignore_eos=True) for s in stops]
+    expected = [cut_at_first_stop(tokens, s) for tokens, s in zip(unstopped, stops)]
+    assert sum(reason == "stop" for _, reason in expected) == 5
+    assert sim_tokens(params, **HOST_PATHS[path]) == expected
+
+
+# ------------------------------------------------------------------ the order blocks are freed in
+
+
+def test_the_free_queue_hands_out_the_least_recently_freed_block_first():
+    pool = BlockPool(4)
+    blocks = pool.allocate(4)
+    pool.free([blocks[2], blocks[0]])
+    pool.free([blocks[3]])
+    assert pool.allocate(3) == [blocks[2], blocks[0], blocks[3]]
+
+
+def test_a_finished_request_frees_its_tail_first_so_its_prefix_stays_cached_longest():
+    kv = KVCacheManager(num_blocks=3, block_size=2, enable_prefix_caching=True)
+    prompt = [11, 12, 13, 14, 15, 16]
+    table = kv.allocate_slots("a", 0, 6)
+    kv.cache_blocks("a", prompt, 6)                       # three full, computed blocks
+    assert kv.free("a") == table
+    assert kv.allocate_slots("b", 0, 2) == [table[2]]     # the pool's only free-queue choice: a's tail
+    hits, num_tokens = kv.get_computed_blocks("a2", prompt + [17])
+    assert hits == table[:2] and num_tokens == 4          # a's first two blocks still answer the prefix
+    kv.check_invariants()
+
+
+def test_a_rolled_back_request_frees_its_last_block_first():
+    kv = KVCacheManager(num_blocks=4, block_size=2)
+    table = kv.allocate_slots("a", 0, 8)
+    assert kv.trim("a", 3) == table[2:]                   # 3 tokens keep 2 blocks
+    assert kv.pool.allocate(2) == [table[3], table[2]]
+
+
+# ------------------------------------------------------------------ no admission in a step that preempted
+
+
+def run_step(sched: ContinuousScheduler, now: float, token: int = 7):
+    out = sched.schedule(now)
+    sampled = SampledTokens(token_ids={s.request_id: (token,) for s in out.scheduled if s.num_logits})
+    sched.update_from_output(out, sampled, now)
+    return out
+
+
+def test_a_step_that_preempts_admits_no_waiting_request():
+    """Pool of 4 blocks of 2 slots, a budget of 3 tokens a step. A (2-token prompt) and B (1) run until A
+    needs a block at step 4: B is preempted, its 2 blocks freed, A takes one. The budget left (2) and the
+    free block would fit a 2-token chunk of B: it must still wait for the next step."""
+    config = EngineConfig(block_size=2, num_blocks=4, max_num_seqs=4, max_num_batched_tokens=3)
+    sched = ContinuousScheduler(config, KVCacheManager(4, 2), max_model_len=64)
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    for rid, prompt in (("A", [1, 2]), ("B", [3])):
+        sched.add(Request(rid, prompt, params, 0.0))
+    for now in (1.0, 2.0, 3.0):
+        out = run_step(sched, now)
+        assert [s.request_id for s in out.scheduled] == ["A", "B"] and not out.preempted
+    sched.add(Request("C", [4], params, 3.5))             # a one-token prompt that would fit as well
+    out = run_step(sched, 4.0)
+    assert out.preempted == ["B"]
+    assert [s.request_id for s in out.scheduled] == ["A"]
+    assert [r.request_id for r in sched.waiting] == ["B", "C"]
+    out = run_step(sched, 5.0)                            # the next step admits again, the victim first
+    assert not out.preempted and [s.request_id for s in out.scheduled] == ["A", "B"]
