@@ -430,10 +430,10 @@ def busy_warning(verdicts) -> str:
     busy = [v for v in verdicts if v is not None and v.busy]
     if not busy:
         return ""
-    return t(f"本节 {len(busy)} 个结论测量时机器正忙（负载高于核数，或同一件事各轮用时相差太大），上面标着“不可靠”的结论不要当真。"
+    return t(f"本节 {len(busy)} 个结论测量时机器正忙（负载高于核数，或同一件事各轮用时相差太大），上面标着“不可靠”或“机器正忙”的结论和表格行不要当真。"
              "关掉别的程序，或在第一个单元格之前设置 LABKIT_FAST=1，然后重跑本节。",
              f"{len(busy)} conclusion(s) in this section were measured while the machine was busy (load above the cores, "
-             "or rounds of the same work far apart); do not trust those marked 'not reliable'. Close other programs, "
+             "or rounds of the same work far apart); do not trust the conclusions and table rows marked 'not reliable' or 'machine busy'. Close other programs, "
              "or set LABKIT_FAST=1 before the first cell, then rerun this section.")
 
 
