@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.assess.checks import Check, Step, as_trace, first_wrong_step, same_sequence
+from labkit.assess.checks import Check, Ref, Step, as_trace, first_wrong_step, ops_check, run_ops, same_sequence
 from labkit.assess.exercise import first_failure
 from labkit.assess.sandbox import RunReport
 from labkit.assess.wire import ErrorInfo, NotPlain, Outcome
@@ -171,3 +171,44 @@ def test_a_learners_verify_is_checked_in_order_through_the_sandbox():
     assert ex.check(accepts_in_order).passed
     result = ex.check(reversed_order)
     assert not result.passed and result.failure.kind == "wrong" and result.num_passed == 3   # 3 read the same reversed
+
+
+# ------------------------------------------------------------------ operation sequences (run in the child)
+
+
+class _Store:
+    """A learner's class: ``get`` of a missing key raises KeyError."""
+
+    def __init__(self, size):
+        self.items, self.size = {}, size
+
+    def put(self, key, value):
+        self.items[key] = value
+        return len(self.items)
+
+    def get(self, key):
+        return self.items[key]
+
+
+def test_an_operation_sequence_records_each_call_with_its_arguments_and_result():
+    steps = run_ops(_Store, (4,), [("put", (1, "a")), ("put", (2, "b")), ("get", (Ref(0),))])
+    assert steps == [Step("put(1, 'a')", 1), Step("put(2, 'b')", 2), Step("get(1)", "a")]
+
+
+def test_an_operation_that_raises_keeps_the_learners_exception_with_the_call_and_the_steps_before_it():
+    with pytest.raises(KeyError) as info:
+        run_ops(_Store, (4,), [("put", (1, "a")), ("get", (7,)), ("put", (2, "b"))])
+    assert info.value.labkit_during == "get(7)"
+    assert info.value.labkit_steps == [Step("put(1, 'a')", 1)]
+
+
+def test_an_ops_check_keeps_its_other_settings():
+    check = ops_check("store", (4,), [("put", (1, "a"))], hint=2, reveal=False)
+    assert (check.hint, check.reveal, check.trace) == (2, False, True)
+    assert check.run(_Store, None) == [Step("put(1, 'a')", 1)]
+
+
+@pytest.mark.parametrize("value", [[(1, 2)], [("put(1)", 1, 2)], [["put(1)", 1]], ("put(1)", 1), [("put(1)",)]])
+def test_only_a_list_of_call_result_pairs_is_a_trace(value):
+    assert as_trace(value) is None
+    assert as_trace([("put(1)", 1)]) == [Step("put(1)", 1)]

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -146,3 +148,15 @@ def test_no_duration_gives_zero_throughput_instead_of_dividing_by_zero():
 def test_an_unknown_objective_is_refused():
     with pytest.raises(ValueError, match="goodput"):
         compute_metrics([AT_LIMIT], 1.0, {"ttfb": 5})
+
+
+def test_goodput_limits_are_name_colon_milliseconds_above_zero():
+    """``--goodput NAME:MS``: the name is what stands before the first colon, the limit a positive number
+    of milliseconds (a fraction of one included); zero or a negative limit is refused by name."""
+    from labkit.benchmark.metrics import parse_goodput
+
+    assert parse_goodput(["ttft:500", "tpot:0.5"]) == {"ttft": 500.0, "tpot": 0.5}
+    for bad, says in (("ttft:0", "must be > 0 ms"), ("tpot:-3", "must be > 0 ms"),
+                      ("ttft:1:2", "'1:2' is not a number"), ("ttft", "NAME:MS"), ("e2e:5", "NAME:MS")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_goodput([bad])

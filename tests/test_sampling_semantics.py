@@ -26,7 +26,7 @@ import zlib
 import pytest
 import torch
 
-from labkit import LLM, EngineConfig, SamplingParams
+from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit.sample.sampler import sample_tokens, to_probs
 from labkit.sampling_params import GREEDY_TEMPERATURE
 from tests.test_rejection_sampler import chi2_critical, chi2_sf, noncentral_chi2_sf
@@ -306,3 +306,31 @@ def test_unseeded_children_draw_distinct_streams_reproducible_from_the_engine_se
     assert len(set(streams)) == 8
     assert outputs(monkeypatch, [unseeded, unseeded], seed=3) == first
     assert outputs(monkeypatch, [unseeded, unseeded], seed=4) != first
+
+
+# ------------------------------------------------------------------ speculative verification on every sampling path
+
+SPEC = SpecConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one by one"])
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
+                                    SamplingParams(temperature=1.0, seed=5, max_tokens=24, ignore_eos=True)],
+                         ids=["greedy", "sampled"])
+def test_verified_drafts_give_the_tokens_the_target_alone_gives_on_every_sampling_path(batched, params):
+    """The simulated target's rows are one-hot (a point mass): greedy verification must keep exactly the
+    target's argmax, and rejection sampling against a point mass must too (accept x with p(x)/q(x) = 0 or 1,
+    resample from max(0, p - q) = the target's token). So every output equals the oracle's, whether
+    drafts were accepted or rejected, on the batched and the one-by-one sampler."""
+    from tests.sim_oracle import expected_output, shadow_llm
+
+    llm = shadow_llm(EngineConfig(max_model_len=64, batched_sampling=batched, speculative=SPEC))
+    prompts = [[97 + (i + j) % 3 for j in range(9 + i)] for i in range(5)]
+    engine = llm.engine
+    ids = [engine.add_request(p, params) for p in prompts]
+    while engine.has_unfinished_requests():
+        engine.step()
+    for rid, prompt in zip(ids, prompts):
+        assert engine.get_request(rid).output_token_ids == expected_output(rid, prompt, 24, 64, ignore_eos=True)
+    stats = engine.stats()
+    assert 0 < stats["spec_decode_num_accepted_tokens"] < stats["spec_decode_num_draft_tokens"]   # both branches ran

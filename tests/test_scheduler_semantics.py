@@ -129,3 +129,28 @@ def test_a_step_that_preempts_admits_no_waiting_request():
     assert [r.request_id for r in sched.waiting] == ["B", "C"]
     out = run_step(sched, 5.0)                            # the next step admits again, the victim first
     assert not out.preempted and [s.request_id for s in out.scheduled] == ["A", "B"]
+
+
+# ------------------------------------------------------------------ what the contiguous layout shows observers
+
+
+def test_the_contiguous_snapshot_cuts_the_arena_into_blocks_and_counts_each_regions_computed_slots():
+    """Arena of 40 slots in blocks of 8, exact reservations, first fit: x = [0, 16) and c = [16, 20); x leaves;
+    a = [0, 6) and b = [20, 33) (b does not fit in [6, 16)). Block 1 is free; block 2 holds c and the start
+    of b (its owner: the first holder by position, c). Regions are listed by start, not by age, and a
+    region's computed slots (capped at its reservation; none for a request not listed) fill its blocks."""
+    from labkit.hooks import Region
+    from labkit.kv.contiguous import ContiguousKVManager
+
+    kv = ContiguousKVManager(num_slots=40, block_size=8, reserve="needed", max_model_len=40)
+    for rid, needed in (("x", 16), ("c", 4)):
+        assert kv.allocate_slots(rid, 0, needed) is not None
+    kv.free("x")
+    for rid, needed in (("a", 6), ("b", 13)):
+        assert kv.allocate_slots(rid, 0, needed) is not None
+    snap = kv.snapshot({"a": 7, "b": 9})
+    assert (snap.layout, snap.block_size, snap.num_blocks) == ("contiguous", 8, 5)
+    assert snap.owner == ("a", None, "c", "b", "b")
+    assert snap.filled == (6, 0, 4, 5, 0)                 # a: 6 of 6; b: slots 20-28 = 4 in block 2, 5 in block 3
+    assert snap.ref_cnt == (1, 0, 1, 1, 1) and snap.cached == (False,) * 5
+    assert snap.regions == (Region("a", 0, 6, 6, 6), Region("c", 16, 4, 0, 4), Region("b", 20, 13, 9, 13))

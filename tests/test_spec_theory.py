@@ -100,6 +100,24 @@ def test_out_of_range_arguments_raise_value_error(call):
         call()
 
 
+def test_optimal_k_takes_the_smallest_k_on_a_tie():
+    """alpha = 0 and free drafts: every k gives exactly 1 token per unit of time, so k = 0 (the docstring's
+    rule: the smallest k on ties, i.e. do not speculate for nothing)."""
+    assert all(expected_speedup(0.0, k, 0.0) == 1.0 for k in range(17))
+    assert optimal_k(0.0, 0.0) == 0
+
+
+@pytest.mark.parametrize("call, field, value", [
+    (lambda: expected_speedup(0.5, 2, True), "c", "True"),               # a bool is not a cost
+    (lambda: expected_speedup(0.5, 2, float("inf")), "c", "inf"),
+    (lambda: optimal_k(0.5, 0.1, k_max=-1), "k_max", "-1"),
+    (lambda: expected_tokens_per_step(0.5, -1), "k", "-1"),
+])
+def test_a_bad_argument_is_refused_naming_the_field_and_the_value(call, field, value):
+    with pytest.raises(ValueError, match=rf"^{field} must be .*got {value}$"):
+        call()
+
+
 # --- the sampler realises the theory -------------------------------------------------------------
 
 def test_sampler_acceptance_and_tokens_per_step_match_theory():
