@@ -84,7 +84,7 @@ bench-gpu: setup
 MUTANTS ?=
 mutation: setup
 	@$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install -q "mutmut==3.8.1"
-	LABKIT_RANDOM_TRACES=200 $(VENV)/bin/mutmut run --max-children $(TEST_JOBS) $(MUTANTS) || true
+	LABKIT_RANDOM_TRACES=200 $(VENV)/bin/mutmut run --max-children $(TEST_JOBS) $(MUTANTS)
 	$(PY) scripts/mutation_report.py --survivors
 
 # Rebuild the default draft model in data/drafts/ (about 30 minutes; see data/drafts/README.md).

@@ -17,7 +17,17 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.assess.checks import Check, Ref, Step, as_trace, first_wrong_step, ops_check, run_ops, same_sequence
+from labkit.assess.checks import (
+    Check,
+    Ref,
+    Step,
+    as_trace,
+    call_check,
+    first_wrong_step,
+    ops_check,
+    run_ops,
+    same_sequence,
+)
 from labkit.assess.exercise import first_failure
 from labkit.assess.sandbox import RunReport
 from labkit.assess.wire import ErrorInfo, NotPlain, Outcome
@@ -212,3 +222,13 @@ def test_an_ops_check_keeps_its_other_settings():
 def test_only_a_list_of_call_result_pairs_is_a_trace(value):
     assert as_trace(value) is None
     assert as_trace([("put(1)", 1)]) == [Step("put(1)", 1)]
+
+
+def test_a_call_checks_label_is_the_call_with_its_note_in_each_language():
+    plain = call_check("best_k", (0.3, 0.5))
+    assert plain.label == {"zh": "best_k(0.3, 0.5)", "en": "best_k(0.3, 0.5)"}
+    assert plain.run(lambda a, c: a + c, None) == 0.8
+    noted = call_check("f", (30, "x"), "一个注", hint=1)
+    assert noted.label == {"zh": "f(30, 'x')  # 一个注", "en": "f(30, 'x')  # 一个注"} and noted.hint == 1
+    both = call_check("f", (), {"zh": "零个参数", "en": "no arguments"})
+    assert both.label == {"zh": "f()  # 零个参数", "en": "f()  # no arguments"}

@@ -154,3 +154,9 @@ def test_the_contiguous_snapshot_cuts_the_arena_into_blocks_and_counts_each_regi
     assert snap.filled == (6, 0, 4, 5, 0)                 # a: 6 of 6; b: slots 20-28 = 4 in block 2, 5 in block 3
     assert snap.ref_cnt == (1, 0, 1, 1, 1) and snap.cached == (False,) * 5
     assert snap.regions == (Region("a", 0, 6, 6, 6), Region("c", 16, 4, 0, 4), Region("b", 20, 13, 9, 13))
+    # a's computed slots end just past a block boundary's start (slot 0 only), b's one short of one (slot 30),
+    # and block 2 holds computed slots of two regions: c's 16-17 and b's 20-23.
+    again = kv.snapshot({"a": 1, "c": 2, "b": 11})
+    assert again.filled == (1, 0, 6, 7, 0)
+    with pytest.raises(ValueError, match="needs kv_cache='paged'"):
+        kv.fork("a", "a#1")

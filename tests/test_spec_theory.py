@@ -105,6 +105,7 @@ def test_optimal_k_takes_the_smallest_k_on_a_tie():
     rule: the smallest k on ties, i.e. do not speculate for nothing)."""
     assert all(expected_speedup(0.0, k, 0.0) == 1.0 for k in range(17))
     assert optimal_k(0.0, 0.0) == 0
+    assert optimal_k(1.0, 0.0) == 16                  # free, perfect drafts: the default k_max, 16
 
 
 @pytest.mark.parametrize("call, field, value", [

@@ -34,9 +34,6 @@ class BlockPool:
     def num_free_blocks(self) -> int:
         return len(self.free_queue)
 
-    def can_allocate(self, n: int) -> bool:
-        return n <= len(self.free_queue)
-
     def allocate(self, n: int) -> list[int]:
         """Take n blocks from the head of the free queue (evicting any cached hash they carry)."""
         if n > len(self.free_queue):
