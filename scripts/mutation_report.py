@@ -4,9 +4,11 @@
 
 mutmut keeps one ``mutants/<source path>.meta`` JSON file per mutated module, mapping each mutant's
 name to the exit code of the tests run against it (1 or 3: a test failed, the mutant is killed; 0: every
-test passed, it survived; 33 or 5: no test calls the mutated function; 36 or a signal: a time-out,
-which counts as killed: the mutant made the tests run past mutmut's limit, an endless loop). The rate is
-killed / (every mutant that was checked). ``--survivors`` lists the surviving mutants' names, which
+test passed, it survived; 33 or 5: no test calls the mutated function; 36 or SIGXCPU: a time-out,
+which counts as killed: the mutant made the tests spin past mutmut's CPU-time limit, an endless loop;
+SIGKILL: stopped from outside, e.g. a run that waited past a wall-clock limit, counted apart as "hung"
+because a wait can be the test set-up's and not the mutant's). The rate is killed / (every mutant
+that was checked). ``--survivors`` lists the surviving mutants' names, which
 ``mutmut show NAME`` prints as a diff; docs/mutation.md says why each one that is left is equivalent.
 """
 
@@ -17,7 +19,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-KILLED = {1, 3, 36, 24, -24, 152, 255, -9}        # a failing test, pytest's internal error, a time-out
+KILLED = {1, 3, 36, 24, -24, 152, 255}           # a failing test, pytest's internal error, a CPU time-out
+HUNG = {-9, 137}
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 
@@ -31,6 +34,8 @@ def outcome(code: int | None) -> str:
         return "survived"
     if code in NO_TESTS:
         return "no tests"
+    if code in HUNG:
+        return "hung"
     return "other"
 
 
@@ -55,13 +60,13 @@ def table(results: dict[str, dict[str, int | None]]) -> list[list[str]]:
 
 
 def _cells(count: Counter) -> list[str]:
-    checked = count["killed"] + count["survived"] + count["no tests"] + count["other"]
+    checked = count["killed"] + count["survived"] + count["no tests"] + count["hung"] + count["other"]
     rate = f"{count['killed'] / checked:.1%}" if checked else "-"
     return [str(sum(count.values())), str(count["killed"]), str(count["survived"]), str(count["no tests"]),
-            str(count["not checked"]), rate]
+            str(count["hung"]), str(count["not checked"]), rate]
 
 
-HEADERS = ["module", "mutants", "killed", "survived", "no tests", "not checked", "kill rate"]
+HEADERS = ["module", "mutants", "killed", "survived", "no tests", "hung", "not checked", "kill rate"]
 
 
 def main() -> None:
@@ -86,7 +91,7 @@ def main() -> None:
     if args.survivors:
         for module, codes in results.items():
             for name, code in sorted(codes.items()):
-                if outcome(code) in ("survived", "no tests"):
+                if outcome(code) in ("survived", "no tests", "hung"):
                     print(f"{outcome(code):9} {name}")
 
 

@@ -160,3 +160,18 @@ def test_the_contiguous_snapshot_cuts_the_arena_into_blocks_and_counts_each_regi
     assert again.filled == (1, 0, 6, 7, 0)
     with pytest.raises(ValueError, match="needs kv_cache='paged'"):
         kv.fork("a", "a#1")
+
+
+def test_a_contiguous_regions_block_table_ends_at_its_computed_tokens_after_a_rollback():
+    """Rejected drafts are rolled back (``trim``): the region keeps its reservation (it never shrinks), but
+    its table covers only the tokens still computed, so no row reads a rolled-back slot."""
+    from labkit.kv.contiguous import ContiguousKVManager
+
+    kv = ContiguousKVManager(num_slots=64, block_size=8, reserve="max_model_len", max_model_len=32)
+    kv.allocate_slots("a", 0, 4)
+    kv.allocate_slots("b", 0, 6)
+    start = kv.regions["b"].start
+    assert kv.allocate_slots("b", 6, 4) == [] and kv.block_table("b") == list(range(start, start + 10))
+    assert kv.trim("b", 7) == [] and kv.block_table("b") == list(range(start, start + 7))
+    assert kv.block_table("a") == list(range(kv.regions["a"].start, kv.regions["a"].start + 4))   # a untouched
+    assert kv.usage() == 64 / 64

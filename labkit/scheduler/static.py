@@ -10,14 +10,15 @@ Prompts are not padded (attention is ragged), so the comparison isolates the sch
 
 from __future__ import annotations
 
+from labkit.config import EngineConfig
 from labkit.request import Request
 from labkit.scheduler.continuous import ContinuousScheduler
 from labkit.scheduler_output import SchedulerOutput
 
 
 class StaticScheduler(ContinuousScheduler):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: EngineConfig, kv_manager, max_model_len: int):
+        super().__init__(config, kv_manager, max_model_len)
         self.batch: list[Request] = []
 
     def schedule(self, now: float) -> SchedulerOutput:
