@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     torch.set_num_threads(1)
 os.environ.setdefault("LABKIT_FAST", "1")
-# Labs record their verdicts in results/labNN.json (labkit.labs.common.results): never in the repository.
+# Labs record their verdicts in results/labNN.json (labkit.report.results): never in the repository.
 os.environ.setdefault("LABKIT_RESULTS", tempfile.mkdtemp(prefix="labkit-test-results-"))
 
 REPO = Path(__file__).resolve().parents[1]

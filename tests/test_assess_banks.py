@@ -84,7 +84,7 @@ def test_lab05_states_the_tensorrt_llm_backend_change_with_the_cited_versions():
 
 
 def test_a_question_on_the_learners_own_measurement_appears_once_it_is_measured(tmp_path, monkeypatch):
-    from labkit.labs.common.results import record
+    from labkit.report.results import record
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
     assert not any(q.id == "kv-own-request-mib" for q in bank("lab01_kv_cache") if isinstance(q, Numeric))
     record("01", "predictions", "kv-bytes-per-token", {"kind": "exact", "guess": 1, "measured": 23040})
@@ -170,7 +170,7 @@ def test_lab02s_pool_maps_show_what_their_explanations_say():
 
 
 def test_lab04_asks_about_the_learners_own_tokens_per_step_once_measured(tmp_path, monkeypatch):
-    from labkit.labs.common.results import record
+    from labkit.report.results import record
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
     assert not any(q.id == "sd-own-speedup" for q in bank("lab04_speculative") if isinstance(q, Numeric))
     record("04", "predictions", "ngram-tokens-per-step", {"kind": "measured", "guess": 2, "measured": 2.7})

@@ -211,7 +211,7 @@ def test_random_hidden_cases_say_what_is_wrong_but_not_the_expected_value(name, 
 
 
 def test_every_exercise_records_its_attempts_in_the_lab_summary(tmp_path):
-    from labkit.labs.common.results import read_summary
+    from labkit.report.results import read_summary
     ex = exercise("expected_tokens_per_step")
     ex.check(lambda a, k: 0.0)
     ex.check(lambda a, k: sum(a ** i for i in range(k + 1)))

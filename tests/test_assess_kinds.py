@@ -10,7 +10,7 @@ import pytest
 from labkit import set_language
 from labkit.assess import Ordering, Quiz, WhichFigure
 from labkit.assess.progress import read_progress
-from labkit.labs.common.results import read_summary
+from labkit.report.results import read_summary
 
 
 @pytest.fixture(autouse=True)

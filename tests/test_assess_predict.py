@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.labs.common import display
-from labkit.labs.common.results import read_summary
+from labkit.report.results import read_summary
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import pytest
 
 from labkit.labs.common import display
 from labkit.labs.common.measure import verdict_from_ratios
-from labkit.labs.common.results import read_summary
+from labkit.report.results import read_summary
 
 REPO = Path(__file__).resolve().parents[1]
 

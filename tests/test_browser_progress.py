@@ -40,7 +40,7 @@ def results(tmp_path, monkeypatch):
     """A workspace where lab 02's quiz, a prediction and an exercise have been done."""
     folder = tmp_path / "results"
     monkeypatch.setenv("LABKIT_RESULTS", str(folder))
-    from labkit.labs.common.results import record
+    from labkit.report.results import record
     record("02", "quiz", "pa-page-table", {"first_attempt_correct": True, "attempts": 1, "quiz_size": 11})
     record("02", "quiz", "pa-no-fault", {"first_attempt_correct": False, "attempts": 2, "quiz_size": 11})
     record("02", "predictions", "slot", {"question": "位置 40 在第几个槽位？", "kind": "exact", "guess": 150,

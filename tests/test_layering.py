@@ -102,6 +102,16 @@ def test_the_engine_never_imports_widgets_or_labs(importers):
     assert violations(importers, ("labkit.widgets", "labkit.labs", "labkit.assess")) == []
 
 
+def test_nothing_below_the_labs_imports_them():
+    """The course content (``labkit.labs``: lab helpers, measurements, quizzes) sits on top: the engine, the
+    assessment, the benchmarks, the server, the widgets and the reports never import it."""
+    below = sorted({m.split(".")[1] for m in MODULES if "." in m} - {"labs"})     # packages and modules
+    assert {"assess", "benchmark", "report", "widgets", "serve", "engine"} <= set(below)
+    found = [v for name in below for v in violations(f"labkit.{name}", ("labkit.labs",))]
+    found += [f"labkit imports {d}" for d in sorted(GRAPH["labkit"]) if d.startswith("labkit.labs")]
+    assert found == []
+
+
 def test_widgets_only_observe():
     assert violations("labkit.widgets", ("labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model")) == []
 

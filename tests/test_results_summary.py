@@ -1,11 +1,11 @@
-"""The lab results summary (labkit.labs.common.results): where it lives, what it keeps, and that a
+"""The lab results summary (labkit.report.results): where it lives, what it keeps, and that a
 damaged or unwritable workspace never stops a lab."""
 
 import json
 
 import pytest
 
-from labkit.labs.common import results
+from labkit.report import results
 
 
 @pytest.fixture(autouse=True)

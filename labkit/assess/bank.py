@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from labkit.assess.questions import MultipleChoice, Numeric
-from labkit.labs.common.results import read_summary
+from labkit.report.results import read_summary
 
 Option = tuple[str, str, str, str, str]
 

@@ -40,7 +40,7 @@ from labkit.assess.sandbox import (
 from labkit.assess.source import show_source
 from labkit.assess.text import Text, localize
 from labkit.i18n import t
-from labkit.labs.common.results import read_summary, record
+from labkit.report.results import read_summary, record
 
 
 @dataclass(frozen=True)

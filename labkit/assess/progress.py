@@ -5,7 +5,7 @@
     export_progress("me.json")          # one file holding every lab's summary, to hand to an instructor
     class_view(["ann.json", "bo.json"]) # the instructor: one row per learner and lab
 
-Everything comes from the local ``results/labNN.json`` files (``labkit.labs.common.results``): the
+Everything comes from the local ``results/labNN.json`` files (``labkit.report.results``): the
 first-attempt quiz score (each question's first answer, whatever came after), the exercises passed
 (and at which attempt), and every prediction beside the value then measured with its judgement.
 Nothing is sent anywhere; an export is a file the learner chooses to hand over.
@@ -27,7 +27,7 @@ import ipywidgets as W
 from labkit.assess.learner import learner_id
 from labkit.assess.questions import format_number
 from labkit.i18n import t
-from labkit.labs.common.results import SCHEMA, read_summary, results_dir
+from labkit.report.results import SCHEMA, read_summary, results_dir
 
 LABS = ("01", "02", "03", "04", "05")
 EXPORT_SCHEMA = "labkit-progress/1"

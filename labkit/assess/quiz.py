@@ -15,7 +15,7 @@ then checked; the feedback names the first pair out of order) and ``WhichFigure`
 plotly figures titled A–D, a letter button under each).
 
 With ``lab``, each question's first answer (right or not) and its attempt count are written to the
-lab's results summary (``labkit.labs.common.results``, section ``quiz``), keyed by the question's
+lab's results summary (``labkit.report.results``, section ``quiz``), keyed by the question's
 id, with the quiz's ``id`` (so progress adds the sizes of a lab's quizzes); ``labkit.assess.progress()``
 reads them. Later attempts update the count, never the first verdict.
 """
@@ -37,7 +37,7 @@ from labkit.assess.questions import (
 )
 from labkit.assess.text import Text, localize_html, relabel_on_language_change
 from labkit.i18n import t
-from labkit.labs.common.results import record
+from labkit.report.results import record
 
 Question = Union[MultipleChoice, Numeric, Ordering, WhichFigure]
 KINDS = {MultipleChoice: "choice", Numeric: "numeric", Ordering: "ordering", WhichFigure: "figure"}

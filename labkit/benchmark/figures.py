@@ -7,7 +7,7 @@ import math
 import plotly.graph_objects as go
 
 from labkit.benchmark.results import BenchResult
-from labkit.labs.common.figures import style
+from labkit.report.figures import style
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
 

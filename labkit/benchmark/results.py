@@ -17,7 +17,7 @@ from pathlib import Path
 
 from labkit.benchmark.client import failure_kind
 from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary
-from labkit.labs.common.tables import Table
+from labkit.report.tables import Table
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 

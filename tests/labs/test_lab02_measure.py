@@ -125,8 +125,8 @@ def test_contention_never_makes_prefix_caching_clearly_slow_the_first_token(work
 
 def test_prefix_lines_count_exactly_and_time_from_the_verdict(tmp_path, monkeypatch):
     from labkit.i18n import set_language
-    from labkit.labs.common import results
     from labkit.labs.lab02_paged_attention import views
+    from labkit.report import results
 
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
     set_language("zh")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from labkit.i18n import set_language
-from labkit.labs.common import results
 from labkit.labs.common.measure import Clock, ContendedClock, clock_override
 from labkit.labs.lab04_speculative import speedup, sweeps, views
+from labkit.report import results
 
 
 def _run(decode_s, steps, tokens, propose_s=0.0):

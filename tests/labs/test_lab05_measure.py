@@ -7,9 +7,9 @@ import pytest
 
 from labkit.config import EngineConfig
 from labkit.i18n import set_language
-from labkit.labs.common import results
 from labkit.labs.lab05_engine_choice import ablation, chapter, compare
 from labkit.labs.lab05_engine_choice import fixed_shapes as fs
+from labkit.report import results
 
 from .test_lab05 import _metrics
 from .test_lab05_fixed_shapes import TINY

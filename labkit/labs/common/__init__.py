@@ -4,10 +4,10 @@
 """
 
 from labkit.labs.common.display import FAST, fast, predict, show_source
-from labkit.labs.common.figures import COLORS, style
 from labkit.labs.common.lazy import once
 from labkit.labs.common.machine import memory_budget
 from labkit.labs.common.references import cite
-from labkit.labs.common.tables import Table
+from labkit.report.figures import COLORS, style
+from labkit.report.tables import Table
 
 __all__ = ["COLORS", "FAST", "Table", "cite", "fast", "memory_budget", "once", "predict", "show_source", "style"]

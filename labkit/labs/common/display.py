@@ -23,7 +23,7 @@ from labkit.assess.questions import format_number, parse_number
 from labkit.assess.source import show_source, source_html  # noqa: F401  (re-exported for labs)
 from labkit.assess.text import Text, localize, localize_html, relabel_on_language_change
 from labkit.i18n import t
-from labkit.labs.common.results import record
+from labkit.report.results import record
 
 FAST = os.environ.get("LABKIT_FAST") == "1"
 """Fast mode (``LABKIT_FAST=1``): every lab and dashboard runs smaller sweeps; CI uses it."""

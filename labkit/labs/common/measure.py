@@ -656,7 +656,7 @@ def record_verdict(lab: str, measured: Comparison | Verdict, *, candidate: str |
                    key: str | None = None, **extra) -> Any:
     """Store a verdict (with its numbers, clock, load and CPU; for a Comparison also each arm's
     values) under ``verdicts[id]`` of the lab's results summary. Returns the file written or None."""
-    from labkit.labs.common import results
+    from labkit.report import results
 
     if isinstance(measured, Comparison):
         entry = measured.as_entry(candidate)

@@ -11,9 +11,7 @@ from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.kv.breakdown import PARTS, PoolBreakdown
-from labkit.labs.common.figures import COLORS, axis_titles, decade_ticks, style
 from labkit.labs.common.machine import MemoryBudget
-from labkit.labs.common.tables import Table, human_bytes
 from labkit.labs.lab01_kv_cache.fragmentation import FragmentationReport
 from labkit.labs.lab01_kv_cache.measure import (
     CacheComparison,
@@ -27,6 +25,8 @@ from labkit.labs.lab01_kv_cache.measure import (
 )
 from labkit.labs.lab01_kv_cache.preemption import PoolRun
 from labkit.metrics import StepRow
+from labkit.report.figures import COLORS, axis_titles, decade_ticks, style
+from labkit.report.tables import Table, human_bytes
 
 MODE_COLORS = {"cache": COLORS["decode"], "recompute": COLORS["prefill"]}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.i18n import t
-from labkit.labs.common.tables import Table
+from labkit.report.tables import Table
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.kv.breakdown import PARTS, PoolBreakdown
-from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.labs.common.references import cite, percentages
 from labkit.labs.lab02_paged_attention.attention_cost import IndirectionCost
 from labkit.labs.lab02_paged_attention.block_map import BlockMapRun
 from labkit.labs.lab02_paged_attention.block_size import BlockSizePoint
 from labkit.labs.lab02_paged_attention.layouts import LayoutRun
 from labkit.labs.lab02_paged_attention.sharing import ForkRun, PrefixRun
+from labkit.report.figures import COLORS, axis_titles, style
 from labkit.widgets.palette import request_color
 
 PART_NAMES = {"used": ("存有 K/V", "holds K/V"), "reserved_later": ("预留待用", "reserved, filled later"),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from labkit.i18n import t
-from labkit.labs.common.figures import FONT
+from labkit.report.figures import FONT
 from labkit.traces import TraceRequest, azure_like_trace, scale_trace
 
 LAYOUTS = ("exact", "max_len", "paged")

@@ -6,12 +6,12 @@ from __future__ import annotations
 from labkit.i18n import t
 from labkit.labs.common.measure import record_verdict
 from labkit.labs.common.references import cite, cite_line, percentages
-from labkit.labs.common.tables import Table
 from labkit.labs.lab02_paged_attention.attention_cost import SDPA, IndirectionCost
 from labkit.labs.lab02_paged_attention.block_map import BlockMapRun, is_consecutive
 from labkit.labs.lab02_paged_attention.block_size import BlockSizePoint
 from labkit.labs.lab02_paged_attention.layouts import LayoutRun, fit_ratio, throughput_verdict
 from labkit.labs.lab02_paged_attention.sharing import ForkRun, PrefixRun, ttft_verdict
+from labkit.report.tables import Table
 
 
 def _model(simulated: bool) -> str:

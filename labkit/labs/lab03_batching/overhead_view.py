@@ -11,9 +11,7 @@ import statistics
 import plotly.graph_objects as go
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS, style
 from labkit.labs.common.measure import Verdict, cores, verdict_from_ratios
-from labkit.labs.common.tables import Table
 from labkit.labs.lab03_batching.overhead import (
     PROFILES,
     RUNGS,
@@ -26,6 +24,8 @@ from labkit.labs.lab03_batching.overhead import (
     measured_crossover,
     model_step_s,
 )
+from labkit.report.figures import COLORS, style
+from labkit.report.tables import Table
 
 
 def _us(s: float) -> str:

@@ -7,9 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS, axis_titles, decade_ticks, reference_line, style
 from labkit.labs.common.references import cite
-from labkit.labs.common.tables import Table
 from labkit.labs.lab03_batching.chunked import ChunkedRun
 from labkit.labs.lab03_batching.offline import (
     AnyscaleRow,
@@ -20,6 +18,8 @@ from labkit.labs.lab03_batching.overhead import MeasuredCrossover, OverheadRow
 from labkit.labs.lab03_batching.overhead_view import crossover_text
 from labkit.labs.lab03_batching.preemption import PressureRun
 from labkit.labs.lab03_batching.scaling import StepTiming, step_ratio_spread
+from labkit.report.figures import COLORS, axis_titles, decade_ticks, reference_line, style
+from labkit.report.tables import Table
 
 POLICY_COLORS = {"static": COLORS["idle"], "continuous": COLORS["decode"]}
 SIM = t("（模拟）", " (simulated)")

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import ipywidgets as W
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS
 from labkit.labs.lab04_speculative.live import KINDS, SpecStep, summarize, trace_request
 from labkit.labs.lab04_speculative.speedup import Timers
 from labkit.labs.lab04_speculative.sweeps import METHODS, WORKLOADS, Engines, engine_name
 from labkit.labs.lab04_speculative.views import method_label, workload_label
+from labkit.report.figures import COLORS
 
 KIND_STYLE = {
     "accepted": f"background:{COLORS['accepted']}40",

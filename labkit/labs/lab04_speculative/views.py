@@ -13,13 +13,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
-from labkit.labs.common.figures import COLORS, axis_titles, style
 from labkit.labs.common.measure import Verdict, busy_warning, verdict_from_ratios
-from labkit.labs.common.tables import Table
 from labkit.labs.lab04_speculative.latency import StreamTimes
 from labkit.labs.lab04_speculative.lossless import OTHER, SampleTest
 from labkit.labs.lab04_speculative.speedup import Row
 from labkit.labs.lab04_speculative.sweeps import METHOD_LABELS, BatchRow, OptimalK, batch_verdicts
+from labkit.report.figures import COLORS, axis_titles, style
+from labkit.report.tables import Table
 
 WORKLOAD_LABELS = {"copy": ("抄写式编辑", "copy-heavy editing"), "chat": ("开放对话", "open chat"),
                    "code": ("代码", "code"), "json": ("固定键 JSON", "JSON with fixed keys")}

@@ -13,7 +13,7 @@ Each stage carries one number and says where it came from:
   (``ENGINE_NOTE`` says so beside the figure).
 
 Labs 02–04 record their verdicts in the learner's results summaries (``results/labNN.json``,
-``labkit.labs.common.results``): ``stages_for_chapter`` takes a stage's number from there when the
+``labkit.report.results``): ``stages_for_chapter`` takes a stage's number from there when the
 learner's earlier lab recorded it, and measures (or simulates) only what is missing, saying which
 number came from where.
 """
@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 
 from labkit.config import EngineConfig
 from labkit.i18n import t
-from labkit.labs.common.results import read_summary, summary_path
 from labkit.labs.lab05_engine_choice.facts import find
 from labkit.llm import LLM
+from labkit.report.results import read_summary, summary_path
 from labkit.sampling_params import SamplingParams
 from labkit.sim.paper import PAPER_MODEL
 from labkit.traces import LogNormalLengths, synthetic_trace

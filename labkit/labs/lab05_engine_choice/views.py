@@ -9,10 +9,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labkit.i18n import t
-from labkit.labs.common.figures import style
 from labkit.labs.common.measure import Verdict
 from labkit.labs.common.references import cite_line
-from labkit.labs.common.tables import Table, fmt
 from labkit.labs.lab05_engine_choice import advisor as adv
 from labkit.labs.lab05_engine_choice.ablation import AblationRow
 from labkit.labs.lab05_engine_choice.chapter import REGIMES, Stage
@@ -30,6 +28,8 @@ from labkit.labs.lab05_engine_choice.facts import (
     lookup,
 )
 from labkit.labs.lab05_engine_choice.fixed_shapes import FixedShapeResult
+from labkit.report.figures import style
+from labkit.report.tables import Table, fmt
 
 
 def philosophy_table() -> Table:
