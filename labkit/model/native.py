@@ -26,6 +26,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -100,6 +101,50 @@ def library_path(cc: str) -> Path:
     return cache_root() / "kernels" / f"labkit-{key}.so"
 
 
+# Every exported entry point's ctypes signature is read from its C definition (``csrc/*.c``: a line
+# ``[MACRO ...] void|int labkit_NAME(params) {``), so the C source is the one owner of each signature and a changed
+# prototype changes the binding with it. A pointer of any type is passed as ``c_void_p``.
+_C_TYPES = {"int64_t": ctypes.c_int64, "int": ctypes.c_int, "float": ctypes.c_float}
+_DEFINITION = re.compile(r"^(?:[A-Z_]+\s+)*(void|int)\s+(labkit_\w+)\s*\(([^)]*)\)\s*\{", re.MULTILINE)
+
+
+def c_type(param: str):
+    """The ctypes type of one C parameter declaration (``const float *x`` -> ``c_void_p``)."""
+    words = param.replace("*", " * ").split()
+    if "*" in words:
+        return ctypes.c_void_p
+    kind = " ".join(w for w in words[:-1] if w != "const")
+    if kind not in _C_TYPES:
+        raise ValueError(f"no ctypes type for the C parameter {param.strip()!r}")
+    return _C_TYPES[kind]
+
+
+def prototypes(sources: dict[str, str] | None = None) -> dict[str, tuple]:
+    """``{name: (restype, argtypes)}`` for every ``labkit_*`` function defined in ``sources`` (file name ->
+    C text; default: ``csrc/*.c``)."""
+    if sources is None:
+        sources = {name: (CSRC / name).read_text(encoding="utf-8") for name in SOURCES}
+    out: dict[str, tuple] = {}
+    for text in sources.values():
+        for ret, name, params in _DEFINITION.findall(text):
+            if name in out:
+                raise ValueError(f"{name} is defined twice")
+            args = [] if params.strip() in ("", "void") else [c_type(p) for p in params.split(",")]
+            out[name] = (ctypes.c_int if ret == "int" else None, args)
+    return out
+
+
+def bind(lib) -> None:
+    """Give every entry point of ``lib`` the signature of its C definition (one compiled out for this
+    instruction set, such as the bf16 product without AVX512_BF16, is not there to bind)."""
+    for name, (restype, argtypes) in prototypes().items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            continue
+        fn.restype, fn.argtypes = restype, argtypes
+
+
 def _load() -> dict:
     if os.environ.get(ENV, "1") == "0":
         raise RuntimeError(f"switched off by {ENV}=0")
@@ -112,65 +157,20 @@ def _load() -> dict:
     lib = ctypes.CDLL(str(path))
     if lib.labkit_linear_rows_version() != VERSION:
         raise RuntimeError(f"{path} is version {lib.labkit_linear_rows_version()}, expected {VERSION}")
-    lib.labkit_linear_rows_set_sequential.argtypes = [ctypes.c_int64]
-    lib.labkit_linear_rows_set_sequential.restype = None
-    names = {torch.float32: "labkit_linear_rows_f32"}
+    bind(lib)
+    kernels: dict = {torch.float32: lib.labkit_linear_rows_f32}
     if lib.labkit_linear_rows_has_bf16():
-        names[torch.bfloat16] = "labkit_linear_rows_bf16"
-    kernels: dict = {}
-    for dtype, name in names.items():
-        fn = getattr(lib, name)
-        fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3
-        fn.restype = None
-        kernels[dtype] = fn
-    for dtype, name in {torch.float32: "labkit_decode_attention_f32", torch.bfloat16: "labkit_decode_attention_bf16"}.items():
-        fn = getattr(lib, name)
-        fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_float]
-        fn.restype = ctypes.c_int
-        kernels[("attention", dtype)] = fn
+        kernels[torch.bfloat16] = lib.labkit_linear_rows_bf16
+    for dtype, suffix in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        kernels[("attention", dtype)] = getattr(lib, f"labkit_decode_attention_{suffix}")
+        kernels[("rope_write_kv", dtype)] = getattr(lib, f"labkit_rope_write_kv_{suffix}")
     kernels["set_sequential"] = lib.labkit_linear_rows_set_sequential
-    for dtype, name in {torch.float32: "labkit_rope_write_kv_f32", torch.bfloat16: "labkit_rope_write_kv_bf16"}.items():
-        fn = getattr(lib, name)
-        fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4
-        fn.restype = None
-        kernels[("rope_write_kv", dtype)] = fn
-    fn = lib.labkit_rms_norm
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
-    fn.restype = None
-    kernels["rms_norm"] = fn
-    fn = lib.labkit_add_rms_norm
-    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
-    fn.restype = None
-    kernels["add_rms_norm"] = fn
-    fn = lib.labkit_q8_rows
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3
-    fn.restype = None
-    kernels["q8_rows"] = fn
-    lib.labkit_q8_set_sequential.argtypes = [ctypes.c_int64]
-    lib.labkit_q8_set_sequential.restype = None
     kernels["q8_set_sequential"] = lib.labkit_q8_set_sequential
-    fn = lib.labkit_decode_layer
-    fn.argtypes = ([ctypes.c_void_p] * 15 + [ctypes.c_int64] + [ctypes.c_void_p] + [ctypes.c_int64] * 6
-                   + [ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_int])
-    fn.restype = ctypes.c_int
-    kernels["decode_layer"] = fn
-    fn = lib.labkit_int4_rows
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5
-    fn.restype = ctypes.c_int
-    kernels["int4_rows"] = fn
-    fn = lib.labkit_decode_layer_q4
-    fn.argtypes = ([ctypes.c_void_p] * 12 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 7 + [ctypes.c_int64]
-                   + [ctypes.c_void_p] + [ctypes.c_int64] * 6 + [ctypes.c_float, ctypes.c_int64, ctypes.c_float])
-    fn.restype = ctypes.c_int
-    kernels["decode_layer_q4"] = fn
+    for name in ("rms_norm", "add_rms_norm", "q8_rows", "decode_layer", "int4_rows", "decode_layer_q4"):
+        kernels[name] = getattr(lib, f"labkit_{name}")
     exp_fn = _torch_vector_exp()
-    lib.labkit_set_vector_exp.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    lib.labkit_set_vector_exp.restype = ctypes.c_int
     if exp_fn is not None and lib.labkit_set_vector_exp(*exp_fn):
-        fn = lib.labkit_silu_mul
-        fn.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_int]
-        fn.restype = None
-        kernels["silu_mul"] = fn
+        kernels["silu_mul"] = lib.labkit_silu_mul
     return kernels
 
 
