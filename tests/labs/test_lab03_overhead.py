@@ -27,15 +27,15 @@ def test_an_exact_line_is_recovered():
 
 
 def test_the_crossover_meets_the_simulators_own_step_and_comes_earlier_for_a_small_model():
-    host = [overhead.OverheadRow(n, 0.0, 0.0, 0.0, runner_s=0.0) for n in (1, 1024)]
-    host = [overhead.OverheadRow(r.num_running, 3e-6 * r.num_running, 0.0, 0.0) for r in host]   # 3 µs per request
-    small = overhead.crossover(host, "smollm2-135m", "h100-sxm", 16)
-    large = overhead.crossover(host, "llama-3-8b", "h100-sxm", 16)
-    assert small is not None and (large is None or small < large)
-    assert 3e-6 * small == pytest.approx(overhead.model_step_s(small, "smollm2-135m", "h100-sxm", 16), rel=0.01)
+    host = [overhead.OverheadRow(n, 3e-6 * n, 0.0, 0.0) for n in (1, 64, 256, 1024, 4096)]   # 3 µs per request
+    small = overhead.measured_crossover(host, "smollm2-135m", "h100-sxm", 16)
+    large = overhead.measured_crossover(host, "llama-3-8b", "h100-sxm", 16)
+    assert small.reached and small.below < small.n < small.above
+    assert 3e-6 * small.below < overhead.model_step_s(small.below, "smollm2-135m", "h100-sxm", 16)
+    assert 3e-6 * small.above >= overhead.model_step_s(small.above, "smollm2-135m", "h100-sxm", 16)
     # Llama-3-8B's decode step costs ~23 µs more per request (2 FLOPs x 8B parameters per token at 70 %
-    # of 989 TFLOP/s): a 3 µs-per-request host line never reaches it.
-    assert large is None
+    # of 989 TFLOP/s): a 3 µs-per-request host path never reaches it.
+    assert not large.reached and large.below == 4096
 
 
 def test_saturation_accepts_the_step_as_a_function_of_concurrency():

@@ -60,6 +60,8 @@ from labkit import host_clock
 
 DIRECTIONS = ("greater", "less", "same")
 CONFIDENCES = ("clear", "within noise", "machine busy")
+CONFIDENCE_LABELS = {"clear": ("明确（clear）", "clear"), "within noise": ("噪声之内（within noise）", "within noise"),
+                     "machine busy": ("机器正忙（machine busy）", "machine busy")}
 QUANTITIES = ("time", "speed")
 DEFAULT_MARGIN = 0.05
 DEFAULT_MAX_SPREAD = 1.5     # an arm whose slowest round took 1.5× its fastest was disturbed
@@ -304,6 +306,13 @@ class Verdict:
         numbers). The confidence decides the hedge around it. ``warn=False``: a busy machine gets
         a short hedge only, the section printing ``busy_warning`` once for all its sentences."""
         return render(self, greater=greater, less=less, same=same, unit=unit, digits=digits, warn=warn)
+
+    @property
+    def confidence_label(self) -> str:
+        """The confidence in the reader's language, Chinese with the English term (a table cell)."""
+        from labkit.i18n import t
+
+        return t(*CONFIDENCE_LABELS[self.confidence])
 
     def mark(self, *, greater: tuple[str, str] = ("", ""), less: tuple[str, str] = ("", ""),
              same: tuple[str, str] = ("", "")) -> str:

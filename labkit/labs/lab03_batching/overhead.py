@@ -18,7 +18,7 @@ first measured n where the host path is not shorter than the simulator's own dec
 n and context, interpolated from the point below it, or "not reached within the measured range". A
 fitted line can disagree with the points (one expensive point, e.g. 4,096 requests whose per-request
 cost is several times the others', drags a through-origin fit), and a sentence beside a table follows
-the table (``crossover``, the fitted line's meeting point, is kept for the benchmarks).
+the table.
 
 The remedies are ``EngineConfig`` switches measured one at a time (``remedies``): batched sampling,
 the persistent batch (input preparation from columns kept across steps) and async scheduling (the
@@ -190,26 +190,6 @@ def model_step_s(num_running: int, model_profile: str, hardware: str, context_le
     return step_time(MODELS[model_profile], HARDWARE[hardware], [1] * n, [context_len] * n)
 
 
-def crossover(rows: list[OverheadRow], model_profile: str, hardware: str, context_len: int,
-              value=None, limit: int = 1 << 20) -> float | None:
-    """Running requests where the fitted host line (default: the engine's whole host path) reaches the
-    simulator's own decode step at the same concurrency; 1 if the host is already longer at one request,
-    None if it stays shorter up to ``limit``."""
-    a, b = fit_linear(rows, value=value or (lambda r: r.engine_host_s))
-
-    def gap(n: float) -> float:
-        return a + b * n - model_step_s(n, model_profile, hardware, context_len)
-    if gap(1) >= 0:
-        return 1.0
-    if gap(limit) < 0:
-        return None
-    lo, hi = 1.0, float(limit)
-    while hi - lo > 0.5:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
-    return hi
-
-
 @dataclass(frozen=True)
 class MeasuredCrossover:
     """Where the measured host path first reaches the accelerator step, read from the measured rows
@@ -244,10 +224,10 @@ def measured_crossover(rows: list[OverheadRow], model_profile: str, hardware: st
     return MeasuredCrossover(None, points[-1][0], None)
 
 
-def fit_deviation(rows: list[OverheadRow], value=None) -> tuple[int, float]:
-    """The measured point furthest from the fitted line ``fit_linear``: (its n, fitted / measured − 1)."""
+def fit_deviation(rows: list[OverheadRow], line: tuple[float, float], value=None) -> tuple[int, float]:
+    """The measured point furthest from ``line`` (``fit_linear``'s ``(a, b)``): (its n, fitted / measured − 1)."""
     pick = value or (lambda r: r.engine_host_s)
-    a, b = fit_linear(rows, value=pick)
+    a, b = line
     worst = max(rows, key=lambda r: abs((a + b * r.num_running) / pick(r) - 1) if pick(r) > 0 else 0.0)
     return worst.num_running, (a + b * worst.num_running) / pick(worst) - 1 if pick(worst) > 0 else 0.0
 

@@ -89,7 +89,7 @@ def crossover_lines(rows: list[OverheadRow], context_len: int) -> list[str]:
     """Where the measured host path reaches each profile's step: read from the table's rows (the
     "longer side" column), never from the fitted line; the fit is printed with how far it strays."""
     a, b = fit_linear(rows, value=lambda r: r.engine_host_s)
-    n_worst, dev = fit_deviation(rows)
+    n_worst, dev = fit_deviation(rows, (a, b))
     out = [t(f"主机路径拟合（截距不为负，仅作图中参考）：{1e3 * a:.3f} ms + {1e6 * b:.2f} µs × 运行中请求数；"
              f"它在 {n_worst:,} 个请求处偏离实测 {dev:+.0%}，所以交点从实测点读，不从拟合线读",
              f"host path fit (non-negative intercept, a guide in the figure only): {1e3 * a:.3f} ms + {1e6 * b:.2f} µs × "

@@ -103,7 +103,8 @@ def above_ceiling(rows: list[AnyscaleRow]) -> list[tuple[int, str, float, float]
 
 def anyscale_table(rows: list[AnyscaleRow]) -> Table:
     body = []
-    above = {(cap, name) for cap, name, _, _ in above_ceiling(rows)}
+    beyond = above_ceiling(rows)
+    above = {(cap, name) for cap, name, _, _ in beyond}
     for row in rows:
         for name, run in row.runs.items():
             mark = t("（超过上限，见注）", " (above the ceiling, see note)") if (row.max_output_len, name) in above else ""
@@ -114,7 +115,7 @@ def anyscale_table(rows: list[AnyscaleRow]) -> Table:
                f"Cap {cap}, {name}: throughput ratio {ratio:.2f}x above the step ceiling {ceil:.2f}x. The ceiling holds only "
                "if every step costs the same; in the cost model a step's time varies with its tokens and context length, "
                "and this system's steps are cheaper on average than static batching's, so the ratio can exceed it.")
-             for cap, name, ratio, ceil in above_ceiling(rows)]
+             for cap, name, ratio, ceil in beyond]
     return Table([t("输出上限", "output cap"), t("系统", "system"), t("步数", "steps"), t("平均批大小", "mean batch"),
                   t("输出 token/s（模拟）", "output tok/s (simulated)"), t("吞吐相对静态", "throughput vs static"),
                   t("步数上限（静态步数 ÷ 本系统步数）", "step ceiling (static steps / these steps)")], body,

@@ -142,9 +142,6 @@ def row_sentences(rows: list[PayingRow]) -> list[str]:
     return [row_sentence(r, warn=False) for r in rows] + ([warning] if warning else [])
 
 
-CONFIDENCE_NAMES = {"clear": ("明确（clear）", "clear"), "within noise": ("噪声之内（within noise）", "within noise"),
-                    "machine busy": ("机器正忙（machine busy）", "machine busy")}
-
 METHOD_NAMES = {"ngram": ("n-gram", "n-gram"), "int4": ("4 位副本草稿", "the 4-bit copy")}
 
 
@@ -155,7 +152,7 @@ def paying_table(rows: list[PayingRow]) -> Table:
         body.append([r.target, t(*METHOD_NAMES[r.method]), workload_label(r.workload), r.k, _f(r.row.alpha), f"{r.row.c:.3f}",
                      f"{r.row.verify_cost:.2f}", _x(r.row.prediction), _x(r.row.adjusted_prediction),
                      f"{r.measured:.2f}× ({v.ratio_min:.2f}–{v.ratio_max:.2f})",
-                     t(*CONFIDENCE_NAMES.get(v.confidence, (v.confidence, v.confidence))), r.row.identical])
+                     v.confidence_label, r.row.identical])
     return Table([t("目标", "target"), t("方法", "method"), t("流量", "workload"), "k", "α", "c", t("验证代价", "verify cost"),
                   t("教科书预测", "textbook prediction"), t("修正后预测", "adjusted prediction"),
                   t("实测加速比（各轮范围）", "measured speed-up (round range)"), t("把握", "confidence"),
