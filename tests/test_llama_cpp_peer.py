@@ -45,6 +45,18 @@ def test_decode_rate_counts_steps_after_the_first():
     assert llama_cpp_peer.full_window(steps, 4) == [1.0, 2.0]
 
 
+def test_threads_are_counts_or_cores_and_a_bad_one_is_refused_by_name():
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert llama_cpp_peer.parse_args([]).threads == [1]                        # one thread, as the labs measure
+    assert llama_cpp_peer.parse_args(["--threads", "1,cores"]).threads == list(dict.fromkeys([1, cores]))
+    assert llama_cpp_peer.thread_counts("3, 1,3") == [3, 1]
+    for bad in ("0", "-1", "two", "", "1,,2"):
+        with pytest.raises(Exception, match="threads"):
+            llama_cpp_peer.thread_counts(bad)
+
+
 def test_the_prompt_set_is_the_same_token_ids_for_both_sides(tokenizer):
     singles, batch = llama_cpp_peer.prompt_set(tokenizer, 16)
     assert len(batch) == 16 and batch[:len(singles)] == singles[:16]

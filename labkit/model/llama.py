@@ -348,7 +348,8 @@ def small_ops(x: torch.Tensor, cfg: ModelConfig) -> SmallOps | None:
     if (x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or torch.compiler.is_compiling()
             or not native.available()):
         return None
-    key = (x.dtype, cfg.hidden_size, cfg.intermediate_size, cfg.rms_norm_eps, torch.get_num_threads())
+    threads = native.sync_threads()         # the C calls below run on torch's thread count
+    key = (x.dtype, cfg.hidden_size, cfg.intermediate_size, cfg.rms_norm_eps, threads)
     ops = _small_ops.get(key)
     if ops is None:
         lanes = _native_norm_lanes(x.dtype, cfg.hidden_size, cfg.rms_norm_eps)

@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -39,11 +40,11 @@ from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c",
-           "int4_rows.c")   # one library
-VERSION = 6                 # labkit_linear_rows_version() in the source
+           "int4_rows.c", "threads.c")   # one library
+VERSION = 7                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
-FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11", "-Wno-psabi",
+FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-pthread", "-std=gnu11", "-Wno-psabi",
          f"-I{CSRC}")
 ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())   # tried in turn: x86 and most others, Arm, none
 # LABKIT_NATIVE_MARCH=x86-64-v3 (say) builds for that instruction set instead of this CPU's own: how the
@@ -164,6 +165,8 @@ def _load() -> dict:
     for dtype, suffix in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         kernels[("attention", dtype)] = getattr(lib, f"labkit_decode_attention_{suffix}")
         kernels[("rope_write_kv", dtype)] = getattr(lib, f"labkit_rope_write_kv_{suffix}")
+    kernels["set_threads"] = lib.labkit_set_threads
+    kernels["workers"] = lib.labkit_pool_workers
     kernels["set_sequential"] = lib.labkit_linear_rows_set_sequential
     kernels["q8_set_sequential"] = lib.labkit_q8_set_sequential
     for name in ("rms_norm", "add_rms_norm", "q8_rows", "decode_layer", "int4_rows", "decode_layer_q4"):
@@ -223,6 +226,43 @@ def why_unavailable() -> str | None:
     return None if available() else str(_state.get("why"))
 
 
+# The threads the kernels run on: torch.get_num_threads() of the thread that calls them (one in the labs,
+# which measure on one thread; every core in a learner's own script or `labkit serve`), told to the C side
+# per calling thread (csrc/threads.c) when it changes. Each output is computed whole by one thread in its
+# one order, so the count changes no bit (tests/test_native_threads.py).
+_threads_told = threading.local()
+
+
+def use_threads(threads: int | None = None) -> None:
+    """Pin the calling thread's kernel calls to ``threads`` threads (tests, benchmarks); None (the default)
+    follows ``torch.get_num_threads()`` again."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
+    _threads_told.pinned = threads
+    sync_threads()
+
+
+def sync_threads() -> int:
+    """Tell the C side the calling thread's count (pinned, else ``torch.get_num_threads()``) if it changed;
+    returns it. Called by every public function here and once per forward by ``llama.small_ops``."""
+    n = getattr(_threads_told, "pinned", None) or torch.get_num_threads()
+    if getattr(_threads_told, "n", None) != n:
+        kernels = _kernel()
+        if kernels is not None:
+            kernels["set_threads"](n)
+            _threads_told.n = n
+    return n
+
+
+def _ready() -> dict:
+    """The loaded kernels, told this thread's thread count; or RuntimeError saying why there are none."""
+    kernels = _kernel()
+    if kernels is None:
+        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    sync_threads()
+    return kernels
+
+
 def set_sequential_rows(max_rows: int) -> None:
     """`linear_rows` walks the weights one row after the other for products of at most ``max_rows``
     rows, and in 4-row tiles above (0: always tiles). The same bits either way (tested); only the
@@ -259,9 +299,7 @@ def sequential_rows() -> int:
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weightᵀ`` for CPU tensors x [T, K] and weight [N, K] -> [T, N], row-invariant; float32, or
     bfloat16 where `has_bf16`."""
-    kernels = _kernel()
-    if kernels is None:
-        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    kernels = _ready()
     if (x.dtype != weight.dtype or x.dtype not in (torch.float32, torch.bfloat16)
             or x.device.type != "cpu" or weight.device.type != "cpu"):
         raise ValueError(f"linear_rows takes float32 or bfloat16 CPU tensors of one dtype, got x {x.dtype} on "
@@ -285,9 +323,7 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
     or bf16, contiguous; slots [R, L] or [1, L] int64 (row r's context position l is slot
     ``slots[r, l]``, or ``slots[0, l]`` for every row); lens [R] int64 (row r sees positions
     0..lens[r] - 1). Returns [R, H, D] fp32."""
-    kernels = _kernel()
-    if kernels is None:
-        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    kernels = _ready()
     R, H, D = query.shape
     hkv = key_cache.shape[-2]
     if (query.dtype != torch.float32 or key_cache.dtype != value_cache.dtype
@@ -380,9 +416,7 @@ def _bf_of(x: torch.Tensor, weight: torch.Tensor, what: str) -> int:
 
 def _loaded(name):
     """The loaded kernel ``name``, or a RuntimeError that says why it is not there."""
-    kernels = _kernel()
-    if kernels is None:
-        raise RuntimeError(f"labkit's C kernel is not available: {why_unavailable()}")
+    kernels = _ready()
     if name not in kernels:
         why = " (PyTorch's vector exp was not found)" if name == "silu_mul" else ""
         raise RuntimeError(f"this build has no {name}{why}")

@@ -1,4 +1,5 @@
-/* Paged attention for one query token at a time (decode, and verification row by row), on one thread.
+/* Paged attention for one query token at a time (decode, and verification row by row), on the threads
+ * Python asks for (threads.c).
  *
  *   q, out    [R, H, D] fp32        R query rows, H heads of D values
  *   k, v      [S, Hkv, D]           the layer's K/V pool as slots (fp32, or bf16 in the _bf16 entry)
@@ -19,9 +20,11 @@
  * padded copy, a mask, then the kernel); this reads the pool in place through the slots.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "simd.h"
+#include "threads.h"
 
 static inline vec load_kv(const void *base, int64_t index, const int is_bf16) {
     return is_bf16 ? load_widen((const bf16 *)base + index) : LOAD((const float *)base + index);
@@ -152,35 +155,61 @@ static inline __attribute__((always_inline)) void heads(const float *qr, const v
             outr[(h0 + i) * D + d] = acc[i * D + d] / z[i];
 }
 
-static inline __attribute__((always_inline)) int attend(const float *q, const void *k, const void *v,
-                                                        const int64_t *slots, int64_t slot_stride,
-                                                        const int64_t *lens, float *out, int64_t R, int64_t H,
-                                                        int64_t Hkv, int64_t D, float scale, const int is_bf16) {
-    const int64_t group = H / Hkv;
-    int64_t longest = 1;
-    for (int64_t r = 0; r < R; r++)
-        longest = lens[r] > longest ? lens[r] : longest;
-    float *p = malloc(sizeof(float) * (size_t)(MAX_GROUP * longest));
+struct attention_job {
+    const float *q;
+    const void *k, *v;
+    const int64_t *slots, *lens;
+    int64_t slot_stride, R, H, Hkv, D, longest;
+    float scale;
+    float *out;
+    int is_bf16;
+    atomic_int failed;
+};
+
+/* Pairs i in [lo, hi) of (row r, K/V head g), i = r * Hkv + g, each with the G query heads on g. */
+static inline __attribute__((always_inline)) void attend_pairs(struct attention_job *j, int64_t lo, int64_t hi,
+                                                               const int is_bf16) {
+    const int64_t H = j->H, Hkv = j->Hkv, D = j->D, group = H / Hkv;
+    float *p = malloc(sizeof(float) * (size_t)(MAX_GROUP * j->longest));
     float *acc = malloc(sizeof(float) * (size_t)(MAX_GROUP * (D > 0 ? D : 1)));
     if (p == NULL || acc == NULL) {
         free(p);
         free(acc);
-        return 1;
+        atomic_store(&j->failed, 1);
+        return;
     }
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t g = 0; g < Hkv; g++)
-            for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += MAX_GROUP) {
-                const int G = (int)((g + 1) * group - h0 < MAX_GROUP ? (g + 1) * group - h0 : MAX_GROUP);
-                if (D == 64)        /* the default model's head size: a constant lets the loops unroll */
-                    heads(q + r * H * D, k, v, slots + r * slot_stride, lens[r], h0, G, g, Hkv, 64, scale, p, acc,
-                          out + r * H * D, is_bf16);
-                else
-                    heads(q + r * H * D, k, v, slots + r * slot_stride, lens[r], h0, G, g, Hkv, D, scale, p, acc,
-                          out + r * H * D, is_bf16);
-            }
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t r = i / Hkv, g = i % Hkv;
+        for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += MAX_GROUP) {
+            const int G = (int)((g + 1) * group - h0 < MAX_GROUP ? (g + 1) * group - h0 : MAX_GROUP);
+            if (D == 64)        /* the default model's head size: a constant lets the loops unroll */
+                heads(j->q + r * H * D, j->k, j->v, j->slots + r * j->slot_stride, j->lens[r], h0, G, g, Hkv, 64,
+                      j->scale, p, acc, j->out + r * H * D, is_bf16);
+            else
+                heads(j->q + r * H * D, j->k, j->v, j->slots + r * j->slot_stride, j->lens[r], h0, G, g, Hkv, D,
+                      j->scale, p, acc, j->out + r * H * D, is_bf16);
+        }
+    }
     free(p);
     free(acc);
-    return 0;
+}
+
+static void pairs_f32(void *c, int64_t lo, int64_t hi) { attend_pairs(c, lo, hi, 0); }
+
+static void pairs_bf16(void *c, int64_t lo, int64_t hi) { attend_pairs(c, lo, hi, 1); }
+
+/* Threads split the (row, K/V head) pairs into contiguous parts (threads.h); a pair's arithmetic is the
+ * same on any thread, so the thread count changes no bit. */
+static int attend(const float *q, const void *k, const void *v, const int64_t *slots, int64_t slot_stride,
+                  const int64_t *lens, float *out, int64_t R, int64_t H, int64_t Hkv, int64_t D, float scale,
+                  const int is_bf16) {
+    int64_t longest = 1;
+    for (int64_t r = 0; r < R; r++)
+        longest = lens[r] > longest ? lens[r] : longest;
+    struct attention_job j = {q, k, v, slots, lens, slot_stride, R, H, Hkv, D, longest, scale, out, is_bf16, 0};
+    /* a pair's work: its group's query heads against up to `longest` K and V rows */
+    parallel_parts(is_bf16 ? pairs_bf16 : pairs_f32, &j, R * Hkv, 1, 2 * (H / Hkv) * longest * D);
+    return atomic_load(&j.failed);
 }
 
 /* The entry points (ctypes releases the GIL for the call); 0 on success, 1 if scratch memory ran out. */

@@ -24,6 +24,7 @@
  * the machine before it uses it (`llama._native_int4_exact`).
  */
 #include "simd.h"
+#include "threads.h"
 
 #include <stdlib.h>
 
@@ -146,10 +147,10 @@ static inline __attribute__((always_inline)) void int4_block32(const float *x, c
 }
 #endif
 
-/* The product of the rows xf (bf16 values, widened) into yb or yf (`store`); frees xf. */
-static int int4_rows(float *xf, const uint8_t *packed, const bf16 *scales_zeros, bf16 *yb, float *yf, int64_t T,
-                     int64_t N, int64_t K, int64_t G, int64_t block) {
-    for (int64_t b = 0; b < N / block; b++) {
+/* Blocks [lo, hi) of the product of the rows xf (bf16 values, widened) into yb or yf (`store`). */
+static void int4_blocks(const float *xf, const uint8_t *packed, const bf16 *scales_zeros, bf16 *yb, float *yf,
+                        int64_t T, int64_t lo, int64_t hi, int64_t N, int64_t K, int64_t G, int64_t block) {
+    for (int64_t b = lo; b < hi; b++) {
 #if defined(__AVX512F__)
         if (block == 64) {
             int64_t t = 0;
@@ -172,6 +173,29 @@ static int int4_rows(float *xf, const uint8_t *packed, const bf16 *scales_zeros,
             int4_block32(xf, packed, scales_zeros, yb, yf, t, b, N, K, G, 1);
 #endif
     }
+}
+
+struct int4_job {
+    const float *xf;
+    const uint8_t *packed;
+    const bf16 *scales_zeros;
+    bf16 *yb;
+    float *yf;
+    int64_t T, N, K, G, block;
+};
+
+static void int4_part(void *c, int64_t lo, int64_t hi) {
+    const struct int4_job *j = c;
+    int4_blocks(j->xf, j->packed, j->scales_zeros, j->yb, j->yf, j->T, lo, hi, j->N, j->K, j->G, j->block);
+}
+
+/* The product of the rows xf into yb or yf; frees xf. Threads split the column blocks (each `block`
+ * outputs wide) into contiguous parts (threads.h): each output is still one sum in k order, so the thread
+ * count changes no bit. */
+static int int4_rows(float *xf, const uint8_t *packed, const bf16 *scales_zeros, bf16 *yb, float *yf, int64_t T,
+                     int64_t N, int64_t K, int64_t G, int64_t block) {
+    struct int4_job j = {xf, packed, scales_zeros, yb, yf, T, N, K, G, block};
+    parallel_parts(int4_part, &j, N / block, 1, T * K * block);
     free(xf);
     return 0;
 }

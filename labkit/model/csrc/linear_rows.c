@@ -1,4 +1,5 @@
-/* y = x · wᵀ for a few fp32 rows, on one thread: labkit's own CPU product for decode steps.
+/* y = x · wᵀ for a few fp32 rows: labkit's own CPU product for decode steps (on the threads Python asks
+ * for: threads.c).
  *
  *   x [T, K] (T = 1..16 rows: a decode batch, or the k + 1 rows of a verification)
  *   w [N, K] (a weight as the model stores it, row-major)      y [T, N]
@@ -29,6 +30,7 @@
  * one CPU to another, as MKL's does): labkit's greedy parity with transformers is token-level in fp32.
  */
 #include "simd.h"
+#include "threads.h"
 
 #if defined(__AVX512BF16__)
 #define HAS_BF16 1
@@ -168,11 +170,13 @@ static int64_t sequential_rows = 0;
 
 void labkit_linear_rows_set_sequential(int64_t max_rows) { sequential_rows = max_rows; }
 
+/* Outputs n in [lo, hi) of every row: the whole product is lo = 0, hi = N. */
 static inline __attribute__((always_inline)) void linear_rows(const void *x, const void *w, void *y, int64_t T,
-                                                              int64_t N, int64_t K, const int bf) {
-    int64_t n = 0;
+                                                              int64_t lo, int64_t hi, int64_t N, int64_t K,
+                                                              const int bf) {
+    int64_t n = lo;
     if (T <= sequential_rows) {
-        for (; n < N; n++) {
+        for (; n < hi; n++) {
             int64_t t = 0;
 #if MAX_R == 4
             for (; t + 4 <= T; t += 4)
@@ -185,7 +189,7 @@ static inline __attribute__((always_inline)) void linear_rows(const void *x, con
         }
         return;
     }
-    for (; n + 4 <= N; n += 4) {
+    for (; n + 4 <= hi; n += 4) {
         int64_t t = 0;
 #if MAX_R == 4
         for (; t + 4 <= T; t += 4)
@@ -196,22 +200,42 @@ static inline __attribute__((always_inline)) void linear_rows(const void *x, con
         if (t < T)
             tile(x, w, y, t, n, N, K, 1, T > 1, bf);
     }
-    for (; n < N; n++)
+    for (; n < hi; n++)
         single(x, w, y, T, n, N, K, bf);
+}
+
+/* Threads split the weight's rows (the outputs n) into contiguous parts of whole 4-row tiles (threads.h):
+ * each output is still one tile's sum in the one order above, so the thread count changes no bit. */
+struct rows_job {
+    const void *x, *w;
+    void *y;
+    int64_t T, N, K;
+};
+
+static void rows_part_f32(void *c, int64_t lo, int64_t hi) {
+    const struct rows_job *j = c;
+    linear_rows(j->x, j->w, j->y, j->T, lo, hi, j->N, j->K, 0);
 }
 
 /* The entry points (called through ctypes, which releases the GIL for the call). */
 void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T, int64_t N, int64_t K) {
-    linear_rows(x, w, y, T, N, K, 0);
+    struct rows_job j = {x, w, y, T, N, K};
+    parallel_parts(rows_part_f32, &j, N, 4, T * K);
 }
 
 #if HAS_BF16
+static void rows_part_bf16(void *c, int64_t lo, int64_t hi) {
+    const struct rows_job *j = c;
+    linear_rows(j->x, j->w, j->y, j->T, lo, hi, j->N, j->K, 1);
+}
+
 void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K) {
-    linear_rows(x, w, y, T, N, K, 1);
+    struct rows_job j = {x, w, y, T, N, K};
+    parallel_parts(rows_part_bf16, &j, N, 4, T * K);
 }
 #endif
 
 int labkit_linear_rows_has_bf16(void) { return HAS_BF16; }
 
 /* A version number the loader checks, so that a stale build in the cache is never used. */
-int labkit_linear_rows_version(void) { return 6; }
+int labkit_linear_rows_version(void) { return 7; }

@@ -20,6 +20,7 @@
  * in the L2 cache (1024 rows, 48 times) one row took 1.6 ms, so the kernel is near its compute bound.
  */
 #include "simd.h"
+#include "threads.h"
 
 #define GROUP 32
 
@@ -97,15 +98,16 @@ static inline __attribute__((always_inline)) void q8_rows_of(const float *x, con
         q8_row(x, q, d, y, t, n, N, K, 1);
 }
 
-/* x [T, K] fp32, q [N, K] int8, d [N, K / 32] fp32, y [T, N] fp32; K a multiple of 32. */
-void labkit_q8_rows(const float *x, const int8_t *q, const float *d, float *y, int64_t T, int64_t N, int64_t K) {
-    int64_t n = 0;
+/* Outputs n in [lo, hi) of every row. */
+static void q8_part(const float *x, const int8_t *q, const float *d, float *y, int64_t T, int64_t lo, int64_t hi,
+                    int64_t N, int64_t K) {
+    int64_t n = lo;
     if (T <= sequential_rows) {
-        for (; n < N; n++)
+        for (; n < hi; n++)
             q8_rows_of(x, q, d, y, T, n, N, K);
         return;
     }
-    for (; n + 4 <= N; n += 4) {
+    for (; n + 4 <= hi; n += 4) {
         int64_t t = 0;
 #if MAX_R == 4
         for (; t + 4 <= T; t += 4)
@@ -116,6 +118,26 @@ void labkit_q8_rows(const float *x, const int8_t *q, const float *d, float *y, i
         if (t < T)
             q8_tile(x, q, d, y, t, n, N, K, 1);
     }
-    for (; n < N; n++)
+    for (; n < hi; n++)
         q8_rows_of(x, q, d, y, T, n, N, K);
+}
+
+struct q8_job {
+    const float *x;
+    const int8_t *q;
+    const float *d;
+    float *y;
+    int64_t T, N, K;
+};
+
+static void q8_job_part(void *c, int64_t lo, int64_t hi) {
+    const struct q8_job *j = c;
+    q8_part(j->x, j->q, j->d, j->y, j->T, lo, hi, j->N, j->K);
+}
+
+/* x [T, K] fp32, q [N, K] int8, d [N, K / 32] fp32, y [T, N] fp32; K a multiple of 32. Threads split the
+ * outputs n into parts of whole 4-row tiles (threads.h): the same bits at any thread count. */
+void labkit_q8_rows(const float *x, const int8_t *q, const float *d, float *y, int64_t T, int64_t N, int64_t K) {
+    struct q8_job j = {x, q, d, y, T, N, K};
+    parallel_parts(q8_job_part, &j, N, 4, T * K);
 }
