@@ -410,3 +410,33 @@ def test_batch_equals_per_request_calls_in_order(batch, with_probs, shared_gener
     _, batch_generators = generators()
     assert rejection_sample_batch(drafts, draft_probs, torch.cat(targets),
                                   batch_generators) == expected
+
+
+# --- boundaries and messages the mutation run found untested (docs/mutation.md) -------------------
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_uniform_of_exactly_zero_never_accepts_a_token_the_target_cannot_emit(batched, monkeypatch):
+    """The accept test is u < p/q (Leviathan et al., Chen et al.): u is drawn from [0, 1), so u = 0 can
+    happen, and then a draft with p = 0 must still be rejected (u <= p/q would accept it)."""
+    from labkit.spec_decode import rejection_sampler as rs
+
+    monkeypatch.setattr(rs, "draw_uniforms", lambda num, generator: torch.zeros(num, dtype=torch.float64))
+    p = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])       # token 0 is impossible at the first position
+    q = torch.tensor([[0.9, 0.05, 0.05]])
+    out = rs.rejection_sample_batch([[0]], q, p)[0] if batched else rs.rejection_sample([0], q, p)
+    assert out[0] != 0 and len(out) == 1
+    out = rs.rejection_sample_batch([[0]], None, p)[0] if batched else rs.rejection_sample([0], None, p)
+    assert out[0] != 0 and len(out) == 1
+
+
+def test_bad_input_messages_name_the_argument_and_the_expected_rows_exactly():
+    with pytest.raises(ValueError, match=r"^target_probs must have shape \[k\+1, vocab\] = \[3, vocab\] for k=2 "):
+        rejection_sample([1, 2], None, torch.rand(2, 5))
+    with pytest.raises(ValueError, match=r"^target_probs_or_logits must have shape \[k\+1, vocab\] = \[2, vocab\] "):
+        greedy_verify([1], torch.rand(3, 5))
+    with pytest.raises(ValueError, match=r"^draft_token_ids must be a flat list"):
+        greedy_verify([1.5], torch.rand(2, 5))
+    with pytest.raises(ValueError, match=r"^draft_token_ids must be a 1-D integer tensor"):
+        rejection_sample(torch.tensor([[1]]), None, torch.rand(2, 5))
+    with pytest.raises(ValueError, match=r"^draft_probs must have shape \[k, vocab\] = \[1, 5\] "):
+        rejection_sample([1], torch.rand(2, 5), torch.rand(2, 5))

@@ -175,3 +175,41 @@ def test_a_contiguous_regions_block_table_ends_at_its_computed_tokens_after_a_ro
     assert kv.trim("b", 7) == [] and kv.block_table("b") == list(range(start, start + 7))
     assert kv.block_table("a") == list(range(kv.regions["a"].start, kv.regions["a"].start + 4))   # a untouched
     assert kv.usage() == 64 / 64
+
+
+# ------------------------------------------------------------------ what the paged layout shows observers
+
+
+def test_the_paged_snapshot_names_each_blocks_first_holder_its_fill_sharers_and_cached_state():
+    """Pool of 6 blocks of 4 slots, prefix caching on. A computes 9 tokens (3 blocks: 0, 1, 2) and registers
+    its two full blocks; B's prompt shares A's first 8 tokens, so B's table starts with A's blocks 0 and 1
+    (ref_cnt 2) and gets block 3. A block's owner is the first table holding it (A, listed first); its fill
+    the most computed slots any sharer has in it; cached, whether its hash is registered."""
+    kv = KVCacheManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    a = list(range(100, 109))
+    assert kv.allocate_slots("A", 0, 9) == [0, 1, 2]
+    kv.cache_blocks("A", a, 9)
+    hit, hit_tokens = kv.get_computed_blocks("B", a[:8] + [7, 7])
+    assert (hit, hit_tokens) == ([0, 1], 8)
+    assert kv.allocate_slots("B", 8, 2, computed_blocks=hit) == [3]
+    snap = kv.snapshot({"A": 9, "B": 9})
+    assert (snap.layout, snap.block_size, snap.num_blocks) == ("paged", 4, 6)
+    assert snap.owner == ("A", "A", "A", "B", None, None)
+    assert snap.filled == (4, 4, 1, 1, 0, 0)
+    assert snap.ref_cnt == (2, 2, 1, 1, 0, 0)
+    assert snap.cached == (True, True, False, False, False, False)
+    assert snap.block_tables == (("A", (0, 1, 2)), ("B", (0, 1, 3)))
+
+
+def test_drop_forgets_a_finished_request_and_keeps_one_still_running():
+    from labkit.request import RequestStatus
+
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), KVCacheManager(8, 4),
+                                max_model_len=64)
+    for rid, prompt in (("R", [1, 2, 3]), ("F", [1, 2])):
+        sched.add(Request(rid, prompt, SamplingParams(max_tokens=4), 0.0))
+    sched.requests["F"].status = RequestStatus.FINISHED_LENGTH
+    sched.drop("F")
+    sched.drop("R")                                       # still running: kept
+    sched.drop("nobody")                                  # an unknown id is ignored
+    assert set(sched.requests) == {"R"}
