@@ -66,11 +66,51 @@ def test_a_product_has_the_same_bits_at_every_thread_count_and_every_row_count(s
     assert torch.allclose(one.float(), ref, rtol=2e-2 if dtype == torch.bfloat16 else 1e-4, atol=1e-2)
 
 
-def test_a_split_really_runs_on_more_than_one_thread():
-    """Not a timing: the pool starts workers when a job is worth splitting, and none for a tiny one."""
-    x, w = rand(1, 576), rand(49152, 576)
-    at_threads(3, native.linear_rows, x, w)
-    assert native.raw_kernels()["workers"]() >= 2
+def test_a_split_really_runs_on_more_than_one_thread_and_a_tiny_job_is_not_split():
+    """Not a timing: a product worth splitting ran in as many parts as threads were asked for, and a
+    tiny one on the calling thread alone."""
+    kernels = native.raw_kernels()
+    at_threads(3, native.linear_rows, rand(1, 576), rand(49152, 576))
+    assert kernels["last_parts"]() == 3
+    if native.threading_kind() == "labkit's thread pool":
+        assert kernels["workers"]() >= 2
+    at_threads(2, native.linear_rows, rand(1, 576), rand(49152, 576))
+    assert kernels["last_parts"]() == 2
+    at_threads(3, native.linear_rows, rand(1, 8), rand(16, 8))        # 128 multiply-adds: not worth a thread
+    assert kernels["last_parts"]() == 2                                # unchanged: no split job ran
+
+
+def test_the_kernels_share_pytorchs_openmp_runtime_where_it_has_one():
+    """Two OpenMP runtimes in one process fight for the cores (each spins its idle workers after its
+    work): the kernels link to the runtime PyTorch loaded, so exactly one is mapped."""
+    import os
+
+    runtime = native.openmp_runtime()
+    if runtime is None:
+        assert native.threading_kind() == "labkit's thread pool"
+        return
+    assert native.threading_kind().startswith("OpenMP")
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        mapped = {line.split()[-1] for line in maps if len(line.split()) == 6}
+    names = {os.path.basename(p) for p in mapped if native._OPENMP_NAMES.match(os.path.basename(p))}
+    assert names == {os.path.basename(runtime)}, names
+
+
+def test_labkits_own_pool_gives_the_same_bits_as_well():
+    """The pool serves where PyTorch has no OpenMP runtime; forced here with LABKIT_NATIVE_THREADS=pool,
+    this file's fast tests run again on it in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get(native.THREADS_ENV) == "pool":
+        assert native.threading_kind() == "labkit's thread pool"
+        return
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-m",
+                          "not slow", __file__], env={**os.environ, native.THREADS_ENV: "pool"}, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and " failed" not in out.stdout
 
 
 @pytest.mark.parametrize("rows", [1, 3, 16])

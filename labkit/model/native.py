@@ -71,7 +71,47 @@ def _version_line(cc: str) -> str:
     return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else cc
 
 
-def _build(cc: str, target: Path) -> None:
+# How the kernels run on several threads (csrc/threads.c): on the OpenMP runtime PyTorch loaded, linked to
+# that very library so that one set of worker threads serves both (two runtimes fight for the cores), or
+# on labkit's own thread pool where the process has no OpenMP runtime. LABKIT_NATIVE_THREADS=pool forces
+# the pool (how the tests check it on a machine whose PyTorch has OpenMP).
+THREADS_ENV = "LABKIT_NATIVE_THREADS"
+_OPENMP_NAMES = re.compile(r"^lib(gomp|iomp5|omp)([-.].*)?\.so(\.\d+)*$")
+
+
+def openmp_runtime() -> str | None:
+    """The path of the OpenMP runtime loaded in this process (PyTorch's libgomp, or a GOMP-compatible
+    libiomp5 or libomp), or None (none loaded, no /proc to ask, or `THREADS_ENV` = pool)."""
+    if os.environ.get(THREADS_ENV, "openmp") == "pool":
+        return None
+    try:
+        maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and _OPENMP_NAMES.match(os.path.basename(fields[5].strip())):
+            return fields[5].strip()
+    return None
+
+
+def _compile(cc: str, arch: tuple, tmp: str, runtime: str | None) -> subprocess.CompletedProcess:
+    """One build: all sources in one command, or with an OpenMP runtime, compiled with -fopenmp and linked
+    to ``runtime`` itself rather than the compiler's own (which would load a second runtime)."""
+    sources = [str(CSRC / name) for name in SOURCES]
+    if runtime is None:
+        return subprocess.run([cc, *FLAGS, *arch, "-o", tmp, *sources, "-lm"], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
+    with tempfile.TemporaryDirectory() as objects:
+        out = subprocess.run([cc, *FLAGS, *arch, "-fopenmp", "-DLABKIT_OPENMP", "-c", *sources], cwd=objects,
+                             capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if out.returncode != 0:
+            return out
+        return subprocess.run([cc, "-shared", "-pthread", "-o", tmp, *sorted(Path(objects).glob("*.o")), runtime,
+                               "-lm"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+
+
+def _build(cc: str, target: Path, runtime: str | None) -> None:
     """Compile the source into ``target`` (written to a temporary name, then renamed)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
@@ -80,8 +120,7 @@ def _build(cc: str, target: Path) -> None:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            out = subprocess.run([cc, *FLAGS, *arch, "-o", tmp, *(str(CSRC / name) for name in SOURCES), "-lm"],
-                                 capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            out = _compile(cc, arch, tmp, runtime)
             if out.returncode == 0:
                 os.replace(tmp, target)
                 return
@@ -94,11 +133,11 @@ def _build(cc: str, target: Path) -> None:
     raise RuntimeError(f"{cc} could not build {', '.join(SOURCES)}: " + " | ".join(errors))
 
 
-def library_path(cc: str) -> Path:
-    """Where the build for these sources, compiler, flags and CPU lives in the cache."""
+def library_path(cc: str, runtime: str | None = None) -> Path:
+    """Where the build for these sources, compiler, flags, CPU and OpenMP runtime lives in the cache."""
     texts = [path.read_text(encoding="utf-8") for path in sorted(CSRC.glob("*.[ch]"))]
     key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu(),
-                                    os.environ.get(MARCH_ENV, "")]).encode()).hexdigest()[:16]
+                                    os.environ.get(MARCH_ENV, ""), runtime or "pool"]).encode()).hexdigest()[:16]
     return cache_root() / "kernels" / f"labkit-{key}.so"
 
 
@@ -152,10 +191,21 @@ def _load() -> dict:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
-    path = library_path(cc)
+    runtime = openmp_runtime()
+    path = library_path(cc, runtime)
     if not path.exists():
-        _build(cc, path)
+        try:
+            _build(cc, path, runtime)
+        except RuntimeError:
+            if runtime is None:
+                raise
+            runtime = None          # no -fopenmp here (clang without libomp, say): labkit's own pool
+            path = library_path(cc, None)
+            if not path.exists():
+                _build(cc, path, None)
     lib = ctypes.CDLL(str(path))
+    _state["threads"] = (f"OpenMP, PyTorch's runtime ({os.path.basename(runtime)})" if lib.labkit_threads_openmp()
+                         else "labkit's thread pool")
     if lib.labkit_linear_rows_version() != VERSION:
         raise RuntimeError(f"{path} is version {lib.labkit_linear_rows_version()}, expected {VERSION}")
     bind(lib)
@@ -167,6 +217,7 @@ def _load() -> dict:
         kernels[("rope_write_kv", dtype)] = getattr(lib, f"labkit_rope_write_kv_{suffix}")
     kernels["set_threads"] = lib.labkit_set_threads
     kernels["workers"] = lib.labkit_pool_workers
+    kernels["last_parts"] = lib.labkit_last_parts
     kernels["set_sequential"] = lib.labkit_linear_rows_set_sequential
     kernels["q8_set_sequential"] = lib.labkit_q8_set_sequential
     for name in ("rms_norm", "add_rms_norm", "q8_rows", "decode_layer", "int4_rows", "decode_layer_q4"):
@@ -252,6 +303,11 @@ def sync_threads() -> int:
             kernels["set_threads"](n)
             _threads_told.n = n
     return n
+
+
+def threading_kind() -> str:
+    """How the kernels run on several threads here: on PyTorch's OpenMP runtime, or labkit's own pool."""
+    return str(_state.get("threads")) if available() else "no C kernel"
 
 
 def _ready() -> dict:
