@@ -24,7 +24,7 @@ JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings
 	--LabApp.workspaces_dir=$(LAB_WORKSPACES) \
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup lab workspace reset-lab test test-fast bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv
+.PHONY: setup lab workspace reset-lab test test-fast book bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv
 
 setup: $(STAMP)
 
@@ -62,15 +62,24 @@ reset-lab:
 # process, so its fixtures load once): about half the wall time of one process. TEST_JOBS=1 runs them in one.
 TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))" 2>/dev/null || echo 1)
 
+# The suite, then the course site built from the labs it executed (broken links, missing figures, cell
+# errors fail it; chromium opens two pages).
 test: setup
 	$(PY) -m ruff check labkit tests bench scripts
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
+	$(PY) scripts/build_book.py --executed build/book/executed --check
+
+# The course as a static site in build/book/html: the five labs executed in fast mode, and the docs.
+book: setup
+	$(PY) scripts/build_book.py
 
 test-fast: setup
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow and not browser"
 
+# Each report is also saved under bench/reports/<CPU kind>/, and docs/performance.md is regenerated from them.
 bench: setup
-	$(PY) -m bench
+	LABKIT_BENCH_RESULTS=bench/reports $(PY) -m bench
+	$(PY) scripts/performance_page.py
 
 bench-quick: setup
 	$(PY) -m bench --quick

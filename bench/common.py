@@ -62,14 +62,39 @@ def command_line(module: str, argv: list[str] | None) -> str:
     return " ".join(["python", "-m", module, *args])
 
 
+# `make bench` sets this: each report is also written to <dir>/<CPU kind>/<module>.md, from which
+# scripts/performance_page.py regenerates docs/performance.md (one current table set per CPU kind).
+RESULTS_ENV = "LABKIT_BENCH_RESULTS"
+
+
+def cpu_kind_slug(cpu_line: str) -> str:
+    """A folder name for a CPU line: ``AMD EPYC; torch ISA AVX512; no AMX; AVX512_BF16`` ->
+    ``amd-epyc-avx512-no-amx-avx512-bf16``."""
+    words = cpu_line.replace("torch ISA", "").replace("(R)", "").replace("(TM)", "").lower()
+    return "-".join(w for w in "".join(c if c.isalnum() else " " for c in words).split() if w) or "unknown-cpu"
+
+
 def report(title: str, module: str, argv: list[str] | None, sections) -> list:
     """Print a benchmark's markdown report: title, the command that reproduces it, then each section as it
-    is produced (``sections`` may be a generator), flushing so long runs show progress. Returns the sections."""
-    print(f"# {title}\n\ncommand: `{command_line(module, argv)}`\n", flush=True)
-    done = []
+    is produced (``sections`` may be a generator), flushing so long runs show progress. Returns the sections.
+    With `RESULTS_ENV` set, the report (with its date) is also saved under that folder, by CPU kind."""
+    head = f"# {title}\n\ncommand: `{command_line(module, argv)}`\n"
+    print(head, flush=True)
+    done, parts = [], [head]
     for section in sections:
-        print(markdown(section), flush=True)
+        text = markdown(section)
+        print(text, flush=True)
         done.append(section)
+        parts.append(text)
+    folder = os.environ.get(RESULTS_ENV)
+    if folder:
+        from labkit.model.cpu_features import describe_cpu
+
+        cpu = describe_cpu()
+        path = Path(folder) / cpu_kind_slug(cpu) / f"{module.rsplit('.', 1)[-1]}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = f"measured {time.strftime('%Y-%m-%d')} on: {cpu}\n\n"
+        path.write_text(parts[0] + "\n" + stamp + "\n".join(parts[1:]), encoding="utf-8")
     return done
 
 

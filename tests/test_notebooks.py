@@ -24,6 +24,7 @@ LABS = REPO / "labs"
 NOTEBOOKS = sorted(p for p in LABS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 CELL_TIMEOUT_S = 600
 KERNEL_CHECK = "import sys; print(sys.prefix)"   # the venv, not the interpreter it links to
+EXECUTED = REPO / "build" / "book" / "executed"
 
 
 def notebook_id(path: Path) -> str:
@@ -61,3 +62,9 @@ def test_notebook_runs_headless_in_fast_mode(path):
 
     kernel_prefix = nb.cells[0].outputs[0]["text"].strip()
     assert kernel_prefix == sys.prefix, f"the kernel ran {kernel_prefix}, not this environment {sys.prefix}"
+    if path.parent == LABS:
+        # the course site is built from these executed copies (scripts/build_book.py --executed, after the
+        # suite in `make test`), outside the tracked labs/
+        EXECUTED.mkdir(parents=True, exist_ok=True)
+        nb.cells.pop(0)
+        nbformat.write(nb, EXECUTED / path.name)

@@ -103,11 +103,11 @@ def lab_start() -> str:
     threads = measure_threads()
     torch.set_num_threads(threads)
     note = t(f"torch 和 labkit 的 C 内核都用 {threads} 个线程计算（LABKIT_THREADS 可改）；对比计时用 CPU 时间"
-             "（GPU 上用同步后的墙钟时间）。你自己的脚本默认用全部核心，所以在那里 labkit 生成得更快；"
-             "C 内核换几个线程，算出的每一位都一样。",
+             "（GPU 上用同步后的墙钟时间）。你自己的脚本默认用全部核心，labkit 的 C 内核也随之用上全部核心；"
+             "换几个线程，C 内核算出的每一位都一样。",
              f"torch and labkit's C kernels compute on {threads} thread(s) (LABKIT_THREADS changes it); comparisons "
              "are timed in CPU time (on a GPU: wall time after synchronize). Your own script uses every core by "
-             "default, so labkit generates faster there; its C kernels give the same bits at any thread count.")
+             "default, and labkit's C kernels then use every core too; they give the same bits at any thread count.")
     load = load_note()
     return f"{note}\n{load}" if load else note
 

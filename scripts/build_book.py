@@ -1,0 +1,243 @@
+"""Build the course as a static site: the five labs, executed in fast mode, and the docs.
+
+    .venv/bin/python scripts/build_book.py                 # execute the labs (LABKIT_FAST=1), then build
+    .venv/bin/python scripts/build_book.py --executed DIR  # build from notebooks executed before (make test's)
+    .venv/bin/python scripts/build_book.py --check         # and fail on a broken link, a missing figure, a cell
+                                                           # error; then open two pages in chromium
+
+The site is Sphinx with MyST-NB (the builder under Jupyter Book 1, from PyPI, with no Node.js toolchain):
+it reads executed notebooks and Markdown as they are and renders every output the notebook kept. Sources are
+staged in build/book/src (the tracked labs/ are never written): book/conf.py, an index made from the
+README, docs/*.md, and the executed labs. Plotly figures are rendered as HTML against plotly.js served with
+the site, so they draw offline; an ipywidgets output (live only in JupyterLab) is replaced by a note
+saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD = REPO / "build" / "book"
+SRC, HTML = BUILD / "src", BUILD / "html"
+LABS = sorted(REPO.glob("labs/0*_*.ipynb"))
+DOCS = ["engine", "performance", "serving", "assessment", "instructors", "mutation"]
+WIDGET = "application/vnd.jupyter.widget-view+json"
+PLOTLY = "application/vnd.plotly.v1+json"
+WIDGET_NOTE = ("▶ 此处是交互部件（ipywidgets），只在 JupyterLab 里运行：`make lab` 打开本实验即可操作。"
+               " (An interactive widget: it runs in JupyterLab only; `make lab` opens this lab.)")
+LIVE_NOTE = ("```{note}\n这是实验的静态版本：图表和表格来自快速模式（LABKIT_FAST=1）的一次真实运行；"
+             "交互部件、预测和练习只在 JupyterLab 中可用（`make lab`）。\n"
+             "This is the lab as executed once in fast mode: figures and tables are real; the widgets, "
+             "predictions and exercises are live only in JupyterLab (`make lab`).\n```\n")
+
+
+def execute(out: Path) -> None:
+    """Run every lab top to bottom in fast mode into ``out`` (the tracked notebooks are only read)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, LABKIT_FAST="1", PYTHONPATH=str(REPO))
+    for i, path in enumerate(LABS, 1):
+        start = time.monotonic()
+        print(f"[{i}/{len(LABS)}] executing {path.name} in fast mode ...", flush=True)
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
+        nbformat.write(nb, out / path.name)
+        print(f"      done in {time.monotonic() - start:.0f} s", flush=True)
+
+
+def static_outputs(nb: dict) -> dict:
+    """Plotly figures as HTML (plotly.js comes with the site), widgets as a note; the rest as it is."""
+    import plotly.io as pio
+
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            data = output.get("data")
+            if not data:
+                continue
+            if PLOTLY in data:
+                fig = pio.from_json(json.dumps(data[PLOTLY]))
+                output["data"] = {"text/html": fig.to_html(include_plotlyjs=False, full_html=False),
+                                  "text/plain": "<plotly figure>"}
+            elif WIDGET in data:
+                output["data"] = {"text/markdown": WIDGET_NOTE, "text/plain": WIDGET_NOTE}
+    return nb
+
+
+def staged_links(text: str, page: Path, staged: dict[Path, str]) -> str:
+    """Relative links to pages on the site point at them; links to other repository files become plain
+    text naming the file (the site has no copy of them)."""
+    def fix(match: re.Match) -> str:
+        label, target = match.group(1), match.group(2)
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            return match.group(0)
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve()
+        if resolved in staged:
+            return f"[{label}]({staged[resolved]}{'#' + anchor if anchor else ''})"
+        return f"{label} (`{resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else path}`)"
+
+    return re.sub(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)", fix, text)
+
+
+def stage(executed: Path) -> list[Path]:
+    """Write the site's sources into SRC; returns the staged lab notebooks."""
+    import nbformat
+
+    if SRC.exists():
+        shutil.rmtree(SRC)
+    (SRC / "_static").mkdir(parents=True)
+    (SRC / "labs").mkdir()
+    (SRC / "docs").mkdir()
+    shutil.copy(REPO / "book" / "conf.py", SRC / "conf.py")
+    import plotly
+
+    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", SRC / "_static" / "plotly.min.js")
+    site_page = {REPO / "README.md": "index.md", **{REPO / "docs" / f"{d}.md": f"docs/{d}.md" for d in DOCS},
+                 **{p: f"labs/{p.name}" for p in LABS}}
+    staged_labs = []
+    for path in LABS:
+        source = executed / path.name
+        if not source.exists():
+            raise SystemExit(f"no executed copy of {path.name} in {executed}: run without --executed, or run the "
+                             "notebook tests first")
+        nb = static_outputs(json.loads(source.read_text(encoding="utf-8")))
+        nb["cells"] = [c for c in nb["cells"] if "".join(c.get("source", "")) != "import sys; print(sys.prefix)"]
+        first = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), 0)
+        nb["cells"].insert(first + 1, nbformat.v4.new_markdown_cell(LIVE_NOTE))
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                cell["source"] = staged_links(text, path, {p.resolve(): os.path.relpath(v, "labs")
+                                                           for p, v in site_page.items()})
+        target = SRC / "labs" / path.name
+        target.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+        staged_labs.append(target)
+    for page, name in site_page.items():
+        if page.suffix != ".md":
+            continue
+        text = page.read_text(encoding="utf-8")
+        rel = {p.resolve(): os.path.relpath(v, os.path.dirname(name) or ".") for p, v in site_page.items()}
+        text = staged_links(text, page, rel)
+        if name == "index.md":
+            text = ("本站是 labkit 实验课的静态版本：五个实验（快速模式下真实运行一次的结果）和文档。"
+                    "要亲手运行、操作交互部件、做练习，请在自己的电脑上 `make lab`。\n\n" + text +
+                    "\n\n```{toctree}\n:hidden:\n:caption: 实验 Labs\n\n" +
+                    "\n".join(f"labs/{p.stem}" for p in LABS) + "\n```\n\n```{toctree}\n:hidden:\n:caption: "
+                    "文档 Docs\n\n" + "\n".join(f"docs/{d}" for d in DOCS) + "\n```\n")
+        (SRC / name).write_text(text, encoding="utf-8")
+    return staged_labs
+
+
+def build() -> None:
+    if HTML.exists():
+        shutil.rmtree(HTML)
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(SRC), str(HTML)]
+    print("building:", " ".join(cmd[2:]), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"sphinx failed (a broken link, a missing page or another warning):\n{out.stderr[-4000:]}")
+
+
+def check(staged_labs: list[Path]) -> list[str]:
+    """Every lab page exists, carries as many figures as its notebook made, and no cell ended in an error."""
+    problems = []
+    for nb_path in staged_labs:
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+        errors = [o for o in outputs if o.get("output_type") == "error"]
+        if errors:
+            problems.append(f"{nb_path.name}: {len(errors)} cell error(s): {errors[0].get('ename')}")
+        figures = sum("plotly-graph-div" in o.get("data", {}).get("text/html", "") for o in outputs)
+        figures += sum("image/png" in o.get("data", {}) for o in outputs)
+        page = HTML / "labs" / f"{nb_path.stem}.html"
+        if not page.exists():
+            problems.append(f"{page.relative_to(REPO)} was not built")
+            continue
+        html = page.read_text(encoding="utf-8")
+        shown = html.count('class="plotly-graph-div"') + len(re.findall(r"<img [^>]*src=\"[^\"]*_images/", html))
+        if shown < figures:
+            problems.append(f"{page.name}: {figures} figure(s) in the notebook, {shown} on the page")
+        if figures == 0:
+            problems.append(f"{page.name}: no figure at all (the executed notebook kept none)")
+    return problems
+
+
+def browser_check() -> str:
+    """Open the index and lab 01 in chromium over HTTP; a plotly figure must draw (its SVG appears)."""
+    import functools
+    import http.server
+    import threading
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        return "skipped: no chromium (apt-get install chromium fonts-noto-cjk)"
+    from playwright.sync_api import sync_playwright
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):          # no access log on the terminal
+            pass
+
+        def handle(self):
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):     # the browser closed a connection it no longer needed
+                pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{base}/index.html")
+            assert "labkit" in page.title(), page.title()
+            page.goto(f"{base}/labs/{LABS[0].stem}.html")
+            page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30_000)
+            drawn = page.locator(".plotly-graph-div .main-svg").count()
+            page.screenshot(path=str(BUILD / "lab01.png"), full_page=False)
+            browser.close()
+    finally:
+        server.shutdown()
+    if errors:
+        raise SystemExit(f"javascript errors on the lab page: {errors[:3]}")
+    return f"chromium drew {drawn} plotly figure(s) on {LABS[0].stem}.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--executed", type=Path, default=None, help="take executed notebooks from here")
+    p.add_argument("--check", action="store_true", help="check figures, errors and two pages in chromium")
+    args = p.parse_args(argv)
+    executed = args.executed or BUILD / "executed"
+    if args.executed is None:
+        execute(executed)
+    staged = stage(executed)
+    build()
+    print(f"built {HTML.relative_to(REPO)}/index.html", flush=True)
+    if args.check:
+        problems = check(staged)
+        if problems:
+            print("\n".join(problems))
+            return 1
+        print(browser_check())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

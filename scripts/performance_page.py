@@ -1,0 +1,85 @@
+"""Regenerate docs/performance.md from the benchmark reports `make bench` saved under bench/reports/.
+
+    .venv/bin/python scripts/performance_page.py            # writes docs/performance.md
+    .venv/bin/python scripts/performance_page.py --check    # exit 1 if the page is not what the files give
+
+One section per CPU kind (a folder of bench/reports/, named from the CPU line every report prints), each
+benchmark's latest report in it as `make bench` printed it: its tables, its CPU line, date and command.
+A new run on the same CPU kind replaces the old report; superseded figures live in git history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "reports"
+PAGE = REPO / "docs" / "performance.md"
+
+INTRO = """# Performance
+
+Every figure here was measured by a benchmark in `bench/` on the CPU named above its tables, and
+is regenerated from the saved reports by one command: `make bench` runs the benchmarks and saves each
+report under `bench/reports/<CPU kind>/`, then `scripts/performance_page.py` writes this page. (Single
+benchmarks save too when run with `LABKIT_BENCH_RESULTS=bench/reports`.) How the numbers are taken:
+
+- Speed-ups are ratios against a baseline run in the same process, interleaved in rounds, with the median
+  and the range shown; never a fixed timing. On one thread the clock is the process CPU time (another
+  program on the machine does not count); on more, the wall clock.
+- Each report prints the CPU line (model name, PyTorch's vector ISA, AMX, AVX512_BF16), the thread count,
+  the load average and the exact command. Your machine will differ: run the command.
+- The labs measure on one thread; a script of your own uses every core (see `bench.llama_cpp_peer
+  --threads 1,cores`).
+
+"""
+
+
+# The benchmarks name the tracker issue behind a target ("target (issue 30):"); the page is for readers.
+ISSUE_NOTE = re.compile(r"\s*\(issues? \d+(?:(?:, | and )\d+)*(?:, [^)]*)?\)")
+
+
+def demote(text: str) -> str:
+    """A report's headings one level down for the page (its title a level-3 heading), issue notes out."""
+    out = []
+    for line in text.splitlines():
+        line = ISSUE_NOTE.sub("", line)
+        out.append("##" + line if line.startswith("#") else line)
+    return "\n".join(out).strip() + "\n"
+
+
+def page() -> str:
+    parts = [INTRO]
+    kinds = sorted(p for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+    if not kinds:
+        parts.append("No saved reports yet: run `make bench`.\n")
+    for kind in kinds:
+        reports = sorted(kind.glob("*.md"))
+        first = reports[0].read_text(encoding="utf-8") if reports else ""
+        cpu = next((line.split("on: ", 1)[1] for line in first.splitlines() if line.startswith("measured ")), kind.name)
+        parts.append(f"## {cpu}\n")
+        for report in reports:
+            parts.append(demote(report.read_text(encoding="utf-8")))
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if docs/performance.md is out of date")
+    args = p.parse_args(argv)
+    text = page()
+    if args.check:
+        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
+        if current != text:
+            print("docs/performance.md is not what bench/reports/ gives: run scripts/performance_page.py")
+            return 1
+        return 0
+    PAGE.write_text(text, encoding="utf-8")
+    print(f"wrote {PAGE.relative_to(REPO)} from {sum(1 for _ in RESULTS.rglob('*.md'))} reports")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The course site's build (scripts/build_book.py): links to pages on the site stay links, links to other
+files become plain text naming them; plotly figures become HTML drawn by the site's own plotly.js; a widget
+becomes a note that it runs in JupyterLab only; a page that lost a figure fails the check. The whole build
+runs after the suite in `make test`, from the labs the suite executed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("build_book", REPO / "scripts" / "build_book.py")
+book = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(book)
+
+
+def test_links_to_site_pages_stay_and_links_to_other_files_name_the_file():
+    page = REPO / "README.md"
+    staged = {(REPO / "docs" / "engine.md").resolve(): "docs/engine.md"}
+    text = "See [the engine](docs/engine.md#threads), [authors](labs/README.md), [web](https://x.org), ![i](a.png)."
+    out = book.staged_links(text, page, staged)
+    assert "[the engine](docs/engine.md#threads)" in out
+    assert "authors (`labs/README.md`)" in out
+    assert "[web](https://x.org)" in out and "![i](a.png)" in out
+
+
+def test_figures_become_html_for_the_sites_plotlyjs_and_widgets_a_note():
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "data": {book.PLOTLY: json.loads(fig.to_json()), "text/plain": "Figure"}},
+        {"output_type": "display_data", "data": {book.WIDGET: {"model_id": "x"}, "text/plain": "VBox()"}},
+        {"output_type": "stream", "text": "kept"}]}]}
+    outputs = book.static_outputs(nb)["cells"][0]["outputs"]
+    html = outputs[0]["data"]["text/html"]
+    assert 'class="plotly-graph-div"' in html and "Plotly.newPlot" in html
+    assert "<script src" not in html and len(html) < 100_000            # plotly.js is the site's, not inlined
+    assert "JupyterLab" in outputs[1]["data"]["text/markdown"] and book.WIDGET not in outputs[1]["data"]
+    assert outputs[2] == {"output_type": "stream", "text": "kept"}
+
+
+def test_a_page_with_fewer_figures_than_its_notebook_or_a_cell_error_fails_the_check(tmp_path, monkeypatch):
+    fig_html = go.Figure().to_html(include_plotlyjs=False, full_html=False)
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "data": {"text/html": fig_html}},
+        {"output_type": "display_data", "data": {"text/html": fig_html}},
+        {"output_type": "error", "ename": "ValueError", "evalue": "x", "traceback": []}]}]}
+    staged = tmp_path / "src" / "labs" / "01_x.ipynb"
+    staged.parent.mkdir(parents=True)
+    staged.write_text(json.dumps(nb))
+    html = tmp_path / "html"
+    (html / "labs").mkdir(parents=True)
+    (html / "labs" / "01_x.html").write_text(f"<html>{fig_html}</html>")
+    monkeypatch.setattr(book, "HTML", html)
+    monkeypatch.setattr(book, "REPO", tmp_path)
+    problems = book.check([staged])
+    assert any("cell error" in p and "ValueError" in p for p in problems)
+    assert any("2 figure(s) in the notebook, 1 on the page" in p for p in problems)
+
+
+def test_the_performance_page_is_what_the_saved_benchmark_reports_give():
+    spec = importlib.util.spec_from_file_location("performance_page", REPO / "scripts" / "performance_page.py")
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    assert page.main(["--check"]) == 0, "run scripts/performance_page.py after saving a report"
+
+
+def test_user_facing_pages_carry_no_tracker_issue_numbers():
+    import re
+
+    pages = [REPO / "README.md", *[REPO / "docs" / f"{d}.md" for d in book.DOCS]]
+    found = [f"{p.name}: {m.group(0)}" for p in pages for m in re.finditer(r"\bissues? \d+", p.read_text(encoding="utf-8"))]
+    assert not found, found
