@@ -46,7 +46,7 @@ from bench.common import (
 
 LLAMA_KINDS = ("F32", "BF16", "Q4_1")
 LABKIT_MODES = {"fp32": dict(dtype="float32"), "bf16": dict(dtype="bfloat16"), "q4_1": dict(weights="q4_1")}
-# issue 37's targets, labkit / llama.cpp at the same precision: batch 1 fp32 and bf16 >= 1.0x, q4_1 >= 0.9x;
+# The targets, labkit / llama.cpp at the same precision: batch 1 fp32 and bf16 >= 1.0x, q4_1 >= 0.9x;
 # batch 16 >= 1.0x in all three
 TARGETS_BATCH_1 = {"fp32": 1.0, "bf16": 1.0, "q4_1": 0.9}
 TARGET_BATCH_N = 1.0
@@ -315,11 +315,15 @@ def thread_sections(args, engines: dict, singles: list, batch: list, threads: in
     """The batch-1 and batch-N tables at one thread count."""
     on = f"{threads} thread(s)"
     b1 = rounds(engines, singles, args.max_tokens, args.rounds, batched=False)
-    common = [f"greedy, {threads} intra-op thread(s) on both sides, {clock_name()} clock; ratios are medians of "
+    from labkit.model import native
+    from labkit.model.cpu_features import describe_cpu
+
+    common = [f"cpu: {describe_cpu()}; labkit's C kernels: {native.threading_kind()}",
+              f"greedy, {threads} intra-op thread(s) on both sides, {clock_name()} clock; ratios are medians of "
               "per-round ratios; load average now: " + load_average()]
     targets_1 = ("targets: labkit / llama.cpp at the same precision >= " +
-                 (", ".join(f"{v}x {k}" for k, v in TARGETS_BATCH_1.items()) + " (issue 37, one thread)"
-                  if threads == 1 else "1.0x in fp32, bf16 and q4_1 (issue 48, at the machine's core count)"))
+                 (", ".join(f"{v}x {k}" for k, v in TARGETS_BATCH_1.items()) + " (one thread)"
+                  if threads == 1 else "1.0x in fp32, bf16 and q4_1 (at the machine's core count)"))
     sections = [table(b1, f"Batch-1 decode, {on}: labkit vs llama.cpp",
                       [f"{args.rounds} rounds, one held-out chat or code prompt each "
                        f"({min(map(len, singles))}-{max(map(len, singles))} prompt tokens), {args.max_tokens} new "
