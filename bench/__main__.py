@@ -5,20 +5,20 @@
     python -m bench --only spec          # one of: cpu_engine, baselines, spec
 
 1. ``bench.cpu_engine``: labkit vs ``transformers`` ``generate`` at batch 1 and 16, and batch-1
-   decode against the memory-bandwidth roofline (issue 2).
+   decode against the memory-bandwidth roofline.
 2. ``bench.baselines``: the "before" systems against the "after" ones — contiguous vs paged KV,
-   static vs continuous batching (issue 3).
-3. ``bench.spec``: speculative decoding speed-up vs k next to the Leviathan prediction (issue 4).
+   static vs continuous batching.
+3. ``bench.spec``: speculative decoding speed-up vs k next to the Leviathan prediction.
 4. ``bench.scheduler_overhead``: the engine's host time per step (deciding, sampling, bookkeeping,
    stats, events) vs running requests on the simulated accelerator, and the concurrency where it
-   saturates, with the engine's host-path optimisation off and on (issues 14 and 20); the host path per
-   request with the persistent batch and async scheduling, and async vs sync on the real model (issue 26).
+   saturates, with the engine's host-path optimisation off and on; the host path per
+   request with the persistent batch and async scheduling, and async vs sync on the real model.
 5. ``bench.llama_cpp_peer``: labkit fp32 / bf16 / ``weights="q4_1"`` next to llama.cpp F32 / BF16 / Q4_1,
-   one thread, batch 1 and 16 (issue 20); skipped with a message when ``llama_cpp`` is not installed.
+   one thread, batch 1 and 16; skipped with a message when ``llama_cpp`` is not installed.
 6. ``bench.load_memory``: load time and resident memory, labkit vs ``transformers``, each in a fresh
-   process (issue 20).
+   process.
 7. ``bench.prefill_attention``: batch-invariant prefill attention (each row against its own prefix)
-   against one causal SDPA call, per layer and as a share of the prefill forward (issue 38).
+   against one causal SDPA call, per layer and as a share of the prefill forward.
 8. ``bench.bf16_forms``: a 512-token bf16 prefill and a batch-1 decode step with each bf16 product form
    the row-invariance gate offers on this CPU, and the form the choice rule keeps.
 
@@ -35,13 +35,13 @@ import time
 from bench.common import command_line, load_average
 
 BENCHMARKS = {
-    "cpu_engine": "labkit vs transformers generate, and the bandwidth roofline (issue 2)",
-    "baselines": "before vs after: KV layout and batching policy (issue 3)",
-    "spec": "speculative decoding vs the Leviathan prediction (issue 4)",
-    "scheduler_overhead": "host time per step vs running requests, optimisation off/on (issues 14, 20)",
+    "cpu_engine": "labkit vs transformers generate, and the bandwidth roofline",
+    "baselines": "before vs after: KV layout and batching policy",
+    "spec": "speculative decoding vs the Leviathan prediction",
+    "scheduler_overhead": "host time per step vs running requests, optimisation off/on",
     "llama_cpp_peer": "labkit fp32 / bf16 / q4_1 next to llama.cpp F32 / BF16 / Q4_1 (optional: needs llama-cpp-python)",
-    "load_memory": "load time and peak memory, labkit vs transformers (issue 20)",
-    "prefill_attention": "what batch invariance costs in prefill attention, against one causal SDPA call (issue 38)",
+    "load_memory": "load time and peak memory, labkit vs transformers",
+    "prefill_attention": "what batch invariance costs in prefill attention, against one causal SDPA call",
     "bf16_forms": "bf16 prefill and decode with each row-invariant bf16 product form this CPU offers",
 }
 SKIPPED = {"baselines": "no --tiny or --model mode, and it runs the default model only",

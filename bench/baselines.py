@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: the "before" systems measured against the "after" ones, in one engine.
+"""Acceptance: the "before" systems measured against the "after" ones, in one engine.
 
     python -m bench.baselines            # Azure traces on the simulated GPU + the real model on this CPU
     python -m bench.baselines --quick    # 400 Azure requests, 16 short real-model requests
@@ -11,7 +11,7 @@ Azure LLM inference trace 2023 (conversation and code; Patel et al., "Splitwise"
 ``max_model_len=4096``, ``block_size=16``, ``max_num_seqs=32``. Reported, as means over engine steps:
 
 - KV waste, paged vs contiguous (max-length reservation, split into reserved-for-later, internal and
-  external fragmentation; DESIGN §5);
+  external fragmentation);
 - batch occupancy, continuous vs static; static's decode-step occupancy next to what the lengths
   alone predict (``labkit.replay.static_decode_occupancy``: batches of 32 in arrival order, each
   until its longest request ends); and occupancy over the steps that began with requests still
@@ -33,7 +33,7 @@ same engine, and for ``transformers`` ``generate`` run as static padded batches 
 padding, explicit attention mask, each batch until its longest request ends). Greedy, ``ignore_eos``,
 one intra-op thread by default (see ``bench/common.py``). On a shared machine CPU seconds track the
 work; wall seconds also count the neighbours.
-Targets (issue 3): continuous >= 2.5x static in the same engine, >= 3x ``generate`` static batches.
+Targets: continuous >= 2.5x static in the same engine, >= 3x ``generate`` static batches.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from bench.common import Section, add_dtypes_option, hf_model, left_padded, load
 
 AZURE_CONFIG = dict(max_model_len=4096, block_size=16, max_num_seqs=32)
 AZURE_LIMITS = {"full": 2000, "quick": 400, "tiny": 60}
-TARGET_PAGED_WASTE, TARGET_CONTIGUOUS_WASTE = 4.0, 60.0          # percent, issue 3
+TARGET_PAGED_WASTE, TARGET_CONTIGUOUS_WASTE = 4.0, 60.0          # percent
 TARGET_CONTINUOUS_OCCUPANCY, TARGET_STATIC_AGREEMENT = 85.0, 5.0  # percent, points
 TARGET_VS_STATIC, TARGET_VS_HF = 2.5, 3.0
 

@@ -220,7 +220,7 @@ def measure_read_bandwidth(num_bytes: int, repeats: int = 5, detail: dict | None
     core's compute rate, so the fastest is the memory read bandwidth this process gets with its threads.
     One kernel alone can under-measure it: on one thread of an AVX-512 Xeon ``torch.sum`` read 12.8 GB/s
     where ``torch.mv`` (several accumulators) read 15.3 GB/s, less than the model's own weight sweep
-    reached (issue 20), which would overstate every "% of roofline". The tensor is as large as the
+    reached, which would overstate every "% of roofline". The tensor is as large as the
     model's weights, far beyond the caches, like a decode step's weight sweep. ``detail`` (a dict), if
     given, receives each kernel's bytes per second.
     """

@@ -46,9 +46,9 @@ from bench.common import (
     token_times,
 )
 
-TARGET_BATCH1 = 1.3     # issue 2: batch-1 decode >= 1.3x HF generate
-TARGET_BATCHED = 1.2    # issue 2: batch 16 >= 1.2x HF generate
-TARGET_ROOFLINE = 0.70  # issue 2: ~70 % of the bandwidth roofline at batch 1
+TARGET_BATCH1 = 1.3     # batch-1 decode >= 1.3x HF generate
+TARGET_BATCHED = 1.2    # batch 16 >= 1.2x HF generate
+TARGET_ROOFLINE = 0.70  # ~70 % of the bandwidth roofline at batch 1
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def batch1_section(systems: Systems, results: list[dict], max_tokens: int) -> Se
              f"head) / {bw / 1e9:.1f} GB/s measured read bandwidth (median, same rounds) = "
              f"{bw / systems.weight_bytes:.1f} tokens/s",
              f"greedy tokens identical to transformers in {equal}/{len(results)} rounds",
-             f"targets (issue 2): decode >= {TARGET_BATCH1}x transformers, about "
+             f"targets: decode >= {TARGET_BATCH1}x transformers, about "
              f"{100 * TARGET_ROOFLINE:.0f} % of the roofline"]
     headers = ["batch 1", "generate tokens/s", "decode tokens/s", "decode % of roofline"]
     return Section(f"Batch 1 ({dtype}): labkit vs transformers generate", headers, rows, notes)
@@ -203,7 +203,7 @@ def batched_section(results: list[dict], prompts: list[list[int]], max_tokens: i
              "batching over a paged KV cache (all requests fit in one step's token budget)",
              f"greedy tokens identical to transformers for {equal}/{len(prompts)} requests ({dtype}; padded "
              "batched matmuls may round differently, so a late divergence is possible)",
-             f"target (issue 2): >= {TARGET_BATCHED}x transformers"]
+             f"target: >= {TARGET_BATCHED}x transformers"]
     return Section(f"Batch {len(prompts)} ({dtype}): labkit vs transformers generate", ["batch", "tokens/s"],
                    rows, notes)
 

@@ -41,7 +41,7 @@ from bench.common import (
 from labkit.model import native
 from labkit.model.cpu_features import describe_cpu
 
-TARGET_VS_BEST = 1.1     # issue 30: no row count slower than 1.1x the best available form
+TARGET_VS_BEST = 1.1     # no row count slower than 1.1x the best available form
 
 FORMULATIONS = {
     "F.linear(x, W)": lambda x, w: F.linear(x, w),
@@ -144,7 +144,7 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
              f"cpu: {describe_cpu()}; torch {torch.__version__}; load average {load_average()} at the end"]
     worst = max(vs_best, key=vs_best.get)
     notes.append(f"labkit linear() / the faster of {' and '.join(FORMULATIONS)} at each T: at most "
-                 f"{vs_best[worst]:.2f}x (T = {worst}); target (issue 30): <= {TARGET_VS_BEST}x at every T")
+                 f"{vs_best[worst]:.2f}x (T = {worst}); target: <= {TARGET_VS_BEST}x at every T")
     if dtype == torch.bfloat16 and linear_forms.bf16_uses_kernel(threads):
         notes.append("labkit linear() uses labkit's C kernel (AVX512_BF16 dot products, row-invariant) for bf16 T "
                      "in 1..16: it beat PyTorch's bf16 form in the one-time probe on this CPU (ms per sweep, "

@@ -8,7 +8,7 @@ Every measurement is a child process that imports torch, loads the model and rep
 both), after the load (steady) and at its peak (``VmHWM``), with the load's wall time. The weights
 were converted and read once before, so this is a second load (the one a learner waits for every
 time). labkit's resident memory includes its KV pool (the default 512 blocks, allocated at start);
-the target is a peak within 1.3x of weights + KV pool (issue 20).
+the target is a peak within 1.3x of weights + KV pool.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""What batch invariance costs in prefill attention (issue 38): one layer's attention for a prompt of L
+"""What batch invariance costs in prefill attention: one layer's attention for a prompt of L
 tokens, labkit's row-by-row form against one causal SDPA call, on this CPU, one thread.
 
     python -m bench.prefill_attention                # L = 32, 128, 512, 1024; a few seconds each
     python -m bench.prefill_attention --quick        # part of `make bench` (python -m bench)
 
-Since issue 38 every query row attends to exactly its own prefix, as a decode step would: labkit's C
+Every query row attends to exactly its own prefix, as a decode step would: labkit's C
 kernel row by row where it builds (``native.decode_attention``), else one SDPA call per row. That
 gives a row the same bits whatever else is in the step (a padded or chunked batch no longer changes a
 token), but it gives up the single causal SDPA call over the whole prompt that a batch-variant engine

@@ -1,4 +1,4 @@
-"""Host time per step vs running requests, and the concurrency where it saturates (lab 03, issues 14 and 20).
+"""Host time per step vs running requests, and the concurrency where it saturates (lab 03).
 
     python -m bench.scheduler_overhead            # 1, 16, 64, 256, 1,024, 4,096 running requests
     python -m bench.scheduler_overhead --quick    # 1, 64, 256, 1,024
@@ -17,8 +17,8 @@ figure is the step with the least host time of a few (other programs only add ti
 with the median step beside it, and the garbage collector's mean time per step (the best step
 usually had no collection; a full one scans the whole heap and lands in a few steps). The saturation
 concurrency solves ``a + b·n = 5 ms`` (vLLM's ~5 ms Llama-8B / H100 decode step, blog 2025-01-27) on
-the least-squares line through the rows' scheduler time. The host-path grid crosses the two switches of
-issue 26 (list-built vs persistent batch, sync vs async) at 1, 64 and 1,024 running requests, per request,
+the least-squares line through the rows' scheduler time. The host-path grid crosses the engine's two host-path switches
+(list-built vs persistent batch, sync vs async) at 1, 64 and 1,024 running requests, per request,
 best step and mean with the garbage collector on; then sync vs async scheduling on the real model at
 batch 16 (SmolLM2-135M-Instruct, or ``--model``), on one and on two torch threads. When the engine has a host-path optimisation
 switch (``labkit.labs.lab03_batching.overhead.host_path_switch``; today ``batched_sampling``) the sweep
@@ -110,7 +110,7 @@ def remedy_sections(sizes: list[int], steps: int, rounds: int):
                            f"load average: {load_average()} (highest seen {run.load})", f"cpu: {describe_cpu()}"])
 
 
-# The host path's two switches, crossed (issue 26): each arm is an EngineConfig override.
+# The host path's two switches, crossed: each arm is an EngineConfig override.
 HOST_PATH_ARMS: dict[str, dict] = {
     "list-built, sync": {},
     "persistent batch, sync": {"persistent_batch": True},
@@ -152,17 +152,17 @@ def host_path_grid(sizes: list[int], steps: int, rounds: int) -> Section:
                     "stats and events"], rows,
                    [f"arms interleaved at each concurrency, {rounds} rounds of {steps} steady decode steps; host = "
                     "the step's engine work less the simulated runner's stand-in (input preparation counted)",
-                    "target (issue 26): persistent batch ≤ 2 µs per request at 1,024 running",
+                    "target: persistent batch ≤ 2 µs per request at 1,024 running",
                     *target_notes(at_target),
                     f"load average: {load_average()} (highest seen {load})", f"cpu: {describe_cpu()}"])
 
 
-TARGET_RUNNING, TARGET_STEP_S = 256, 1e-3      # issue 37: the host's whole step at 256 running, ≤ 1 ms
+TARGET_RUNNING, TARGET_STEP_S = 256, 1e-3      # the host's whole step at 256 running, ≤ 1 ms
 
 
 def target_notes(at_target: dict[str, tuple[float, float]]) -> list[str]:
-    """One line per arm: its best step at TARGET_RUNNING against the 1 ms target (issue 37)."""
-    return [f"target (issue 37): ≤ {1e3 * TARGET_STEP_S:g} ms a step at {TARGET_RUNNING} running, {name}: "
+    """One line per arm: its best step at TARGET_RUNNING against the 1 ms target."""
+    return [f"target: ≤ {1e3 * TARGET_STEP_S:g} ms a step at {TARGET_RUNNING} running, {name}: "
             f"{1e3 * host:.2f} ms engine host ({1e3 * whole:.2f} ms with the sim runner's stand-in work), "
             f"{'met' if host <= TARGET_STEP_S else 'NOT met'}" for name, (host, whole) in at_target.items()]
 
@@ -196,7 +196,7 @@ def real_model_async_section(model, threads_list: list[int], batch: int, max_tok
                     "generate call (prefill included)",
                     "async: the forward and its sampling run on a worker thread, the next step is scheduled and the "
                     "previous one applied meanwhile",
-                    "target (issue 26): async ≥ 1.0× sync, identical greedy output",
+                    "target: async ≥ 1.0× sync, identical greedy output",
                     f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
 
 

@@ -1,4 +1,4 @@
-"""``labkit serve --model sim`` under a long load: is its resident memory flat? (issue 44)
+"""``labkit serve --model sim`` under a long load: is its resident memory flat?
 
     python -m bench.serve_soak                          # 30 minutes at concurrency 8 (the issue's bar)
     python -m bench.serve_soak --minutes 8 --warmup-minutes 1

@@ -1,4 +1,4 @@
-"""Speculative decoding on this CPU: measured speed-up beside the Leviathan prediction (issue 4).
+"""Speculative decoding on this CPU: measured speed-up beside the Leviathan prediction.
 
     python -m bench.spec             # n-gram, the shipped draft and the 4-bit copy, k in {1, 2, 4, 6},
                                      # with an fp32 target and then a bf16 one (about 15 minutes)
@@ -49,7 +49,7 @@ METHODS = {   # --methods name: (table title, SpecConfig fields)
     "int4": ("draft model = a 4-bit copy of the target (labkit.model.quant)",
              dict(method="draft", draft_model="target-int4")),
 }
-TARGET_SPEEDUP = 1.5     # issue 4: >= 1.5x on one realistic workload at the best k
+TARGET_SPEEDUP = 1.5     # >= 1.5x on one realistic workload at the best k
 PREDICTION_TOLERANCE = 0.15
 
 
@@ -116,7 +116,7 @@ def verdicts(rows: list[Row]) -> list[str]:
         best = max((r for r in rows if r.workload == workload), key=lambda r: r.speedup)
         mark = "meets" if best.speedup >= TARGET_SPEEDUP else "misses"
         lines.append(f"{workload}: best k = {best.k} at {best.speedup:.2f}x ({mark} the "
-                     f"{TARGET_SPEEDUP}x target of issue 4)")
+                     f"{TARGET_SPEEDUP}x target)")
     slower = [f"{r.workload} k={r.k} ({r.speedup:.2f}x)" for r in rows if r.speedup < 1]
     if slower:
         lines.append("SLOWER than plain greedy: " + ", ".join(slower))

@@ -1,4 +1,4 @@
-"""A small event bus and the engine's events (DESIGN §4).
+"""A small event bus and the engine's events (docs/engine.md).
 
 Every event is a frozen dataclass built from plain Python values after the engine state is
 consistent, so an observer can keep it, draw it later, or send it to a browser. A subscriber that
@@ -58,7 +58,7 @@ class BatchEntry:
 
 @dataclass(frozen=True)
 class KVWaste:
-    """A KV pool's waste at one step (DESIGN §5), as fractions 0..1.
+    """A KV pool's waste at one step, as fractions 0..1 (``kv.breakdown``).
 
     ``waste`` = 1 - filled / reserved-or-allocated slots; it splits into ``reserved_unused`` (slots a
     request will still fill) and ``internal`` (slots it never fills; paged: the tails of last blocks).
@@ -73,7 +73,7 @@ class KVWaste:
 
 @dataclass(frozen=True)
 class StepStats:
-    """Current-step values (DESIGN §5). Percentages are 0..100."""
+    """Current-step values. Percentages are 0..100."""
 
     step: int
     num_requests_running: int

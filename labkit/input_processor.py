@@ -1,6 +1,6 @@
 """Check and encode what a caller hands ``add_request``, before the engine queues anything.
 
-Every argument is checked with an error that names it (DESIGN §3): the prompt (text gets the chat
+Every argument is checked with an error that names it: the prompt (text gets the chat
 template, token ids must be in the vocabulary), the sampling parameters, the request id, the arrival
 time, and whether the request can ever fit this engine (max_model_len, the token budget, the KV pool).
 """

@@ -1,4 +1,4 @@
-"""Run-level statistics (DESIGN §5), accumulated from each step's ``StepStats`` and finished requests.
+"""Run-level statistics, accumulated from each step's ``StepStats`` and finished requests.
 
 Means are over engine steps, each step weighted equally. Latencies come from request timestamps:
 TTFT = first token - arrival; ITL = gaps between the steps that gave one request tokens (tokens one speculative step appends count once);

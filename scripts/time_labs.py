@@ -7,7 +7,7 @@
 Each notebook runs in a fresh ``python3`` kernel through nbclient (the way ``tests/test_notebooks.py``
 runs it), in a throw-away copy of the workspace (``LABKIT_RESULTS`` points into a temporary folder, so a
 learner's ``results/`` is never touched). ``--busy N`` starts N processes that spin on the CPU for the
-whole run, the "two busy-loop processes beside it" of issue 24. The table gives the wall-clock time of
+whole run, the "two busy-loop processes beside it" a lab must stand. The table gives the wall-clock time of
 Run All, the slowest cells, the load average before and after, and the CPU line; ``--json`` writes it.
 Nothing here is a test: timings are measured, never asserted.
 """

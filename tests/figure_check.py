@@ -1,7 +1,7 @@
 """What every lab figure must get right, checked on the plotly figure itself (``static_problems``) and on
 the figure as plotly.js draws it in chromium (``rendered_problems``).
 
-Rules (issue 28: each one is something a learner tripped over):
+Rules (each one is something a learner tripped over):
 
 * axis ranges stay within the data's range times a margin: linear axes within a quarter of the data's
   span beyond it (bars count from 0), log axes within one decade (a log axis to 10^20 tokens with the

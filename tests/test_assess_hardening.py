@@ -1,5 +1,5 @@
 """Assessment hardening: learner code never sees expected values, never runs in the kernel, and
-quizzes and hints cannot be gamed (issues 12 and 17). Every test here failed before its fix."""
+quizzes and hints cannot be gamed. Every test here failed before its fix."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ def test_layer_cache_views_are_built_once_and_follow_the_pool_tensor():
     seed=st.integers(0, 2**16),
 )
 def test_a_row_gets_the_same_bits_alone_in_any_batch_and_in_any_chunk(seqs, cut, dtype, kernel, seed):
-    """Batch invariance (issue 38): each query row of a ragged batch equals, to the bit, the same row
+    """Batch invariance: each query row of a ragged batch equals, to the bit, the same row
     computed with its sequence alone, and with that sequence's query cut into two chunks; with
     labkit's C kernel and with the SDPA path."""
     if kernel and not cpu_batched.native.available():

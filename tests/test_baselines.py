@@ -304,7 +304,7 @@ def test_continuous_batching_fills_a_freed_slot_at_the_next_step():
 def test_static_batching_with_parallel_sampling_runs_the_family_as_one_batch_to_its_end():
     """p (n = 3) fills the batch's three slots; q arrives during it. The parent is aborted; its children
     (sharing a pool too small for both: one is preempted) still output exactly their own sequences, and
-    q is admitted only after the batch's last sequence has ended (static batching, DESIGN §6)."""
+    q is admitted only after the batch's last sequence has ended (static batching)."""
     llm = shadow_llm(EngineConfig(block_size=2, num_blocks=10, max_num_seqs=3, max_model_len=20,
                                   scheduler="static"))
     engine, rec = llm.engine, Recorder(llm.engine)

@@ -1,5 +1,5 @@
 """Batch invariance on the real model: a request's logits do not depend on what else runs with it, so
-the scheduler's choices never change a token (issue 38).
+the scheduler's choices never change a token.
 
 Async scheduling plans step N+1 before step N's tokens are known: a request that stops at N still
 has a (wasted) row at N+1, and the request waiting for its slot is admitted a step later than the

@@ -1,6 +1,6 @@
 """Lab 02's block-map player in a real browser (Voila on a small notebook, simulated model, chromium).
 
-What issue 28 found at the interactive moments, checked where it happens — in the page:
+What a learner's run found at the interactive moments, checked where it happens — in the page:
 
 * the player is one slider (the map's own), opens at the peak and says what "peak" means, and the
   step it names is the step the map draws;

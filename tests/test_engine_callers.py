@@ -267,7 +267,7 @@ def _hammer(llm, call, num_threads: int = 2, calls: int = 300) -> list[BaseExcep
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_many_short_generate_calls_from_several_threads_all_return(async_scheduling):
     """A call whose requests another thread's step finished returns them; it never reports that the
-    engine has nothing to run (issue 37: 1-3 of 300 calls raised that)."""
+    engine has nothing to run (seen: 1-3 of 300 calls raised that)."""
     llm = sim(block_size=4, num_blocks=32, max_num_seqs=4, async_scheduling=async_scheduling)
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     bad: list[str] = []

@@ -66,7 +66,7 @@ def _traces(config: EngineConfig, fork: bool, seed: int) -> list[TraceSpec]:
                                 n=2 if fork and i % 2 == 0 else 1, seed=i if temperature else None)
         reqs.append(RequestSpec(f"r{i}", rng.randrange(4), tuple(prefix + tail)[:MAX_LEN - 1], params))
     # One-token requests leave cached blocks; then a 7-token prompt forks, and in a pool of 6 blocks of 4 a
-    # child is preempted in a step with no rows and readmitted on a prefix hit (issue 51).
+    # child is preempted in a step with no rows and readmitted on a prefix hit.
     small = replace(config, max_model_len=14, max_num_seqs=2, num_blocks=6 if config.num_blocks < 20 else 24,
                     max_num_batched_tokens=config.max_num_batched_tokens if config.enable_chunked_prefill else 14)
     one = SamplingParams(temperature=0.0, max_tokens=1)
@@ -94,8 +94,9 @@ def test_every_switch_combination_matches_the_oracle_and_reaches_its_paths(async
 
 
 def test_a_fork_after_prefix_hits_with_async_persistent_batch_reads_its_own_blocks():
-    """Issue 51's trace: a child is preempted in a step with no rows (which no runner sees) and readmitted
-    with a prefix hit that ends exactly where its persistent-batch row ended; the row must be rewritten."""
+    """The trace that found a stale block table: a child is preempted in a step with no rows (which no runner
+    sees) and readmitted with a prefix hit that ends exactly where its persistent-batch row ended; the row must
+    be rewritten."""
     cfg = EngineConfig(block_size=4, num_blocks=6, max_num_seqs=2, max_num_batched_tokens=14, max_model_len=14,
                        scheduler="continuous", kv_cache="paged", contiguous_reserve="max_model_len",
                        enable_prefix_caching=True, enable_chunked_prefill=False, async_scheduling=True,

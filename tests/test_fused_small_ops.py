@@ -1,4 +1,4 @@
-"""The small ops around the products in one C call each (issue 37): RMSNorm (with the residual add
+"""The small ops around the products in one C call each: RMSNorm (with the residual add
 before it), silu(gate) * up, and RoPE with the K/V write in bf16. Each must give PyTorch's bits, so
 that taking them out of the token's path changes no output: checked op by op against PyTorch, and on
 the real model's logits with every fused op on and off, in fp32 and bf16."""

@@ -1,4 +1,4 @@
-"""Events (DESIGN §4): what each one says is true of the engine when it arrives, and no observer
+"""Events: what each one says is true of the engine when it arrives, and no observer
 can hurt the engine.
 
 Workloads run on the simulated model with a shadow KV cache (``tests/sim_oracle.py``) and a small

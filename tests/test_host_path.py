@@ -1,4 +1,4 @@
-"""The host path's shortcuts (issue 20): each one must give exactly what the general path gives.
+"""The host path's shortcuts: each one must give exactly what the general path gives.
 
 - plain decode steps sample with one argmax over the logits as they come (no row pick); a request
   that samples still draws from its own row with its own generator;

@@ -1,4 +1,4 @@
-"""The engine's layering, held by a test (DESIGN §2, STYLE): no import cycles; the runner and the
+"""The engine's layering, held by a test: no import cycles; the runner and the
 model never import the scheduler; the engine core never imports widgets; widgets never reach into the
 scheduler or the KV manager; the bookkeeping modules import without torch.
 
@@ -127,3 +127,21 @@ def test_the_bookkeeping_imports_without_torch():
                "assert 'torch' not in sys.modules\n")
     result = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_code_names_rules_and_tests_not_tracker_issues_or_documents_outside_the_repository():
+    """A comment states the rule and names the test that holds it: no tracker issue numbers ("issue 38"),
+    and no references to design documents a reader of the repository does not have ("DESIGN §5")."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    files = [p for d in ("labkit", "bench", "tests", "scripts") for p in (repo / d).rglob("*")
+             if p.suffix in (".py", ".c", ".h", ".ipynb") and ".ipynb_checkpoints" not in p.parts]
+    pattern = re.compile(r"\b[Ii]ssues? \d+\b|DESIGN §|DESIGN\.md|STYLE\.md")
+    allowed = {"scripts/performance_page.py"}        # it removes such notes from benchmark reports
+    found = [f"{p.relative_to(repo)}:{n}: {line.strip()[:80]}" for p in files
+             if str(p.relative_to(repo)) not in allowed and p != Path(__file__).resolve()
+             for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+             if pattern.search(line)]
+    assert not found, found

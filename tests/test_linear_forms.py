@@ -77,7 +77,7 @@ def test_the_probe_chooses_one_batch_invariant_exact_form(fresh, shape):
 @pytest.mark.parametrize("form", lf.INVARIANT)
 @pytest.mark.parametrize("shape", [(576, 1536), (3072, 576), (200, 96)])
 def test_each_invariant_form_gives_a_row_the_same_bits_at_every_row_count_and_position(form, shape):
-    """Issue 38: a row's product must not depend on the batch it is in (async scheduling, chunked
+    """A row's product must not depend on the batch it is in (async scheduling, chunked
     prefill and speculative verification all change the row count around a request)."""
     if form not in lf.candidates() or (form == lf.NATIVE and not lf.kernel_admitted(*shape)):
         pytest.skip(f"{form} is not available here: {native.why_unavailable()}")

@@ -1,4 +1,4 @@
-"""Every comparison sentence a lab prints is rendered from a verdict (DESIGN §9).
+"""Every comparison sentence a lab prints is rendered from a verdict (labs/README.md, "Measuring and concluding").
 
 The lab modules are scanned: a string literal holding a comparative word (更快, 更慢, faster,
 slower, ...) may only appear as a template passed to ``Verdict.sentence`` / ``render`` / ``mark``

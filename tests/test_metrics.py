@@ -1,4 +1,4 @@
-"""Metric definitions (DESIGN §5), each checked on a scenario small enough to compute by hand.
+"""Metric definitions, each checked on a scenario small enough to compute by hand.
 
 The simulated model drives the real scheduler and KV managers. Where times matter the engine runs
 on a hand-set clock (``step_at``), so TTFT, ITL, TPOT and throughput have exact expected values.

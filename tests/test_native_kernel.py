@@ -66,7 +66,7 @@ def test_a_row_gets_the_same_bits_at_every_row_count_and_position(shape):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_both_walks_give_a_row_the_same_bits_at_every_row_count(shape, dtype):
     """The sequential walk (one weight row after another) and the tiles sum in one order: a row gets
-    the same bits either way, alone or among 16, whatever the crossover (issue 37)."""
+    the same bits either way, alone or among 16, whatever the crossover."""
     if dtype == torch.bfloat16 and not native.has_bf16():
         pytest.skip("no bf16 product in this build")
     x, w = rand(16, shape[1], seed=3).to(dtype), rand(*shape, seed=4).to(dtype)
@@ -386,7 +386,7 @@ def test_decode_attention_names_bad_input():
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (4, 4, 16), (6, 2, 8)])
 def test_rope_and_kv_write_in_c_give_pytorchs_bits(heads, kv_heads, head_dim):
     """``native.rope_write_kv`` equals ``Rotary.forward`` then ``write_kv`` to the bit: q, and the
-    rotated k and the v in the pool (issue 37: the small ops out of the token's path, no bit changed)."""
+    rotated k and the v in the pool (the small ops out of the token's path, no bit changed)."""
     from labkit.attention.reference import write_kv
     from labkit.model.llama import Rotary
 

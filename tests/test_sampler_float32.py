@@ -1,5 +1,5 @@
 """The float32 sampler honours every valid ``SamplingParams`` value, and a row whose logits give no
-distribution fails its own request, never ``torch.multinomial`` and never the batch (issue 44)."""
+distribution fails its own request, never ``torch.multinomial`` and never the batch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A long-lived server's memory stays flat. Before issue 44 the engine's run statistics kept every
+"""A long-lived server's memory stays flat. Once the engine's run statistics kept every
 served request's latencies and every ITL gap: about 1.2 KB a request on the simulated model, the whole
 of the growth tracemalloc finds (the soak itself is too long for the suite; see the issue's report)."""
 

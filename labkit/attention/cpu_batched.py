@@ -10,7 +10,8 @@ scheduling's one-step-late admissions, static or continuous batching, preemption
 verification) never change a token. A batched kernel breaks this: PyTorch's SDPA splits its work by
 the shape it is given (sequences padded to the longest query and context of the group, a mask), so
 its rounding depends on the other sequences in the batch; in bf16, or at a greedy near-tie in fp32,
-that flips tokens (issue 38: async scheduling changed the greedy output of 2 of 8 prompts).
+that flips tokens (seen: async scheduling changed the greedy output of 2 of 8 prompts;
+tests/test_batch_invariance.py holds it).
 
 - Where labkit's C kernel builds (``native.decode_attention``, fp32 or bf16 K/V): one call a step
   for the decode rows, one call per multi-token sequence (a prefill chunk, a verification), each

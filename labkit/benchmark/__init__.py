@@ -1,5 +1,5 @@
 """``labkit bench``: a client for any OpenAI-compatible server, with ``vllm bench serve``'s load
-model and metrics (DESIGN §5, §8). Notebooks load its result files with ``load_results``."""
+model and metrics (docs/serving.md). Notebooks load its result files with ``load_results``."""
 
 from labkit.benchmark.metrics import BenchMetrics, RequestRecord, compute_metrics
 from labkit.benchmark.results import BenchResult, load_result, load_results, results_table

@@ -1,4 +1,4 @@
-"""Client-side serving metrics, with ``vllm bench serve``'s definitions (DESIGN §5).
+"""Client-side serving metrics, with ``vllm bench serve``'s definitions (docs/serving.md).
 
 Per request, from the client's clock (``st`` = when the request was sent):
 

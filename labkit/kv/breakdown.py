@@ -1,6 +1,6 @@
 """Where a KV pool's slots go, step by step: the split every lab that compares layouts measures.
 
-Every step the KV pool splits into five parts (shares of the pool, DESIGN §5)::
+Every step the KV pool splits into five parts (shares of the pool)::
 
     pool = used            slots holding a computed K/V entry
          + reserved_later  reserved, and the request will fill them before it ends
@@ -41,7 +41,7 @@ class PoolBreakdown:
 
     @property
     def waste_of_reserved(self) -> float:
-        """DESIGN §5's kv_waste_perc: the share of reserved slots not holding K/V."""
+        """kv_waste_perc: the share of reserved slots not holding K/V."""
         reserved = self.used + self.reserved_later + self.internal
         return 100.0 * (self.reserved_later + self.internal) / reserved if reserved else 0.0
 

@@ -5,7 +5,7 @@ Batch invariance first. A row's product must have the same bits at every row cou
 position: a decode step's row count changes whenever a request joins or leaves, async scheduling
 admits a request one step later than the synchronous engine does (it plans step N+1 before step N's
 stop tokens are known), a prompt may be cut into chunks, and speculative decoding verifies k + 1 rows
-at once. If a row's bits followed the row count, each of these could flip a greedy near-tie (issue 38:
+at once. If a row's bits followed the row count, each of these could flip a greedy near-tie (seen:
 async scheduling changed the greedy output of 2 of 8 prompts on a Xeon where the probe had chosen a
 different PyTorch form at 7 rows than at 8). ``F.linear`` itself is not invariant: MKL's one-row
 kernel (a gemv) sums in one order, and a few rows in another (on the AMD EPYC measured: 1-3 rows
@@ -639,7 +639,7 @@ def choose_bf16(times: dict[str, dict[int, float]], margin: float = MARGIN) -> b
     over the probed row counts together (``times``: {"C kernel" | "PyTorch": {rows: seconds}}). One
     choice for every row count, prefill included, never a mix: PyTorch's bf16 rows and the kernel's
     differ in their last bits, and a row must get the same bits at every row count (speculative
-    verification, and a decode row sharing a step with a prefill: issue 38)."""
+    verification, and a decode row sharing a step with a prefill; tests/test_form_invariance.py)."""
     kernel, torch_form = sum(times[NATIVE].values()), sum(times[TORCH_BF16].values())
     return kernel * (1 + margin) < torch_form
 

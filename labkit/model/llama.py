@@ -29,9 +29,9 @@ from labkit.model.linear_forms import order_probe
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
 # fp32: one batch-invariant form for every row count (a row gets the same bits in any batch, so the
-# scheduler never changes a token: issue 38), the faster of two on the CPU at hand by a timing probe
+# scheduler never changes a token: tests/test_batch_invariance.py), the faster of two on the CPU at hand by a timing probe
 # (`labkit.model.linear_forms`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
-# 2 rows on an AMD EPYC (issue 30).
+# 2 rows on an AMD EPYC.
 # bf16: the products must give each row the same bits at any row count, because speculative decoding
 # verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
 # Multi-row products (any form) agree with each other row for row; the one-row kernel (a gemv) agrees
@@ -40,7 +40,7 @@ from labkit.model.linear_forms import order_probe
 # is seen, `_one_row_needs_pair` checks it on that CPU and only the shapes that differ compute a single
 # row as two copies of itself (the copy costs ~3x a one-row gemv without AMX; with AMX a pair costs no
 # more than one row). A table of forms tuned on one CPU is what made bf16 run at
-# a third of fp32 speed on another (issue 20): the check is about bits, never timing, so it is
+# a third of fp32 speed on another: the check is about bits, never timing, so it is
 # deterministic on a given CPU.
 _pair_rows: dict[tuple, bool] = {}
 
@@ -367,7 +367,7 @@ def _one_row_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torc
     """torch.rms_norm of one fp32 row with its four one-element steps (mean's division, + eps, sqrt,
     1 / ·) done on a Python float: the same bits, in four kernels instead of seven (pow, sum, div_,
     add_, rsqrt, mul, mul). A decode step runs 61 of these between matrix sweeps that evict the caches,
-    where each kernel's code and data come back from memory (issue 30, `bench.decode_profile`: 80 µs a
+    where each kernel's code and data come back from memory (`bench.decode_profile`: 80 µs a
     norm there, 70 after this change; 21-24 µs with the matmuls stubbed). Each step rounds to float32 as
     torch's kernels do: float64 division, addition and square root of float32 values, rounded once
     to float32, are the correctly rounded float32 results (53 >= 2 * 24 + 2 bits), and torch computes

@@ -1,4 +1,4 @@
-"""``labkit serve``: an OpenAI-compatible HTTP server over one labkit engine (DESIGN §8).
+"""``labkit serve``: an OpenAI-compatible HTTP server over one labkit engine (docs/serving.md).
 
     from labkit.serve import BackgroundServer, ServedModel
     with BackgroundServer(ServedModel(llm.engine, "sim")) as server:

@@ -71,7 +71,7 @@ def build_app(served: ServedModel, limits: ServeLimits = ServeLimits()) -> FastA
         pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="labkit serve", lifespan=lifespan,
-                  description="An OpenAI-compatible server over one labkit engine (DESIGN §8).")
+                  description="An OpenAI-compatible server over one labkit engine.")
     app.state.engine_loop, app.state.metrics = loop, metrics
     app.add_middleware(RequestBody, timeout_s=limits.body_timeout_s,
                        max_bytes=limits.body_limit(served.engine.max_model_len))

@@ -1,4 +1,4 @@
-"""Live views of the engine, fed only by its events (``labkit.hooks``; DESIGN §4).
+"""Live views of the engine, fed only by its events (``labkit.hooks``).
 
 ``View(engine)`` or ``View(hooks=bus)`` subscribes; ``flush()`` pushes the latest state,
 ``detach()`` stops listening, ``close()`` removes the widget. ``EngineViews(engine)`` shows them all;

@@ -1,6 +1,6 @@
 """``AcceptanceView``: how many draft tokens the target accepts, and what that buys.
 
-Counts (DESIGN §5, vLLM's names)::
+Counts (vLLM's names)::
 
     acceptance rate         = accepted / drafted      (spec_decode_num_accepted_tokens / ..._num_draft_tokens)
     mean acceptance length  = 1 + accepted / drafts   (tokens per verify step, bonus token included)

@@ -9,7 +9,7 @@
     occupancy %    ────  token budget % - - -
 
 Batch occupancy = slots doing useful work / ``max_num_seqs``; token budget use = scheduled
-tokens / ``max_num_batched_tokens`` (DESIGN §5). Both come from ``StepEnd.stats``; the grid from
+tokens / ``max_num_batched_tokens``. Both come from ``StepEnd.stats``; the grid from
 ``StepEnd.batch``. Only the last ``window`` steps are kept.
 """
 

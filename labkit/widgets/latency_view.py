@@ -1,4 +1,4 @@
-"""``LatencyView``: TTFT and TPOT distributions with their P50 and P99 (DESIGN §5).
+"""``LatencyView``: TTFT and TPOT distributions with their P50 and P99.
 
 Per finished request, from ``RequestFinished.timings`` (``labkit.hooks.RequestTimings``)::
 

@@ -1,4 +1,4 @@
-"""``MemoryGauge``: how full the KV pool is and where the reserved slots go (DESIGN §5).
+"""``MemoryGauge``: how full the KV pool is and where the reserved slots go (``kv.breakdown``).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Contention injected into a lab's own measuring code path (issue 24, item 5).
+"""Contention injected into a lab's own measuring code path.
 
 A test makes a lab's timed work advance a :class:`WorkClock` by a known cost per call, so the
 noiseless run has a known, clear answer; then it reruns the same code path with a

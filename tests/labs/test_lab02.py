@@ -416,7 +416,7 @@ def test_a_simulated_layout_comparison_is_exact():
     assert v.deterministic and v.confidence == "clear"
 
 
-# ----------------------------------------------------------------------------- issue 45: sentences from the table's statistic
+# ----------------------------------------------------------------------------- sentences from the table's statistic
 
 
 def _run(label: str, layout: str, split: _Split, *, simulated: bool = True, seconds: float = 1.0, tokens: int = 100,

@@ -1,4 +1,4 @@
-"""Lab 02's timed verdicts under injected contention (issue 24, item 5): the work is real, its time
+"""Lab 02's timed verdicts under injected contention: the work is real, its time
 comes from a work clock (known costs), and a contended clock over it never turns a verdict clearly
 the other way."""
 

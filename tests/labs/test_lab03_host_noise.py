@@ -1,4 +1,4 @@
-"""Lab 03 §7's host-path verdicts under injected contention (issue 24, item 5).
+"""Lab 03 §7's host-path verdicts under injected contention.
 
 The simulated engine runs for real; its host path is timed by the engine's own timers, which read
 ``labkit.host_clock`` (the injected clock inside ``measure.clock_override``). Here the scheduler's

@@ -1,4 +1,4 @@
-"""Lab 03's timed verdicts under injected contention (issue 24, item 5): the engines run for real
+"""Lab 03's timed verdicts under injected contention: the engines run for real
 (the simulator), their time comes from a work clock (known costs), and a contended clock over it
 never turns a verdict clearly the other way."""
 

@@ -1,4 +1,4 @@
-"""Lab 04's paying-regime row under injected contention (issue 24, item 5): ``paying.measure_pair``
+"""Lab 04's paying-regime row under injected contention: ``paying.measure_pair``
 runs the real target and its n-gram engine on a copy-heavy prompt, their forward passes advance a
 work clock (1 unit per pass plus 0.1 per row, so a verify step of k + 1 rows costs more than a plain
 step, as on a CPU), and a contended clock over it never makes the row clearly slower than plain."""

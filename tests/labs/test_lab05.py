@@ -499,7 +499,7 @@ def test_a_variant_measured_on_one_workload_is_listed_without_numbers_on_the_oth
     assert not row.available and row.workload == "copy" and row.variant.why_not_en == "chat only"
 
 
-# ------------------------------------------------------------------------------------ issue 45: attributions and scores
+# ------------------------------------------------------------------------------------ attributions and scores
 
 def _points(rec, engine: str, source_words: str) -> int:
     return sum(r.weight for r in rec.reasons if r.engine == engine and source_words in r.source)

@@ -1,4 +1,4 @@
-"""One way to time, compare and conclude in every lab (DESIGN §9).
+"""One way to time, compare and conclude in every lab (labs/README.md, "Measuring and concluding").
 
 A lab's lesson must survive a learner's busy laptop. Every timed comparison a lab prints goes
 through :func:`compare`, and every conclusion sentence is rendered from the :class:`Verdict` it

@@ -54,7 +54,7 @@ class LayoutRun:
 
     @property
     def waste(self) -> float:
-        """% of the slots held by requests that hold no K/V (DESIGN §5's kv_waste_perc, step-averaged)."""
+        """% of the slots held by requests that hold no K/V (the kv_waste_perc metric, step-averaged)."""
         return self.breakdown.waste_of_reserved
 
     @property

@@ -1,6 +1,6 @@
 """Online serving: requests arrive over time; latency percentiles and goodput, as ``vllm bench serve``.
 
-Definitions (DESIGN §5, vLLM's benchmarks/serve.py):
+Definitions (vLLM's benchmarks/serve.py; docs/serving.md):
 
     TTFT     first token time - arrival time
     TPOT     (e2e - TTFT) / (output tokens - 1)        per request

@@ -8,7 +8,7 @@ Prefill is the same work with or without speculation, so it is left out. ``clock
 ``labkit.labs.common.measure.cpu_clock`` (process CPU time on one torch thread: a busy neighbour's
 time slices do not count; the wall clock after synchronize on CUDA).
 
-Verdicts (DESIGN §9). Engines are compared round by round (the same prompts, the order alternating),
+Verdicts (``labkit.labs.common.measure``). Engines are compared round by round (the same prompts, the order alternating),
 so each round gives its own speed-up and verify cost; ``aggregate`` turns their spread into a
 ``Verdict`` (clear / within noise / machine busy) that the lab's sentences are rendered from.
 

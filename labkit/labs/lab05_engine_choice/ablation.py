@@ -14,7 +14,7 @@ loopback port per configuration; the weights are loaded once per process and sha
 Every variant gets the same KV pool (``num_blocks``), ``max_model_len`` and batch limits, so the
 memory column compares like with like: weights + the peak KV bytes the variant allocated.
 
-Measuring (DESIGN §9, ``labkit.labs.common.measure``): every server runs torch on one thread and is
+Measuring (``labkit.labs.common.measure``): every server runs torch on one thread and is
 compared on CPU seconds (server and client share this process: ``time.process_time``). Each
 workload is served ``ROUNDS`` times by every variant, the variants' order alternating from round to
 round; the rounds' spread decides each gain's verdict (``compare.verdict_of``). A prefix-caching

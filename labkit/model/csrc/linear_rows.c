@@ -7,7 +7,7 @@
  * Why it exists: a decode step is memory-bound. It reads every weight once per step, so a step costs
  * about what one sweep through the weights costs, and the BLAS kernels PyTorch calls for a few rows
  * read them well below the memory's rate on some CPUs (on a 2-core AMD EPYC, MKL's one-row kernel
- * swept the model's 538 MB at about half the rate this loop reaches; issue 30).
+ * swept the model's 538 MB at about half the rate this loop reaches).
  *
  * One summation order for every row, whatever T is. Output y[t][n] is always computed the same way,
  * with L = LANES (16 with AVX-512, 8 otherwise) and KL = K - K % L:

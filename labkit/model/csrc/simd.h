@@ -40,7 +40,7 @@ typedef __m512 vec;
 #define SPLAT(x) _mm512_set1_ps(x)
 #define FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 /* Pin a loaded vector to a register: without it GCC folds the load into every FMA that uses it, and a
- * 4 x 4 tile issues 20 loads for 16 FMAs instead of 8 (16 rows took 43 ms a sweep instead of 30). */
+ * 4 x 4 tile makes 20 loads for 16 FMAs instead of 8 (16 rows took 43 ms a sweep instead of 30). */
 #define IN_REGISTER(v) __asm__("" : "+v"(v))
 
 static inline float reduce(vec a) {
