@@ -213,3 +213,48 @@ def test_drop_forgets_a_finished_request_and_keeps_one_still_running():
     sched.drop("R")                                       # still running: kept
     sched.drop("nobody")                                  # an unknown id is ignored
     assert set(sched.requests) == {"R"}
+
+
+def test_the_contiguous_waste_splits_reserved_slots_by_hand_and_counts_external_fragmentation():
+    """Arena of 48 slots, every request reserving max_model_len = 16: a (needs 10, computed 4) at [0, 16),
+    b (needs 12, computed 12) at [16, 32), c at [32, 48) then freed. Reserved 32, filled 4 + 12 = 16: waste
+    1/2; slots still to fill (a: 10 - 4 = 6) 6/32; never filled (a: 6, b: 4) 10/32. External fragmentation
+    is a share of the arena, counted only when the free slots would fit the next request but no hole does."""
+    from labkit.kv.contiguous import ContiguousKVManager
+
+    kv = ContiguousKVManager(num_slots=48, block_size=8, reserve="max_model_len", max_model_len=16)
+    assert kv.allocate_slots("a", 0, 4, num_reserve_tokens=10) is not None
+    assert kv.allocate_slots("b", 0, 12, num_reserve_tokens=12) is not None
+    w = kv.waste({"a": 4, "b": 12, "gone": 99})            # a request not holding a region counts nothing
+    assert (w.waste, w.reserved_unused, w.internal, w.external) == (0.5, 6 / 32, 10 / 32, 0.0)
+    assert kv.waste({"a": 40, "b": 12}).waste == 1 - (16 + 12) / 32    # computed beyond the reservation: capped
+    assert kv.waste({}, next_waiting_need=16).external == 0.0        # [32, 48) fits the next request
+    kv.free("b")
+    assert kv.allocate_slots("d", 0, 1) is not None and kv.regions["d"].start == 16    # first fit
+    assert kv.allocate_slots("e", 0, 1) is not None and kv.regions["e"].start == 32
+    kv.free("d")                    # holes: [16, 32) of 16 slots; nothing else free
+    assert kv.waste({}, next_waiting_need=16).external == 0.0        # a 16-slot hole fits 16
+    empty = ContiguousKVManager(num_slots=48, block_size=8, reserve="needed", max_model_len=48)
+    for rid, need in (("x", 10), ("y", 10), ("z", 10)):
+        assert empty.allocate_slots(rid, 0, need) is not None       # x [0, 10), y [10, 20), z [20, 30)
+    empty.free("x")
+    empty.free("z")                 # holes [0, 10) and [20, 48): 38 free, largest 28
+    assert empty.waste({"y": 10}, next_waiting_need=30).external == 38 / 48
+    assert empty.waste({"y": 10}, next_waiting_need=28).external == 0.0
+    assert empty.waste({"y": 10}, next_waiting_need=40).external == 0.0   # would not fit even unfragmented
+    assert empty.waste({"y": 10}).external == 0.0                        # nobody waiting: nothing to measure
+
+
+def test_the_contiguous_invariant_check_fails_on_overlap_and_on_a_region_outside_the_arena():
+    from labkit.kv.contiguous import ContiguousKVManager, _Region
+
+    kv = ContiguousKVManager(num_slots=32, block_size=8, reserve="needed", max_model_len=32)
+    kv.regions = {"a": _Region(0, 10, 10), "b": _Region(12, 8, 8)}
+    kv.check_invariants()
+    kv.regions["b"] = _Region(9, 8, 8)
+    with pytest.raises(AssertionError, match=r"regions overlap: \[0, 10\) and \[9"):
+        kv.check_invariants()
+    for bad in (_Region(-1, 4, 4), _Region(30, 4, 4)):
+        kv.regions = {"a": bad}
+        with pytest.raises(AssertionError, match="^region outside the arena$"):
+            kv.check_invariants()
