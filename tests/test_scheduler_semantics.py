@@ -228,6 +228,7 @@ def test_the_contiguous_waste_splits_reserved_slots_by_hand_and_counts_external_
     w = kv.waste({"a": 4, "b": 12, "gone": 99})            # a request not holding a region counts nothing
     assert (w.waste, w.reserved_unused, w.internal, w.external) == (0.5, 6 / 32, 10 / 32, 0.0)
     assert kv.waste({"a": 40, "b": 12}).waste == 1 - (16 + 12) / 32    # computed beyond the reservation: capped
+    assert kv.waste({}).waste == 1.0                                  # nothing computed yet: all reserved is waste
     assert kv.waste({}, next_waiting_need=16).external == 0.0        # [32, 48) fits the next request
     kv.free("b")
     assert kv.allocate_slots("d", 0, 1) is not None and kv.regions["d"].start == 16    # first fit
@@ -258,3 +259,36 @@ def test_the_contiguous_invariant_check_fails_on_overlap_and_on_a_region_outside
         kv.regions = {"a": bad}
         with pytest.raises(AssertionError, match="^region outside the arena$"):
             kv.check_invariants()
+
+
+def test_finishing_a_request_stamps_its_status_and_the_engines_clock_and_frees_its_blocks():
+    from labkit.request import RequestStatus
+    from labkit.scheduler_output import StepUpdate
+
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), KVCacheManager(8, 4),
+                                max_model_len=64)
+    sched.add(Request("A", [1, 2, 3, 4, 5], SamplingParams(max_tokens=4), 0.0))
+    run_step(sched, 1.0)
+    req = sched.requests["A"]
+    assert sched.kv.block_tables["A"]
+    sched.finish_request(req, RequestStatus.FINISHED_ABORTED, 2.5, StepUpdate())
+    assert (req.status, req.finished_time) == (RequestStatus.FINISHED_ABORTED, 2.5)
+    assert "A" not in sched.kv.block_tables and req not in sched.running
+
+
+def test_a_static_batch_counts_each_requests_n_sequences_and_stamps_when_it_was_first_scheduled():
+    """Static batching forms a batch of waiting requests while their sequences fit max_num_seqs: with 4
+    slots, requests of n = 2 make batches of two (four sequences), not four; the step's clock is stamped on
+    the requests it schedules for the first time (their queueing time ends there)."""
+    from labkit.scheduler.static import StaticScheduler
+
+    sched = StaticScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), KVCacheManager(32, 4),
+                            max_model_len=64)
+    for rid in "ABC":
+        req = Request(rid, [1, 2, 3], SamplingParams(n=2, temperature=1.0, seed=1, max_tokens=3), 0.0)
+        req.child_ids = (f"{rid}#1",)                     # as the engine names the second sequence
+        sched.add(req)
+    assert [r.request_id for r in sched._next_batch()] == ["A", "B"]
+    out = sched.schedule(1.5)
+    assert sorted(s.request_id for s in out.scheduled) == ["A", "B"]
+    assert [sched.requests[r].first_scheduled_time for r in "ABC"] == [1.5, 1.5, None]
