@@ -334,3 +334,36 @@ def test_verified_drafts_give_the_tokens_the_target_alone_gives_on_every_samplin
         assert engine.get_request(rid).output_token_ids == expected_output(rid, prompt, 24, 64, ignore_eos=True)
     stats = engine.stats()
     assert 0 < stats["spec_decode_num_accepted_tokens"] < stats["spec_decode_num_draft_tokens"]   # both branches ran
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one by one"])
+def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_generator(batched):
+    """A draft model's proposals come with their distribution q ([k, vocab]); verification must use it (the
+    accept test min(1, p/q) and the residual max(0, p - q)) and the request's own generator, on the batched
+    and the one-by-one sampler alike. Reference: the readable single-request rejection sampler, called with
+    that q and a copy of the request's generator; a sampler that dropped q (point masses) or drew from the
+    global generator gives other tokens for some of the 40 seeds. Afterwards q is forgotten."""
+    from labkit.sample.sampler import Sampler
+    from labkit.scheduler_output import ScheduledRequest
+    from labkit.spec_decode.rejection_sampler import rejection_sample
+
+    g = torch.Generator().manual_seed(3)
+    vocab, drafts = 6, [1, 4, 2]
+    differ_from_point_masses = 0
+    for seed in range(40):
+        logits = torch.randn(len(drafts) + 1, vocab, generator=g) * 2
+        q = torch.softmax(torch.randn(len(drafts), vocab, generator=g) * 2, dim=-1)
+        params = SamplingParams(temperature=1.0, seed=seed, max_tokens=8)
+        sampler = Sampler(seed=0, batched=batched)
+        sampler.add("r", params)
+        sampler.set_draft_probs("r", q)
+        copy = torch.Generator().set_state(sampler.generator("r").get_state())
+        point = torch.Generator().set_state(sampler.generator("r").get_state())
+        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), "verify", (), (), len(drafts) + 1)
+        torch.manual_seed(seed + 1000)                       # the global generator is not the request's
+        got = sampler.sample([row], logits).token_ids["r"]
+        p = to_probs(logits, params)
+        assert list(got) == rejection_sample(drafts, q, p, generator=copy), seed
+        differ_from_point_masses += list(got) != rejection_sample(drafts, None, p, generator=point)
+        assert sampler.draft_probs("r") is None
+    assert differ_from_point_masses > 0          # the test can tell q from point masses at all
