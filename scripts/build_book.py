@@ -116,11 +116,11 @@ def stage(executed: Path) -> list[Path]:
         nb["cells"] = [c for c in nb["cells"] if "".join(c.get("source", "")) != "import sys; print(sys.prefix)"]
         first = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), 0)
         nb["cells"].insert(first + 1, nbformat.v4.new_markdown_cell(LIVE_NOTE))
+        from_labs = {p.resolve(): os.path.relpath(v, "labs") for p, v in site_page.items()}
         for cell in nb["cells"]:
             if cell["cell_type"] == "markdown":
                 text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                cell["source"] = staged_links(text, path, {p.resolve(): os.path.relpath(v, "labs")
-                                                           for p, v in site_page.items()})
+                cell["source"] = staged_links(text, path, from_labs)
         target = SRC / "labs" / path.name
         target.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
         staged_labs.append(target)

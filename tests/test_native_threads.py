@@ -29,7 +29,7 @@ def rand(*shape, seed=0):
 
 
 @pytest.fixture(autouse=True)
-def one_thread_after():
+def restore_threads():
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)

@@ -41,20 +41,7 @@
 /* Parts of the last job split across threads (tests: the split happened). */
 static int last_parts = 1;
 
-/* After fork() the child has only the forking thread: with OpenMP, whose runtime is not fork-safe, it
- * computes alone (PyTorch does the same); the pool forgets its workers and starts new ones. */
-static int forked_child = 0;
-
-#if defined(LABKIT_OPENMP)
-#include <omp.h>
-
 static _Thread_local int requested = 1;    /* threads this thread asked for */
-
-static void note_fork(void) { forked_child = 1; }
-
-static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
-
-static void register_fork_handler(void) { pthread_atfork(NULL, NULL, note_fork); }
 
 struct job {
     part_fn fn;
@@ -63,23 +50,45 @@ struct job {
     int parts;
 };
 
-static void part_range(const struct job *j, int i, int64_t *lo, int64_t *hi) {
+/* Outputs [lo, hi) of part i of the job's parts: cut at multiples of align, as evenly as they allow. */
+static void run_part(const struct job *j, int i) {
     const int64_t units = (j->n + j->align - 1) / j->align;
-    const int64_t a = units * i / j->parts, b = units * (i + 1) / j->parts;
-    *lo = a * j->align < j->n ? a * j->align : j->n;
-    *hi = b * j->align < j->n ? b * j->align : j->n;
+    const int64_t a = units * i / j->parts * j->align, b = units * (i + 1) / j->parts * j->align;
+    const int64_t lo = a < j->n ? a : j->n, hi = b < j->n ? b : j->n;
+    if (lo < hi)
+        j->fn(j->ctx, lo, hi);
 }
+
+/* How many parts a job of n outputs (cost multiply-adds each) is worth: at most the threads asked for,
+ * one per multiple of align, and at least MIN_PART_COST of work a part. */
+static int64_t parts_for(int64_t n, int64_t align, int64_t cost) {
+    const int64_t units = (n + align - 1) / align, worth = cost > 0 ? n * cost / MIN_PART_COST : units;
+    int64_t parts = requested;
+    parts = parts < units ? parts : units;
+    return parts < worth ? parts : worth;
+}
+
+/* What fork() leaves the child (each build's own), registered once. */
+static void after_fork(void);
+
+static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork); }
+
+#if defined(LABKIT_OPENMP)
+#include <omp.h>
+
+/* OpenMP's runtime is not fork-safe: a forked child computes alone (PyTorch's does the same). */
+static int forked_child = 0;
+
+static void after_fork(void) { forked_child = 1; }
 
 void parallel_parts(part_fn fn, void *ctx, int64_t n, int64_t align, int64_t cost) {
     if (n <= 0)
         return;
-    if (align < 1)
-        align = 1;
+    align = align < 1 ? 1 : align;
     pthread_once(&fork_handler, register_fork_handler);
-    int64_t parts = requested;
-    const int64_t units = (n + align - 1) / align, worth = cost > 0 ? n * cost / MIN_PART_COST : units;
-    parts = parts < units ? parts : units;
-    parts = parts < worth ? parts : worth;
+    const int64_t parts = parts_for(n, align, cost);
     if (parts <= 1 || forked_child || omp_in_parallel()) {
         fn(ctx, 0, n);
         return;
@@ -87,10 +96,7 @@ void parallel_parts(part_fn fn, void *ctx, int64_t n, int64_t align, int64_t cos
 #pragma omp parallel num_threads((int)parts)
     {
         const struct job j = {fn, ctx, n, align, omp_get_num_threads()};
-        int64_t lo, hi;
-        part_range(&j, omp_get_thread_num(), &lo, &hi);
-        if (lo < hi)
-            fn(ctx, lo, hi);
+        run_part(&j, omp_get_thread_num());
         if (omp_get_thread_num() == 0)
             last_parts = j.parts;
     }
@@ -116,13 +122,6 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-struct job {
-    part_fn fn;
-    void *ctx;
-    int64_t n, align;
-    int parts;
-};
-
 static struct {
     pthread_mutex_t lock;           /* guards sleeping and waking */
     pthread_cond_t wake;
@@ -137,23 +136,7 @@ static struct {
  * generation as one it has seen (it may first run after the job was published). */
 static unsigned started_at[MAX_THREADS];
 
-static _Thread_local int requested = 1;    /* threads this thread asked for */
 static _Thread_local int is_worker = 0;
-
-/* Outputs [lo, hi) of part i of p parts: cut at multiples of align, as evenly as the multiples allow. */
-static void part_range(const struct job *j, int i, int64_t *lo, int64_t *hi) {
-    const int64_t units = (j->n + j->align - 1) / j->align;
-    const int64_t a = units * i / j->parts, b = units * (i + 1) / j->parts;
-    *lo = a * j->align < j->n ? a * j->align : j->n;
-    *hi = b * j->align < j->n ? b * j->align : j->n;
-}
-
-static void run_part(const struct job *j, int i) {
-    int64_t lo, hi;
-    part_range(j, i, &lo, &hi);
-    if (lo < hi)
-        j->fn(j->ctx, lo, hi);
-}
 
 static void *worker(void *arg) {
     const int me = (int)(intptr_t)arg;      /* 1 .. workers */
@@ -161,18 +144,17 @@ static void *worker(void *arg) {
     unsigned seen = started_at[me];
     for (;;) {
         unsigned g = atomic_load_explicit(&pool.generation, memory_order_acquire);
-        if (g == seen) {
-            const int64_t start = now_ns();
-            for (int spins = 1; (g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen; spins++) {
-                if ((spins & 1023) == 0 && now_ns() - start > SPIN_NS) {
-                    pthread_mutex_lock(&pool.lock);
-                    while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen)
-                        pthread_cond_wait(&pool.wake, &pool.lock);
-                    pthread_mutex_unlock(&pool.lock);
-                    break;
-                }
-                relax();
+        const int64_t start = now_ns();
+        for (int spins = 1; g == seen; spins++) {
+            if ((spins & 1023) == 0 && now_ns() - start > SPIN_NS) {
+                pthread_mutex_lock(&pool.lock);
+                while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen)
+                    pthread_cond_wait(&pool.wake, &pool.lock);
+                pthread_mutex_unlock(&pool.lock);
+                break;
             }
+            relax();
+            g = atomic_load_explicit(&pool.generation, memory_order_acquire);
         }
         seen = g;
         const struct job j = pool.job;      /* written before the generation was released */
@@ -183,17 +165,14 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void forget_workers_after_fork(void) {
+/* Only the forking thread survives fork(): the child forgets the workers and starts new ones. */
+static void after_fork(void) {
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
     pthread_mutex_init(&pool.busy, NULL);
     pool.workers = 0;
     atomic_store(&pool.pending, 0);
 }
-
-static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
-
-static void register_fork_handler(void) { pthread_atfork(NULL, NULL, forget_workers_after_fork); }
 
 /* Start workers up to `wanted` (called with pool.busy held). Returns how many there are. */
 static int start_workers(int wanted) {
@@ -216,19 +195,14 @@ static int start_workers(int wanted) {
 void parallel_parts(part_fn fn, void *ctx, int64_t n, int64_t align, int64_t cost) {
     if (n <= 0)
         return;
-    if (align < 1)
-        align = 1;
-    int64_t parts = requested;
-    const int64_t units = (n + align - 1) / align, worth = cost > 0 ? n * cost / MIN_PART_COST : units;
-    parts = parts < units ? parts : units;
-    parts = parts < worth ? parts : worth;
+    align = align < 1 ? 1 : align;
+    int64_t parts = parts_for(n, align, cost);
     if (parts <= 1 || is_worker || pthread_mutex_trylock(&pool.busy) != 0) {
         fn(ctx, 0, n);
         return;
     }
     const int have = start_workers((int)parts - 1);     /* fewer where the system refused a thread */
-    if (parts > have + 1)
-        parts = have + 1;
+    parts = parts < have + 1 ? parts : have + 1;
     if (parts <= 1) {
         pthread_mutex_unlock(&pool.busy);
         fn(ctx, 0, n);
