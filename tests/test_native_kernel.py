@@ -183,12 +183,34 @@ def test_the_build_is_cached_and_keyed_by_the_source(rebuild, monkeypatch):
     native._kernel.cache_clear()
     monkeypatch.setattr(native, "_build", lambda *a: pytest.fail("rebuilt although the cache had the library"))
     assert native.available()
+    runtime = native.openmp_runtime()
+    assert native.library_path(native.compiler(), runtime) == built[0]
     changed = rebuild / "csrc"
     shutil.copytree(native.CSRC, changed)
     (changed / "simd.h").write_text((changed / "simd.h").read_text(encoding="utf-8") + "\n/* changed */\n",
                                     encoding="utf-8")
     monkeypatch.setattr(native, "CSRC", changed)
-    assert native.library_path(native.compiler()) != built[0]
+    assert native.library_path(native.compiler(), runtime) != built[0]
+
+
+@pytest.mark.skipif(native.compiler() is None or native.openmp_runtime() is None,
+                    reason="no C compiler, or no OpenMP runtime in this process")
+def test_where_openmp_does_not_build_the_kernels_run_on_labkits_own_pool(rebuild, monkeypatch):
+    """A compiler without -fopenmp (clang without libomp, say) still gives the kernels, on the pool."""
+    import subprocess
+
+    real = native._compile
+    monkeypatch.setattr(native, "_compile", lambda cc, arch, tmp, runtime: real(cc, arch, tmp, None) if runtime is None
+                        else subprocess.CompletedProcess([cc], 1, "", "unrecognized option '-fopenmp'"))
+    assert native.available(), native.why_unavailable()
+    assert native.threading_kind() == "labkit's thread pool"
+    x, w = torch.randn(3, 64), torch.randn(4096, 64)
+    native.use_threads(2)
+    try:
+        assert torch.allclose(native.linear_rows(x, w), x @ w.t(), atol=1e-4)
+        assert native.raw_kernels()["last_parts"]() == 2 and native.raw_kernels()["workers"]() >= 1
+    finally:
+        native.use_threads(None)
 
 
 @pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine")

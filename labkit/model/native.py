@@ -297,11 +297,11 @@ def sync_threads() -> int:
     """Tell the C side the calling thread's count (pinned, else ``torch.get_num_threads()``) if it changed;
     returns it. Called by every public function here and once per forward by ``llama.small_ops``."""
     n = getattr(_threads_told, "pinned", None) or torch.get_num_threads()
-    if getattr(_threads_told, "n", None) != n:
-        kernels = _kernel()
-        if kernels is not None:
-            kernels["set_threads"](n)
-            _threads_told.n = n
+    kernels = _kernel()
+    told = (id(kernels), n)             # per loaded library: a rebuilt one starts again at one thread
+    if kernels is not None and getattr(_threads_told, "told", None) != told:
+        kernels["set_threads"](n)
+        _threads_told.told = told
     return n
 
 
