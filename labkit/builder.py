@@ -39,6 +39,7 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     device = pick_device(config.device)
     dtype = pick_dtype(config.dtype, device)
     net, cfg, tokenizer, model_dir = load_model(model, device, dtype, progress=progress)
+    net.tune()      # the product forms for this CPU and these weights (disk cache, or timed once)
     if config.weights == "q4_1":
         net = q4_1_model(net, model_dir)
     max_model_len = config.resolve_max_model_len(cfg.max_position_embeddings)

@@ -14,3 +14,13 @@ def cache_root() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "labkit"
+
+
+SHARED_ENV = "LABKIT_SHARED_CACHE"
+
+
+def shared_root() -> Path | None:
+    """``$LABKIT_SHARED_CACHE``: a class's read-only cache prepared once by the hub's set-up
+    (``labkit.model.shared_cache``), or None when it is not set."""
+    value = os.environ.get(SHARED_ENV, "").strip()
+    return Path(value).expanduser() if value else None

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.model import invariance, native
-from labkit.model.cache_dir import cache_root
+from labkit.model.cache_dir import cache_root, shared_root
 from labkit.model.cpu_features import describe_cpu
 
 MAX_ROWS = 16               # row counts up to which the gate checks the C kernel row by row
@@ -337,11 +337,18 @@ def machine_key(threads: int) -> str:
 
 
 def _read_cache() -> dict:
-    try:
-        data = json.loads(cache_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The timings on disk: a class's shared cache (timed once by the hub's set-up, read-only), with this
+    user's own over it."""
+    shared = shared_root()
+    data: dict = {}
+    for path in ([shared / cache_path().name] if shared is not None else []) + [cache_path()]:
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict):
+            data.update(found)
+    return data
 
 
 def _write_cache(data: dict) -> None:

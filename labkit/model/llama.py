@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.model import huge_pages, linear_forms, native
+from labkit.model import linear_forms, native
 from labkit.model.config import ModelConfig
 from labkit.model.cpu_features import has_amx
 from labkit.model.linear_forms import order_probe
@@ -560,11 +560,14 @@ class LlamaModel(nn.Module):
                 layer.o_proj.copy_(take(p + "self_attn.o_proj.weight"))
                 layer.gate_up_proj.copy_(torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]))
                 layer.down_proj.copy_(take(p + "mlp.down_proj.weight"))
-        # Every matrix a decode step reads, in 2 MiB pages where Linux offers them (`huge_pages`).
-        huge_pages.move_to_huge_pages([self.embed_tokens, *self.linear_weights()])
-        if self.embed_tokens.device.type == "cpu" and self.embed_tokens.dtype == torch.float32:
-            # fp32 product forms for this CPU: from the disk cache, or timed once (`linear_forms`).
+
+    def tune(self) -> None:
+        """Choose the product forms for these weights on this CPU (`linear_forms`: from the disk cache, or
+        timed once). Called where an engine is built, after the weights are in place."""
+        if self.embed_tokens.device.type != "cpu":
+            return
+        if self.embed_tokens.dtype == torch.float32:
             linear_forms.prepare(self.linear_weights())
-        if self.embed_tokens.device.type == "cpu" and self.embed_tokens.dtype == torch.bfloat16:
-            # bf16: the C kernel or PyTorch's forms, from the disk cache or timed once.
+        elif self.embed_tokens.dtype == torch.bfloat16:
+            # bf16: the C kernel or PyTorch's forms.
             linear_forms.prepare_bf16(self.linear_weights(), _bf16_torch)

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from labkit.model.cache_dir import cache_root
+from labkit.model import huge_pages, weight_pack
+from labkit.model.cache_dir import cache_root, shared_root
 from labkit.model.config import ModelConfig
 from labkit.model.llama import LlamaModel
 from labkit.model.tokenizer import Tokenizer
@@ -61,17 +62,27 @@ def resolve_model_dir(model: str | os.PathLike | None, progress: bool = True) ->
     return path
 
 
-def ensure_default_converted(progress: bool = True) -> Path:
+def ensure_default_converted(progress: bool = True, root: Path | None = None) -> Path:
+    """The converted default model's directory under ``root`` (default: the user's cache), converted
+    on first use. A class's shared cache (``$LABKIT_SHARED_CACHE``) that holds it is used as it is."""
     gguf_path = find_default_gguf()
     stat = gguf_path.stat()
     key = hashlib.sha1(f"{gguf_path.name}:{stat.st_size}:v1".encode()).hexdigest()[:12]
-    target = cache_root() / "models" / f"{DEFAULT_MODEL}-Q4_1-{key}"
+    name = f"{DEFAULT_MODEL}-Q4_1-{key}"
+    shared = shared_root()
+    if root is None and shared is not None and (shared / "models" / name / "labkit.json").is_file():
+        return shared / "models" / name
+    target = (cache_root() if root is None else Path(root)) / "models" / name
     if (target / "labkit.json").is_file():
         return target
+    own = cache_root() / "models" / name          # converted before by this user: copied, not converted again
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
-        convert_gguf(gguf_path, tmp, progress=progress)
+        if (own / "labkit.json").is_file():
+            shutil.copytree(own, tmp, dirs_exist_ok=True)
+        else:
+            convert_gguf(gguf_path, tmp, progress=progress)
         if target.exists():  # another process finished first
             shutil.rmtree(tmp)
         else:
@@ -267,14 +278,22 @@ class LazyTensors:
 
 def load_model(model, device: torch.device, dtype: torch.dtype, progress: bool = True
                ) -> tuple[LlamaModel, ModelConfig, Tokenizer, Path]:
-    """(LlamaModel, ModelConfig, Tokenizer, model_dir), the weights cached per process."""
+    """(LlamaModel, ModelConfig, Tokenizer, model_dir), the weights cached per process.
+
+    Where a class's shared cache holds a weight pack for this model and dtype, the weights are mapped
+    from it, shared with every other process (`weight_pack`, `shared_cache`); otherwise they are read into this
+    process's own memory, in 2 MiB pages where Linux offers them (`huge_pages`)."""
     model_dir = resolve_model_dir(model, progress=progress)
     key = (str(model_dir.resolve()), str(device), str(dtype))
     if key not in _WEIGHTS:
         cfg = read_model_config(model_dir / "config.json")
-        state = LazyTensors(sorted(model_dir.glob("*.safetensors")))
         net = LlamaModel(cfg, dtype=dtype, device=device)
-        net.load_hf_state_dict(state)
+        pack = weight_pack.pack_for(model_dir, dtype, device)
+        if pack is not None:
+            weight_pack.use_pack(net, pack)
+        else:
+            net.load_hf_state_dict(LazyTensors(sorted(model_dir.glob("*.safetensors"))))
+            huge_pages.move_to_huge_pages([net.embed_tokens, *net.linear_weights()])
         _WEIGHTS[key] = (net, cfg, Tokenizer(model_dir, cfg.eos_token_id))
     net, cfg, tok = _WEIGHTS[key]
     return net, cfg, tok, model_dir

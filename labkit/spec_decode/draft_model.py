@@ -161,6 +161,7 @@ def load_draft(path: str | Path | None, target: LlamaModel) -> DraftLlama | Llam
 def _load_hf_draft(path: Path, target: LlamaModel) -> LlamaModel:
     model, cfg, _, _ = load_model(str(path), target.embed_tokens.device, target.embed_tokens.dtype,
                                   progress=False)
+    model.tune()
     if cfg.vocab_size != target.config.vocab_size:
         raise ValueError(f"draft vocab_size must equal the target's {target.config.vocab_size} "
                          f"(same tokenizer), got {cfg.vocab_size}")
