@@ -21,6 +21,8 @@
    against one causal SDPA call, per layer and as a share of the prefill forward.
 8. ``bench.bf16_forms``: a 512-token bf16 prefill and a batch-1 decode step with each bf16 product form
    the row-invariance gate offers on this CPU, and the form the choice rule keeps.
+9. ``bench.shared_weights``: a decode step with the weights mapped from a class's shared cache (the
+   hub's one copy of the model) against one with the process's own copy, batch 1 and 16.
 
 The GPU benchmark is separate: ``python bench/gpu.py`` (``make bench-gpu``).
 """
@@ -43,9 +45,11 @@ BENCHMARKS = {
     "load_memory": "load time and peak memory, labkit vs transformers",
     "prefill_attention": "what batch invariance costs in prefill attention, against one causal SDPA call",
     "bf16_forms": "bf16 prefill and decode with each row-invariant bf16 product form this CPU offers",
+    "shared_weights": "a decode step with a class's shared weights vs the process's own copy",
 }
 SKIPPED = {"baselines": "no --tiny or --model mode, and it runs the default model only",
-           "llama_cpp_peer": "it runs the default model's GGUF files only (no --model)"}
+           "llama_cpp_peer": "it runs the default model's GGUF files only (no --model)",
+           "shared_weights": "a class's shared cache holds the default model only (no --tiny or --model mode)"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -71,6 +75,8 @@ def flags_for(name: str, args: argparse.Namespace) -> list[str] | None:
         return None if args.tiny or args.model else size + ["--threads", str(args.threads)]
     if name == "llama_cpp_peer":
         return None if args.model else size
+    if name == "shared_weights":
+        return None if args.tiny or args.model else size + ["--threads", str(args.threads)]
     return size + ["--threads", str(args.threads)] + (["--model", args.model] if args.model else [])
 
 

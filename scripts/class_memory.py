@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps({"cpu": describe_cpu(), "mem_total_kb": total_kb, "lab": labs[0].stem,
                                              "fast": args.fast, "shared": not args.private, "runs": runs}, indent=1))
         if shared is not None and os.path.ismount(shared / weight_pack.PACKS) and args.shared is None:
-            os.system(f"umount {shared / weight_pack.PACKS}")
+            os.system(f"umount --lazy {shared / weight_pack.PACKS}")
     return 0
 
 

@@ -228,3 +228,13 @@ def test_bf16_forms_benchmark_times_each_offered_form_and_names_the_choice(tiny_
     assert any(r[0] == "bf16 form the engine chose" for r in env.rows)
     assert [r[0] for r in table.rows] == [name for name in bf16_forms.ARMS if name in lf.bf16_offered()]
     assert all(float(r[1].split()[0]) > 0 for r in table.rows)
+
+
+def test_shared_weights_benchmark_maps_the_pack_and_gets_the_same_tokens():
+    from bench import shared_weights
+
+    sections = shared_weights.main(["--batch", "2", "--steps", "2", "--rounds", "2", "--on-disk"])
+    table = sections[-1]
+    assert [row[0] for row in table.rows] == ["2"]
+    assert table.rows[0][-1] == "yes" and float(table.rows[0][3]) > 0
+    assert any("file's page cache" in note for note in table.notes)

@@ -166,4 +166,4 @@ def test_in_memory_the_packs_live_on_a_huge_page_tmpfs(tmp_path, class_cache):
         assert weight_pack.read_header(pack)["tensors"]
     finally:
         if os.path.ismount(root / weight_pack.PACKS):
-            subprocess.run(["umount", str(root / weight_pack.PACKS)], check=True)
+            subprocess.run(["umount", "--lazy", str(root / weight_pack.PACKS)], check=True)
