@@ -99,10 +99,11 @@ def gate_note(weights: list[torch.Tensor], forms: dict) -> str:
     words = {(True, True): "exact", (False, False): "not exact", (True, False): "exact at 1 row only",
              (False, True): "exact at 2..16 rows only"}
     kernel = ""
-    if linear_forms.NATIVE in linear_forms.candidates():
+    native_form = linear_forms.Form.NATIVE
+    if native_form in linear_forms.candidates():
         shapes = sorted({tuple(w.shape) for w in weights})
-        ok = all(linear_forms.NATIVE in linear_forms.exact_forms(*shape)[1] for shape in shapes)
-        kernel = (f"; {linear_forms.NATIVE} (its own order): {'row-invariant and as accurate as F.linear, admitted' if ok else 'refused'}"
+        ok = all(native_form in linear_forms.exact_forms(*shape)[1] for shape in shapes)
+        kernel = (f"; {native_form} (its own order): {'row-invariant and as accurate as F.linear, admitted' if ok else 'refused'}"
                   " by the gate's second rule")
     return ("exactness gate (each row's bits are bits F.linear gives it at some row count, on the order probe, "
             "every weight shape): " + "; ".join(f"{name}: {words[tuple(v)]}" for name, v in verdicts.items()) + kernel)
@@ -114,7 +115,7 @@ def _bf16_probe_note(threads: int) -> str:
     times = linear_forms.bf16_timings(threads)
     if not times:
         return "read from the disk cache"
-    kernel, torch_form = times[linear_forms.NATIVE], times["PyTorch"]
+    kernel, torch_form = times[linear_forms.Bf16Form.NATIVE], times[linear_forms.Bf16Form.TORCH]
     return ", ".join(f"{t}: {1e3 * kernel[t]:.1f} / {1e3 * torch_form[t]:.1f}" for t in sorted(kernel))
 
 

@@ -64,7 +64,7 @@ def run(llm: LLM, prompts: list[str], sampling: list[SamplingParams]) -> tuple[l
 
 def forms() -> list[str]:
     """The fp32 forms, and bf16 with the kernel or PyTorch's product (each used at every row count)."""
-    fp32 = [name for name in lf.INVARIANT if (native.available() if name == lf.NATIVE else
+    fp32 = [name for name in lf.INVARIANT if (native.available() if name is lf.Form.NATIVE else
                                               all(lf.pad_rows(*shape) is not None for shape in SHAPES))]
     bf16 = ["bf16, C kernel"] if native.has_bf16() else []
     return fp32 + bf16 + ["bf16, PyTorch", "q4_1"]
@@ -77,7 +77,7 @@ def using(form: str, monkeypatch):
         yield {"weights": "q4_1"}
         return
     if form.startswith("bf16"):
-        monkeypatch.setenv(lf.BF16_ENV, "1" if form.endswith(lf.NATIVE) else "0")
+        monkeypatch.setenv(lf.BF16_ENV, "1" if form.endswith(lf.Bf16Form.NATIVE) else "0")
         yield {"dtype": "bfloat16"}
         return
     with lf.forced(form):
@@ -87,7 +87,7 @@ def using(form: str, monkeypatch):
 @pytest.mark.slow
 # The full sync-vs-async comparison for the fp32 form the engine runs here (labkit's C kernel where it
 # builds); every form this CPU offers, bf16 and q4_1 included, goes through tests/test_form_invariance.py.
-@pytest.mark.parametrize("form", [lf.NATIVE] if native.available() else [f for f in forms() if f in lf.INVARIANT][:1])
+@pytest.mark.parametrize("form", [lf.Form.NATIVE] if native.available() else [f for f in forms() if f in lf.INVARIANT][:1])
 def test_async_scheduling_changes_no_logit_bit_and_no_token(form, tokenizer, monkeypatch):
     sampling = params(tokenizer)
     with using(form, monkeypatch) as dtype:

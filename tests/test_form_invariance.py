@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
+from labkit.model import invariance, llama, native, quant
 from labkit.model import linear_forms as lf
-from labkit.model import llama, native, quant
+from labkit.model.tuning import bf16
 from labkit.traces import load_prompts
 from tests.test_batch_invariance import run
 
@@ -34,18 +35,18 @@ LENGTHS = (16, 32, 33, 48, 21)
 NEW_TOKENS = 4
 
 
-FORMS = [*(f"fp32, {name}" for name in (lf.PADDED, lf.NATIVE)), "bf16, C kernel", "bf16, PyTorch",
+FORMS = [*(f"fp32, {name}" for name in (lf.Form.PADDED, lf.Form.NATIVE)), "bf16, C kernel", "bf16, PyTorch",
          "q4_1, PyTorch", "q4_1, C kernel"]
 
 
 def _skip_reason(form: str) -> str | None:
     kind, name = form.split(", ", 1)
     if kind == "fp32":
-        if name == lf.NATIVE and not native.available():
+        if name == lf.Form.NATIVE and not native.available():
             return f"labkit's C kernel does not build here: {native.why_unavailable()}"
         return None
     if kind == "bf16":
-        if name == lf.NATIVE:
+        if name == lf.Bf16Form.NATIVE:
             return None if native.has_bf16() else "no bf16 C kernel on this CPU (no AVX512_BF16)"
         why = lf.bf16_torch_refused()
         return None if why is None else f"the gate does not offer PyTorch's bf16 product on this CPU: {why}"
@@ -59,7 +60,7 @@ def _force(form: str, monkeypatch) -> dict:
         monkeypatch.setenv(lf.ENV, name)
         return {}
     if kind == "bf16":
-        monkeypatch.setenv(lf.BF16_ENV, "1" if name == lf.NATIVE else "0")
+        monkeypatch.setenv(lf.BF16_ENV, "1" if name == lf.Bf16Form.NATIVE else "0")
         return {"dtype": "bfloat16"}
     monkeypatch.setenv(quant.INT4_ENV, name)
     return {"weights": "q4_1"}
@@ -135,8 +136,8 @@ def test_the_check_catches_a_product_whose_bits_follow_the_row_count(prompts, mo
     """The same check, with PyTorch's bf16 form replaced by the emulated row-count-dependent product and the
     gate bypassed: it must fail (so it would fail on a CPU where PyTorch's product behaves like this), and
     the gate itself refuses that product."""
-    assert lf.invariance.linear_difference(_row_count_dependent, (576, 576), torch.bfloat16) is not None
+    assert invariance.linear_difference(_row_count_dependent, (576, 576), torch.bfloat16) is not None
     monkeypatch.setattr(llama, "_bf16_torch", _row_count_dependent)
-    monkeypatch.setattr(lf, "bf16_form", lambda threads=None: lf.TORCH_BF16)
+    monkeypatch.setattr(bf16, "bf16_form", lambda threads=None: lf.Bf16Form.TORCH)
     with pytest.raises(AssertionError, match="logits rows"):
         _checked("bf16, PyTorch", monkeypatch, prompts[:2])

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from labkit.model import invariance, native, quant
 from labkit.model import linear_forms as lf
+from labkit.model.tuning import bf16, cache
 
 
 def tail_kernel(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -54,35 +55,30 @@ def bf16_registry(monkeypatch, tmp_path):
     """A fresh bf16 registry with one small weight, and a private disk cache."""
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
     monkeypatch.delenv(lf.BF16_ENV, raising=False)
-    saved = (dict(lf._bf16), dict(lf._bf16_choice), dict(lf._bf16_refused))
-    lf._bf16.clear()
-    lf._bf16_choice.clear()
-    lf._bf16_refused.clear()
-    yield
-    for store, old in zip((lf._bf16, lf._bf16_choice, lf._bf16_refused), saved):
-        store.clear()
-        store.update(old)
+    monkeypatch.setattr(bf16, "_registered", None)
+    monkeypatch.setattr(bf16, "_choice", {})
+    monkeypatch.setattr(bf16, "_refused", {})
 
 
 def _register(torch_form) -> None:
-    lf._bf16.update(weights=[torch.randn(64, 96).bfloat16()], shapes=[(64, 96)], torch=torch_form)
+    bf16.register([torch.randn(64, 96).bfloat16()], torch_form)
 
 
 def test_a_refused_pytorch_bf16_form_is_never_used(bf16_registry, monkeypatch):
     _register(tail_kernel)
     assert lf.bf16_torch_refused() is not None
-    assert lf.TORCH_BF16 not in lf.bf16_offered()
+    assert lf.Bf16Form.TORCH not in lf.bf16_offered()
     monkeypatch.setenv(lf.BF16_ENV, "0")      # asked for, but not offered: refused with a warning
     with pytest.warns(RuntimeWarning, match="does not offer"):
         form = lf.bf16_form()
-    assert form == (lf.NATIVE if native.has_bf16() else lf.UPCAST)
+    assert form == (lf.Bf16Form.NATIVE if native.has_bf16() else lf.Bf16Form.UPCAST)
 
 
 def test_without_any_invariant_bf16_form_products_run_in_fp32(bf16_registry, monkeypatch):
     _register(tail_kernel)
     monkeypatch.setattr(native, "has_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="no row-invariant bf16 product"):
-        assert lf.bf16_form() == lf.UPCAST
+        assert lf.bf16_form() == lf.Bf16Form.UPCAST
     from labkit.model import llama
     x, w = torch.randn(5, 96).bfloat16(), torch.randn(64, 96).bfloat16()
     assert torch.equal(llama.linear(x, w), lf.invariant_product(x.float(), w.float()).bfloat16())
@@ -92,8 +88,8 @@ def test_without_any_invariant_bf16_form_products_run_in_fp32(bf16_registry, mon
 def test_an_invariant_pytorch_bf16_form_is_offered_and_the_refusal_is_cached_on_disk(bf16_registry):
     _register(lambda x, w: torch.stack([F.linear(r[None], w)[0] for r in x]))
     assert lf.bf16_torch_refused() is None
-    assert lf.TORCH_BF16 in lf.bf16_offered()
-    assert any("row invariance" in key for key in lf._read_cache())
+    assert lf.Bf16Form.TORCH in lf.bf16_offered()
+    assert any("row invariance" in key for key in cache.read())
 
 
 def test_a_refused_pytorch_int4_kernel_falls_back_to_an_invariant_product(monkeypatch):

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from labkit.model import linear_forms as lf
 from labkit.model import native
 from labkit.model.llama import linear
+from labkit.model.tuning import cache, forms, walks
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 
@@ -95,16 +96,16 @@ def test_the_crossover_is_the_last_row_count_up_to_which_the_sequential_walk_win
 
 @needs_kernel
 def test_the_walk_is_timed_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(lf, "cache_path", lambda: tmp_path / "linear_forms.json")
+    monkeypatch.setattr(cache, "cache_path", lambda: tmp_path / "linear_forms.json")
     before = native.sequential_rows()
     fast = {rows: {"tiles": 2.0, "sequential": 1.0 if rows <= 4 else 3.0} for rows in lf.WALK_ROWS}
-    monkeypatch.setattr(lf, "_time_walks", lambda sweep: fast)
+    monkeypatch.setattr(walks, "time_walks", lambda sweep: fast)
     try:
-        lf._fill_walk([rand(64, 96)])
+        walks.prepare([rand(64, 96)])
         assert native.sequential_rows() == 4
-        monkeypatch.setattr(lf, "_time_walks", lambda sweep: pytest.fail("timed again although cached"))
+        monkeypatch.setattr(walks, "time_walks", lambda sweep: pytest.fail("timed again although cached"))
         native.set_sequential_rows(0)
-        lf._fill_walk([rand(64, 96)])
+        walks.prepare([rand(64, 96)])
         assert native.sequential_rows() == 4
     finally:
         native.set_sequential_rows(before)
@@ -162,9 +163,9 @@ def test_without_a_compiler_the_kernel_is_unavailable_and_never_offered(rebuild,
     monkeypatch.setenv("CC", str(rebuild / "no-such-compiler"))
     assert not native.available()
     assert "no-such-compiler" in native.why_unavailable()
-    assert lf.NATIVE not in lf.candidates()
+    assert lf.Form.NATIVE not in lf.candidates()
     with pytest.raises(ValueError, match="not available here"):
-        with lf.forced(lf.NATIVE):
+        with lf.forced(lf.Form.NATIVE):
             pass
     with pytest.raises(RuntimeError, match="not available"):
         native.linear_rows(torch.ones(1, 16), torch.ones(4, 16))
@@ -235,7 +236,7 @@ def test_a_broken_compiler_reports_its_error(rebuild, monkeypatch):
 @needs_kernel
 def test_the_gate_admits_the_kernel_at_every_row_count_for_its_row_invariance():
     exact = lf.exact_forms(64, 1152, max_rows=6)
-    assert all(lf.NATIVE in exact[t] for t in exact), exact
+    assert all(lf.Form.NATIVE in exact[t] for t in exact), exact
 
 
 def test_the_gate_refuses_an_own_order_form_that_is_not_row_invariant(monkeypatch):
@@ -244,7 +245,7 @@ def test_the_gate_refuses_an_own_order_form_that_is_not_row_invariant(monkeypatc
             return F.linear(x, w)
         return (x[:, None, :] * w[None]).flip(-1).cumsum(-1)[..., -1]
 
-    monkeypatch.setattr(lf, "OWN_ORDER", frozenset({"own"}))
+    monkeypatch.setattr(forms, "OWN_ORDER", frozenset({"own"}))
     exact = lf.exact_forms(64, 1152, max_rows=4, forms={"F.linear": F.linear, "own": split_by_rows})
     assert all(exact[t] == ["F.linear"] for t in exact), exact
 
@@ -253,7 +254,7 @@ def test_the_gate_refuses_an_own_order_form_that_is_invariant_but_less_accurate(
     def rows_in_bf16(x, w):         # each row alone, rounded through bf16: invariant, and worse
         return torch.cat([F.linear(r[None].bfloat16(), w.bfloat16()).float() for r in x])
 
-    monkeypatch.setattr(lf, "OWN_ORDER", frozenset({"own"}))
+    monkeypatch.setattr(forms, "OWN_ORDER", frozenset({"own"}))
     exact = lf.exact_forms(64, 1152, max_rows=4, forms={"F.linear": F.linear, "own": rows_in_bf16})
     assert all(exact[t] == ["F.linear"] for t in exact), exact
 
@@ -262,7 +263,7 @@ def test_the_gate_refuses_an_own_order_form_that_is_invariant_but_less_accurate(
 def test_with_the_kernel_chosen_a_decode_row_equals_its_verification_row():
     w = rand(960, 576, seed=7)
     x = rand(5, 576, seed=8)
-    with lf.forced(lf.NATIVE):
+    with lf.forced(lf.Form.NATIVE):
         batch = linear(x, w)
         assert all(torch.equal(linear(x[i:i + 1], w), batch[i:i + 1]) for i in range(5))
 
@@ -311,11 +312,11 @@ def test_bf16_nan_and_ties_round_like_torch():
 
 
 def test_the_bf16_choice_is_one_for_all_row_counts_and_needs_a_clear_win():
-    fast = {lf.NATIVE: {1: 1.0, 16: 2.0}, "PyTorch": {1: 2.0, 16: 3.0}}
-    assert lf.choose_bf16(fast)
-    assert not lf.choose_bf16({lf.NATIVE: {1: 1.0, 16: 2.95}, "PyTorch": {1: 2.0, 16: 2.0}})   # a near tie
+    kernel, torch_form = lf.Bf16Form.NATIVE, lf.Bf16Form.TORCH
+    assert lf.choose_bf16({kernel: {1: 1.0, 16: 2.0}, torch_form: {1: 2.0, 16: 3.0}})
+    assert not lf.choose_bf16({kernel: {1: 1.0, 16: 2.95}, torch_form: {1: 2.0, 16: 2.0}})   # a near tie
     # faster at one row, slower in total: no kernel at all, rather than a mix
-    assert not lf.choose_bf16({lf.NATIVE: {1: 1.0, 16: 9.0}, "PyTorch": {1: 2.0, 16: 3.0}})
+    assert not lf.choose_bf16({kernel: {1: 1.0, 16: 9.0}, torch_form: {1: 2.0, 16: 3.0}})
 
 
 def test_the_bf16_choice_can_be_fixed(monkeypatch):

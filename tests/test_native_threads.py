@@ -233,7 +233,7 @@ def test_the_models_logits_are_the_same_on_one_thread_and_two(dtype, monkeypatch
         torch.set_num_threads(threads)
         rows: list[torch.Tensor] = []
         monkeypatch.setattr(llm.engine.runner, "execute", lambda d: rows.append(execute(d).clone()) or rows[-1])
-        with linear_forms.forced(linear_forms.NATIVE):
+        with linear_forms.forced(linear_forms.Form.NATIVE):
             llm.generate(["Why is the sky blue?", "Write a haiku about tea.", "1, 2, 3,"],
                          SamplingParams(max_tokens=6, ignore_eos=True))
         return rows

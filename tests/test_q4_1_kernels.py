@@ -14,6 +14,7 @@ from labkit.model.gguf_codes import QuantizedWeight
 from labkit.model.llama import linear
 from labkit.model.q4_model import Q8Head
 from labkit.model.quant import Int4Linear
+from labkit.model.tuning import cache, walks
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 
@@ -80,13 +81,13 @@ def test_q8_rows_names_what_is_wrong_with_its_input():
 
 @needs_kernel
 def test_the_q8_walk_is_timed_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch, walk):
-    monkeypatch.setattr(lf, "cache_path", lambda: tmp_path / "linear_forms.json")
+    monkeypatch.setattr(cache, "cache_path", lambda: tmp_path / "linear_forms.json")
     codes, scales, _ = q8_weight(64, 96 + 32)
     fast = {rows: {"tiles": 2.0, "sequential": 1.0 if rows <= 2 else 3.0} for rows in lf.WALK_ROWS}
-    monkeypatch.setattr(lf, "_time_q8_walks", lambda c, s: fast)
+    monkeypatch.setattr(walks, "time_q8_walks", lambda c, s: fast)
     lf.prepare_q8(codes, scales)
     assert native.q8_sequential_rows() == 2
-    monkeypatch.setattr(lf, "_time_q8_walks", lambda c, s: pytest.fail("timed again although cached"))
+    monkeypatch.setattr(walks, "time_q8_walks", lambda c, s: pytest.fail("timed again although cached"))
     walk(0)
     lf.prepare_q8(codes, scales)
     assert native.q8_sequential_rows() == 2
@@ -95,7 +96,7 @@ def test_the_q8_walk_is_timed_once_per_machine_and_then_read_from_the_cache(tmp_
 @needs_kernel
 def test_the_q8_walks_are_really_timed(walk):
     codes, scales, _ = q8_weight(256, 576)
-    times = lf._time_q8_walks(codes, scales)
+    times = walks.time_q8_walks(codes, scales)
     assert set(times) == set(lf.WALK_ROWS)
     assert all(set(t) == {"tiles", "sequential"} and all(v > 0 for v in t.values()) for t in times.values())
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit.model import linear_forms, shared_cache, weight_pack
+from labkit.model import shared_cache, weight_pack
 from labkit.model.cache_dir import SHARED_ENV
+from labkit.model.tuning import cache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,9 +86,9 @@ def test_the_shared_timings_are_read_under_the_learners_own(tmp_path, monkeypatc
     (own / "linear_forms.json").write_text(json.dumps({"k2": "own"}))
     monkeypatch.setenv("LABKIT_CACHE", str(own))
     monkeypatch.setenv(SHARED_ENV, str(shared))
-    assert linear_forms._read_cache() == {"k1": "shared", "k2": "own"}
+    assert cache.read() == {"k1": "shared", "k2": "own"}
     monkeypatch.delenv(SHARED_ENV)
-    assert linear_forms._read_cache() == {"k2": "own"}
+    assert cache.read() == {"k2": "own"}
 
 
 @pytest.fixture(scope="module")

@@ -21,16 +21,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.model import linear_forms, native
+from labkit.model import native
 from labkit.model.config import ModelConfig
 from labkit.model.cpu_features import has_amx
-from labkit.model.linear_forms import order_probe
+from labkit.model.tuning import bf16, fp32
+from labkit.model.tuning.bf16 import Bf16Form
+from labkit.model.tuning.forms import Form, order_probe
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
 # fp32: one batch-invariant form for every row count (a row gets the same bits in any batch, so the
 # scheduler never changes a token: tests/test_batch_invariance.py), the faster of two on the CPU at hand by a timing probe
-# (`labkit.model.linear_forms`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
+# (`labkit.model.tuning.fp32`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
 # 2 rows on an AMD EPYC.
 # bf16: the products must give each row the same bits at any row count, because speculative decoding
 # verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
@@ -78,20 +80,20 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
         return weight(x)
     if x.device.type == "cpu":
         if x.dtype == torch.bfloat16:
-            # One row-invariant form for every row count, never a mix (`linear_forms.bf16_form`): labkit's
+            # One row-invariant form for every row count, never a mix (`tuning.bf16.bf16_form`): labkit's
             # C kernel, PyTorch's form where this CPU gives it the same bits at every row count, or the
             # fp32 form of the widened weights where neither is offered.
             if weight.dtype == torch.bfloat16 and not torch.compiler.is_compiling():
-                form = linear_forms.bf16_form()
-                if form == linear_forms.NATIVE:
+                form = bf16.bf16_form()
+                if form is Bf16Form.NATIVE:
                     return native.linear_rows(x, weight)
-                if form == linear_forms.UPCAST:
-                    return linear_forms.invariant_product(x.float(), weight.float()).to(torch.bfloat16)
+                if form is Bf16Form.UPCAST:
+                    return fp32.invariant_product(x.float(), weight.float()).to(torch.bfloat16)
             return _bf16_torch(x, weight)
         if x.dtype == torch.float32 and weight.dtype == torch.float32:
             if torch.compiler.is_compiling():
                 return F.linear(x, weight)      # inductor picks its own kernel
-            return linear_forms.product(x, weight)
+            return fp32.product(x, weight)
     return F.linear(x, weight)
 
 
@@ -260,8 +262,8 @@ class SmallOps:
         if not int4:
             if any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype or not w.is_contiguous() for w in weights):
                 return None
-            if not (linear_forms.bf16_uses_kernel() if self.bf else
-                    all(linear_forms.form_name(tuple(w.shape), rows) == linear_forms.NATIVE for w in weights)):
+            if not (bf16.bf16_uses_kernel() if self.bf else
+                    all(fp32.form_name(tuple(w.shape), rows) is Form.NATIVE for w in weights)):
                 return None
         call = cpu_batched.one_kernel_call(x, kv_caches[0][0], meta)
         if call is None:
@@ -300,11 +302,11 @@ class SmallOps:
 
     def linear(self, x: torch.Tensor, weight) -> torch.Tensor:
         """`linear`, with the C product called straight where `linear` would call it (the same form
-        decision, made per call: fp32 by ``linear_forms.form_name``, bf16 by ``bf16_uses_kernel``)."""
+        decision, made per call: fp32 by ``fp32.form_name``, bf16 by ``bf16.bf16_uses_kernel``)."""
         if self._product is not None and isinstance(weight, torch.Tensor) and weight.dtype == self.dtype:
             rows = x.shape[0]
-            if (linear_forms.bf16_uses_kernel() if self.bf else
-                    linear_forms.form_name(tuple(weight.shape), rows) == linear_forms.NATIVE):
+            if (bf16.bf16_uses_kernel() if self.bf else
+                    fp32.form_name(tuple(weight.shape), rows) is Form.NATIVE):
                 if x.is_contiguous() and weight.is_contiguous():
                     y = torch.empty((rows, weight.shape[0]), dtype=self.dtype)
                     self._product(x.data_ptr(), weight.data_ptr(), y.data_ptr(), rows, weight.shape[0], weight.shape[1])
@@ -562,12 +564,12 @@ class LlamaModel(nn.Module):
                 layer.down_proj.copy_(take(p + "mlp.down_proj.weight"))
 
     def tune(self) -> None:
-        """Choose the product forms for these weights on this CPU (`linear_forms`: from the disk cache, or
+        """Choose the product forms for these weights on this CPU (`labkit.model.tuning`: from the disk cache, or
         timed once). Called where an engine is built, after the weights are in place."""
         if self.embed_tokens.device.type != "cpu":
             return
         if self.embed_tokens.dtype == torch.float32:
-            linear_forms.prepare(self.linear_weights())
+            fp32.prepare(self.linear_weights())
         elif self.embed_tokens.dtype == torch.bfloat16:
             # bf16: the C kernel or PyTorch's forms.
-            linear_forms.prepare_bf16(self.linear_weights(), _bf16_torch)
+            bf16.prepare_bf16(self.linear_weights(), _bf16_torch)

@@ -11,7 +11,7 @@ through ctypes (which releases the GIL during the call, so an async worker threa
 hold up the scheduler). The build is keyed by a hash of the source, the compiler's version line, the
 flags and the CPU line, so a changed source, compiler or CPU builds anew and a stale library is never
 loaded. Where there is no compiler, or the build fails, `available()` is False, `why_unavailable()` says
-why, and labkit keeps to PyTorch's forms (``labkit.model.linear_forms`` only offers this one when it
+why, and labkit keeps to PyTorch's forms (``labkit.model.tuning.forms`` only offers this one when it
 builds). ``LABKIT_NATIVE=0`` switches it off.
 
 What it computes: ``x @ wᵀ`` for fp32 ``x [T, K]`` and ``w [N, K]`` (and for bf16 on CPUs with
@@ -322,13 +322,13 @@ def _ready() -> dict:
 def set_sequential_rows(max_rows: int) -> None:
     """`linear_rows` walks the weights one row after the other for products of at most ``max_rows``
     rows, and in 4-row tiles above (0: always tiles). The same bits either way (tested); only the
-    speed differs, by CPU, so ``linear_forms`` times both once per machine and sets the crossover."""
+    speed differs, by CPU, so ``tuning.walks.prepare`` times both once per machine and sets the crossover."""
     if _set_walk("set_sequential", max_rows):
         _state["sequential_rows"] = max_rows
 
 
 def set_q8_sequential_rows(max_rows: int) -> None:
-    """`set_sequential_rows` for `q8_rows`, whose own crossover ``linear_forms.prepare_q8`` times."""
+    """`set_sequential_rows` for `q8_rows`, whose own crossover ``tuning.walks.prepare_q8`` times."""
     if _set_walk("q8_set_sequential", max_rows):
         _state["q8_sequential_rows"] = max_rows
 
