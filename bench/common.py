@@ -136,7 +136,7 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 def token_times(engine) -> tuple[list[float], Callable]:
     """A list that gets ``now()`` each time the engine appends tokens, and the subscriber (to
     unsubscribe). One entry per engine step that produced tokens."""
-    from labkit.hooks import TokensAppended
+    from labkit.events import TokensAppended
 
     times: list[float] = []
     return times, engine.hooks.subscribe(lambda event: times.append(now()), TokensAppended)

@@ -176,7 +176,7 @@ class Labkit:
 
     def _run(self, prompts: list[list[int]], max_tokens: int) -> Run:
         from labkit import SamplingParams
-        from labkit.hooks import StepEnd, TokensAppended
+        from labkit.events import StepEnd, TokensAppended
 
         steps: list[list] = [[0]]                # tokens appended in the current step
         rows: list[tuple[float, int]] = []

@@ -10,9 +10,9 @@ State flows one way through a step::
     proposer.propose(...)           drafts for the next step (speculative decoding)
     events                          observers get immutable events once the state is consistent
 
-With ``EngineConfig(async_scheduling=True)`` the same parts run in an overlapped order
-(``_step_async``): the forward runs on the executor's worker thread while the host plans the next
-step, and each call applies the previous step's tokens.
+With ``EngineConfig(async_scheduling=True)`` the same step body (``_step``) runs overlapped: the forward
+runs on the executor's worker thread while the host plans the next step, and each call applies the
+previous step's tokens. The synchronous engine is that body without overlap.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit import hooks as ev
+from labkit import events as ev
 from labkit import host_clock
 from labkit.config import EngineConfig
 from labkit.executor import InlineExecutor
@@ -35,13 +35,14 @@ from labkit.outputs import StepOutput
 from labkit.request import Request, RequestStatus
 from labkit.sample.sampler import Sampler
 from labkit.sampling_params import SamplingParams
-from labkit.scheduler_output import SampledTokens, SchedulerOutput, StepUpdate
+from labkit.scheduler_output import IDLE, PREFILL, SampledTokens, SchedulerOutput, StepUpdate
 
 
 @dataclass(frozen=True)
 class InFlight:
-    """Async scheduling: a step whose forward was launched and whose tokens are not applied yet.
-    ``result``: its logits, or (the executor's worker samples too) its ``SampledTokens``."""
+    """A step whose forward was launched and whose tokens are not applied yet (between two calls only
+    with async scheduling). ``result``: its logits, or (the executor's worker samples too) its
+    ``SampledTokens``."""
 
     decision: SchedulerOutput
     result: Future
@@ -60,7 +61,6 @@ class LLMEngine:
         self.hooks = ev.EventBus()
         self.metrics = MetricsCollector()
         self.step_count = 0
-        self._propose_s = 0.0      # the last step's proposer call (StepStats.propose_s)
         self._ids = itertools.count()
         self._reserved_ids: set[str] = set()      # children's ids, taken from the moment n > 1 is asked
         self._streams: dict[str, deque[StepOutput]] = {}
@@ -166,73 +166,63 @@ class LLMEngine:
             return self._step()
 
     def _step(self) -> list[StepOutput]:
-        if self.config.async_scheduling:
-            return self._step_async()
-        t0 = host_clock.now()
-        decision = self.scheduler.schedule(self.clock())
-        self._forget_drafts(decision.preempted)
-        t1 = host_clock.now()
-        logits = self.runner.execute(decision) if decision.num_rows else None
-        t2 = host_clock.now()
-        sampled = self._sample(decision, logits)
-        failed = self.sampler.take_failed()
-        t_sampled = host_clock.now()
+        """One body for both engines: the synchronous engine is the asynchronous one without overlap::
+
+            sync    host   | schedule N | launch N, await N | sample N | update N | propose | events |
+            async   host   | schedule N+1 | await N | sample N | launch N+1 | update N | events |
+                    device |<------ forward N ------>|            |<------ forward N+1 ......
+
+        Sync launches the step it planned and awaits it in the same call (the inline executor computes
+        it at launch): nothing stays in flight between calls. Async keeps step N in flight while it plans
+        N+1 and returns N's outputs a call late; decode rows of N+1 whose token N is still producing
+        carry a placeholder, filled in from N's sampled tokens just before N+1 launches. With a worker
+        thread (the real model) the worker samples N right after its forward ("sample N" moves to the
+        device side); the simulator samples on the host, as drawn. Each host phase is timed
+        (``HostTimer``) for ``StepStats``; the forward and the wait for it are not host phases.
+        """
+        overlap = self.config.async_scheduling
+        timer = host_clock.HostTimer(on_phase=self._host_elapsed if overlap else None)
+        with timer.phase("schedule"):
+            decision = self.scheduler.schedule(self.clock())
+            self._forget_drafts(decision.preempted)
+        if not overlap:
+            self._launch(decision)
+        done, self._in_flight = self._in_flight, None
+        sampled, failed, model_s, wait_s = SampledTokens(), {}, 0.0, 0.0
+        if done is not None:
+            result, wait_s = self._await_forward(done.result)
+            model_s = self.runner.last_model_s
+            with timer.phase("sample"):
+                sampled = result if self._sample_on_worker else self._sample(done.decision, result)
+                failed = self.sampler.take_failed()      # read before the next launch samples again
+                self._forget_retired()
+        if overlap:
+            decision.fill_placeholders(sampled)
+            self._launch(decision)
+        with timer.phase("update"):
+            outputs = [] if done is None else self._update(done.decision, sampled, failed)
+        if self.proposer is not None:
+            with timer.phase("propose"):
+                self._propose()
+        self.step_count += 1
+        self._end_step(decision, model_s, timer, wait_s=wait_s if overlap else None)
+        return outputs
+
+    def _launch(self, decision: SchedulerOutput) -> None:
+        """Start the decision's forward (on a worker thread: its sampling too); it stays in flight until
+        a step awaits it. A decision without rows computes nothing."""
+        if decision.num_rows:
+            job = self._forward_and_sample if self._sample_on_worker else self.runner.execute
+            self._in_flight = InFlight(decision, self.executor.launch(job, decision))
+
+    def _update(self, decision: SchedulerOutput, sampled: SampledTokens, failed: dict[str, str]) -> list[StepOutput]:
+        """Apply a step's tokens (the scheduler's one update), book them, and end the requests whose rows
+        could not be sampled."""
         update = self.scheduler.update_from_output(decision, _without(sampled, failed) if failed else sampled,
                                                    self.clock(), token_events=self.hooks.wants(ev.TokensAppended))
         self._reserved_ids.difference_update(r.request_id for r in update.forked)
         self._apply(update)
-        outputs = self._fail(update.outputs, failed) if failed else update.outputs
-        self._propose()
-        t3 = host_clock.now()
-        self.step_count += 1
-        model_s = self.runner.last_model_s if decision.num_rows else 0.0
-        self._end_step(decision, model_s, host_s=(t1 - t0, t_sampled - t2, t3 - t2))
-        return outputs
-
-    def _step_async(self) -> list[StepOutput]:
-        """Overlap scheduling: plan step N+1 while step N's forward runs; apply N's tokens a call late.
-
-            host    | schedule N+1 | wait | sample N | launch N+1 | update N, events |
-            device  |<------ forward N ------>|               |<------ forward N+1 ......
-
-        Decode rows of N+1 whose token N is still producing carry a placeholder, filled in from N's
-        sampled tokens just before N+1 launches. Each call returns step N's outputs. With a worker
-        thread (the real model) the worker samples N right after its forward ("sample N" moves to the
-        device side); the simulator samples on the host, as drawn.
-        """
-        t0 = host_clock.now()
-        decision = self.scheduler.schedule(self.clock())
-        t1 = host_clock.now()
-        self._host_elapsed(t1 - t0)
-        prev, self._in_flight = self._in_flight, None
-        sampled, wait_s, model_s, sample_s = SampledTokens(), 0.0, 0.0, 0.0
-        failed: dict[str, str] = {}
-        if prev is not None:
-            result, wait_s = self._await_forward(prev.result)
-            model_s = self.runner.last_model_s
-            t2 = host_clock.now()
-            sampled = result if self._sample_on_worker else self._sample(prev.decision, result)
-            failed = self.sampler.take_failed()      # read before the next launch samples again
-            self._forget_retired()
-            sample_s = host_clock.now() - t2
-            self._host_elapsed(sample_s)
-        decision.fill_placeholders(sampled)
-        if decision.num_rows:
-            job = self._forward_and_sample if self._sample_on_worker else self.runner.execute
-            self._in_flight = InFlight(decision, self.executor.launch(job, decision))
-        t3 = host_clock.now()
-        outputs: list[StepOutput] = []
-        if prev is not None:
-            update = self.scheduler.update_from_output(prev.decision, _without(sampled, failed) if failed else sampled,
-                                                       self.clock(), token_events=self.hooks.wants(ev.TokensAppended))
-            self._reserved_ids.difference_update(r.request_id for r in update.forked)
-            self._apply(update)
-            outputs = self._fail(update.outputs, failed) if failed else update.outputs
-        after_s = host_clock.now() - t3
-        self._host_elapsed(after_s)
-        self.step_count += 1
-        self._end_step(decision, model_s, host_s=(t1 - t0, sample_s, sample_s + after_s), wait_s=wait_s)
-        return outputs
+        return self._fail(update.outputs, failed) if failed else update.outputs
 
     def _forward_and_sample(self, decision: SchedulerOutput) -> SampledTokens:
         """The worker thread's job (async): the forward, then its sampling. The sampler's state it reads
@@ -254,7 +244,8 @@ class LLMEngine:
         return result, host_clock.now() - t0
 
     def _host_elapsed(self, seconds: float) -> None:
-        """Async: the host just spent ``seconds`` (a simulated engine moves its clock; a real one's moves itself)."""
+        """Async: the host just spent ``seconds`` on a phase (a simulated engine moves its clock; a real
+        one's moves itself)."""
 
     def _retire(self, request_id: str) -> None:
         if self.config.async_scheduling:
@@ -312,25 +303,21 @@ class LLMEngine:
 
     def _propose(self) -> None:
         """Drafts for requests in decode (all but the last token computed) for the next step."""
-        if self.proposer is None:
-            return
         ready = [r for r in self.scheduler.running
                  if r.num_computed_tokens == r.num_tokens - 1 and not r.num_forks_pending]
-        started = host_clock.now()
         proposals = self.proposer.propose(ready)
-        self._propose_s = host_clock.now() - started
         self.scheduler.set_drafts({rid: p.token_ids for rid, p in proposals.items()})
         for rid, p in proposals.items():
             self.sampler.set_draft_probs(rid, p.probs)
 
     # ------------------------------------------------------------------------------ observing
-    def _end_step(self, decision: SchedulerOutput, model_s: float, host_s: tuple[float, float, float],
+    def _end_step(self, decision: SchedulerOutput, model_s: float, timer: host_clock.HostTimer,
                   wait_s: float | None = None) -> None:
-        """host_s: (schedule, sample, everything after the forward pass) in seconds. wait_s (async): how
-        long the host waited for the forward; the step took host + wait (sync: host + model)."""
-        stats = self._step_stats(decision, model_s, *host_s, wait_s=wait_s)
+        """``timer``: the step's host phases. wait_s (async): how long the host waited for the forward;
+        the step took host + wait (sync: host + model)."""
+        stats = self._step_stats(decision, model_s, timer.seconds, wait_s)
         decode_only = decision.num_rows > 0 and (decision.columns is not None
-                                                 or all(s.kind != "prefill" for s in decision.scheduled))
+                                                 or all(s.kind is not PREFILL for s in decision.scheduled))
         self.metrics.record_step(stats, decode_only)
         if self.hooks.active:
             self._events[:0] = self._scheduling_events(decision)
@@ -342,9 +329,11 @@ class LLMEngine:
     def _computed(self) -> dict[str, int]:
         return {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
 
-    def _step_stats(self, decision: SchedulerOutput, model_s: float, schedule_s: float, sample_s: float,
-                    after_s: float, wait_s: float | None = None) -> ev.StepStats:
-        scheduler_s = schedule_s + after_s
+    def _step_stats(self, decision: SchedulerOutput, model_s: float, host: dict[str, float],
+                    wait_s: float | None) -> ev.StepStats:
+        """``host``: seconds per host phase. ``scheduler_s`` is all of them: the host's whole step but the
+        forward pass (and, async, the wait for it)."""
+        scheduler_s = host["schedule"] + host["sample"] + host["update"] + host["propose"]
         waste = self.kv.waste(self._computed(), self._next_waiting_need())
         cfg = self.config
         return ev.StepStats(
@@ -356,8 +345,8 @@ class LLMEngine:
             batch_occupancy_perc=100.0 * decision.num_rows / cfg.max_num_seqs,
             token_budget_perc=100.0 * decision.num_scheduled_tokens / cfg.max_num_batched_tokens,
             num_preemptions=self.scheduler.num_preemptions, scheduler_s=scheduler_s, model_s=model_s,
-            step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated, schedule_s=schedule_s, sample_s=sample_s,
-            propose_s=self._propose_s)
+            step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated,
+            schedule_s=host["schedule"], sample_s=host["sample"], propose_s=host["propose"])
 
     def _next_waiting_need(self) -> int:
         if not self.scheduler.waiting:
@@ -380,7 +369,7 @@ class LLMEngine:
 
     def _batch(self, decision: SchedulerOutput) -> tuple[ev.BatchEntry, ...]:
         entries = [ev.BatchEntry(s.request_id, i, s.num_new_tokens, s.kind) for i, s in enumerate(decision.scheduled)]
-        entries += [ev.BatchEntry(rid, len(entries) + i, 0, "idle") for i, rid in enumerate(decision.idle)]
+        entries += [ev.BatchEntry(rid, len(entries) + i, 0, IDLE) for i, rid in enumerate(decision.idle)]
         return tuple(entries)
 
     def _emit_now(self, event) -> None:

@@ -1,7 +1,9 @@
 """Where a forward pass runs: in the caller's thread, or on one worker thread (async scheduling).
 
-``launch(execute, decision)`` returns a ``Future`` of the logits. The inline executor computes them
-before it returns (a synchronous engine, and the simulator, whose accelerator time is modelled rather
+``launch(execute, decision)`` returns something with a ``Future``'s ``result()``: the logits. The inline
+executor computes them before it returns, and hands them over in a `Ready` (a ``concurrent.futures.Future``
+builds a lock and a condition, about 10 µs of a synchronous engine's host path per step: held by
+``bench.scheduler_overhead``) (a synchronous engine, and the simulator, whose accelerator time is modelled rather
 than spent). The worker-thread executor returns at once: PyTorch releases the GIL inside its kernels,
 so the host can plan the next step while this one computes. One worker keeps forwards in launch order,
 which the KV cache relies on (step N+1 reads what step N wrote).
@@ -14,13 +16,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 
+class Ready:
+    """A result computed already: ``result()`` as a finished ``Future`` answers it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value) -> None:
+        self._value = value
+
+    def result(self, timeout: float | None = None):
+        return self._value
+
+
 class InlineExecutor:
     threaded = False
 
-    def launch(self, execute, decision) -> Future:
-        done: Future = Future()
-        done.set_result(execute(decision))
-        return done
+    def launch(self, execute, decision) -> Ready:
+        return Ready(execute(decision))
 
 
 class WorkerThreadExecutor:

@@ -13,6 +13,7 @@ from labkit.config import EngineConfig
 from labkit.engine import LLMEngine
 from labkit.model.tokenizer import IncrementalDetokenizer
 from labkit.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from labkit.request import RequestStatus
 from labkit.sampling_params import SamplingParams
 
 
@@ -88,7 +89,8 @@ class LLM:
     def _group_done(self, rid: str) -> bool:
         group = self._group(rid)
         req = group[0]
-        ended_early = req.status.value in ("abort", "error")      # its children may never have forked
+        # aborted or failed: its children may never have forked
+        ended_early = req.status in (RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_ERROR)
         return all(r.is_finished for r in group) and (len(group) == req.sampling_params.n or ended_early)
 
     def _collect(self, rid: str) -> RequestOutput:

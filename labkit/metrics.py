@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from labkit.hooks import Preempted, StepEnd, StepStats, hooks_of
+from labkit.events import Preempted, StepEnd, StepStats, hooks_of
+from labkit.scheduler_output import DECODE, IDLE, PREFILL, VERIFY
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -160,13 +161,13 @@ class StepRow:
 
 def step_row(event: StepEnd) -> StepRow:
     """Fold a ``StepEnd`` into a ``StepRow`` (idle batch slots count as no work)."""
-    tokens = {"prefill": 0, "decode": 0, "verify": 0}
+    tokens = dict.fromkeys((PREFILL, DECODE, VERIFY), 0)
     for entry in event.batch:
         if entry.kind in tokens:
             tokens[entry.kind] += entry.num_tokens
-    busy = sum(entry.kind != "idle" for entry in event.batch)
+    busy = sum(entry.kind != IDLE for entry in event.batch)
     stats = event.stats
-    return StepRow(event.step, tokens["prefill"], tokens["decode"], tokens["verify"], busy,
+    return StepRow(event.step, tokens[PREFILL], tokens[DECODE], tokens[VERIFY], busy,
                    stats.model_s, stats.step_s, stats.simulated)
 
 

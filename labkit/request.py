@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from labkit.hooks import RequestTimings
 from labkit.sampling_params import SamplingParams
 
 
@@ -31,12 +30,47 @@ class RequestStatus(enum.Enum):
     FINISHED_ABORTED = "abort"
     FINISHED_ERROR = "error"        # this request alone could not go on (vLLM v1's FINISHED_ERROR)
 
+    def __init__(self, value: str) -> None:
+        # A plain attribute: read for every request every step (an Enum's ``value`` is a slow descriptor).
+        # The finished statuses' values are the finish reasons (``StepOutput.finish_reason``).
+        self.finished = self.name.startswith("FINISHED_")
+
+
+@dataclass(frozen=True)
+class RequestTimings:
+    """A request's timestamps (the engine's clock, seconds) and the latencies read from them."""
+
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finished_time: float | None
+    num_output_tokens: int
+    num_preemptions: int
+
     @property
-    def finished(self) -> bool:
-        return self._value_ in _FINISHED     # _value_: a plain attribute (``value`` is a slow descriptor)
+    def ttft_s(self) -> float | None:
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.arrival_time
 
+    @property
+    def e2e_s(self) -> float | None:
+        if self.finished_time is None:
+            return None
+        return self.finished_time - self.arrival_time
 
-_FINISHED = frozenset(("stop", "length", "abort", "error"))
+    @property
+    def queue_s(self) -> float | None:
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.finished_time is None or self.first_token_time is None or self.num_output_tokens < 2:
+            return None
+        return (self.finished_time - self.first_token_time) / (self.num_output_tokens - 1)
 
 
 @dataclass(eq=False)
@@ -102,7 +136,7 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        return self.status._value_ in _FINISHED
+        return self.status.finished
 
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens ``start:end`` of prompt + output + drafts, without copying the whole sequence."""

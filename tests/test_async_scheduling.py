@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit import hooks as ev
+from labkit import events as ev
 
 
 def sim(async_scheduling: bool, **overrides) -> LLM:

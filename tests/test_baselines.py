@@ -13,7 +13,10 @@ import random
 import pytest
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit import hooks as ev
+from labkit import events as ev
+from labkit.kv.snapshot import BlockMapSnapshot
+from labkit.request import RequestStatus
+from labkit.scheduler_output import StepKind
 from labkit.traces import synthetic_trace
 from tests.sim_oracle import expected_output, next_token, shadow_llm
 
@@ -187,7 +190,7 @@ def test_sim_greedy_outputs_are_identical_across_baselines(sim_reference, varian
 
 # --------------------------------------------------------------------------------------- abort
 
-def held_blocks(snap: ev.BlockMapSnapshot) -> dict[str, set[int]]:
+def held_blocks(snap: BlockMapSnapshot) -> dict[str, set[int]]:
     """Blocks each request holds in a StepEnd block map (contiguous: the blocks its region covers)."""
     if snap.layout == "paged":
         return {rid: set(table) for rid, table in snap.block_tables}
@@ -209,7 +212,7 @@ def test_abort_frees_every_block_of_waiting_prefilling_and_decoding_requests(lay
     for _ in range(3):
         engine.step()
     last = rec.of(ev.StepEnd)[-1]
-    assert {"prefill", "decode"} <= {b.kind for b in last.batch} and engine.scheduler.waiting
+    assert {StepKind.PREFILL, StepKind.DECODE} <= {b.kind for b in last.batch} and engine.scheduler.waiting
     held = held_blocks(last.block_map)
     for rid in list(engine.requests):
         engine.abort(rid)
@@ -229,7 +232,7 @@ def test_aborting_a_finished_or_unknown_request_changes_nothing():
     rec = Recorder(engine)
     engine.abort("a")
     engine.abort("no-such-request")
-    assert engine.get_request("a").status.value == "length"
+    assert engine.get_request("a").status is RequestStatus.FINISHED_LENGTH
     assert rec.events == []
 
 
@@ -287,7 +290,7 @@ def test_static_batching_admits_nobody_until_the_whole_batch_has_finished():
 
 def test_static_batching_reports_finished_members_as_idle_slots_until_the_batch_ends():
     rec = _batching_run("static")
-    idle = {e.step: sorted(b.request_id for b in e.batch if b.kind == "idle") for e in rec.of(ev.StepEnd)}
+    idle = {e.step: sorted(b.request_id for b in e.batch if b.kind is StepKind.IDLE) for e in rec.of(ev.StepEnd)}
     # a (2 tokens) finishes in step 2, c (4) in step 4, b (6) in step 6: steps 1..6 are the first batch.
     assert idle == {1: [], 2: [], 3: ["a"], 4: ["a"], 5: ["a", "c"], 6: ["a", "c"],
                     7: [], 8: [], 9: []}
@@ -298,7 +301,7 @@ def test_static_batching_reports_finished_members_as_idle_slots_until_the_batch_
 def test_continuous_batching_fills_a_freed_slot_at_the_next_step():
     rec = _batching_run("continuous")
     assert rec.first_step("d") == rec.finish_step("a") + 1
-    assert not any(b.kind == "idle" for e in rec.of(ev.StepEnd) for b in e.batch)
+    assert not any(b.kind is StepKind.IDLE for e in rec.of(ev.StepEnd) for b in e.batch)
 
 
 def test_static_batching_with_parallel_sampling_runs_the_family_as_one_batch_to_its_end():
@@ -317,11 +320,11 @@ def test_static_batching_with_parallel_sampling_runs_the_family_as_one_batch_to_
     run_to_end(engine, max_steps=500)
     assert_pool_empty(engine)
     parent = engine.get_request("p")
-    assert parent.status.value == "abort" and len(parent.child_ids) == 2
+    assert parent.status is RequestStatus.FINISHED_ABORTED and len(parent.child_ids) == 2
     first = next_token("p", p_prompt)                    # each child's first token: from the parent's logits
     for child_id in parent.child_ids:
         child = engine.get_request(child_id)
-        assert child.status.value == "length"
+        assert child.status is RequestStatus.FINISHED_LENGTH
         assert child.output_token_ids == expected_output(child_id, p_prompt, 12, 20, ignore_eos=True, first_token=first)
     assert engine.stats()["num_preemptions"] > 0
     assert engine.get_request("q").output_token_ids == expected_output("q", q_prompt, 4, 20, ignore_eos=True)
@@ -358,7 +361,7 @@ def test_a_cached_prompt_still_recomputes_its_last_token(prompt_len, hit, comput
 def test_the_recomputed_last_prompt_token_is_a_prefill_not_a_decode():
     rec = cached_rerun(9)
     first = [e for e in rec.of(ev.RequestScheduled) if e.request_id == "again"][0]
-    assert (first.num_tokens, first.kind) == (1, "prefill")
+    assert (first.num_tokens, first.kind) == (1, StepKind.PREFILL)
 
 
 def test_a_request_that_finishes_at_prefill_still_leaves_its_prompt_blocks_cached():

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from labkit import i18n
-from labkit.hooks import RequestAdded, StepEnd
+from labkit.events import RequestAdded, StepEnd
 from labkit.sampling_params import SamplingParams
 from labkit.widgets import EngineRoom, PanelSettings
 from labkit.widgets.control_panel import ControlPanel, _shutdown_live_panels

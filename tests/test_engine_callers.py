@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit import hooks as ev
+from labkit import events as ev
 
 GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
 

@@ -15,8 +15,10 @@ import warnings
 import pytest
 
 from labkit import EngineConfig, SamplingParams, SpecConfig
-from labkit import hooks as ev
-from labkit.hooks import EventBus, HookError
+from labkit import events as ev
+from labkit.events import EventBus, HookError
+from labkit.request import RequestStatus
+from labkit.scheduler_output import StepKind
 from tests.sim_oracle import shadow_llm
 
 EVENT_TYPES = (ev.RequestAdded, ev.RequestScheduled, ev.BlocksAllocated, ev.BlocksFreed, ev.PrefixHit,
@@ -120,11 +122,11 @@ def test_request_added_describes_the_request_as_queued():
     seen = []
     llm = shadow_llm(PAGED)
     engine = llm.engine
-    engine.hooks.subscribe(lambda e: seen.append((e, engine.get_request(e.request_id).status.value)),
+    engine.hooks.subscribe(lambda e: seen.append((e, engine.get_request(e.request_id).status)),
                            ev.RequestAdded)
     engine.add_request([97, 98, 99], SamplingParams(max_tokens=5), request_id="x", arrival_time=1.5)
     (added, status), = seen
-    assert added == ev.RequestAdded("x", 3, 5, 1.5) and status == "waiting"
+    assert added == ev.RequestAdded("x", 3, 5, 1.5) and status is RequestStatus.WAITING
 
 
 def test_scheduled_events_match_the_step_end_batch_and_token_count(recorded):
@@ -132,7 +134,7 @@ def test_scheduled_events_match_the_step_end_batch_and_token_count(recorded):
     for group in rec.steps():
         end = group[-1]
         scheduled = [(e.request_id, e.num_tokens, e.kind) for e in group if isinstance(e, ev.RequestScheduled)]
-        batch = [(b.request_id, b.num_tokens, b.kind) for b in end.batch if b.kind != "idle"]
+        batch = [(b.request_id, b.num_tokens, b.kind) for b in end.batch if b.kind is not StepKind.IDLE]
         assert scheduled == batch
         assert all(e.step == end.step for e in group if isinstance(e, ev.RequestScheduled))
         assert sum(n for _, n, _ in scheduled) == end.stats.num_scheduled_tokens

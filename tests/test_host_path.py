@@ -17,17 +17,17 @@ import torch
 
 from bench.scheduler_overhead import HOST_PATH_ARMS, host_path_grid
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig, outputs, scheduler_output
-from labkit import hooks as ev
+from labkit import events as ev
 from labkit.kv.contiguous import ContiguousKVManager
 from labkit.kv.kv_cache_manager import KVCacheManager
 from labkit.outputs import DecodeOutputs, StepOutput
 from labkit.sample.sampler import Sampler
 from labkit.scheduler import continuous
-from labkit.scheduler_output import ScheduledRequest
+from labkit.scheduler_output import ScheduledRequest, StepKind
 
 
 def decode_rows(ids: list[str]) -> list[ScheduledRequest]:
-    return [ScheduledRequest(rid, (97,), 5, 0, "decode", [i], (i * 16 + 5,), 1) for i, rid in enumerate(ids)]
+    return [ScheduledRequest(rid, (97,), 5, 0, StepKind.DECODE, [i], (i * 16 + 5,), 1) for i, rid in enumerate(ids)]
 
 
 PARAMS = [SamplingParams(), SamplingParams(temperature=0.8, seed=3), SamplingParams(temperature=1.0, top_k=5),
@@ -56,7 +56,7 @@ def test_the_decode_shortcut_and_the_row_picking_path_agree_when_rows_are_mixed(
         for rid, params in zip(ids, PARAMS):
             sampler.add(rid, params)
     general.add("chunk", SamplingParams())
-    chunk = ScheduledRequest("chunk", (1, 2, 3), 0, 0, "prefill", [9], (144, 145, 146), 0)
+    chunk = ScheduledRequest("chunk", (1, 2, 3), 0, 0, StepKind.PREFILL, [9], (144, 145, 146), 0)
     logits = torch.randn(len(ids), 50, generator=torch.Generator().manual_seed(2))
     got = fast.sample(decode_rows(ids), logits).token_ids
     assert got == general.sample([chunk, *decode_rows(ids)], logits).token_ids

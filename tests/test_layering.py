@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "labkit"
 TORCH_FREE = ["labkit.request", "labkit.scheduler", "labkit.scheduler.continuous", "labkit.scheduler.static",
               "labkit.scheduler_output", "labkit.kv", "labkit.kv.block_pool", "labkit.kv.kv_cache_manager",
-              "labkit.kv.contiguous", "labkit.kv.breakdown", "labkit.hooks", "labkit.metrics", "labkit.traces",
-              "labkit.outputs", "labkit.config", "labkit.sampling_params", "labkit.input_processor"]
+              "labkit.kv.contiguous", "labkit.kv.breakdown", "labkit.kv.snapshot", "labkit.events", "labkit.metrics",
+              "labkit.traces", "labkit.outputs", "labkit.config", "labkit.sampling_params", "labkit.input_processor"]
 
 
 def module_name(path: Path) -> str:
@@ -82,7 +82,7 @@ def violations(importers: str, forbidden: tuple[str, ...]) -> list[str]:
 def test_the_parser_sees_the_engine_wiring():
     # guards the test itself: a parser that found nothing would make every check below pass
     assert "labkit.scheduler" in GRAPH["labkit.builder"] and "labkit.engine" in GRAPH["labkit.builder"]
-    assert "labkit.hooks" in GRAPH["labkit.engine"]
+    assert "labkit.events" in GRAPH["labkit.engine"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -97,7 +97,7 @@ def test_the_compute_side_never_imports_the_scheduler(importers):
 
 @pytest.mark.parametrize("importers", ["labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model",
                                        "labkit.attention", "labkit.sample", "labkit.spec_decode", "labkit.llm",
-                                       "labkit.builder", "labkit.sim", "labkit.hooks", "labkit.metrics"])
+                                       "labkit.builder", "labkit.sim", "labkit.events", "labkit.metrics"])
 def test_the_engine_never_imports_widgets_or_labs(importers):
     assert violations(importers, ("labkit.widgets", "labkit.labs", "labkit.assess")) == []
 
@@ -113,7 +113,10 @@ def test_nothing_below_the_labs_imports_them():
 
 
 def test_widgets_only_observe():
-    assert violations("labkit.widgets", ("labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model")) == []
+    """Widgets read events and the values events carry (``labkit.kv.snapshot``: the KV manager's frozen
+    reports), never the scheduler, the KV manager, the engine or the model."""
+    found = violations("labkit.widgets", ("labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model"))
+    assert [v for v in found if not v.endswith(" imports labkit.kv.snapshot")] == []
 
 
 def test_the_bookkeeping_imports_without_torch():

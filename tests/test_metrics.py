@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit import hooks as ev
+from labkit import events as ev
 from labkit.engine import LLMEngine
-from labkit.hooks import RequestTimings
 from labkit.metrics import percentile
 from labkit.replay import replay, static_decode_occupancy
+from labkit.request import RequestTimings
 from labkit.traces import TraceRequest
 from tests.sim_oracle import shadow_llm
 
@@ -272,8 +272,8 @@ def test_speculative_counters_follow_their_definitions():
 
 def test_tokens_one_speculative_step_appends_together_make_one_itl_gap():
     # vLLM's ITL is per iteration: three tokens accepted in one step are one chunk, not two 0 s gaps
-    from labkit.hooks import RequestTimings
     from labkit.metrics import MetricsCollector
+    from labkit.request import RequestTimings
 
     m = MetricsCollector()
     m.record_finished(RequestTimings(0.0, 0.5, 1.0, 3.0, 6, 0), [1.0, 1.0, 1.0, 2.0, 3.0, 3.0])

@@ -344,7 +344,7 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
     that q and a copy of the request's generator; a sampler that dropped q (point masses) or drew from the
     global generator gives other tokens for some of the 40 seeds. Afterwards q is forgotten."""
     from labkit.sample.sampler import Sampler
-    from labkit.scheduler_output import ScheduledRequest
+    from labkit.scheduler_output import ScheduledRequest, StepKind
     from labkit.spec_decode.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(3)
@@ -359,7 +359,7 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
         sampler.set_draft_probs("r", q)
         copy = torch.Generator().set_state(sampler.generator("r").get_state())
         point = torch.Generator().set_state(sampler.generator("r").get_state())
-        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), "verify", (), (), len(drafts) + 1)
+        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
         torch.manual_seed(seed + 1000)                       # the global generator is not the request's
         got = sampler.sample([row], logits).token_ids["r"]
         p = to_probs(logits, params)

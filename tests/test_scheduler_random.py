@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labkit import EngineConfig, SamplingParams, SpecConfig
-from labkit.request import Request
+from labkit.request import Request, RequestStatus
 from labkit.sim.engine import SIM_EOS
 from tests.sim_oracle import expected_output, shadow_llm
 
@@ -171,13 +171,13 @@ def assert_outputs_match_oracle(engine, trace: TraceSpec) -> None:
     for req in engine.requests.values():
         want = oracle(engine, req)
         got = req.output_token_ids
-        if req.status.value == "abort":
+        if req.status is RequestStatus.FINISHED_ABORTED:
             assert req.request_id in aborted, f"{req.request_id} aborted without being asked to"
             assert got == want[:len(got)], f"{req.request_id}: aborted output is not a prefix of the oracle"
         else:
             assert got == want, f"{req.request_id} ({req.status.value}): {got} != oracle {want}"
-            assert req.status.value == ("stop" if got[-1] == SIM_EOS and not req.sampling_params.ignore_eos
-                                        else "length")
+            assert req.status is (RequestStatus.FINISHED_STOPPED if got[-1] == SIM_EOS
+                                  and not req.sampling_params.ignore_eos else RequestStatus.FINISHED_LENGTH)
 
 
 def assert_parallel_sampling_complete(engine, trace: TraceSpec) -> None:
@@ -258,9 +258,9 @@ def paths_taken(run: TraceRun, trace: TraceSpec) -> set[str]:
         "copy-on-write": bool(engine.runner.copies),
         "draft accepted": stats["spec_decode_num_accepted_tokens"] > 0,
         "draft rejected": stats["spec_decode_num_draft_tokens"] > stats["spec_decode_num_accepted_tokens"],
-        "abort while running": any(r.status.value == "abort" and r.output_token_ids for r in reqs),
-        "abort while waiting": any(r.status.value == "abort" and not r.output_token_ids for r in reqs),
-        "eos": any(r.status.value == "stop" for r in reqs),
+        "abort while running": any(r.status is RequestStatus.FINISHED_ABORTED and r.output_token_ids for r in reqs),
+        "abort while waiting": any(r.status is RequestStatus.FINISHED_ABORTED and not r.output_token_ids for r in reqs),
+        "eos": any(r.status is RequestStatus.FINISHED_STOPPED for r in reqs),
         "max_model_len": any(r.num_tokens == engine.max_model_len for r in reqs),
         "parallel sampling": any(r.parent_id for r in reqs),
         "static": trace.config.scheduler == "static",

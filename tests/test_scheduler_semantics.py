@@ -139,8 +139,8 @@ def test_the_contiguous_snapshot_cuts_the_arena_into_blocks_and_counts_each_regi
     a = [0, 6) and b = [20, 33) (b does not fit in [6, 16)). Block 1 is free; block 2 holds c and the start
     of b (its owner: the first holder by position, c). Regions are listed by start, not by age, and a
     region's computed slots (capped at its reservation; none for a request not listed) fill its blocks."""
-    from labkit.hooks import Region
     from labkit.kv.contiguous import ContiguousKVManager
+    from labkit.kv.snapshot import Region
 
     kv = ContiguousKVManager(num_slots=40, block_size=8, reserve="needed", max_model_len=40)
     for rid, needed in (("x", 16), ("c", 4)):

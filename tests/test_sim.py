@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit import hooks as ev
+from labkit import events as ev
 from labkit.replay import replay
 from labkit.sim.cost import HARDWARE, MODELS, HardwareProfile, ModelProfile, step_time
 from labkit.sim.engine import SIM_EOS, SimRunner

@@ -170,7 +170,7 @@ def joint_probabilities(llm, prompt, first_tokens) -> dict[tuple[int, int], floa
 def test_step_stats_carry_the_proposer_time_only_when_there_is_a_proposer():
     """StepStats.propose_s: the proposer's share of the step's host time (the engine room's c)."""
     from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-    from labkit.hooks import StepEnd
+    from labkit.events import StepEnd
 
     def propose_times(spec):
         llm = LLM(model="sim", config=EngineConfig(speculative=spec), progress=False)

@@ -20,18 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit import i18n
-from labkit.hooks import (
-    BatchEntry,
-    BlockMapSnapshot,
-    EventBus,
-    Region,
-    RequestAdded,
-    RequestFinished,
-    RequestTimings,
-    SpecVerified,
-    StepEnd,
-    StepStats,
-)
+from labkit.events import BatchEntry, EventBus, RequestAdded, RequestFinished, SpecVerified, StepEnd, StepStats
+from labkit.kv.snapshot import BlockMapSnapshot, Region
+from labkit.request import RequestTimings
+from labkit.scheduler_output import StepKind
 from labkit.widgets import (
     AcceptanceView,
     BatchTimeline,
@@ -145,7 +137,7 @@ def test_a_request_has_the_same_colour_in_every_view():
     bus = EventBus()
     block_map, timeline, tokens = BlockMap(hooks=bus), BatchTimeline(hooks=bus), TokenStream(hooks=bus)
     bus.emit(RequestAdded("req-7", 3, 4, 0.0))
-    bus.emit(step_end(0, {"req-7": ([1], 3)}, [BatchEntry("req-7", 0, 3, "prefill")]))
+    bus.emit(step_end(0, {"req-7": ([1], 3)}, [BatchEntry("req-7", 0, 3, StepKind.PREFILL)]))
     for view in (block_map, timeline, tokens):
         view.flush()
         assert view.colors == {"req-7": request_color("req-7")}
@@ -289,8 +281,8 @@ def test_timeline_keeps_a_bounded_window_of_slots_by_kind():
     bus = EventBus()
     view = BatchTimeline(hooks=bus, window=5)
     for step in range(8):
-        a = BatchEntry("a", 0, 16, "prefill") if step == 0 else BatchEntry("a", 0, 1, "decode")
-        batch = [a, BatchEntry("b", 2, 0, "idle")]
+        a = BatchEntry("a", 0, 16, StepKind.PREFILL) if step == 0 else BatchEntry("a", 0, 1, StepKind.DECODE)
+        batch = [a, BatchEntry("b", 2, 0, StepKind.IDLE)]
         bus.emit(step_end(step, batch=batch, batch_occupancy_perc=50.0, token_budget_perc=float(step)))
     view.flush()
     assert view.steps == [3, 4, 5, 6, 7]
@@ -527,7 +519,7 @@ def populated_views() -> list:
               MemoryGauge(hooks=bus), TokenStream(hooks=bus, detokenize=utf8_detokenize), LatencyView(hooks=bus),
               by_request]
     for step in range(3):
-        batch = [BatchEntry("a", 0, 4, "prefill"), BatchEntry("b", 1, 1, "verify")]
+        batch = [BatchEntry("a", 0, 4, StepKind.PREFILL), BatchEntry("b", 1, 1, StepKind.VERIFY)]
         bus.emit(step_end(step, {"a": ([0, 1], 6), "b": ([0, 3], 5)}, batch,
                           kv_cache_usage_perc=30.0, kv_waste_perc=20.0, kv_internal_frag_perc=20.0))
         bus.emit(SpecVerified("b", 3, step, tuple(i < step for i in range(3))))
@@ -742,7 +734,7 @@ def test_batch_timeline_fills_its_width_before_the_window_is_full(tmp_path):
     bus = EventBus()
     view = BatchTimeline(hooks=bus, window=120)
     for step in range(30):
-        bus.emit(step_end(step, {"a": ([0], 4)}, [BatchEntry("a", 0, 1, "decode")]))
+        bus.emit(step_end(step, {"a": ([0], 4)}, [BatchEntry("a", 0, 1, StepKind.DECODE)]))
     view.flush()
     cells = [op for op in drawn(view, tmp_path) if op["op"] == "rect" and op["y"] < 20]
     left, right = min(op["x"] for op in cells), max(op["x"] + op["w"] for op in cells)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from labkit.hooks import BlockMapSnapshot, StepEnd, StepStats, hooks_of
+from labkit.events import StepEnd, StepStats, hooks_of
+from labkit.kv.snapshot import BlockMapSnapshot
 
 PARTS = ("used", "reserved_later", "internal", "external", "free")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.hooks import BlockMapSnapshot, KVWaste, Region
+from labkit.kv.snapshot import BlockMapSnapshot, KVWaste, Region
 
 
 @dataclass

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from labkit.hooks import BlockMapSnapshot, KVWaste
 from labkit.kv.block_pool import BlockPool
+from labkit.kv.snapshot import BlockMapSnapshot, KVWaste
 
 
 def hash_block(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:

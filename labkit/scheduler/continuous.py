@@ -33,31 +33,34 @@ from __future__ import annotations
 
 from collections import deque
 
-from labkit import hooks as ev
+from labkit import events as ev
 from labkit.config import EngineConfig
 from labkit.outputs import DecodeOutputs, StepOutput
 from labkit.request import Request, RequestStatus
 from labkit.scheduler_output import (
+    DECODE,
     PLACEHOLDER,
+    PREFILL,
+    VERIFY,
     DecodeColumns,
     SampledTokens,
     ScheduledRequest,
     SchedulerOutput,
+    StepKind,
     StepUpdate,
 )
 
 _PREEMPTED = RequestStatus.PREEMPTED
 _RUNNING = RequestStatus.RUNNING
-_FINISHED_VALUES = frozenset(s.value for s in RequestStatus if s.finished)
 
 
-def step_kind(req: Request, start: int, num_new: int, num_spec: int, num_planned: int) -> str:
+def step_kind(req: Request, start: int, num_new: int, num_spec: int, num_planned: int) -> StepKind:
     """``num_planned``: the request's known tokens plus those in flight, before this row."""
     if num_spec:
-        return "verify"
+        return VERIFY
     if num_new == 1 and start == num_planned - 1 and num_planned > req.num_prompt_tokens:
-        return "decode"
-    return "prefill"
+        return DECODE
+    return PREFILL
 
 
 class ContinuousScheduler:
@@ -224,7 +227,7 @@ class ContinuousScheduler:
                 cols.starts.append(start)
                 cols.block_tables.append(table)
             else:
-                out.rows.append(ScheduledRequest(rid, (token,), start, 0, "decode", table,
+                out.rows.append(ScheduledRequest(rid, (token,), start, 0, DECODE, table,
                                                  (self.kv.slot(rid, start),), 1))
             return
         end = start + num_new
@@ -363,7 +366,7 @@ class ContinuousScheduler:
                 if status is not _PREEMPTED:
                     req.num_inflight_tokens -= 1
                     req.num_computed_tokens += 1
-                if status._value_ in _FINISHED_VALUES:
+                if status.finished:
                     skipped.append(i)        # the wasted row after a stop (async)
                     continue
             output = req.output_token_ids

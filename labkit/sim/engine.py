@@ -129,7 +129,11 @@ class SimEngine(LLMEngine):
         self.clock.advance_to(self.clock.now + seconds)
 
     def _await_forward(self, logits):
+        """Async: the host waits until the modelled accelerator is done. Sync: the runner moved the clock
+        through the forward at launch, so nothing is left to wait for."""
         result = logits.result()          # computed at launch: the accelerator's time is modelled
+        if not self.runner.overlap:
+            return result, 0.0
         wait_s = max(0.0, self.runner.busy_until - self.clock.now)
         self.clock.advance_to(self.runner.busy_until)
         return result, wait_s

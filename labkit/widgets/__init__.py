@@ -1,17 +1,17 @@
-"""Live views of the engine, fed only by its events (``labkit.hooks``).
+"""Live views of the engine, fed only by its events (``labkit.events``).
 
 ``View(engine)`` or ``View(hooks=bus)`` subscribes; ``flush()`` pushes the latest state,
 ``detach()`` stops listening, ``close()`` removes the widget. ``EngineViews(engine)`` shows them all;
 ``ControlPanel`` drives an engine (Run / Pause / Step / Reset) and ``EngineRoom`` puts both together.
 """
 
+from labkit.events import TokensAppended
 from labkit.widgets.acceptance_view import AcceptanceView, leviathan_speedup
 from labkit.widgets.batch_timeline import BatchTimeline
 from labkit.widgets.block_map import BlockMap
 from labkit.widgets.control_panel import ControlPanel
 from labkit.widgets.dashboard import EngineRoom
 from labkit.widgets.engine_views import EngineViews
-from labkit.widgets.events import TokensAppended
 from labkit.widgets.history import link_scrub
 from labkit.widgets.latency_view import LatencyView
 from labkit.widgets.memory_gauge import MemoryGauge

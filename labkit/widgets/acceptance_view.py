@@ -44,7 +44,7 @@ from collections import deque
 
 import traitlets
 
-from labkit.hooks import RequestFinished, SpecVerified, StepEnd
+from labkit.events import RequestFinished, SpecVerified, StepEnd
 from labkit.i18n import t
 from labkit.widgets.base import LiveView, bundle_esm
 

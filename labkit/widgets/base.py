@@ -11,7 +11,7 @@ or Voila redraws the current state. Its life::
     detach()  flush, then stop listening (the last picture stays)
     close()   stop listening and remove the widget
 
-Views observe events only (``labkit.hooks``), never engine internals. A subclass lists the event
+Views observe events only (``labkit.events``), never engine internals. A subclass lists the event
 types it wants in ``EVENT_TYPES`` and implements ``ingest``, ``sync`` and ``make_labels``.
 """
 
@@ -27,7 +27,7 @@ import anywidget
 import traitlets
 
 from labkit import i18n
-from labkit.hooks import EventBus, hooks_of
+from labkit.events import EventBus, hooks_of
 from labkit.widgets.palette import STATE_COLORS
 from labkit.widgets.throttle import Throttle
 

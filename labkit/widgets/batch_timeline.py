@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import traitlets
 
-from labkit.hooks import BatchEntry, StepEnd
+from labkit.events import BatchEntry, StepEnd
 from labkit.i18n import t
+from labkit.scheduler_output import StepKind
 from labkit.widgets.base import LiveView, bundle_esm
 from labkit.widgets.palette import colors_for
 
-KIND_CODES = {"prefill": "p", "decode": "d", "verify": "v", "idle": "i"}
+KIND_CODES = {StepKind.PREFILL: "p", StepKind.DECODE: "d", StepKind.VERIFY: "v", StepKind.IDLE: "i"}
 EMPTY_SLOT = "."
 
 

@@ -30,8 +30,9 @@ import dataclasses
 
 import traitlets
 
-from labkit.hooks import BlockMapSnapshot, StepEnd, StepStats
+from labkit.events import StepEnd, StepStats
 from labkit.i18n import t
+from labkit.kv.snapshot import BlockMapSnapshot
 from labkit.widgets.base import bundle_esm
 from labkit.widgets.history import ScrubbableView, snapshot_cells
 from labkit.widgets.palette import colors_for

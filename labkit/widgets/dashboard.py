@@ -23,7 +23,7 @@ import dataclasses
 
 import ipywidgets as widgets
 
-from labkit.hooks import RequestFinished
+from labkit.events import RequestFinished
 from labkit.i18n import t
 from labkit.widgets.control_panel import ControlPanel, close_tree
 from labkit.widgets.engine_views import ALL_VIEWS, EngineViews

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from labkit.hooks import EventBus, hooks_of
+from labkit.events import EventBus, hooks_of
 from labkit.widgets.acceptance_view import AcceptanceView
 from labkit.widgets.base import LiveView
 from labkit.widgets.batch_timeline import BatchTimeline

@@ -20,7 +20,7 @@ from typing import Callable
 
 import traitlets
 
-from labkit.hooks import StepEnd
+from labkit.events import StepEnd
 from labkit.i18n import t
 from labkit.widgets.base import LiveView
 

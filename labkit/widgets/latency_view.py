@@ -1,6 +1,6 @@
 """``LatencyView``: TTFT and TPOT distributions with their P50 and P99.
 
-Per finished request, from ``RequestFinished.timings`` (``labkit.hooks.RequestTimings``)::
+Per finished request, from ``RequestFinished.timings`` (``labkit.request.RequestTimings``)::
 
     TTFT = first_token_time − arrival_time          what a user waits for the first token,
                                                     queueing included
@@ -17,7 +17,7 @@ from collections import deque
 import numpy as np
 import traitlets
 
-from labkit.hooks import RequestFinished
+from labkit.events import RequestFinished
 from labkit.i18n import t
 from labkit.widgets.base import LiveView, bundle_esm
 

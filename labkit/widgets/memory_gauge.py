@@ -24,7 +24,7 @@ from collections import deque
 
 import traitlets
 
-from labkit.hooks import StepEnd, StepStats
+from labkit.events import StepEnd, StepStats
 from labkit.i18n import t
 from labkit.widgets.base import bundle_esm
 from labkit.widgets.history import ScrubbableView

@@ -1,7 +1,7 @@
 """``TokenStream``: each request's output text as the engine produces it.
 
-Text comes from ``TokensAppended`` events (``labkit/widgets/events.py``, proposed for
-``labkit/hooks.py``) through an incremental detokenizer, so multi-token characters appear whole.
+Text comes from ``TokensAppended`` events (``labkit.events``) through an incremental detokenizer, so
+multi-token characters appear whole.
 Tokens the target accepted from the draft are marked, so a learner sees speculative decoding
 emit several tokens in one step::
 
@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 
 import traitlets
 
-from labkit.hooks import RequestAdded, RequestFinished
+from labkit.events import RequestAdded, RequestFinished, TokensAppended
 from labkit.i18n import t
 from labkit.widgets.base import LiveView, bundle_esm
 from labkit.widgets.detokenizer import Detokenize, IncrementalDetokenizer, show_token_ids
-from labkit.widgets.events import TokensAppended
 from labkit.widgets.palette import colors_for
 
 

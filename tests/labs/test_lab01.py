@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.hooks import StepEnd
+from labkit.events import StepEnd
 from labkit.kv.breakdown import PARTS, snapshot_slots
 from labkit.labs.common.lazy import once
 from labkit.labs.common.machine import meminfo_budget

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.hooks import SpecVerified
+from labkit.events import SpecVerified
 from labkit.labs.common.measure import verdict_from_ratios
 from labkit.labs.exercises import exercise
 from labkit.labs.lab04_speculative import lossless, solutions, speedup, sweeps, views

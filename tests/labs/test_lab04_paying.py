@@ -66,7 +66,7 @@ def test_c_is_proposer_time_per_decode_step_over_k_plain_steps():
 
 
 def test_the_acceptance_view_hides_its_inputs_and_the_empty_speedup_panel_until_fillable():
-    from labkit.hooks import EventBus, SpecVerified
+    from labkit.events import EventBus, SpecVerified
     from labkit.widgets import AcceptanceView
 
     view = AcceptanceView(hooks=EventBus(), show_inputs=False)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.hooks import BlockMapSnapshot, BlocksAllocated, BlocksFreed, EventBus, StepEnd
+from labkit.events import BlocksAllocated, BlocksFreed, EventBus, StepEnd
+from labkit.kv.snapshot import BlockMapSnapshot
 from labkit.sampling_params import SamplingParams
 
 

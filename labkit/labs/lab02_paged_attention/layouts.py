@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, replace
 
 from labkit.config import EngineConfig
-from labkit.hooks import StepEnd, TokensAppended
+from labkit.events import StepEnd, TokensAppended
 from labkit.i18n import t
 from labkit.kv.breakdown import BreakdownRecorder, PoolBreakdown
 from labkit.labs.common.display import fast

@@ -116,7 +116,7 @@ def _slots(snapshot) -> tuple[tuple[str | None, ...], tuple[bool, ...]]:
 def pool_map(layout: str, trace: list[TraceRequest] | None = None) -> PoolMap:
     """Replay ``trace`` (default ``lab_trace()``) with ``layout`` and return the telling step's map."""
     from labkit import SamplingParams
-    from labkit.hooks import StepEnd
+    from labkit.events import StepEnd
 
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")

@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
-from labkit.hooks import BlockMapSnapshot, PrefixHit, RequestFinished, StepEnd
+from labkit.events import PrefixHit, RequestFinished, StepEnd
+from labkit.kv.snapshot import BlockMapSnapshot
 from labkit.labs.common.measure import Verdict, cores, machine_load, verdict_from_ratios, wall_clock
 from labkit.labs.common.references import cite
 from labkit.metrics import StepRecorder

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from labkit.config import EngineConfig
-from labkit.hooks import RequestFinished
+from labkit.events import RequestFinished
 from labkit.metrics import percentile
 from labkit.replay import replay
 from labkit.traces import TraceRequest

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.config import EngineConfig
-from labkit.hooks import Preempted
+from labkit.events import Preempted
 from labkit.i18n import t
 from labkit.replay import replay
 from labkit.traces import TraceRequest

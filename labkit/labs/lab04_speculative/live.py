@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from labkit.hooks import SpecVerified, TokensAppended
+from labkit.events import SpecVerified, TokensAppended
 
 KINDS = ("accepted", "rejected", "resampled", "bonus", "plain")
 

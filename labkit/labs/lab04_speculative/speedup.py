@@ -123,7 +123,7 @@ class Timers:
 def run_batch(llm, prompts: list[list[int]], max_tokens: int, timers: Timers) -> RunStats:
     """Serve ``prompts`` together, greedy (their prefill must fit the first step)."""
     from labkit import SamplingParams
-    from labkit.hooks import SpecVerified, TokensAppended
+    from labkit.events import SpecVerified, TokensAppended
 
     if sum(map(len, prompts)) > llm.engine.config.max_num_batched_tokens:
         raise ValueError("prompts must prefill in one step: their total length exceeds max_num_batched_tokens")

@@ -38,7 +38,7 @@ from labkit.benchmark.results import BenchResult
 from labkit.benchmark.runner import LoadShape, run_load
 from labkit.benchmark.workload import BenchRequest
 from labkit.config import EngineConfig, SpecConfig
-from labkit.hooks import StepEnd
+from labkit.events import StepEnd
 from labkit.labs.common.display import fast
 from labkit.labs.common.measure import cpu_clock, machine_load, measuring, wall_clock
 from labkit.llm import LLM

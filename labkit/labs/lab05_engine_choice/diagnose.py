@@ -24,7 +24,7 @@ import httpx
 from labkit.benchmark.client import Target
 from labkit.benchmark.metrics import compute_metrics
 from labkit.benchmark.runner import LoadShape, run_load
-from labkit.hooks import StepEnd
+from labkit.events import StepEnd
 from labkit.i18n import t
 from labkit.labs.lab05_engine_choice.ablation import SERVED_NAME, StepTotals, Workload, run_blocking
 from labkit.llm import LLM

@@ -1,8 +1,11 @@
-"""A small event bus and the engine's events (docs/engine.md).
+"""The engine's events and the small bus that carries them (``engine.hooks``; docs/engine.md).
 
 Every event is a frozen dataclass built from plain Python values after the engine state is
 consistent, so an observer can keep it, draw it later, or send it to a browser. A subscriber that
 raises is reported once (``warnings``) and unsubscribed; the engine step goes on untouched.
+
+Events carry values their owners define: ``BlockMapSnapshot`` (``kv.snapshot``), ``RequestTimings``
+(``request``), ``StepKind`` (``scheduler_output``). ``StepStats`` and ``BatchEntry`` are the engine's.
 """
 
 from __future__ import annotations
@@ -12,63 +15,20 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-# ----------------------------------------------------------------------------- snapshots
+from labkit.kv.snapshot import BlockMapSnapshot
+from labkit.request import RequestTimings
+from labkit.scheduler_output import StepKind
 
-@dataclass(frozen=True)
-class Region:
-    """A contiguous reservation in the token-slot arena (contiguous KV layout)."""
-
-    request_id: str
-    start: int          # first slot of the region
-    reserved: int       # slots reserved at admission
-    used: int           # slots holding a computed K/V entry
-    needed: int         # slots the request will have used when it finishes (prompt + output)
-
-
-@dataclass(frozen=True)
-class BlockMapSnapshot:
-    """Who holds which part of the KV pool, per physical block (columnar, cheap to build).
-
-    Paged layout: one entry per physical block. ``owner`` is the request that holds it (the first
-    holder when shared), ``ref_cnt`` > 1 means shared, ``cached`` means it carries a prefix-cache
-    hash (it may be free yet still reusable). Contiguous layout: the same per-block columns over the
-    arena cut into ``block_size`` slots, plus ``regions``.
-    """
-
-    layout: str
-    block_size: int
-    num_blocks: int
-    owner: tuple[str | None, ...]
-    filled: tuple[int, ...]
-    ref_cnt: tuple[int, ...]
-    cached: tuple[bool, ...]
-    block_tables: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    regions: tuple[Region, ...] = ()
-
+# ----------------------------------------------------------------------------- step values
 
 @dataclass(frozen=True)
 class BatchEntry:
-    """One request slot in this step's batch. ``kind`` is prefill | decode | verify | idle."""
+    """One request slot in this step's batch."""
 
     request_id: str
     slot: int
     num_tokens: int
-    kind: str
-
-
-@dataclass(frozen=True)
-class KVWaste:
-    """A KV pool's waste at one step, as fractions 0..1 (``kv.breakdown``).
-
-    ``waste`` = 1 - filled / reserved-or-allocated slots; it splits into ``reserved_unused`` (slots a
-    request will still fill) and ``internal`` (slots it never fills; paged: the tails of last blocks).
-    ``external`` is a share of the whole pool: free, but no contiguous hole fits the next request.
-    """
-
-    waste: float = 0.0
-    reserved_unused: float = 0.0
-    internal: float = 0.0
-    external: float = 0.0
+    kind: StepKind          # PREFILL | DECODE | VERIFY | IDLE
 
 
 @dataclass(frozen=True)
@@ -112,7 +72,7 @@ class RequestScheduled:
     request_id: str
     step: int
     num_tokens: int
-    kind: str
+    kind: StepKind
 
 
 @dataclass(frozen=True)
@@ -164,41 +124,6 @@ class TokensAppended:
     request_id: str
     token_ids: tuple[int, ...]
     num_accepted_draft: int = 0
-
-
-@dataclass(frozen=True)
-class RequestTimings:
-    arrival_time: float
-    first_scheduled_time: float | None
-    first_token_time: float | None
-    finished_time: float | None
-    num_output_tokens: int
-    num_preemptions: int
-
-    @property
-    def ttft_s(self) -> float | None:
-        if self.first_token_time is None:
-            return None
-        return self.first_token_time - self.arrival_time
-
-    @property
-    def e2e_s(self) -> float | None:
-        if self.finished_time is None:
-            return None
-        return self.finished_time - self.arrival_time
-
-    @property
-    def queue_s(self) -> float | None:
-        if self.first_scheduled_time is None:
-            return None
-        return self.first_scheduled_time - self.arrival_time
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Mean time per output token after the first."""
-        if self.finished_time is None or self.first_token_time is None or self.num_output_tokens < 2:
-            return None
-        return (self.finished_time - self.first_token_time) / (self.num_output_tokens - 1)
 
 
 @dataclass(frozen=True)
