@@ -24,7 +24,7 @@ JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings
 	--LabApp.workspaces_dir=$(LAB_WORKSPACES) \
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup lab workspace reset-lab test test-fast book bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv
+.PHONY: setup lab workspace reset-lab test test-fast book bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv hub hub-proxy hub-proxy-for-tests
 
 setup: $(STAMP)
 
@@ -64,10 +64,44 @@ TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(2, len(os.sched_g
 
 # The suite, then the course site built from the labs it executed (broken links, missing figures, cell
 # errors fail it; chromium opens two pages).
-test: setup
-	$(PY) -m ruff check labkit tests bench scripts
+test: setup hub-proxy-for-tests
+	$(PY) -m ruff check labkit tests bench scripts hub
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 	$(PY) scripts/build_book.py --executed build/book/executed --check
+
+# A class on this machine (docs/hub.md), as root: the learners' accounts (private homes), the class's one
+# copy of the model in $(HUB_DIR)/shared, then JupyterHub on port $(HUB_PORT). LEARNERS adds learners to the
+# class list (kept in $(HUB_DIR)); the instructor logs in as $(INSTRUCTOR), the hub's admin. HUB_MEM and
+# HUB_CPUS limit each learner; HUB_FLAGS takes more LABKIT_HUB_* settings (labkit/hub/settings.py).
+HUB_DIR ?= /srv/labkit
+HUB_PORT ?= 8000
+LEARNERS ?=
+INSTRUCTOR ?= instructor
+HUB_MEM ?= 2G
+HUB_CPUS ?= 1
+HUB_FLAGS ?=
+HUB_ENV = LABKIT_HUB_DIR=$(HUB_DIR) LABKIT_HUB_PORT=$(HUB_PORT) LABKIT_HUB_INSTRUCTOR=$(INSTRUCTOR) \
+	LABKIT_HUB_MEM=$(HUB_MEM) LABKIT_HUB_CPUS=$(HUB_CPUS) $(HUB_FLAGS)
+# configurable-http-proxy from npm, pinned with its whole tree (hub/package-lock.json), in this checkout only.
+PROXY := build/hub/node_modules/.bin/configurable-http-proxy
+
+hub: setup hub-proxy
+	$(HUB_ENV) $(PY) -m labkit.hub add-learners $(LEARNERS)
+	$(HUB_ENV) $(PY) -m labkit.hub prepare
+	$(HUB_ENV) $(PY) -m labkit.hub start
+
+hub-proxy: $(PROXY)
+
+$(PROXY): hub/package.json hub/package-lock.json
+	@command -v npm >/dev/null || { echo "make hub needs node >= 20 and npm (apt-get install nodejs npm)" >&2; exit 1; }
+	mkdir -p build/hub && cp hub/package.json hub/package-lock.json build/hub/
+	cd build/hub && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# tests/test_hub.py runs the hub with its real proxy: installed here where npm is, else the test says why it skips.
+hub-proxy-for-tests:
+	@if command -v npm >/dev/null; then $(MAKE) -s --no-print-directory hub-proxy; \
+	else echo "npm not found: tests/test_hub.py will skip (apt-get install nodejs npm)"; fi
 
 # The course as a static site in build/book/html: the five labs executed in fast mode, and the docs.
 book: setup

@@ -36,9 +36,9 @@ def pytest_configure(config):
 # workers in collection order, so a long file collected late keeps one worker busy at the end while the
 # other idles: the notebooks (about 4.5 minutes together), the transformers-serve runs (3), the browser
 # files. Longest first is the classic fix for such a schedule; the other files keep their order.
-LONG_FIRST = ("test_notebooks.py", "test_bench_transformers_serve.py", "test_browser.py", "test_scheduler_random.py",
+LONG_FIRST = ("test_notebooks.py", "test_hub.py", "test_bench_transformers_serve.py", "test_browser.py", "test_scheduler_random.py",
               "test_spec_engine.py", "test_batch_invariance.py", "test_form_invariance.py", "test_browser_kinds.py", "test_bench_smoke.py",
-              "test_loader.py", "test_browser_lab02.py", "test_browser_progress.py")
+              "test_loader.py", "test_browser_lab02.py", "test_browser_progress.py", "test_shared_cache.py")
 
 
 def pytest_collection_modifyitems(config, items):
