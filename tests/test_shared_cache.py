@@ -104,20 +104,33 @@ def _greedy(llm, prompts):
     return [o.outputs[0].token_ids for o in llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0))]
 
 
-def test_a_learner_maps_the_class_pack_and_computes_the_same_bits(class_cache, monkeypatch):
+def test_a_learner_maps_the_class_pack_and_computes_the_same_bits(class_cache, monkeypatch, llm):
     from labkit import LLM
 
     prompts = ["The capital of France is", "1, 2, 3,"]
-    own = LLM(progress=False)
+    own = llm                                   # the session's engine: the weights in its own memory
     expected = _greedy(own, prompts)
     own_head = own.engine.runner.model.lm_head.detach().clone()
     monkeypatch.setenv(SHARED_ENV, str(class_cache))
     shared = LLM(progress=False)
     net = shared.engine.runner.model
     assert shared.engine.model_dir.is_relative_to(class_cache)
-    packs = list((class_cache / weight_pack.PACKS).glob("*.lkw"))
+    packs = list((class_cache / weight_pack.PACKS).glob("*-float32.lkw"))
     assert all(weight_pack.mapped_from(p) == str(packs[0]) for p in net.parameters())
     assert torch.equal(net.lm_head, own_head)
+    assert _greedy(shared, prompts) == expected
+
+
+def test_a_bf16_engine_maps_the_bf16_pack_and_computes_the_same_bits(class_cache, monkeypatch):
+    from labkit import LLM, EngineConfig
+
+    prompts = ["The capital of France is"]
+    config = EngineConfig(device="cpu", dtype="bfloat16")
+    expected = _greedy(LLM(config=config, progress=False), prompts)
+    monkeypatch.setenv(SHARED_ENV, str(class_cache))
+    shared = LLM(config=config, progress=False)
+    mapped = weight_pack.mapped_from(shared.engine.runner.model.layers[0].qkv_proj)
+    assert mapped is not None and mapped.endswith("-bfloat16.lkw")
     assert _greedy(shared, prompts) == expected
 
 
@@ -137,8 +150,8 @@ def test_two_learners_share_the_pages_of_the_pack(class_cache):
         sums = [p.stdout.readline() for p in procs]
         assert sums[0] == sums[1] and sums[0].strip()
         from scripts.class_memory import mapping_kb
-        pack = [mapping_kb(p.pid, ".lkw") for p in procs]
-        size_kb = next((class_cache / weight_pack.PACKS).glob("*.lkw")).stat().st_size // 1024
+        pack = [mapping_kb(p.pid, "-float32.lkw") for p in procs]
+        size_kb = next((class_cache / weight_pack.PACKS).glob("*-float32.lkw")).stat().st_size // 1024
         for m in pack:
             assert m["Rss"] >= 0.95 * (size_kb - weight_pack.DATA_ALIGN // 1024)
             assert m["Pss"] <= 0.51 * m["Rss"]       # shared by both (and by this process, if it maps it too)

@@ -55,13 +55,15 @@ def _mount_options(where: Path) -> str:
 
 
 def prepare(root: Path, progress: bool = True, in_memory: bool = True,
-            dtypes: tuple[torch.dtype, ...] = (torch.float32,), tune: bool = True) -> Path:
+            dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16), tune: bool = True) -> Path:
     """Convert the default model into ``root`` and write its weight packs; everything world-readable,
     nothing writable by others. Returns the packs' directory. Run once per machine (and after a reboot
-    when the packs live in memory), by whoever owns ``root``: the hub's set-up, never a learner.
+    when the packs live in memory), by whoever owns ``root``: the hub's set-up, never a learner. A pack
+    per dtype: fp32 (the labs' default) and bf16 (labs 04 and 05 build bf16 engines too); the 4-bit
+    engine (``weights="q4_1"``) and the draft models are still read into each process.
 
-    ``tune`` also times the product forms for this CPU into ``root`` (`linear_forms`, at this process's
-    thread count and at one thread), which every learner then reads instead of timing them again."""
+    ``tune`` also times the product forms for this CPU into ``root`` (`linear_forms`, at the learners' thread
+    count), which every learner then reads instead of timing them again."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     model_dir = ensure_default_converted(progress=progress, root=root)
@@ -89,11 +91,14 @@ def prepare(root: Path, progress: bool = True, in_memory: bool = True,
 
 
 def _tune_into(root: Path, model_dir: Path, cfg, dtypes) -> None:
-    """Time the product forms with ``root`` as the cache, the weights mapped from the packs."""
+    """Time the product forms with ``root`` as the cache, the weights mapped from the packs, at the thread
+    count the learners' labs compute with (``LABKIT_THREADS``, default 1): other counts are timed by the
+    first process that uses them."""
     from labkit.model import linear_forms
 
-    saved = os.environ.get("LABKIT_CACHE")
+    saved, threads = os.environ.get("LABKIT_CACHE"), torch.get_num_threads()
     os.environ["LABKIT_CACHE"] = str(root)
+    torch.set_num_threads(_learner_threads())
     try:
         for dtype in dtypes:
             net = LlamaModel(cfg, dtype=dtype, device="cpu")
@@ -101,10 +106,18 @@ def _tune_into(root: Path, model_dir: Path, cfg, dtypes) -> None:
             net.tune()
         linear_forms.forget()
     finally:
+        torch.set_num_threads(threads)
         if saved is None:
             os.environ.pop("LABKIT_CACHE", None)
         else:
             os.environ["LABKIT_CACHE"] = saved
+
+
+def _learner_threads() -> int:
+    try:
+        return max(1, int(os.environ.get("LABKIT_THREADS", "1")))
+    except ValueError:
+        return 1
 
 
 def describe() -> str:
