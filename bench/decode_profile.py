@@ -73,16 +73,18 @@ class Profiler:
     def _patched(self, stub: bool):
         import torch
 
-        import labkit.model.llama as llama
-        from labkit.model import native
+        from labkit.model import llama, native
+        from labkit.model.ops import native_ops, torch_ops
+        from labkit.model.ops.native_ops import NativeOps
 
         model = self.engine.runner.model
         backend = self.engine.runner.backend
         lm_head = model.lm_head
         acc = self.acc
-        saved = [(llama, "linear", llama.linear), (llama, "rms_norm", llama.rms_norm),
-                 (llama, "add_rms_norm", llama.add_rms_norm), (llama, "swiglu", llama.swiglu),
-                 *((llama.SmallOps, name, getattr(llama.SmallOps, name))
+        # PyTorch's ops are timed where every caller reaches them (torch_ops' functions: TorchOps' methods
+        # and NativeOps' fallbacks call them by module name); the C ones as NativeOps' methods
+        saved = [*((torch_ops, name, getattr(torch_ops, name)) for name in ("linear", "rms_norm", "add_rms_norm", "swiglu")),
+                 *((NativeOps, name, getattr(NativeOps, name))
                    for name in ("linear", "rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer")),
                  (llama.Rotary, "forward", llama.Rotary.forward), (backend, "write_kv", backend.write_kv),
                  (backend, "paged_attention", backend.paged_attention),
@@ -106,7 +108,7 @@ class Profiler:
 
         def timed_linear(real_linear):
             def linear(*args):
-                if depth[0]:                    # SmallOps.linear's own fallback to llama.linear
+                if depth[0]:                    # NativeOps.linear's own fallback to torch_ops.linear
                     return real_linear(*args)
                 x, weight = args[-2:]
                 stage = "LM head matmul" if weight is lm_head else "layer matmuls"
@@ -129,20 +131,20 @@ class Profiler:
                     depth[0] -= 1
             return linear
 
-        layer_call = llama.DECODE_LAYER_CALL
+        layer_call = native_ops.DECODE_LAYER_CALL
         # the stubbed arm runs the ops one by one: products inside one C call cannot be stubbed
-        llama.DECODE_LAYER_CALL = layer_call and not stub
-        llama.linear = timed_linear(llama.linear)
-        llama.SmallOps.linear = timed_linear(llama.SmallOps.linear)
-        llama.rms_norm = timed(NORM, llama.rms_norm)
-        llama.add_rms_norm = timed(NORM, llama.add_rms_norm)
-        llama.swiglu = timed("SwiGLU (silu(gate) x up)", llama.swiglu)
-        # the fused forms, called through llama.SmallOps on the CPU
-        llama.SmallOps.rms_norm = timed(NORM, llama.SmallOps.rms_norm)
-        llama.SmallOps.add_rms_norm = timed(NORM, llama.SmallOps.add_rms_norm)
-        llama.SmallOps.swiglu = timed("SwiGLU (silu(gate) x up)", llama.SmallOps.swiglu)
-        llama.SmallOps.rope_write_kv = timed("RoPE + KV write (one C call)", llama.SmallOps.rope_write_kv)
-        llama.SmallOps.decode_layer = timed("whole layer (one C call)", llama.SmallOps.decode_layer)
+        native_ops.DECODE_LAYER_CALL = layer_call and not stub
+        torch_ops.linear = timed_linear(torch_ops.linear)
+        NativeOps.linear = timed_linear(NativeOps.linear)
+        torch_ops.rms_norm = timed(NORM, torch_ops.rms_norm)
+        torch_ops.add_rms_norm = timed(NORM, torch_ops.add_rms_norm)
+        torch_ops.swiglu = timed("SwiGLU (silu(gate) x up)", torch_ops.swiglu)
+        # the C forms, called through NativeOps on the CPU
+        NativeOps.rms_norm = timed(NORM, NativeOps.rms_norm)
+        NativeOps.add_rms_norm = timed(NORM, NativeOps.add_rms_norm)
+        NativeOps.swiglu = timed("SwiGLU (silu(gate) x up)", NativeOps.swiglu)
+        NativeOps.rope_write_kv = timed("RoPE + KV write (one C call)", NativeOps.rope_write_kv)
+        NativeOps.decode_layer = timed("whole layer (one C call)", NativeOps.decode_layer)
         llama.Rotary.forward = timed("RoPE", llama.Rotary.forward)
         backend.write_kv = timed("KV write", backend.write_kv)
         native.rope_write_kv = timed("RoPE + KV write (one C call)", native.rope_write_kv)
@@ -151,7 +153,7 @@ class Profiler:
         try:
             yield
         finally:
-            llama.DECODE_LAYER_CALL = layer_call
+            native_ops.DECODE_LAYER_CALL = layer_call
             for owner, name, value in saved:
                 if owner is self.engine.runner:
                     delattr(owner, name)        # back to the class's method
@@ -173,10 +175,10 @@ def run(args) -> list[Section]:
     threads = set_threads(1)
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads))
-    import labkit.model.llama as llama
-    llama.DECODE_LAYER_CALL = not args.per_op
+    from labkit.model.ops import native_ops
+    native_ops.DECODE_LAYER_CALL = not args.per_op
     env.rows.append(["decode layers", "op by op (--per-op)" if args.per_op else
-                     "one C call each where the step allows (llama.SmallOps.decode_layer)"])
+                     "one C call each where the step allows (NativeOps.decode_layer)"])
     prof = Profiler(args.batch, args.model, args.dtype, args.weights)
     from labkit.model import linear_forms
     if args.weights == "q4_1":

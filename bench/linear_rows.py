@@ -6,7 +6,7 @@
 A decode step multiplies T rows (T = batch size, or k + 1 when verifying k drafts) by every weight
 matrix of the model. Memory-bound, T rows should cost about what one row costs, since the weights
 are read once either way; how close a formulation gets depends on the BLAS kernel it lands in.
-``labkit.model.llama.linear`` picks the form per weight shape and T: for fp32 by a timing probe among
+``labkit.model.ops.torch_ops.linear`` picks the form per weight shape and T: for fp32 by a timing probe among
 the forms that pass an exactness gate (``labkit.model.linear_forms``, its table printed under the
 fp32 tables), for bf16 by the rule printed under the bf16 tables. This table is the evidence on the
 machine at hand. The weights are the default model's, fused as the engine holds them (qkv, o,
@@ -39,7 +39,7 @@ from bench.common import (
     timed,
 )
 from labkit.model import native
-from labkit.model.cpu_features import describe_cpu
+from labkit.model.cpu_features import describe_cpu, has_amx
 
 TARGET_VS_BEST = 1.1     # no row count slower than 1.1x the best available form
 
@@ -122,16 +122,17 @@ def _bf16_probe_note(threads: int) -> str:
 def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rounds: int) -> Section:
     set_threads(threads)
     clock = set_clock("auto", threads)
-    from labkit.model import linear_forms, llama
+    from labkit.model import linear_forms
+    from labkit.model.ops import torch_ops
 
     dtype = weights[0].dtype
     name = str(dtype).removeprefix("torch.")
     if dtype == torch.float32:
         linear_forms.prepare(weights)       # the probe's table for this thread count (cached on disk)
     else:
-        linear_forms.prepare_bf16(weights, llama._bf16_torch)    # the C kernel or not (cached on disk)
+        linear_forms.prepare_bf16(weights, torch_ops._bf16_torch)    # the C kernel or not (cached on disk)
     extras = extra_forms()
-    formulations = dict(FORMULATIONS, **extras, **{"labkit linear()": llama.linear})
+    formulations = dict(FORMULATIONS, **extras, **{"labkit linear()": torch_ops.linear})
     table, one_row, vs_best = [], {}, {}
     for t in rows:
         results = interleaved({name: sweep(weights, fn, t) for name, fn in formulations.items()}, rounds)
@@ -151,8 +152,8 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
                      "in 1..16: it beat PyTorch's bf16 form in the one-time probe on this CPU (ms per sweep, "
                      "kernel / PyTorch, by rows: " + _bf16_probe_note(threads) + ")")
     elif dtype == torch.bfloat16:
-        paired = sorted({tuple(w.shape) for w in weights if llama._one_row_needs_pair(w)})
-        multi = "(W @ xᵀ)ᵀ (AMX)" if llama.has_amx() else "F.linear (no AMX)"
+        paired = sorted({tuple(w.shape) for w in weights if torch_ops._one_row_needs_pair(w)})
+        multi = "(W @ xᵀ)ᵀ (AMX)" if has_amx() else "F.linear (no AMX)"
         notes.append(f"labkit linear() uses {multi} for bf16 T in 2..16; one row goes through F.linear, except for "
                      f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
                      f"copies): {', '.join(map(str, paired)) or 'none'}; labkit's C kernel: "

@@ -27,7 +27,7 @@ from draft_corpus import Sample
 from labkit.attention import reference
 from labkit.attention.metadata import AttentionMetadata
 from labkit.kv.paged_kv import PagedKVCache
-from labkit.model.llama import rms_norm
+from labkit.model.ops.torch_ops import rms_norm
 from labkit.spec_decode.draft_model import DraftLlama
 
 

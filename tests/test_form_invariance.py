@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit.model import invariance, llama, native, quant
+from labkit.model import invariance, native, quant
 from labkit.model import linear_forms as lf
+from labkit.model.ops import torch_ops
 from labkit.model.tuning import bf16
 from labkit.traces import load_prompts
 from tests.test_batch_invariance import run
@@ -137,7 +138,7 @@ def test_the_check_catches_a_product_whose_bits_follow_the_row_count(prompts, mo
     gate bypassed: it must fail (so it would fail on a CPU where PyTorch's product behaves like this), and
     the gate itself refuses that product."""
     assert invariance.linear_difference(_row_count_dependent, (576, 576), torch.bfloat16) is not None
-    monkeypatch.setattr(llama, "_bf16_torch", _row_count_dependent)
+    monkeypatch.setattr(torch_ops, "_bf16_torch", _row_count_dependent)
     monkeypatch.setattr(bf16, "bf16_form", lambda threads=None: lf.Bf16Form.TORCH)
     with pytest.raises(AssertionError, match="logits rows"):
         _checked("bf16, PyTorch", monkeypatch, prompts[:2])

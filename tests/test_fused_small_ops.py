@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit.model import llama, native
+from labkit.model import native
+from labkit.model.ops import native_ops, torch_ops
+from labkit.model.ops.native_ops import NativeOps
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 needs_silu = pytest.mark.skipif(not native.has_silu_mul(), reason="PyTorch's vector exp was not found on this CPU")
@@ -22,7 +24,7 @@ def rand(*shape, seed=0, scale=1.0):
 
 
 def lanes_for(dtype, n, eps=1e-5):
-    lanes = llama._native_norm_lanes(dtype, n, eps)
+    lanes = native_ops._native_norm_lanes(dtype, n, eps)
     if lanes is None:
         pytest.skip(f"no lane count gives PyTorch's RMSNorm bits here for {dtype} x {n}")
     return lanes
@@ -36,13 +38,13 @@ def test_rms_norm_in_c_gives_pytorchs_bits_for_every_row_and_row_count(dtype, n)
     w = rand(n, seed=n).to(dtype)
     for i, scale in enumerate((1e-6, 1e-3, 0.1, 1.0, 30.0, 1e4)):
         x = rand(40, n, seed=i, scale=scale).to(dtype)
-        ref = llama.rms_norm(x, w, 1e-5)
+        ref = torch_ops.rms_norm(x, w, 1e-5)
         out = native.rms_norm(x, w, 1e-5, lanes)
         assert torch.equal(out, ref), scale
         # each row alone gets the bits it got among 40 (PyTorch's one-row path included)
         for t in (0, 7, 39):
             assert torch.equal(native.rms_norm(x[t:t + 1].clone(), w, 1e-5, lanes), ref[t:t + 1])
-            assert torch.equal(llama.rms_norm(x[t:t + 1].clone(), w, 1e-5), ref[t:t + 1])
+            assert torch.equal(torch_ops.rms_norm(x[t:t + 1].clone(), w, 1e-5), ref[t:t + 1])
 
 
 @needs_kernel
@@ -52,7 +54,7 @@ def test_a_wrong_lane_count_is_caught_by_the_check():
     lanes = lanes_for(torch.float32, 576)
     other = 16 if lanes == 8 else 8
     x, w = rand(64, 576, seed=3), rand(576, seed=4)
-    assert not torch.equal(native.rms_norm(x, w, 1e-5, other), llama.rms_norm(x, w, 1e-5))
+    assert not torch.equal(native.rms_norm(x, w, 1e-5, other), torch_ops.rms_norm(x, w, 1e-5))
 
 
 class Config:
@@ -62,11 +64,11 @@ class Config:
 @needs_kernel
 def test_where_the_c_norm_differs_pytorchs_runs(monkeypatch):
     real = native.rms_norm
-    monkeypatch.setattr(llama, "_norm_lanes", {})
-    monkeypatch.setattr(llama, "_small_ops", {})
+    monkeypatch.setattr(native_ops, "_norm_lanes", {})
+    monkeypatch.setattr(native_ops, "_native_ops", {})
     monkeypatch.setattr(native, "rms_norm", lambda x, w, eps, lanes: real(x, w, eps, lanes) * 1.0000001)
-    assert llama._native_norm_lanes(torch.float32, 576, 1e-5) is None
-    ops = llama.small_ops(torch.zeros(1, 576), Config())
+    assert native_ops._native_norm_lanes(torch.float32, 576, 1e-5) is None
+    ops = native_ops.for_input(torch.zeros(1, 576), Config())
     x, w = rand(3, 576, seed=5), rand(576, seed=6)
     assert ops._norm is None and ops._layer is None
     assert torch.equal(ops.rms_norm(x, w, 1e-5), torch.rms_norm(x, (576,), w, 1e-5))
@@ -80,7 +82,7 @@ def test_the_residual_add_and_norm_in_one_call_give_pytorchs_bits_and_leave_the_
     x0, d0 = x.clone(), d.clone()
     total, normed = native.add_rms_norm(x, d, w, 1e-5, lanes)
     assert torch.equal(total, x0 + d0)
-    assert torch.equal(normed, llama.rms_norm(x0 + d0, w, 1e-5))
+    assert torch.equal(normed, torch_ops.rms_norm(x0 + d0, w, 1e-5))
     assert torch.equal(x, x0) and torch.equal(d, d0)
 
 
@@ -103,11 +105,11 @@ def test_silu_times_up_in_c_gives_pytorchs_bits(dtype, inner):
 @needs_silu
 def test_where_the_c_silu_differs_pytorchs_runs(monkeypatch):
     real = native.silu_mul
-    monkeypatch.setattr(llama, "_swiglu_exact", {})
-    monkeypatch.setattr(llama, "_small_ops", {})
+    monkeypatch.setattr(native_ops, "_swiglu_exact", {})
+    monkeypatch.setattr(native_ops, "_native_ops", {})
     monkeypatch.setattr(native, "silu_mul", lambda gu: real(gu) * 1.0000001)
-    assert not llama._native_swiglu_exact(torch.float32, 1536)
-    ops = llama.small_ops(torch.zeros(1, 576), Config())
+    assert not native_ops._native_swiglu_exact(torch.float32, 1536)
+    ops = native_ops.for_input(torch.zeros(1, 576), Config())
     gu = rand(2, 3072, seed=1)
     assert ops._silu is None and ops._layer is None
     assert torch.equal(ops.swiglu(gu), F.silu(gu[:, :1536]) * gu[:, 1536:])
@@ -153,16 +155,14 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     equals the row with PyTorch's kernels for all of them, bit for bit; and the fused ops did run, in C.
     q4_1: the fp32 model on the GGUF's 4-bit codes, whose whole-layer call runs labkit's int4 product
     in place of PyTorch's."""
-    from labkit.model.llama import SmallOps
-
     weights = "q4_1" if dtype == "q4_1" else "dense"
     dtype = "float32" if dtype == "q4_1" else dtype
     llm = LLM(config=EngineConfig(dtype=dtype, weights=weights, max_num_seqs=3), progress=False)
     execute = llm.engine.runner.execute
     calls: dict[str, int] = {}
     for name in ("rms_norm", "add_rms_norm", "swiglu", "rope_write_kv", "decode_layer"):
-        real = getattr(SmallOps, name)
-        monkeypatch.setattr(SmallOps, name, lambda self, *a, _real=real, _name=name: calls.__setitem__(
+        real = getattr(NativeOps, name)
+        monkeypatch.setattr(NativeOps, name, lambda self, *a, _real=real, _name=name: calls.__setitem__(
             _name, calls.get(_name, 0) + 1) or _real(self, *a))
 
     def logits_of() -> list[torch.Tensor]:
@@ -175,18 +175,18 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
         return rows
 
     fused = logits_of()
-    ops = llama.small_ops(torch.zeros(1, 1, dtype=getattr(torch, dtype)), llm.engine.runner.model.config)
+    ops = native_ops.for_input(torch.zeros(1, 1, dtype=getattr(torch, dtype)), llm.engine.runner.model.config)
     assert ops is not None and ops._norm is not None and (ops._silu is not None or not native.has_silu_mul())
     # prefill op by op; decode steps as one C call a layer, where every product is the C kernel (bf16:
     # where the one-time timing chose it on this machine)
     from labkit.model import linear_forms
 
-    whole_layer = (llama._native_int4_exact() if weights == "q4_1" else
+    whole_layer = (native_ops._native_int4_exact() if weights == "q4_1" else
                    dtype == "float32" or linear_forms.bf16_uses_kernel())
     assert set(calls) == {"rms_norm", "add_rms_norm", "swiglu", "rope_write_kv"} | ({"decode_layer"} if whole_layer else set())
     ran = dict(calls)
     # PyTorch's kernels for every small op
-    monkeypatch.setattr(llama, "small_ops", lambda *a: None)
+    monkeypatch.setattr(native_ops, "for_input", lambda *a: None)
     plain = logits_of()
     assert calls == ran                                  # nothing fused ran in the plain arm
     assert len(fused) == len(plain) and all(torch.equal(a, b) for a, b in zip(fused, plain))

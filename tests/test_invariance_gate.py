@@ -79,10 +79,10 @@ def test_without_any_invariant_bf16_form_products_run_in_fp32(bf16_registry, mon
     monkeypatch.setattr(native, "has_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="no row-invariant bf16 product"):
         assert lf.bf16_form() == lf.Bf16Form.UPCAST
-    from labkit.model import llama
+    from labkit.model.ops import torch_ops
     x, w = torch.randn(5, 96).bfloat16(), torch.randn(64, 96).bfloat16()
-    assert torch.equal(llama.linear(x, w), lf.invariant_product(x.float(), w.float()).bfloat16())
-    assert torch.equal(llama.linear(x[:1], w), llama.linear(x, w)[:1])
+    assert torch.equal(torch_ops.linear(x, w), lf.invariant_product(x.float(), w.float()).bfloat16())
+    assert torch.equal(torch_ops.linear(x[:1], w), torch_ops.linear(x, w)[:1])
 
 
 def test_an_invariant_pytorch_bf16_form_is_offered_and_the_refusal_is_cached_on_disk(bf16_registry):

@@ -1,6 +1,7 @@
 """The engine's layering, held by a test: no import cycles; the runner and the
-model never import the scheduler; the engine core never imports widgets; widgets never reach into the
-scheduler or the KV manager; the bookkeeping modules import without torch.
+model never import the scheduler; the model reaches its kernels only through ``labkit.model.ops``; the
+engine core never imports widgets; widgets never reach into the scheduler or the KV manager; the
+bookkeeping modules import without torch.
 
 Imports are read from the source with ``ast`` (function-local imports included, so a local import
 that only dodges a cycle shows up as the cycle it dodges).
@@ -21,6 +22,12 @@ TORCH_FREE = ["labkit.request", "labkit.scheduler", "labkit.scheduler.continuous
               "labkit.scheduler_output", "labkit.kv", "labkit.kv.block_pool", "labkit.kv.kv_cache_manager",
               "labkit.kv.contiguous", "labkit.kv.breakdown", "labkit.kv.snapshot", "labkit.events", "labkit.metrics",
               "labkit.traces", "labkit.outputs", "labkit.config", "labkit.sampling_params", "labkit.input_processor"]
+# The model's stack, top to bottom; a layer never imports one above it.
+MODEL_STACK = [
+    ("labkit.model.llama",),                                    # the Llama: RoPE, its layers, the forward
+    ("labkit.model.ops",),                                      # its ops: PyTorch's and labkit's C implementation
+    ("labkit.model.native", "labkit.model.tuning", "labkit.model.linear_forms"),  # C kernels, product forms
+]
 
 
 def module_name(path: Path) -> str:
@@ -93,6 +100,18 @@ def test_there_are_no_import_cycles_inside_labkit():
 @pytest.mark.parametrize("importers", ["labkit.model", "labkit.attention", "labkit.sample"])
 def test_the_compute_side_never_imports_the_scheduler(importers):
     assert violations(importers, ("labkit.scheduler",)) == []
+
+
+@pytest.mark.parametrize("depth", range(1, len(MODEL_STACK)))
+def test_the_models_stack_never_imports_upward(depth):
+    above = tuple(m for layer in MODEL_STACK[:depth] for m in layer)
+    assert [v for importers in MODEL_STACK[depth] for v in violations(importers, above)] == []
+
+
+def test_the_model_reaches_its_kernels_only_through_ops():
+    """``llama.py`` is the model: which kernel runs an op is decided in ``labkit.model.ops``, not there."""
+    kernels = MODEL_STACK[2] + ("labkit.model.cpu_features",)
+    assert "labkit.model.ops" in GRAPH["labkit.model.llama"] and violations("labkit.model.llama", kernels) == []
 
 
 @pytest.mark.parametrize("importers", ["labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model",

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.model import native
-from labkit.model.llama import linear
+from labkit.model.ops.torch_ops import linear
 from labkit.model.tuning import bf16, cache, forms, fp32, timing, walks
 from labkit.model.tuning.forms import Form
 from labkit.model.tuning.walks import Walk

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from labkit.model import linear_forms as lf
 from labkit.model import native
-from labkit.model.llama import linear
+from labkit.model.ops.torch_ops import linear
 from labkit.model.tuning import cache, forms, walks
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
@@ -434,16 +434,16 @@ def test_rope_and_kv_write_in_c_give_pytorchs_bits(heads, kv_heads, head_dim):
 @needs_kernel
 def test_the_fused_attention_input_changes_no_logit_bit(llm, monkeypatch):
     from labkit import SamplingParams
-    from labkit.model.llama import LlamaLayer
+    from labkit.model.ops.native_ops import NativeOps
 
-    execute, fused_attention_input = llm.engine.runner.execute, LlamaLayer._fused_attention_input
+    execute, fuses = llm.engine.runner.execute, NativeOps.fuses_rope_and_kv_write
     used: list[bool] = []
 
     def logits_of(fused: bool) -> list[torch.Tensor]:
         rows: list[torch.Tensor] = []
         monkeypatch.setattr(llm.engine.runner, "execute", lambda d: rows.append(execute(d).clone()) or rows[-1])
-        monkeypatch.setattr(LlamaLayer, "_fused_attention_input", lambda *a: used.append(
-            fused) or (fused_attention_input(*a) if fused else None))
+        monkeypatch.setattr(NativeOps, "fuses_rope_and_kv_write", lambda *a: used.append(
+            fused) or (fuses(*a) if fused else False))
         llm.generate(["Why is the sky blue?", "Write a haiku about tea.", "1, 2, 3,"],
                      SamplingParams(max_tokens=5, ignore_eos=True))
         return rows
@@ -456,18 +456,19 @@ def test_the_fused_attention_input_changes_no_logit_bit(llm, monkeypatch):
 
 AVX2_CHECK = """
 import torch
-from labkit.model import llama, native
+from labkit.model import native
+from labkit.model.ops import native_ops
 assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
 assert native.available(), native.why_unavailable()
-assert llama._native_norm_lanes(torch.float32, 576, 1e-5) and llama._native_norm_lanes(torch.bfloat16, 576, 1e-5)
-assert native.has_silu_mul() and llama._native_swiglu_exact(torch.float32, 1536)
+assert native_ops._native_norm_lanes(torch.float32, 576, 1e-5) and native_ops._native_norm_lanes(torch.bfloat16, 576, 1e-5)
+assert native.has_silu_mul() and native_ops._native_swiglu_exact(torch.float32, 1536)
 g = torch.Generator().manual_seed(0)
 codes = torch.randint(-128, 128, (100, 576), generator=g, dtype=torch.int8)
 scales = torch.rand(100, 18, generator=g).half().float()
 dense = (codes.float().reshape(100, 18, 32) * scales[..., None]).reshape(100, 576)
 a = torch.randn(3, 576, generator=g)
 assert torch.equal(native.q8_rows(a, codes, scales), native.linear_rows(a, dense))
-assert native.int4_block() == 32 and llama._native_int4_exact()      # PyTorch's AVX2 int4 form, bit for bit
+assert native.int4_block() == 32 and native_ops._native_int4_exact()      # PyTorch's AVX2 int4 form, bit for bit
 print("avx2 ok")
 """
 

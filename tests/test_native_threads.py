@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit.model import linear_forms, llama, native
+from labkit.model import linear_forms, native
+from labkit.model.ops import native_ops
+from labkit.model.ops.native_ops import NativeOps
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 
@@ -138,7 +140,7 @@ def test_the_int4_product_has_the_same_bits_at_every_thread_count_and_pytorchs(r
     one = at_threads(1, native.int4_rows, x, packed, scales_zeros, group)
     for threads in THREADS:
         assert torch.equal(at_threads(threads, native.int4_rows, x, packed, scales_zeros, group), one), threads
-    if llama._native_int4_exact():
+    if native_ops._native_int4_exact():
         assert torch.equal(one, ops._weight_int4pack_mm_for_cpu(x, packed, group, scales_zeros))
 
 
@@ -226,8 +228,8 @@ def test_the_models_logits_are_the_same_on_one_thread_and_two(dtype, monkeypatch
     llm = LLM(config=EngineConfig(dtype=dtype, weights=weights, max_num_seqs=3), progress=False)
     execute = llm.engine.runner.execute
     layer_calls = []
-    real_layer = llama.SmallOps.decode_layer
-    monkeypatch.setattr(llama.SmallOps, "decode_layer", lambda self, *a: layer_calls.append(1) or real_layer(self, *a))
+    real_layer = NativeOps.decode_layer
+    monkeypatch.setattr(NativeOps, "decode_layer", lambda self, *a: layer_calls.append(1) or real_layer(self, *a))
 
     def logits_at(threads: int) -> list[torch.Tensor]:
         torch.set_num_threads(threads)

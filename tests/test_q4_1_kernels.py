@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from labkit.model import linear_forms as lf
-from labkit.model import llama, native
+from labkit.model import native
 from labkit.model.gguf_codes import QuantizedWeight
-from labkit.model.llama import linear
+from labkit.model.ops import native_ops
+from labkit.model.ops.torch_ops import linear
 from labkit.model.q4_model import Q8Head
 from labkit.model.quant import Int4Linear
 from labkit.model.tuning import cache, walks
@@ -123,7 +124,7 @@ def test_q8_head_refuses_a_weight_that_is_not_q8_0_or_not_the_heads_shape():
 
 # ------------------------------------------------------------------------------ 4-bit layer products
 
-needs_int4 = pytest.mark.skipif(not llama._native_int4_exact(),
+needs_int4 = pytest.mark.skipif(not native_ops._native_int4_exact(),
                                 reason="labkit's int4 product does not match PyTorch's here (PyTorch's AVX2 form, "
                                        "or no C kernel): q4_1 layers run op by op")
 
@@ -165,10 +166,10 @@ def test_int4_rows_names_what_is_wrong_with_its_input():
 @needs_int4
 def test_where_the_c_int4_product_differs_the_q4_1_layers_run_op_by_op(monkeypatch):
     real = native.int4_rows
-    monkeypatch.setattr(llama, "_int4_exact", {})
+    monkeypatch.setattr(native_ops, "_int4_exact", {})
     monkeypatch.setattr(native, "int4_rows", lambda *a: real(*a) * 1.0078125)      # one bf16 ulp at 1
-    assert not llama._native_int4_exact()
-    monkeypatch.setattr(llama, "_small_ops", {})
-    ops = llama.small_ops(torch.zeros(1, 576), type("Config", (), dict(hidden_size=576, intermediate_size=1536,
+    assert not native_ops._native_int4_exact()
+    monkeypatch.setattr(native_ops, "_native_ops", {})
+    ops = native_ops.for_input(torch.zeros(1, 576), type("Config", (), dict(hidden_size=576, intermediate_size=1536,
                                                                         rms_norm_eps=1e-5))())
     assert ops is not None and ops._layer_q4 is None

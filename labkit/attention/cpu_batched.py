@@ -88,7 +88,7 @@ def one_kernel_call(rows: torch.Tensor, key_cache: torch.Tensor, meta: Attention
     """(slots [B or 1, L], lens [B]) where this step's attention is one call of the C kernel over all its
     query rows in order (``rows``: any tensor with a row per query token): every row a single new token,
     or every row one sequence's (its verification rows, or its prefill). Else None. The whole-layer C
-    call (``llama.SmallOps.decode_plan``) runs exactly where this is not None."""
+    call (``ops.native_ops.NativeOps.decode_plan``) runs exactly where this is not None."""
     if not uses_decode_kernel(rows, key_cache):
         return None
     plans = _plan(meta, rows.shape[0], rows.device, True)

@@ -8,7 +8,7 @@ cache's set-up and the tests call. The work is in `labkit.model.tuning`, one con
     tuning/timing.py   how a probe times forms, and the rule that keeps the faster
     tuning/cache.py    the disk cache every probe goes through (`cached_or_probe`)
 
-`labkit.model.llama` calls those modules directly, so a test replaces a function in its module (as
+`labkit.model.ops` calls those modules directly, so a test replaces a function in its module (as
 tests/test_form_invariance.py replaces ``tuning.bf16.bf16_form``), never here. `LlamaModel.tune()`, called
 where the engine is built, registers the model's weights with them.
 """

@@ -257,7 +257,7 @@ def _kernel():
 
 
 def raw_kernels() -> dict:
-    """The loaded ctypes functions by name, called without checks (``llama.SmallOps``, which checks
+    """The loaded ctypes functions by name, called without checks (``ops.native_ops.NativeOps``, which checks
     once what the public functions below check per call). Empty where `available` is False."""
     return _kernel() or {}
 
@@ -295,7 +295,7 @@ def use_threads(threads: int | None = None) -> None:
 
 def sync_threads() -> int:
     """Tell the C side the calling thread's count (pinned, else ``torch.get_num_threads()``) if it changed;
-    returns it. Called by every public function here and once per forward by ``llama.small_ops``."""
+    returns it. Called by every public function here and once per forward by ``ops.native_ops.for_input``."""
     n = getattr(_threads_told, "pinned", None) or torch.get_num_threads()
     kernels = _kernel()
     told = (id(kernels), n)             # per loaded library: a rebuilt one starts again at one thread
@@ -404,7 +404,7 @@ def decode_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
 
 
 # The small ops' calls themselves, without checks: the public functions below check their input and call
-# these; ``llama.SmallOps`` checks once per forward and calls them straight (at about 60 calls a step the
+# these; ``ops.native_ops.NativeOps`` checks once per forward and calls them straight (at about 60 calls a step the
 # checks cost more than the C work). ``fn`` is the kernel from `raw_kernels`; ``bf`` 1 for bf16.
 
 def rms_norm_unchecked(fn, x: torch.Tensor, weight: torch.Tensor, eps: float, lanes: int, bf: int) -> torch.Tensor:
@@ -481,7 +481,7 @@ def _loaded(name):
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, lanes: int) -> torch.Tensor:
     """RMSNorm of each row of x [T, n] (fp32 or bf16) in one call, summing the squares in PyTorch's
-    order for ``lanes``-lane vectors (``csrc/norm_act.c``); ``llama.small_ops`` checks the lanes that give
+    order for ``lanes``-lane vectors (``csrc/norm_act.c``); ``ops.native_ops`` checks the lanes that give
     PyTorch's bits on this machine before it calls this."""
     bf = _bf_of(x, weight, "rms_norm")
     return rms_norm_unchecked(_loaded("rms_norm"), x, weight, eps, lanes, bf)
@@ -505,7 +505,7 @@ def has_silu_mul() -> bool:
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gate_up [T, 2I] = (gate | up), fp32 or bf16, in one call (``csrc/norm_act.c``):
-    PyTorch's bits, with its own vector exp, which ``llama.small_ops`` checks on this machine first."""
+    PyTorch's bits, with its own vector exp, which ``ops.native_ops`` checks on this machine first."""
     if (gate_up.dtype not in (torch.float32, torch.bfloat16) or not gate_up.is_cpu or gate_up.dim() != 2
             or gate_up.shape[1] % 2 or not gate_up.is_contiguous()):
         raise ValueError(f"silu_mul takes a contiguous fp32 or bf16 CPU gate_up [T, 2I]; got {gate_up.dtype} "
@@ -551,7 +551,7 @@ def int4_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor,
               block: int | None = None) -> torch.Tensor:
     """``torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_zeros)`` for bf16 x [T, K]
     and a weight PyTorch packed in its form for ``block`` (default: `int4_block`; N a multiple of it), with
-    that kernel's bits (``csrc/int4_rows.c``; ``llama._native_int4_exact`` checks them on this machine
+    that kernel's bits (``csrc/int4_rows.c``; ``ops.native_ops._native_int4_exact`` checks them on this machine
     before the engine uses it) -> bf16 [T, N]. Row-invariant."""
     fn = _loaded("int4_rows")
     block = int4_block() if block is None else block

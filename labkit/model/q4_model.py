@@ -7,7 +7,7 @@ code, fp16 scale d and minimum m per group of 32, nothing re-quantised) and mult
 PyTorch's int4 CPU kernel (``quant.Int4Linear``): a decode step reads ~0.6 bytes per layer weight
 instead of 4. (On a GPU ``Int4Linear`` holds the kernel's dequantised values as a bf16 matrix: the
 same numbers, without the byte savings.) A decode step runs each layer as one C call
-(``llama.SmallOps.decode_layer``), whose int4 product (``native.int4_rows``) gives PyTorch's kernel's
+(``ops.native_ops.NativeOps.decode_layer``), whose int4 product (``native.int4_rows``) gives PyTorch's kernel's
 bits in its AVX512 or AVX2 form; labkit checks that on the machine first and otherwise runs the layers
 op by op.
 
@@ -56,7 +56,8 @@ from torch import nn
 
 from labkit.model import huge_pages, linear_forms, native
 from labkit.model.gguf_codes import QuantizedWeight, gguf_source, read_quantized
-from labkit.model.llama import LlamaModel, linear
+from labkit.model.llama import LlamaModel
+from labkit.model.ops.torch_ops import linear
 from labkit.model.quant import Int4Linear
 
 WEIGHTS = ("dense", "q4_1")

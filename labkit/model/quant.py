@@ -112,7 +112,7 @@ def int4_offered(out_features: int, in_features: int, group_size: int) -> list[s
 
 def int4_form(out_features: int, in_features: int, group_size: int) -> str:
     """The form every product through a 4-bit weight of this shape takes at this thread count: PyTorch's
-    int4 kernel where it is row-invariant here (the C layer call has its bits: `llama._native_int4_exact`),
+    int4 kernel where it is row-invariant here (the C layer call has its bits: `ops.native_ops._native_int4_exact`),
     else labkit's int4 product, else the dequantised weight through the fp32 form. ``LABKIT_INT4_FORM``
     asks for one of the first two, granted where offered."""
     key = (out_features, in_features, group_size, torch.get_num_threads(), os.environ.get(INT4_ENV))

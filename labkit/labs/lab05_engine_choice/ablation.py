@@ -306,7 +306,7 @@ def run_workload(variant_list: list[Variant], workload: Workload, slo_ms: dict[s
     return rows
 def warm_up(llm) -> None:
     """Run the step shapes a workload will meet: one, a few and many rows per step. A compiled
-    engine compiles once per row-count range (1; 2-6; 7-16; more: ``llama.linear`` branches there),
+    engine compiles once per row-count range (1; 2-6; 7-16; more: ``ops.torch_ops.linear`` branches there),
     and that time belongs to its setup, not to the requests it serves."""
     params = SamplingParams(temperature=0.0, max_tokens=2)
     for batch in ((1, 4, 10) if getattr(llm.engine.runner, "pieces", None) is not None else (1,)):

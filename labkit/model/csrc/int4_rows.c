@@ -21,7 +21,7 @@
  * Both: scales_zeros [K / G, N, 2] bf16 (the scale and zero point of each group of G along k), widened
  * exactly; y[t][n] = c rounded to bf16 (to nearest, ties to even). One sequential sum per output whatever
  * T is, so a row gets the same bits alone or among others. Python checks this kernel against PyTorch's on
- * the machine before it uses it (`llama._native_int4_exact`).
+ * the machine before it uses it (`ops.native_ops._native_int4_exact`).
  */
 #include "simd.h"
 #include "threads.h"

@@ -6,7 +6,7 @@ form for all of them, never a mix:
 
 - labkit's C kernel (`Bf16Form.NATIVE`), row-invariant by construction, where it builds with a bf16 dot
   product;
-- PyTorch's product (`Bf16Form.TORCH`, ``llama._bf16_torch``), where the gate (`bf16_torch_refused`,
+- PyTorch's product (`Bf16Form.TORCH`, ``ops.torch_ops._bf16_torch``), where the gate (`bf16_torch_refused`,
   `labkit.model.invariance`) finds that this CPU gives a row the same bits at every row count and position
   (refused where, as on a Xeon with AMX, oneDNN gives tail rows other bits);
 - both offered: the faster as timed once on this CPU (`choose_bf16`); neither: `Bf16Form.UPCAST`, the fp32
@@ -47,7 +47,7 @@ class Bf16Form(str, Enum):
 class _Registered:
     weights: list[torch.Tensor]              # a sample of the first model's bf16 weights, for timing
     shapes: list[tuple[int, int]]            # every registered weight shape, for the gate
-    torch_form: Callable                     # PyTorch's bf16 product (``llama._bf16_torch``)
+    torch_form: Callable                     # PyTorch's bf16 product (``ops.torch_ops._bf16_torch``)
 
 
 _lock = threading.Lock()

@@ -159,7 +159,7 @@ def _runnable(name: str, asked: str) -> Form:
 
 
 def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> Form:
-    """The form ``labkit.model.llama.linear`` uses for an fp32 CPU product of this shape and row count."""
+    """The form ``labkit.model.ops.torch_ops.linear`` uses for an fp32 CPU product of this shape and row count."""
     if _forced:
         return _forced[-1]
     env = os.environ.get(ENV)
