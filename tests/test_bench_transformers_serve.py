@@ -45,7 +45,11 @@ def transformers_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("tf-serve") / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([cli, "serve", model_dir, "--host", "127.0.0.1", "--port", str(port),
-                                 "--device", "cpu", "--dtype", "float32", "--continuous-batching"],
+                                 "--device", "cpu", "--dtype", "float32", "--continuous-batching",
+                                 # a KV cache of 16,384 tokens (32 requests of ~100 + 128 tokens need ~7,500):
+                                 # sized from free memory instead, it took 13.7 GB beside the suite and
+                                 # the kernel's OOM killer ended it
+                                 "--cb-block-size", "32", "--cb-num-blocks", "512"],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
     base_url = f"http://127.0.0.1:{port}"
 

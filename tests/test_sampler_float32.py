@@ -26,7 +26,22 @@ def test_every_valid_parameter_gives_a_distribution_that_keeps_the_most_likely_t
     row = torch.tensor([logits])
     probs = to_probs(row, SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k))[0]
     assert torch.isfinite(probs).all() and math.isclose(float(probs.sum()), 1.0, rel_tol=1e-4)
-    assert probs[row[0] == row.max()].sum() > 0          # a most likely token survives (any of a tie)
+    # A most likely token of the distribution survives (any of a tie). Judged on the tempered logits, the
+    # distribution's own: dividing by the temperature can round a near-tie into a tie ([0, 1.4e-45] / 2 is
+    # [0, 0] in float32), and then either token is a most likely one.
+    tempered = row / temperature
+    assert probs[tempered[0] == tempered.max()].sum() > 0
+
+
+@pytest.mark.parametrize("logits, temperature", [([0.0, 1.401298464324817e-45], 2.0), ([0.0, 1e-3], 2.0)])
+def test_a_near_tie_is_judged_on_the_tempered_logits(logits, temperature):
+    """The example that showed it: at temperature 2 the smallest subnormal halves to 0, a tie that top_p keeps
+    one side of; a gap temperature cannot close keeps its larger token."""
+    probs = to_probs(torch.tensor([logits]), SamplingParams(temperature=temperature, top_p=0.5))[0]
+    tempered = torch.tensor(logits) / temperature
+    assert probs[tempered == tempered.max()].sum() > 0
+    if tempered[1] > tempered[0]:
+        assert probs[1] == 1.0
 
 
 @pytest.mark.parametrize("top_p", [1e-46, 5e-324, 1e-30, 1e-8])
