@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
+
+from labkit.hub.limits import kill_until_gone
 
 MARK = "labkit learner"
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")      # what useradd accepts everywhere, and a hub URL segment
@@ -89,14 +89,7 @@ def user_pids(uid: int) -> list[int]:
 
 def end_processes(uid: int, wait_s: float = 5.0) -> None:
     """SIGKILL every process of ``uid`` (a learner's leftovers; their server is already stopped)."""
-    deadline = time.monotonic() + wait_s
-    while (pids := user_pids(uid)) and time.monotonic() < deadline:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
+    kill_until_gone(lambda: user_pids(uid), wait_s)
 
 
 def remove_learner(name: str, class_list: Path | None = None) -> bool:

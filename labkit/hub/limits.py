@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,13 +188,7 @@ class LearnerCgroup:
         """Kill whatever is left in the learner's cgroup (kernels a stopped server left behind) and remove
         it; returns the problems (a directory that would not go)."""
         deadline = time.monotonic() + wait_s
-        while (pids := self.pids()) and time.monotonic() < deadline:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
+        kill_until_gone(self.pids, wait_s, pause=0.05)
         problems = []
         for where in self.dirs.values():
             while where.is_dir():
@@ -205,3 +200,16 @@ class LearnerCgroup:
                         break
                     time.sleep(0.05)
         return problems
+
+
+def kill_until_gone(pids: Callable[[], Collection[int]], wait_s: float, pause: float = 0.1) -> None:
+    """SIGKILL every process ``pids()`` lists, again until it lists none or ``wait_s`` has passed (a process
+    may fork while it is being killed)."""
+    deadline = time.monotonic() + wait_s
+    while (found := pids()) and time.monotonic() < deadline:
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(pause)

@@ -57,15 +57,27 @@ def first_difference(fn: Callable[[torch.Tensor], torch.Tensor], inputs: list[to
     return None
 
 
-def order_weight(out_features: int, in_features: int, dtype: torch.dtype) -> torch.Tensor:
-    """A weight whose products reveal summation order (``linear_forms.order_probe``'s), in ``dtype``,
-    mixed with small random values so the random rows' sums do not cancel to round numbers."""
+def order_pattern(out_features: int, in_features: int) -> tuple[torch.Tensor, torch.Generator]:
+    """An fp32 weight whose products reveal the order a kernel sums in, and the generator that drew it.
+
+    Row n is all ones except +2**26 and -2**26 at two random columns: in fp32, 2**26 + 1 rounds back to
+    2**26, so the row's sum is exactly its count of ones only where the two large terms cancel before
+    the ones between them are absorbed. Two kernels that split the reduction differently disagree on
+    many rows; the same split agrees on all. (Random data hid the difference: real down-projection
+    inputs found it after 40 tokens, randn rows in 1 of 32 checks.)"""
     g = torch.Generator().manual_seed(26)
     w = torch.ones(out_features, in_features)
     rows = torch.arange(out_features)
     big = torch.randint(0, in_features, (out_features,), generator=g)
     cancel = (big + torch.randint(1, in_features, (out_features,), generator=g)) % in_features
     w[rows, big], w[rows, cancel] = 2.0 ** 26, -2.0 ** 26
+    return w, g
+
+
+def order_weight(out_features: int, in_features: int, dtype: torch.dtype) -> torch.Tensor:
+    """`order_pattern`'s weight in ``dtype``, mixed with small random values so the random rows' sums do
+    not cancel to round numbers."""
+    w, g = order_pattern(out_features, in_features)
     w += torch.randn(out_features, in_features, generator=g) * 0.01
     return w.to(dtype)
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.model import native
+from labkit.model.invariance import order_pattern
 from labkit.model.tuning.timing import with_threads
 
 MAX_ROWS = 16                    # row counts up to which the gate checks a form row by row
@@ -90,19 +91,9 @@ def candidates() -> list[Form]:
 # ----------------------------------------------------------------------------- the gate
 
 def order_probe(out_features: int, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A bf16 weight whose products reveal the order a kernel sums in, and the input row of ones.
-
-    Row n is all ones except +2**26 and -2**26 at two random columns: in fp32, 2**26 + 1 rounds back to
-    2**26, so the row's sum is exactly its count of ones only where the two large terms cancel before
-    the ones between them are absorbed. Two kernels that split the reduction differently disagree on
-    many rows; the same split agrees on all. (Random data hid the difference: real down-projection
-    inputs found it after 40 tokens, randn rows in 1 of 32 checks.)"""
-    g = torch.Generator().manual_seed(26)
-    w = torch.ones(out_features, in_features)
-    rows = torch.arange(out_features)
-    big = torch.randint(0, in_features, (out_features,), generator=g)
-    cancel = (big + torch.randint(1, in_features, (out_features,), generator=g)) % in_features
-    w[rows, big], w[rows, cancel] = 2.0 ** 26, -2.0 ** 26
+    """`invariance.order_pattern`'s weight in bf16 (exact: ones and powers of two), and the input row of
+    ones: a product's bits then show the order its kernel sums in."""
+    w, _ = order_pattern(out_features, in_features)
     return w.to(torch.bfloat16), torch.ones(1, in_features, dtype=torch.bfloat16)
 
 
