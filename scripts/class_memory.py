@@ -44,8 +44,9 @@ def smaps_rollup(pid: int) -> dict[str, int]:
 
 
 def mapping_kb(pid: int, needle: str) -> dict[str, int]:
-    """Rss and Pss (kB) of the mappings of ``pid`` whose path contains ``needle``."""
-    total, inside = {"Rss": 0, "Pss": 0}, False
+    """Rss, Pss and Anonymous (kB: pages copied out of the file) of the mappings of ``pid`` whose path
+    contains ``needle``."""
+    total, inside = {"Rss": 0, "Pss": 0, "Anonymous": 0}, False
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split()[0] if line.split() else ""
         if "-" in head and not head.endswith(":"):

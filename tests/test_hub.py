@@ -43,6 +43,7 @@ from labkit.hub import learners
 from labkit.hub.interpreter import learner_python, readable_by_all
 from labkit.hub.limits import learner_dirs
 from labkit.hub.settings import PROXY
+from scripts.class_memory import mapping_kb, smaps_rollup
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO / "build" / "hub" / "test-shared"
@@ -292,8 +293,8 @@ class Kernel:
 
 
 def learner_kernel_pids(names: list[str]) -> dict[str, list[int]]:
-    """HOOK for the shared-model check: each learner's kernel processes (ipykernel), found in /proc by the
-    learner's uid. The owner of labkit.model.shared_cache reads their /proc/PID/smaps_rollup from here."""
+    """For the shared-weights check: each learner's kernel processes (ipykernel), found in /proc by the
+    learner's uid, whose /proc/PID/smaps and smaps_rollup the shared-weights check reads."""
     found: dict[str, list[int]] = {}
     for name in names:
         uid = pwd.getpwnam(name).pw_uid
@@ -466,18 +467,6 @@ def test_each_learners_server_runs_in_a_cgroup_with_their_limits(hub, class_at_w
         assert set(pids) <= procs, f"{name}: kernels {pids} outside their cgroup {procs}"
 
 
-def pack_mapping_kb(pid: int, needle: str) -> dict[str, int]:
-    """Rss, Pss and Anonymous (kB) of the mappings of ``pid`` whose path contains ``needle``."""
-    total, inside = {"Rss": 0, "Pss": 0, "Anonymous": 0}, False
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        fields = line.split()
-        if fields and "-" in fields[0] and not fields[0].endswith(":"):
-            inside = needle in line
-        elif inside and fields and fields[0][:-1] in total:
-            total[fields[0][:-1]] += int(fields[1])
-    return total
-
-
 @pytest.mark.slow
 def test_the_learners_kernels_map_the_one_shared_copy_of_the_weights(hub, class_at_work, shared_cache):
     """Each learner's kernel reads its weights through the class's fp32 weight pack (resident in it, not
@@ -486,14 +475,13 @@ def test_the_learners_kernels_map_the_one_shared_copy_of_the_weights(hub, class_
     packs = sorted(shared_cache.glob("packs/*-float32.lkw"))         # lab 01's engines are fp32
     assert packs, f"no weight pack in {shared_cache}"
     size_kb = sum(p.stat().st_size for p in packs) / 1024
-    mapped = {name: [pack_mapping_kb(pid, "-float32.lkw") for pid in pids]
+    mapped = {name: [mapping_kb(pid, "-float32.lkw") for pid in pids]
               for name, pids in learner_kernel_pids(hub.learners).items()}
     for name, kernels in mapped.items():
         assert any(m["Rss"] >= 0.9 * size_kb for m in kernels), f"{name}'s kernel does not read the shared pack"
     for name, pids in learner_kernel_pids(hub.learners).items():
         for pid, m in zip(pids, mapped[name]):
-            rollup = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in
-                      Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])}
+            rollup = smaps_rollup(pid)
             print(f"{name} kernel {pid}: RSS {rollup['Rss'] / 1024:.0f} MiB, PSS {rollup['Pss'] / 1024:.0f} MiB; "
                   f"weight pack RSS {m['Rss'] / 1024:.0f} MiB, PSS {m['Pss'] / 1024:.0f} MiB")
     maps = [m for kernels in mapped.values() for m in kernels]
