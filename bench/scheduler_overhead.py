@@ -200,17 +200,18 @@ def real_model_async_section(model, threads_list: list[int], batch: int, max_tok
                     f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
 
 
-def steady_decode_host(sizes: list[int], steps: int) -> None:
-    """One JSON line per size: the host time of steady decode steps (wall and CPU, less the simulated
-    runner's own time), on whatever labkit is importable. Self-contained: ``--against`` runs its source."""
+def steady_decode_host(sizes: list[int], steps: int, arms: dict[str, dict] | None = None) -> None:
+    """One JSON line per host-path arm and size: the host time of steady decode steps (wall and CPU, less
+    the simulated runner's own time), on whatever labkit is importable. Self-contained: ``--against``
+    runs its source. ``arms``: EngineConfig overrides by name (default: the engine as configured)."""
     import json
     import statistics
     import time
 
     from labkit import LLM, EngineConfig, SamplingParams
 
-    for n in sizes:
-        config = EngineConfig(max_num_seqs=n, max_model_len=256, max_num_batched_tokens=max(1024, 8 * n))
+    for (arm, overrides), n in [(a, n) for a in (arms or {"default": {}}).items() for n in sizes]:
+        config = EngineConfig(max_num_seqs=n, max_model_len=256, max_num_batched_tokens=max(1024, 8 * n), **overrides)
         engine = LLM(model="sim", config=config, model_profile="llama-3-8b", hardware="h100-sxm", progress=False).engine
         for i in range(n):
             engine.add_request([97 + i % 26] * 8, SamplingParams(max_tokens=steps + 6, ignore_eos=True))
@@ -230,7 +231,8 @@ def steady_decode_host(sizes: list[int], steps: int) -> None:
             engine.step()
             walls.append(time.perf_counter() - t0 - runner_s[0])
             cpus.append(time.process_time() - c0 - runner_s[0])
-        print(json.dumps({"n": n, "best_s": min(walls), "median_cpu_s": statistics.median(cpus)}), flush=True)
+        print(json.dumps({"arm": arm, "n": n, "best_s": min(walls), "median_cpu_s": statistics.median(cpus)}),
+              flush=True)
 
 
 def _commit(tree: Path) -> str:
@@ -238,11 +240,11 @@ def _commit(tree: Path) -> str:
     return done.stdout.strip() or "unknown commit"
 
 
-def against(other: Path, sizes: list[int], steps: int, rounds: int) -> Section:
-    """``other`` (before) and this checkout (after), alternating processes; per side the best step of all
-    rounds and the median of the rounds' median CPU times."""
-    code = inspect.getsource(steady_decode_host) + f"\nsteady_decode_host({sizes!r}, {steps})\n"
-    got: dict[str, dict[int, list[dict]]] = {"before": defaultdict(list), "after": defaultdict(list)}
+def against(other: Path, sizes: list[int], steps: int, rounds: int, arms: dict[str, dict] = HOST_PATH_ARMS) -> Section:
+    """``other`` (before) and this checkout (after), alternating processes, on every host-path arm; per
+    side the best step of all rounds and the median of the rounds' median CPU times."""
+    code = inspect.getsource(steady_decode_host) + f"\nsteady_decode_host({sizes!r}, {steps}, {arms!r})\n"
+    got: dict[str, dict[tuple[str, int], list[dict]]] = {"before": defaultdict(list), "after": defaultdict(list)}
     for r in range(rounds):
         sides = [("before", other), ("after", REPO)]
         for label, tree in sides if r % 2 == 0 else sides[::-1]:
@@ -252,19 +254,21 @@ def against(other: Path, sizes: list[int], steps: int, rounds: int) -> Section:
                 raise RuntimeError(f"timing {tree} failed:\n{done.stderr[-2000:]}")
             for line in done.stdout.splitlines():
                 d = json.loads(line)
-                got[label][d["n"]].append(d)
+                got[label][d["arm"], d["n"]].append(d)
     rows = []
-    for n in sizes:
-        b, a = (min(x["best_s"] for x in got[side][n]) for side in ("before", "after"))
-        mb, ma = (statistics.median(x["median_cpu_s"] for x in got[side][n]) for side in ("before", "after"))
-        rows.append([f"{n:,}", f"{1e6 * b:,.0f}", f"{1e6 * a:,.0f}", f"{1e6 * b / n:.2f}", f"{1e6 * a / n:.2f}",
-                     f"{a / b:.2f}", f"{1e6 * mb:,.0f}", f"{1e6 * ma:,.0f}"])
+    for arm in arms:
+        for n in sizes:
+            b, a = (min(x["best_s"] for x in got[side][arm, n]) for side in ("before", "after"))
+            mb, ma = (statistics.median(x["median_cpu_s"] for x in got[side][arm, n]) for side in ("before", "after"))
+            rows.append([arm, f"{n:,}", f"{1e6 * b:,.0f}", f"{1e6 * a:,.0f}", f"{1e6 * b / n:.2f}", f"{1e6 * a / n:.2f}",
+                         f"{a / b:.2f}", f"{1e6 * mb:,.0f}", f"{1e6 * ma:,.0f}", f"{ma / mb:.2f}"])
     return Section(f"Host time per steady decode step, before ({other}, {_commit(other)}) vs after (this checkout, "
                    f"{_commit(REPO)})",
-                   ["running requests", "before µs/step (best)", "after µs/step (best)", "before µs per request",
-                    "after µs per request", "after ÷ before", "before median CPU µs/step", "after median CPU µs/step"],
+                   ["host path", "running requests", "before µs/step (best)", "after µs/step (best)",
+                    "before µs per request", "after µs per request", "after ÷ before (best)",
+                    "before median CPU µs/step", "after median CPU µs/step", "after ÷ before (median CPU)"],
                    rows, [f"{rounds} rounds of alternating processes (order swapped each round), {steps} steps each; "
-                          "host = step time less the simulated runner's own time",
+                          "host = step time less the simulated runner's own time (Llama-3-8B / H100 profile)",
                           f"load average: {load_average()}", f"cpu: {describe_cpu()}"])
 
 

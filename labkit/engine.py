@@ -231,11 +231,7 @@ class LLMEngine:
         return self._sample(decision, self.runner.execute(decision))
 
     def _sample(self, decision: SchedulerOutput, logits) -> SampledTokens:
-        """Tokens for the decision's logits rows: a columnar decode step (persistent batch) is sampled
-        from its columns, any other from its rows."""
-        if decision.columns is not None and logits is not None:
-            return self.sampler.sample_columns(decision.columns.request_ids, logits)
-        return self.sampler.sample(decision.scheduled, logits)
+        return self.sampler.sample(decision, logits)
 
     def _await_forward(self, logits: Future) -> tuple:
         """(the logits, seconds the host waited for them)."""
@@ -316,8 +312,7 @@ class LLMEngine:
         """``timer``: the step's host phases. wait_s (async): how long the host waited for the forward;
         the step took host + wait (sync: host + model)."""
         stats = self._step_stats(decision, model_s, timer.seconds, wait_s)
-        decode_only = decision.num_rows > 0 and (decision.columns is not None
-                                                 or all(s.kind is not PREFILL for s in decision.scheduled))
+        decode_only = decision.num_rows > 0 and PREFILL not in decision.kinds
         self.metrics.record_step(stats, decode_only)
         if self.hooks.active:
             self._events[:0] = self._scheduling_events(decision)
@@ -363,12 +358,14 @@ class LLMEngine:
             events.append(ev.PrefixHit(rid, n))
         for rid, blocks in decision.new_blocks.items():
             events.append(ev.BlocksAllocated(rid, tuple(blocks)))
-        for s in decision.scheduled:
-            events.append(ev.RequestScheduled(s.request_id, self.step_count, s.num_new_tokens, s.kind))
+        step = self.step_count
+        events += [ev.RequestScheduled(rid, step, n, kind)
+                   for rid, n, kind in zip(decision.request_ids, decision.num_tokens, decision.kinds)]
         return events
 
     def _batch(self, decision: SchedulerOutput) -> tuple[ev.BatchEntry, ...]:
-        entries = [ev.BatchEntry(s.request_id, i, s.num_new_tokens, s.kind) for i, s in enumerate(decision.scheduled)]
+        entries = [ev.BatchEntry(rid, i, n, kind)
+                   for i, (rid, n, kind) in enumerate(zip(decision.request_ids, decision.num_tokens, decision.kinds))]
         entries += [ev.BatchEntry(rid, len(entries) + i, 0, IDLE) for i, rid in enumerate(decision.idle)]
         return tuple(entries)
 
@@ -398,10 +395,7 @@ class LLMEngine:
 
 
 def _without(sampled: SampledTokens, failed: dict[str, str]) -> SampledTokens:
-    """``sampled`` less the requests in ``failed``, as rows: each failed row is applied as a row that
-    yields no token (its computed tokens count; nothing is appended), then the request is ended."""
-    tokens = (sampled.token_ids if sampled.row_tokens is None
-              else {rid: (t,) for rid, t in zip(sampled.row_ids, sampled.row_tokens)})
-    return SampledTokens({rid: t for rid, t in tokens.items() if rid not in failed},
+    """``sampled`` less the requests in ``failed``: each failed row is applied as a row that yields no
+    token (its computed tokens count; nothing is appended), then the request is ended."""
+    return SampledTokens(sampled.request_ids, [() if rid in failed else t for rid, t in zip(sampled.request_ids, sampled.token_ids)],
                          {rid: t for rid, t in sampled.fork_token_ids.items() if rid not in failed})
-

@@ -64,23 +64,32 @@ class StepOutput:          # dataclass's __init__ costs ~4x as much); read it, n
     error: str | None = None
 
 
-class DecodeOutputs(Sequence):
-    """A columnar decode step's outputs (persistent batch): request ``request_ids[i]`` gained the one
-    token ``token_ids[i]``; ``finish_reasons`` holds the rows that finished. Reads like the list of
-    ``StepOutput`` the engine returns otherwise; each ``StepOutput`` is built when it is read, so a
-    caller that reads none (``generate`` collects from the requests) builds none."""
+class StepOutputs(Sequence):
+    """One step's outputs as columns: request ``request_ids[i]`` gained ``token_ids[i]``;
+    ``finish_reasons`` holds the rows that finished. Reads like a list of ``StepOutput``; each one is
+    built when it is read, so a caller that reads none (``generate`` collects from the requests)
+    builds none."""
 
     __slots__ = ("request_ids", "token_ids", "finish_reasons")
 
-    def __init__(self, request_ids: list[str], token_ids: list[int], finish_reasons: dict[int, str]):
-        self.request_ids, self.token_ids, self.finish_reasons = request_ids, token_ids, finish_reasons
+    def __init__(self, request_ids: list[str] | None = None, token_ids: list[tuple[int, ...]] | None = None,
+                 finish_reasons: dict[int, str] | None = None):
+        self.request_ids = [] if request_ids is None else request_ids
+        self.token_ids = [] if token_ids is None else token_ids
+        self.finish_reasons = {} if finish_reasons is None else finish_reasons
+
+    def append(self, request_id: str, token_ids: tuple[int, ...], finish_reason: str | None = None) -> None:
+        if finish_reason is not None:
+            self.finish_reasons[len(self.request_ids)] = finish_reason
+        self.request_ids.append(request_id)
+        self.token_ids.append(token_ids)
 
     def __len__(self) -> int:
         return len(self.request_ids)
 
     def _output(self, i: int) -> StepOutput:
         reason = self.finish_reasons.get(i)
-        return StepOutput(self.request_ids[i], (self.token_ids[i],), reason is not None, reason)
+        return StepOutput(self.request_ids[i], tuple(self.token_ids[i]), reason is not None, reason)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -88,7 +97,7 @@ class DecodeOutputs(Sequence):
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
-            raise IndexError("DecodeOutputs index out of range")
+            raise IndexError("StepOutputs index out of range")
         return self._output(i)
 
     def __iter__(self):
@@ -99,4 +108,4 @@ class DecodeOutputs(Sequence):
         return isinstance(other, Sequence) and list(self) == list(other)
 
     def __repr__(self) -> str:
-        return f"DecodeOutputs({list(self)!r})"
+        return f"StepOutputs({list(self)!r})"

@@ -14,10 +14,11 @@ All of it is plain Python (ints, lists, tuples): importable and testable without
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from labkit.outputs import StepOutput
+from labkit.outputs import StepOutputs
 from labkit.request import Request
 
 PLACEHOLDER = -1    # async scheduling: a decode row's token that the step in flight is still sampling
@@ -41,9 +42,10 @@ class StepKind(str, enum.Enum):
 PREFILL, DECODE, VERIFY, IDLE = StepKind.PREFILL, StepKind.DECODE, StepKind.VERIFY, StepKind.IDLE
 
 
-@dataclass(slots=True)      # built for every running request every step: kept light
+@dataclass(slots=True)
 class ScheduledRequest:
-    """One request's share of a step. The runner needs nothing else to compute it.
+    """One row of a step, read as an object (``SchedulerOutput.row(i)`` / ``.scheduled``). The runner
+    needs nothing else to compute it.
 
         positions  start ........... start + len(token_ids) - 1
         token_ids  the tokens whose K/V this step computes (prefill chunk, 1 decode token, or the
@@ -53,7 +55,7 @@ class ScheduledRequest:
 
     request_id: str
     token_ids: tuple[int, ...]
-    start: int                     # num_computed_tokens before this step
+    start: int                     # num_computed_tokens (and tokens in flight) before this step
     num_spec_tokens: int           # how many of token_ids are draft tokens being verified
     kind: StepKind                 # PREFILL | DECODE | VERIFY
     block_table: Sequence[int]     # the KV manager's table, valid until update_from_output
@@ -70,40 +72,31 @@ class ScheduledRequest:
 
 
 @dataclass
-class DecodeColumns:
-    """A step whose every row is a steady decode row, kept as columns (``EngineConfig(persistent_batch=True)``):
-    row i computes ``token_ids[i]`` at position ``starts[i]`` of ``request_ids[i]``, reads its context
-    through ``block_tables[i]``, writes its K/V to ``slots[i]`` and wants one logits row. Nothing is
-    built per request; ``SchedulerOutput.scheduled`` turns the columns into ``ScheduledRequest`` rows
-    for whoever asks (the same values).
-
-    ``slots`` is computed when read, from the tables and positions (``table[p // bs] * bs + p % bs``, the
-    KV manager's ``slot``): a table handed out never changes, and the persistent batch computes the
-    slots itself, vectorised, so the common decode step does not compute them one by one."""
-
-    block_size: int = 1                 # of the layout the tables address (the KV manager's meta_block_size)
-    request_ids: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    block_tables: list[Sequence[int]] = field(default_factory=list)
-
-    @property
-    def slots(self) -> list[int]:
-        bs = self.block_size
-        return [table[p // bs] * bs + p % bs for table, p in zip(self.block_tables, self.starts)]
-
-    def rows(self) -> list[ScheduledRequest]:
-        columns = zip(self.request_ids, self.token_ids, self.starts, self.slots, self.block_tables)
-        return [ScheduledRequest(rid, (token,), start, 0, DECODE, table, (slot,), 1)
-                for rid, token, start, slot, table in columns]
-
-
-@dataclass
 class SchedulerOutput:
-    """``scheduled``: the step's rows in order. A columnar decision (``columns`` set) holds them as
-    ``DecodeColumns`` and builds the row objects only when ``scheduled`` is read."""
+    """One step's whole decision, one entry per row in each column (row i is ``request_ids[i]``'s share)::
 
-    rows: list[ScheduledRequest] = field(default_factory=list)
+        request_ids   a        b        c            (running requests first, then admitted ones)
+        starts        41       17       0            first position computed
+        num_tokens    1        1        3            decode, decode, a prefill chunk
+        token_ids     t41 t17 p0 p1 p2               every row's tokens back to back (the forward's input)
+        block_tables  [7, 2]   [4]      [9]          the KV manager's tables (references, never copied)
+        num_logits    1        1        0            logits rows wanted (1 + k when verifying k drafts)
+        kinds         DECODE   DECODE   PREFILL
+
+    ``num_spec``: the verification rows (row -> how many of its tokens are drafts). Columns, not an
+    object per row: a step of 256 decode rows appends to seven lists, and the runner's persistent
+    batch reads them as they are. ``row(i)`` and ``scheduled`` give rows as ``ScheduledRequest``
+    objects for whoever reads them one by one."""
+
+    block_size: int = 1          # of the layout the tables address (the KV manager's meta_block_size)
+    request_ids: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    block_tables: list[Sequence[int]] = field(default_factory=list)
+    num_logits: list[int] = field(default_factory=list)
+    kinds: list[StepKind] = field(default_factory=list)
+    num_spec: dict[int, int] = field(default_factory=dict)
     block_copies: list[tuple[int, int]] = field(default_factory=list)   # (src, dst): copy-on-write, before the step
     preempted: list[str] = field(default_factory=list)
     new_blocks: dict[str, list[int]] = field(default_factory=dict)
@@ -115,70 +108,122 @@ class SchedulerOutput:
     idle: list[str] = field(default_factory=list)        # static batching: slots held by finished requests
     freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
-    num_scheduled_tokens: int = 0      # sum of num_new_tokens over scheduled (counted as the budget is spent)
-    placeholder_rows: list[int] = field(default_factory=list)   # async: rows whose token is PLACEHOLDER
-    columns: DecodeColumns | None = None     # every row a steady decode row, as columns (persistent batch)
+    num_scheduled_tokens: int = 0      # len(token_ids): counted as the budget is spent
+    # Async: indices into token_ids holding PLACEHOLDER (a decode row's token the step in flight samples).
+    placeholders: list[int] = field(default_factory=list)
+
+    # -- writing (the scheduler) -----------------------------------------------------------------
+    def add_row(self, request_id: str, token_ids: Sequence[int], start: int, block_table: Sequence[int],
+                kind: StepKind, num_logits: int, num_spec: int = 0) -> None:
+        if num_spec:
+            self.num_spec[len(self.request_ids)] = num_spec
+        self.request_ids.append(request_id)
+        self.starts.append(start)
+        self.num_tokens.append(len(token_ids))
+        self.token_ids += token_ids
+        self.block_tables.append(block_table)
+        self.num_logits.append(num_logits)
+        self.kinds.append(kind)
+
+    def add_decode_row(self, request_id: str, token: int, start: int, block_table: Sequence[int]) -> None:
+        """``add_row`` for a steady decode row (one token, one logits row), the row of most steps."""
+        self.request_ids.append(request_id)
+        self.starts.append(start)
+        self.num_tokens.append(1)
+        self.token_ids.append(token)
+        self.block_tables.append(block_table)
+        self.num_logits.append(1)
+        self.kinds.append(DECODE)
+
+    # -- reading --------------------------------------------------------------------------------
+    @property
+    def num_rows(self) -> int:
+        return len(self.request_ids)
+
+    @property
+    def token_offsets(self) -> list[int]:
+        """Where each row's tokens start in ``token_ids``, and the end (the forward's query_start_loc)."""
+        return [0, *itertools.accumulate(self.num_tokens)]
+
+    @property
+    def logits_request_ids(self) -> list[str]:
+        """Whose each logits row is, in the order the runner returns them."""
+        return [rid for rid, k in zip(self.request_ids, self.num_logits) for _ in range(k)]
+
+    def slot_mapping(self, i: int) -> list[int]:
+        """Where row i's tokens' K/V go: ``table[p // bs] * bs + p % bs`` (the KV manager's ``slot``)."""
+        table, bs, start = self.block_tables[i], self.block_size, self.starts[i]
+        return [table[p // bs] * bs + p % bs for p in range(start, start + self.num_tokens[i])]
+
+    def row(self, i: int, offset: int | None = None) -> ScheduledRequest:
+        if offset is None:
+            offset = sum(self.num_tokens[:i])
+        return ScheduledRequest(self.request_ids[i], tuple(self.token_ids[offset:offset + self.num_tokens[i]]),
+                                self.starts[i], self.num_spec.get(i, 0), self.kinds[i], self.block_tables[i],
+                                self.slot_mapping(i), self.num_logits[i])
 
     @property
     def scheduled(self) -> list[ScheduledRequest]:
-        if self.columns is not None and len(self.rows) != len(self.columns.request_ids):
-            self.rows = self.columns.rows()
-        return self.rows
+        """The rows as objects, in order (built when read)."""
+        offsets = self.token_offsets
+        return [self.row(i, offsets[i]) for i in range(self.num_rows)]
 
-    @property
-    def num_rows(self) -> int:
-        return len(self.columns.request_ids) if self.columns is not None else len(self.rows)
-
-    def add_row(self, row: ScheduledRequest) -> None:
-        """A row that is not a steady decode one: from here on the step is a list of row objects."""
-        if self.columns is not None:
-            self.rows = self.scheduled
-            self.columns = None
-        self.rows.append(row)
+    @classmethod
+    def from_rows(cls, rows: Sequence[ScheduledRequest], block_size: int = 1) -> "SchedulerOutput":
+        """A decision holding ``rows`` (tests and tools that build rows by hand)."""
+        out = cls(block_size)
+        for s in rows:
+            out.add_row(s.request_id, s.token_ids, s.start, s.block_table, s.kind, s.num_logits, s.num_spec_tokens)
+        out.num_scheduled_tokens = len(out.token_ids)
+        return out
 
     def fill_placeholders(self, sampled: "SampledTokens") -> None:
         """Async scheduling: put the previous step's sampled tokens into the decode rows planned before
         they existed (each such row's token is its request's last sampled token). Called once, before
         the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
-        if not self.placeholder_rows:
+        if not self.placeholders:
             return
-        if self.columns is not None:
-            ids, tokens = self.columns.request_ids, self.columns.token_ids
-            if len(self.placeholder_rows) == len(ids) and ids == sampled.row_ids:
-                tokens[:] = sampled.row_tokens      # steady async decode: the same requests, in the same order
-            else:
-                last = sampled.last_tokens()
-                for i in self.placeholder_rows:
-                    tokens[i] = last[ids[i]]
-            self.rows = []                  # rebuilt from the filled columns if asked for
+        tokens = self.token_ids
+        if len(self.placeholders) == len(tokens) and self.request_ids == sampled.request_ids:
+            tokens[:] = [t[-1] for t in sampled.token_ids]   # steady async decode: same requests, same order
         else:
-            last, rows = sampled.last_tokens(), self.rows
-            for i in self.placeholder_rows:
-                rows[i].token_ids = (last[rows[i].request_id],)
-        self.placeholder_rows = []
+            last, offsets = sampled.last_tokens(), self.token_offsets
+            row_of = {offsets[i]: i for i in range(self.num_rows)}    # a placeholder is a decode row's only token
+            for k in self.placeholders:
+                tokens[k] = last[self.request_ids[row_of[k]]]
+        self.placeholders = []
+
+
+_NONE: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class SampledTokens:
-    """What the sampler / verifier decided, as plain token ids.
+    """What the sampler / verifier decided, as plain token ids, row by row of the decision it sampled.
 
-    ``token_ids[rid]``: the tokens request rid gains this step (1 sampled token; or the accepted
-    drafts followed by one recovered or bonus token). ``fork_token_ids[rid]``: for a request with
-    n > 1 that reached the end of its prompt, the first token of each child it forks, sampled from
-    the same logits row with the child's own generator.
+    ``token_ids[i]``: the tokens row i's request gains this step (1 sampled token; or the accepted
+    drafts followed by one recovered or bonus token; none for a mid-prompt chunk).
+    ``fork_token_ids[rid]``: for a request with n > 1 that reached the end of its prompt, the first token
+    of each child it forks, sampled from the same logits row with the child's own generator.
     """
 
-    token_ids: dict[str, Sequence[int]] = field(default_factory=dict)   # a plain row's: a 1-tuple, kept as the StepOutput's
+    request_ids: list[str] = field(default_factory=list)
+    token_ids: list[Sequence[int]] = field(default_factory=list)
     fork_token_ids: dict[str, list[int]] = field(default_factory=dict)
-    # A columnar decode step (``DecodeColumns``): one token per row, in row order; ``token_ids`` stays empty.
-    row_tokens: list[int] | None = None
-    row_ids: list[str] | None = None
+
+    @classmethod
+    def of(cls, decision: SchedulerOutput, tokens: dict[str, Sequence[int]],
+           forks: dict[str, list[int]] | None = None) -> "SampledTokens":
+        """By request id (tests, and the engine dropping failed rows): rows not in ``tokens`` gain none."""
+        return cls(decision.request_ids, [tuple(tokens.get(rid, _NONE)) for rid in decision.request_ids],
+                   dict(forks or {}))
+
+    def as_dict(self) -> dict[str, tuple[int, ...]]:
+        return {rid: tuple(t) for rid, t in zip(self.request_ids, self.token_ids) if t}
 
     def last_tokens(self) -> dict[str, int]:
         """Each request's last token this step (async scheduling fills placeholders with them)."""
-        if self.row_tokens is not None:
-            return dict(zip(self.row_ids, self.row_tokens))
-        return {rid: tokens[-1] for rid, tokens in self.token_ids.items()}
+        return {rid: t[-1] for rid, t in zip(self.request_ids, self.token_ids) if t}
 
 
 @dataclass
@@ -186,7 +231,7 @@ class StepUpdate:
     """What ``update_from_output`` changed: outputs for the caller, events for observers, the
     requests that finished and the children that were forked (in order)."""
 
-    outputs: Sequence[StepOutput] = field(default_factory=list)   # a columnar decode step: DecodeOutputs
+    outputs: StepOutputs = field(default_factory=StepOutputs)
     events: list = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
     forked: list[Request] = field(default_factory=list)

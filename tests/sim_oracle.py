@@ -28,7 +28,7 @@ import zlib
 import torch
 
 from labkit import LLM, EngineConfig
-from labkit.model.runner import prepare_input
+from labkit.model.input_batch import ModelInput
 from labkit.scheduler.continuous import step_kind
 from labkit.scheduler_output import PLACEHOLDER
 from labkit.sim.cost import step_time
@@ -69,6 +69,23 @@ def expected_output(request_id: str, prompt: list[int], max_tokens: int, max_mod
     return out
 
 
+def flatten_rows(rows) -> ModelInput:
+    """The forward's inputs from the decision read row by row (``ScheduledRequest``: its tokens, its
+    slots, its logits rows): the reference every input builder is checked against."""
+    inp = ModelInput([], [], [], [], [], [], [], [])
+    for s in rows:
+        offset = len(inp.input_ids)
+        inp.input_ids += s.token_ids
+        inp.positions += range(s.start, s.end)
+        inp.slot_mapping += s.slot_mapping
+        inp.query_lens.append(s.num_new_tokens)
+        inp.seq_lens.append(s.end)
+        inp.block_tables.append(s.block_table)
+        inp.logits_rows.append((len(inp.logits_indices), s.num_logits))
+        inp.logits_indices += range(offset + s.num_new_tokens - s.num_logits, offset + s.num_new_tokens)
+    return inp
+
+
 class ShadowRunner(SimRunner):
     """SimRunner's cost model and clock, plus a shadow KV cache that is written and read back."""
 
@@ -98,7 +115,7 @@ class ShadowRunner(SimRunner):
     def _built_input(self, sched):
         """The engine's own input builder (list path or persistent batch), as plain lists, checked row by
         row against the decision: the forward reads exactly the decision's tokens, slots and tables."""
-        built, want = self.build_input(sched), prepare_input(sched.scheduled)
+        built, want = self.build_input(sched), flatten_rows(sched.scheduled)
         meta = built.metadata
         assert built.input_ids.tolist() == want.input_ids and built.positions.tolist() == want.positions
         assert meta.slot_mapping.tolist() == want.slot_mapping
@@ -116,7 +133,7 @@ class ShadowRunner(SimRunner):
         token). With async scheduling a step in flight before it may be about to append the token a
         decode row computes: positions past the known tokens must be that row's own (filled) token."""
         assert sched.num_scheduled_tokens == sum(s.num_new_tokens for s in sched.scheduled)
-        assert not sched.placeholder_rows, "the runner got a decision with unfilled placeholders"
+        assert not sched.placeholders, "the runner got a decision with unfilled placeholders"
         for s in sched.scheduled:
             req = self.requests[s.request_id]
             assert PLACEHOLDER not in s.token_ids, s

@@ -51,8 +51,7 @@ def run(llm: LLM, prompts: list[str], sampling: list[SamplingParams]) -> tuple[l
     def recorded(decision):
         logits = execute(decision)
         if logits is not None:
-            owners = (decision.columns.request_ids if decision.columns is not None else
-                      [s.request_id for s in decision.scheduled for _ in range(s.num_logits)])
+            owners = decision.logits_request_ids
             for rid, row in zip(owners, logits):
                 rows.setdefault(rid, []).append(hashlib.sha1(row.float().numpy().tobytes()).hexdigest())
         return logits

@@ -20,10 +20,9 @@ from labkit import LLM, EngineConfig, SamplingParams, SpecConfig, outputs, sched
 from labkit import events as ev
 from labkit.kv.contiguous import ContiguousKVManager
 from labkit.kv.kv_cache_manager import KVCacheManager
-from labkit.outputs import DecodeOutputs, StepOutput
+from labkit.outputs import StepOutput, StepOutputs
 from labkit.sample.sampler import Sampler
-from labkit.scheduler import continuous
-from labkit.scheduler_output import ScheduledRequest, StepKind
+from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
 
 
 def decode_rows(ids: list[str]) -> list[ScheduledRequest]:
@@ -44,7 +43,8 @@ def test_plain_decode_rows_sample_what_the_per_request_path_samples():
     for _ in range(20):                          # generators advance step by step on both sides
         logits = torch.randn(len(ids), 50, generator=gen)
         rows = decode_rows(ids)
-        got, expected = fast.sample(rows, logits).token_ids, one_by_one.sample(rows, logits).token_ids
+        decision = SchedulerOutput.from_rows(rows)
+        got, expected = fast.sample(decision, logits).as_dict(), one_by_one.sample(decision, logits).as_dict()
         assert {rid: list(t) for rid, t in got.items()} == {rid: list(t) for rid, t in expected.items()}
 
 
@@ -58,8 +58,8 @@ def test_the_decode_shortcut_and_the_row_picking_path_agree_when_rows_are_mixed(
     general.add("chunk", SamplingParams())
     chunk = ScheduledRequest("chunk", (1, 2, 3), 0, 0, StepKind.PREFILL, [9], (144, 145, 146), 0)
     logits = torch.randn(len(ids), 50, generator=torch.Generator().manual_seed(2))
-    got = fast.sample(decode_rows(ids), logits).token_ids
-    assert got == general.sample([chunk, *decode_rows(ids)], logits).token_ids
+    got = fast.sample(SchedulerOutput.from_rows(decode_rows(ids)), logits).as_dict()
+    assert got == general.sample(SchedulerOutput.from_rows([chunk, *decode_rows(ids)]), logits).as_dict()
     assert sorted(got) == sorted(ids)
 
 
@@ -143,14 +143,11 @@ class CountingStepOutput(StepOutput):
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
-def test_a_steady_decode_step_with_the_persistent_batch_builds_no_object_per_request(monkeypatch, async_scheduling):
-    """50 decode steps of 64 running requests: no ``ScheduledRequest`` and no ``StepOutput`` is built
-    (the decision and the outputs are columns) until a request finishes; the list path builds one of
-    each per request per step, and both give the same tokens."""
-    for module in (continuous, scheduler_output):
-        monkeypatch.setattr(module, "ScheduledRequest", CountingRow)
-    for module in (continuous, outputs):
-        monkeypatch.setattr(module, "StepOutput", CountingStepOutput)
+def test_a_steady_decode_step_builds_no_object_per_request(monkeypatch, async_scheduling):
+    """50 decode steps of 64 running requests: no ``ScheduledRequest`` and no ``StepOutput`` is built (the
+    decision and the outputs are columns) with either input builder, and both give the same tokens."""
+    monkeypatch.setattr(scheduler_output, "ScheduledRequest", CountingRow)
+    monkeypatch.setattr(outputs, "StepOutput", CountingStepOutput)
     tokens = {}
     for persistent in (False, True):
         config = EngineConfig(max_num_seqs=64, persistent_batch=persistent, async_scheduling=async_scheduling)
@@ -161,16 +158,20 @@ def test_a_steady_decode_step_with_the_persistent_batch_builds_no_object_per_req
         CountingRow.made = CountingStepOutput.made = 0
         for _ in range(50):
             engine.step()
-        made = (CountingRow.made, CountingStepOutput.made)
-        assert made == ((0, 0) if persistent else (50 * 64, 50 * 64)), made
+        assert (CountingRow.made, CountingStepOutput.made) == (0, 0)
+        outs = engine.step()
+        assert len(outs) == 64 and CountingStepOutput.made == 0
+        assert [o.request_id for o in outs] == ids and CountingStepOutput.made == 64     # built when read
         while engine.has_unfinished_requests():
             engine.step()
         tokens[persistent] = [engine.get_request(rid).output_token_ids for rid in ids]
     assert tokens[True] == tokens[False]
 
 
-def test_decode_outputs_read_like_the_list_of_step_outputs():
-    outs = DecodeOutputs(["a", "b", "c"], [97, 98, 99], {1: "length"})
+def test_step_outputs_read_like_the_list_of_step_outputs():
+    outs = StepOutputs()
+    for rid, token, reason in (("a", 97, None), ("b", 98, "length"), ("c", 99, None)):
+        outs.append(rid, (token,), reason)
     expected = [StepOutput("a", (97,), False, None), StepOutput("b", (98,), True, "length"),
                 StepOutput("c", (99,), False, None)]
     assert list(outs) == expected and outs == expected and len(outs) == 3

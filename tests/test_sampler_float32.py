@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from labkit.sample.sampler import InvalidDistribution, Sampler, check_distribution, sample_tokens, to_probs
 from labkit.sampling_params import GREEDY_TEMPERATURE, SamplingParams
-from labkit.scheduler_output import ScheduledRequest, StepKind
+from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
 
 finite_logits = st.lists(st.floats(-1e4, 1e4, allow_nan=False, width=32), min_size=2, max_size=40)
 any_top_p = st.floats(0.0, 1.0, exclude_min=True, allow_subnormal=True)     # 5e-324 included
@@ -74,7 +74,7 @@ def test_the_sampler_fails_only_the_request_whose_row_has_no_distribution():
         sampler.add(rid, params)
     logits = torch.tensor([[0.0, 5.0, 0.0], [math.nan, 0.0, 0.0], [0.0, 0.0, 50.0]])
     rows = [ScheduledRequest(rid, (1,), 3, 0, StepKind.DECODE, [0], (3,), 1) for rid in ids]
-    tokens = sampler.sample(rows, logits).token_ids
+    tokens = sampler.sample(SchedulerOutput.from_rows(rows), logits).as_dict()
     failed = sampler.take_failed()
     assert set(failed) == {"bad"} and "NaN" in failed["bad"]
     assert tokens["ok-greedy"] == (1,) and tokens["ok-sampled"] == (2,)

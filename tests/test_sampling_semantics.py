@@ -213,11 +213,7 @@ def fixed_logits_llm(monkeypatch, logits_for, **config) -> LLM:
     def execute(sched):
         if real(sched) is None:                    # the clock and timings move as they would
             return None
-        if sched.columns is not None:
-            rows = list(sched.columns.request_ids)
-        else:
-            rows = [s.request_id for s in sched.scheduled for _ in range(s.num_logits)]
-        return torch.stack([logits_for(rid) for rid in rows])
+        return torch.stack([logits_for(rid) for rid in sched.logits_request_ids])
 
     monkeypatch.setattr(runner, "execute", execute)
     return llm
@@ -344,7 +340,7 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
     that q and a copy of the request's generator; a sampler that dropped q (point masses) or drew from the
     global generator gives other tokens for some of the 40 seeds. Afterwards q is forgotten."""
     from labkit.sample.sampler import Sampler
-    from labkit.scheduler_output import ScheduledRequest, StepKind
+    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
     from labkit.spec_decode.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(3)
@@ -361,7 +357,7 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
         point = torch.Generator().set_state(sampler.generator("r").get_state())
         row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
         torch.manual_seed(seed + 1000)                       # the global generator is not the request's
-        got = sampler.sample([row], logits).token_ids["r"]
+        got = sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"]
         p = to_probs(logits, params)
         assert list(got) == rejection_sample(drafts, q, p, generator=copy), seed
         differ_from_point_masses += list(got) != rejection_sample(drafts, None, p, generator=point)

@@ -1,8 +1,7 @@
 """Scheduler and KV rules against their definitions (vLLM v1), not against another labkit path.
 
     stop tokens      a sequence ends with the first sampled token in ``stop_token_ids`` (kept in the output,
-                     finish reason "stop"), on every host path: the persistent batch applies decode steps
-                     from columns (``_update_decode``), not through ``_append``
+                     finish reason "stop"), on every host path (list-built or persistent batch, sync or async)
     freeing order    a finished request's blocks go back to the free queue tail first: the queue hands out
                      its head (least recently freed) first, so the tail is evicted before the prefix, and a
                      later request with the same prefix still finds it cached (vLLM's ``free_blocks(reversed)``)
@@ -105,7 +104,7 @@ def test_a_rolled_back_request_frees_its_last_block_first():
 
 def run_step(sched: ContinuousScheduler, now: float, token: int = 7):
     out = sched.schedule(now)
-    sampled = SampledTokens(token_ids={s.request_id: (token,) for s in out.scheduled if s.num_logits})
+    sampled = SampledTokens.of(out, {s.request_id: (token,) for s in out.scheduled if s.num_logits})
     sched.update_from_output(out, sampled, now)
     return out
 

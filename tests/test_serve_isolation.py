@@ -22,13 +22,6 @@ TINY_TOP_P = 1e-46          # valid, in (0, 1]; 0.0 once in float32
 POISON = "NaN"              # a prompt that starts with it gets NaN logits (poison below)
 
 
-def row_request_ids(decision) -> list[str]:
-    """The request of each logits row the runner returns for ``decision``."""
-    if decision.columns is not None:
-        return list(decision.columns.request_ids)
-    return [s.request_id for s in decision.scheduled for _ in range(s.num_logits)]
-
-
 def poison(monkeypatch, engine) -> None:
     """NaN logits for every row of a request whose prompt starts with ``POISON``: a numerical fault of
     the model on that one sequence (an fp16 overflow, say), the rest of the batch untouched."""
@@ -37,7 +30,7 @@ def poison(monkeypatch, engine) -> None:
 
     def execute_poisoned(decision):
         logits = execute(decision)
-        for i, rid in enumerate(row_request_ids(decision) if logits is not None else ()):
+        for i, rid in enumerate(decision.logits_request_ids if logits is not None else ()):
             req = engine.requests.get(rid)
             if req is not None and req.prompt_token_ids[:len(marker)] == marker:
                 logits[i] = float("nan")

@@ -1,7 +1,7 @@
 """The runner's inputs for one step: built from lists every step, or from a persistent batch.
 
 ``build_from_lists`` is the readable path: flatten every scheduled row's tokens, positions, slots and
-block table (``runner.prepare_input``), then turn the lists into tensors. Each step pays for every
+block table (``prepare_input``), then turn the lists into tensors. Each step pays for every
 row's whole block table again, although a decoding request's table changes once every ``block_size``
 steps.
 
@@ -18,10 +18,9 @@ after a preemption: ``SchedulerOutput.admitted``), and the tail of a
 table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
 ``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
 ``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``.
-A step of steady decode rows comes as columns (``DecodeColumns``: request ids, token ids, positions,
-slots, block tables; no ``ScheduledRequest`` per row), and its tensors are built from those lists in
-one C loop each (``long_tensor``). Same values as the list path, under the same ``SchedulerOutput`` contract (``tests/sim_oracle.py`` writes
-and reads its shadow KV cache through whichever builder the engine uses).
+The decision's own columns (request ids, starts, token ids) become tensors in one C loop each
+(``long_tensor``). Both builders read the same ``SchedulerOutput`` and give the same values
+(``tests/sim_oracle.py`` writes and reads its shadow KV cache through whichever builder the engine uses).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.scheduler_output import ScheduledRequest, SchedulerOutput
+from labkit.scheduler_output import SchedulerOutput
 
 
 @dataclass
@@ -47,28 +46,21 @@ class ModelInput:
     logits_rows: list[tuple[int, int]]    # per scheduled request: (first row, number of rows)
 
 
-def prepare_input(scheduled: list[ScheduledRequest]) -> ModelInput:
-    """Flatten the step's tokens. A request gets logits rows only when this step reaches the end of
-    its known tokens: 1 row for prefill/decode, 1 + k rows when verifying k drafts."""
-    inp = ModelInput([], [], [], [], [], [], [], [])
-    ids, positions, slots, logits_indices = inp.input_ids, inp.positions, inp.slot_mapping, inp.logits_indices
-    for s in scheduled:
-        offset, start, num_new = len(ids), s.start, len(s.token_ids)
-        inp.query_lens.append(num_new)
-        inp.seq_lens.append(start + num_new)
-        inp.block_tables.append(s.block_table)
-        inp.logits_rows.append((len(logits_indices), s.num_logits))
-        if num_new == 1:                 # a decode row, most rows of most steps: no ranges to build
-            ids.append(s.token_ids[0])
-            positions.append(start)
-            slots.append(s.slot_mapping[0])
-            if s.num_logits:
-                logits_indices.append(offset)
-            continue
-        ids += s.token_ids
-        positions += range(start, start + num_new)
-        slots += s.slot_mapping
-        logits_indices += range(offset + num_new - s.num_logits, offset + num_new)
+def prepare_input(decision: SchedulerOutput) -> ModelInput:
+    """Flatten the step's rows: row i's tokens sit at positions ``starts[i]`` on, their K/V go to
+    ``table[p // bs] * bs + p % bs``, and a row that wants k logits rows gets its last k tokens'."""
+    inp = ModelInput(list(decision.token_ids), [], [], list(decision.num_tokens), [], list(decision.block_tables), [], [])
+    positions, slots, logits_indices, bs = inp.positions, inp.slot_mapping, inp.logits_indices, decision.block_size
+    offset = 0
+    for start, num_new, table, num_logits in zip(decision.starts, decision.num_tokens, decision.block_tables,
+                                                 decision.num_logits):
+        end = start + num_new
+        inp.seq_lens.append(end)
+        inp.logits_rows.append((len(logits_indices), num_logits))
+        positions += range(start, end)
+        slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+        logits_indices += range(offset + num_new - num_logits, offset + num_new)
+        offset += num_new
     return inp
 
 
@@ -92,7 +84,7 @@ def long_tensor(values: list[int]) -> torch.Tensor:
 
 
 def build_from_lists(decision: SchedulerOutput, block_size: int, device) -> BatchInput:
-    inp = prepare_input(decision.scheduled)
+    inp = prepare_input(decision)
     meta = AttentionMetadata.build(inp.query_lens, inp.seq_lens, inp.block_tables, inp.slot_mapping, block_size,
                                    device=device)
     return BatchInput(long_tensor(inp.input_ids).to(device), long_tensor(inp.positions).to(device),
@@ -186,66 +178,38 @@ class InputBatch:
         return lens
 
     # -- one step ----------------------------------------------------------------------------------
-    def _prepare_decode(self, cols, starts: torch.Tensor, width: int) -> BatchInput:
-        """A columnar decode step: one token per row at ``starts``; every tensor is a slice or vectorised
-        arithmetic over the columns (the same values the general branch computes)."""
-        n, bs, dev = len(cols.request_ids), self.block_size, self.device
-        seq = starts + 1
-        self.seen_end[self._rows] = seq
-        seq_lens = seq.tolist()
-        slot_mapping = self.block_table[self._rows, starts // bs].long() * bs + starts % bs
-        meta = AttentionMetadata(query_start_loc=torch.arange(n + 1, dtype=torch.int32).to(dev),
-                                 seq_lens=seq.to(dtype=torch.int32, device=dev),
-                                 block_tables=self.block_table[self._rows, :width].to(dev),
-                                 slot_mapping=slot_mapping.to(dev), block_size=bs,
-                                 max_query_len=1 if n else 0, max_seq_len=max(seq_lens, default=0),
-                                 query_lens_list=[1] * n, seq_lens_list=seq_lens)
-        return BatchInput(long_tensor(cols.token_ids).to(dev), starts.to(dev), torch.arange(n, device=dev), meta)
-
     def prepare(self, decision: SchedulerOutput) -> BatchInput:
-        cols = decision.columns
-        if cols is not None:             # the common decode step: the scheduler's columns, no row objects
-            rids, start_list, tables = cols.request_ids, cols.starts, cols.block_tables
-        else:
-            scheduled = decision.scheduled
-            rids = [s.request_id for s in scheduled]
-            start_list = [s.start for s in scheduled]
-            tables = [s.block_table for s in scheduled]
+        rids, start_list, n = decision.request_ids, decision.starts, decision.num_rows
         if rids != self._rids:                      # steady decode: the same requests, same order
             self._bind(rids)
         starts = long_tensor(start_list)
-        lens = self._write_tables(decision, tables, starts)
-        width = max(int(lens.max()), 1) if len(lens) else 1
-        if cols is not None:
-            return self._prepare_decode(cols, starts, width)
-        if decision.num_scheduled_tokens == len(scheduled):     # one token per row: decode steps
-            input_ids = [s.token_ids[0] for s in scheduled]
-            positions = starts
-            token_rows = self._rows
-            query_lens, seq_lens = [1] * len(scheduled), [p + 1 for p in start_list]
-            wants = [s.num_logits for s in scheduled]
-            logits_indices = torch.arange(len(scheduled)) if all(wants) else torch.tensor(
-                [i for i, w in enumerate(wants) if w], dtype=torch.long)
+        lens = self._write_tables(decision, decision.block_tables, starts)
+        width = max(int(lens.max()), 1) if n else 1
+        if decision.num_scheduled_tokens == n:      # one token per row: decode steps, every tensor a slice
+            positions, token_rows = starts, self._rows
+            query_lens, seq = [1] * n, starts + 1
+            seq_lens = seq.tolist()
+            starts_loc = torch.arange(n + 1, dtype=torch.int32)
+            logits_indices = (torch.arange(n) if decision.num_logits.count(1) == n else
+                              torch.tensor([i for i, k in enumerate(decision.num_logits) if k], dtype=torch.long))
         else:
-            flat = prepare_input(scheduled)
-            input_ids, query_lens, seq_lens = flat.input_ids, flat.query_lens, flat.seq_lens
+            flat = prepare_input(decision)
+            query_lens, seq_lens = flat.query_lens, flat.seq_lens
             positions = torch.tensor(flat.positions, dtype=torch.long)
             token_rows = torch.repeat_interleave(self._rows, torch.tensor(query_lens))
             logits_indices = torch.tensor(flat.logits_indices, dtype=torch.long)
-        self.seen_end[self._rows] = torch.tensor(seq_lens, dtype=torch.long)
-        bs = self.block_size
+            seq = torch.tensor(seq_lens, dtype=torch.long)
+            starts_loc = torch.zeros(n + 1, dtype=torch.int32)
+            starts_loc[1:] = torch.tensor(query_lens, dtype=torch.int32).cumsum(0)
+        self.seen_end[self._rows] = seq
+        bs, dev = self.block_size, self.device
         slot_mapping = self.block_table[token_rows, positions // bs].long() * bs + positions % bs
-        starts_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
-        starts_loc[1:] = torch.tensor(query_lens, dtype=torch.int32).cumsum(0)
-        dev = self.device
-        meta = AttentionMetadata(query_start_loc=starts_loc.to(dev),
-                                 seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+        meta = AttentionMetadata(query_start_loc=starts_loc.to(dev), seq_lens=seq.to(dtype=torch.int32, device=dev),
                                  block_tables=self.block_table[self._rows, :width].to(dev),
                                  slot_mapping=slot_mapping.to(dev), block_size=bs,
                                  max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0),
                                  query_lens_list=query_lens, seq_lens_list=seq_lens)
-        return BatchInput(torch.tensor(input_ids, dtype=torch.long, device=dev), positions.to(dev),
-                          logits_indices.to(dev), meta)
+        return BatchInput(long_tensor(decision.token_ids).to(dev), positions.to(dev), logits_indices.to(dev), meta)
 
 
 def input_builder(config, max_model_len: int, block_size: int, device="cpu"):

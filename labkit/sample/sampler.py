@@ -17,7 +17,7 @@ import math
 import torch
 
 from labkit.sampling_params import SamplingParams
-from labkit.scheduler_output import SampledTokens, ScheduledRequest
+from labkit.scheduler_output import SampledTokens, SchedulerOutput
 from labkit.spec_decode.rejection_sampler import (
     greedy_verify,
     greedy_verify_batch,
@@ -158,116 +158,108 @@ class Sampler:
         self._draft_probs.pop(request_id, None)
 
     # -- one step -------------------------------------------------------------------------------
-    def sample(self, scheduled: list[ScheduledRequest], logits: torch.Tensor | None) -> SampledTokens:
-        """logits: [sum of num_logits, vocab], scheduled[i]'s rows back to back (a prefill chunk has
-        none); None when no request has rows this step."""
-        out = SampledTokens()
+    def sample(self, decision: SchedulerOutput, logits: torch.Tensor | None) -> SampledTokens:
+        """Tokens for every row of ``decision``. logits: [sum of num_logits, vocab], the rows' logits back
+        to back (a prefill chunk has none); None when no row has any."""
+        n, ids = decision.num_rows, decision.request_ids
         if logits is None:
+            return SampledTokens(ids, [()] * n)
+        if self.batched and len(logits) == n and decision.num_logits.count(1) == n:
+            # One logits row per row, in order (every step of plain decoding): no rows to pick.
+            tokens = self._sample_rows(ids, logits)
+            out = SampledTokens(ids, [(t,) for t in tokens])
+            if self._pending_forks:
+                self._fork_tokens([(i, i, i + 1) for i in range(n)], ids, logits, out)
             return out
-        if self.batched and len(logits) == len(scheduled) and all(s.num_logits == 1 for s in scheduled):
-            self._sample_last_rows(scheduled, logits, out)     # plain decode steps: no rows to pick
-            rows = [(s, i, i + 1) for i, s in enumerate(scheduled)] if self._pending_forks else []
-            self._fork_tokens(rows, logits, out)
-            return out
-        rows, start = [], 0
-        for s in scheduled:
-            if s.num_logits:
-                rows.append((s, start, start + s.num_logits))
-                start += s.num_logits
+        rows, start = [], 0                   # (row, its first logits row, end)
+        for i, k in enumerate(decision.num_logits):
+            if k:
+                rows.append((i, start, start + k))
+                start += k
+        out = SampledTokens(ids, [()] * n)
         if self.batched:
-            self._sample_plain([r for r in rows if not r[0].num_spec_tokens], logits, out)
-            self._verify([(s, logits[a:b]) for s, a, b in rows if s.num_spec_tokens], out)
+            self._sample_plain([r for r in rows if r[0] not in decision.num_spec], ids, logits, out)
+            self._verify(decision, [(i, logits[a:b]) for i, a, b in rows if i in decision.num_spec], out)
         else:
-            self._one_by_one(rows, logits, out)
-        self._fork_tokens(rows, logits, out)
+            self._one_by_one(decision, rows, logits, out)
+        self._fork_tokens(rows, ids, logits, out)
         return out
 
-    def sample_columns(self, request_ids: list[str], logits: torch.Tensor) -> SampledTokens:
-        """A columnar step of steady decode rows (``DecodeColumns``): exactly one logits row per request,
-        in order, and no forks pending among them. Greedy rows: one argmax, no per-request work; a
-        request that samples draws from its own row with its own generator (as ``sample`` does).
-        ``max(-1).indices`` is argmax (the first maximal index, as ``argmax``), about twice as fast on CPU."""
+    def _sample_rows(self, request_ids: list[str], logits: torch.Tensor) -> list[int]:
+        """One token per logits row, row i for ``request_ids[i]``: one argmax over the batch (greedy);
+        a request that samples draws from its own row with its own generator. ``max(-1).indices`` is
+        argmax (the first maximal index), about twice as fast on CPU."""
         tokens = logits.max(-1).indices.tolist()
         if self._num_random:
             generators = self._generators
             for i, rid in enumerate(request_ids):
                 if generators[rid] is not None:
                     tokens[i] = self._draw(rid, logits[i:i + 1])
-        return SampledTokens(row_tokens=tokens, row_ids=request_ids)
+        return tokens
 
-    def _fork_tokens(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
+    def _fork_tokens(self, rows: list, ids: list[str], logits: torch.Tensor, out: SampledTokens) -> None:
         """n > 1 at the end of its prompt: each child's first token, from the parent's last row."""
         if not self._pending_forks:
             return
-        for s, _, end in rows:
-            children = self._pending_forks.pop(s.request_id, None)
+        for i, _, end in rows:
+            children = self._pending_forks.pop(ids[i], None)
             if children:
-                out.fork_token_ids[s.request_id] = [self._draw(s.request_id, logits[end - 1:end], c) for c in children]
+                out.fork_token_ids[ids[i]] = [self._draw(ids[i], logits[end - 1:end], c) for c in children]
 
-    def _sample_last_rows(self, scheduled: list[ScheduledRequest], logits: torch.Tensor, out: SampledTokens) -> None:
-        """Exactly one logits row per scheduled request, in order (every step of plain decoding): one
-        argmax over the batch; a request that samples draws from its own row with its own generator,
-        as ``_sample_plain`` would (the rows are the same numbers, unpicked)."""
-        tokens = logits.argmax(-1).tolist()
-        if self._num_random:
-            for i, s in enumerate(scheduled):
-                if self._generators[s.request_id] is not None:
-                    tokens[i] = self._draw(s.request_id, logits[i:i + 1])
-        out.token_ids.update({s.request_id: (t,) for s, t in zip(scheduled, tokens)})
-
-    def _sample_plain(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
-        """Every plain row in one call: one gather, one argmax (one multinomial per sampled request)."""
+    def _sample_plain(self, rows: list, ids: list[str], logits: torch.Tensor, out: SampledTokens) -> None:
+        """Every plain row in one call: one gather of their last logits rows, then ``_sample_rows``."""
         if not rows:
             return
-        last = torch.tensor([end - 1 for _, _, end in rows], device=logits.device)
-        picked = logits.index_select(0, last)
-        tokens = picked.argmax(-1).tolist()
-        for i, (s, _, _) in enumerate(rows):
-            if self._generators[s.request_id] is not None:
-                tokens[i] = self._draw(s.request_id, picked[i:i + 1])
-        out.token_ids.update((s.request_id, (t,)) for (s, _, _), t in zip(rows, tokens))
+        picked = logits.index_select(0, torch.tensor([end - 1 for _, _, end in rows], device=logits.device))
+        for (i, _, _), token in zip(rows, self._sample_rows([ids[i] for i, _, _ in rows], picked)):
+            out.token_ids[i] = (token,)
 
-    def _one_by_one(self, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
+    def _one_by_one(self, decision: SchedulerOutput, rows: list, logits: torch.Tensor, out: SampledTokens) -> None:
         """The unbatched host path (``EngineConfig(batched_sampling=False)``): one call per request.
         Same tokens as the batched path; kept to measure what batching saves."""
-        for s, a, b in rows:
-            rid, r = s.request_id, logits[a:b]
+        for i, a, b in rows:
+            rid, r, num_spec = decision.request_ids[i], logits[a:b], decision.num_spec.get(i, 0)
             params, gen = self._params[rid], self._generators[rid]
-            if not s.num_spec_tokens:
-                out.token_ids[rid] = [self._draw(rid, r[-1:])]
+            if not num_spec:
+                out.token_ids[i] = (self._draw(rid, r[-1:]),)
             elif params.greedy:
-                out.token_ids[rid] = greedy_verify(self._drafts(s), r)
+                out.token_ids[i] = tuple(greedy_verify(self._drafts(decision, i), r))
             else:
                 q = self._draft_probs.get(rid)
-                out.token_ids[rid] = rejection_sample(self._drafts(s), None if q is None else q[:s.num_spec_tokens],
-                                                      self._target(rid, r), generator=gen)
+                out.token_ids[i] = tuple(rejection_sample(self._drafts(decision, i), None if q is None else q[:num_spec],
+                                                          self._target(rid, r), generator=gen))
             self._draft_probs.pop(rid, None)
 
-    def _verify(self, batch: list, out: SampledTokens) -> None:
+    def _verify(self, decision: SchedulerOutput, batch: list, out: SampledTokens) -> None:
         """Greedy requests: accept while draft == argmax. Others: rejection sampling, in two groups
         (drafts with a distribution q, and point-mass drafts such as n-gram lookup)."""
-        groups: dict[str, list] = {"greedy": [], "q": [], "point": []}
-        for s, rows in batch:
-            rid = s.request_id
-            kind = "greedy" if self._params[rid].greedy else "q" if self._draft_probs.get(rid) is not None else "point"
-            groups[kind].append((s, rows))
-        greedy, with_q, point = groups["greedy"], groups["q"], groups["point"]
         if not batch:
             return
+        ids = decision.request_ids
+        groups: dict[str, list] = {"greedy": [], "q": [], "point": []}
+        for i, rows in batch:
+            rid = ids[i]
+            kind = "greedy" if self._params[rid].greedy else "q" if self._draft_probs.get(rid) is not None else "point"
+            groups[kind].append((i, rows))
+        greedy, with_q, point = groups["greedy"], groups["q"], groups["point"]
         if greedy:
-            tokens = greedy_verify_batch([self._drafts(s) for s, _ in greedy], torch.cat([r for _, r in greedy]))
-            out.token_ids.update((s.request_id, t) for (s, _), t in zip(greedy, tokens))
+            tokens = greedy_verify_batch([self._drafts(decision, i) for i, _ in greedy], torch.cat([r for _, r in greedy]))
+            for (i, _), t in zip(greedy, tokens):
+                out.token_ids[i] = tuple(t)
         for group, use_q in ((with_q, True), (point, False)):
             if not group:
                 continue
-            target = torch.cat([self._target(s.request_id, r) for s, r in group])   # [sum k+1, vocab]
-            q = torch.cat([self._draft_probs[s.request_id][:s.num_spec_tokens] for s, _ in group]) if use_q else None
-            tokens = rejection_sample_batch([self._drafts(s) for s, _ in group], q, target,
-                                            [self._generators[s.request_id] for s, _ in group])
-            out.token_ids.update((s.request_id, t) for (s, _), t in zip(group, tokens))
-        for s, _ in batch:
-            self._draft_probs.pop(s.request_id, None)
+            target = torch.cat([self._target(ids[i], r) for i, r in group])   # [sum k+1, vocab]
+            q = torch.cat([self._draft_probs[ids[i]][:decision.num_spec[i]] for i, _ in group]) if use_q else None
+            tokens = rejection_sample_batch([self._drafts(decision, i) for i, _ in group], q, target,
+                                            [self._generators[ids[i]] for i, _ in group])
+            for (i, _), t in zip(group, tokens):
+                out.token_ids[i] = tuple(t)
+        for i, _ in batch:
+            self._draft_probs.pop(ids[i], None)
 
     @staticmethod
-    def _drafts(s: ScheduledRequest) -> list[int]:
-        return list(s.token_ids[len(s.token_ids) - s.num_spec_tokens:])
+    def _drafts(decision: SchedulerOutput, i: int) -> list[int]:
+        """Row i's drafts: the last ``num_spec[i]`` of its tokens."""
+        end = sum(decision.num_tokens[:i + 1])
+        return decision.token_ids[end - decision.num_spec[i]:end]

@@ -88,11 +88,9 @@ class SimRunner:
             self.busy_until = self.clock.now + self.last_model_s
         else:
             self.clock.advance_to(self.clock.now + self.last_model_s)   # tokens exist once the forward ends
-        if sched.columns is not None:       # one logits row per decode row, at its own position
-            best = [self.next_byte(rid, end) for rid, end in zip(sched.columns.request_ids, seq_lens)]
-        else:
-            best = [self.next_byte(s.request_id, end - s.num_logits + i + 1)
-                    for s, end in zip(sched.scheduled, seq_lens) for i in range(s.num_logits)]
+        # Each logits row's token is fixed by its request and position (a row wanting k rows ends at its seq_len).
+        best = [self.next_byte(rid, end - k + i + 1)
+                for rid, k, end in zip(sched.request_ids, sched.num_logits, seq_lens) for i in range(k)]
         logits = None
         if best:
             logits = torch.full((len(best), SIM_VOCAB), -1e4)

@@ -226,9 +226,10 @@ def test_the_bench_times_another_checkout_against_this_one_in_alternating_proces
     from bench import scheduler_overhead as bench
     from bench.common import REPO
 
-    section = bench.against(REPO, [1, 8], steps=2, rounds=2)
-    assert [r[0] for r in section.rows] == ["1", "8"]
-    assert all(float(r[1].replace(",", "")) > 0 and float(r[2].replace(",", "")) > 0 for r in section.rows)
+    arms = {name: bench.HOST_PATH_ARMS[name] for name in ("list-built, sync", "persistent batch, async")}
+    section = bench.against(REPO, [1, 8], steps=2, rounds=2, arms=arms)
+    assert [(r[0], r[1]) for r in section.rows] == [(arm, n) for arm in arms for n in ("1", "8")]
+    assert all(float(r[2].replace(",", "")) > 0 and float(r[3].replace(",", "")) > 0 for r in section.rows)
     assert "alternating" in section.notes[0]
 
 
