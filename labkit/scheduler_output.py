@@ -125,15 +125,26 @@ class SchedulerOutput:
         self.num_logits.append(num_logits)
         self.kinds.append(kind)
 
-    def add_decode_row(self, request_id: str, token: int, start: int, block_table: Sequence[int]) -> None:
-        """``add_row`` for a steady decode row (one token, one logits row), the row of most steps."""
-        self.request_ids.append(request_id)
-        self.starts.append(start)
-        self.num_tokens.append(1)
-        self.token_ids.append(token)
-        self.block_tables.append(block_table)
-        self.num_logits.append(1)
-        self.kinds.append(DECODE)
+    def decode_row_writer(self):
+        """A function that adds a steady decode row (``token`` at ``start``, one logits row): ``add_row``
+        for the row of most steps, with the columns' ``append`` looked up once per step instead of once
+        per row. ``token`` may be ``PLACEHOLDER`` (async)."""
+        request_ids, starts, num_tokens = self.request_ids.append, self.starts.append, self.num_tokens.append
+        tokens, block_tables = self.token_ids.append, self.block_tables.append
+        num_logits, kinds = self.num_logits.append, self.kinds.append
+        token_ids, placeholders = self.token_ids, self.placeholders
+
+        def add_decode_row(request_id: str, token: int, start: int, block_table: Sequence[int]) -> None:
+            if token == PLACEHOLDER:
+                placeholders.append(len(token_ids))
+            request_ids(request_id)
+            starts(start)
+            num_tokens(1)
+            tokens(token)
+            block_tables(block_table)
+            num_logits(1)
+            kinds(DECODE)
+        return add_decode_row
 
     # -- reading --------------------------------------------------------------------------------
     @property

@@ -57,9 +57,15 @@ def prepare_input(decision: SchedulerOutput) -> ModelInput:
         end = start + num_new
         inp.seq_lens.append(end)
         inp.logits_rows.append((len(logits_indices), num_logits))
-        positions += range(start, end)
-        slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
-        logits_indices += range(offset + num_new - num_logits, offset + num_new)
+        if num_new == 1:                 # a decode row, most rows of most steps: no ranges to build
+            positions.append(start)
+            slots.append(table[start // bs] * bs + start % bs)
+            if num_logits:
+                logits_indices.append(offset)
+        else:
+            positions += range(start, end)
+            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            logits_indices += range(offset + num_new - num_logits, offset + num_new)
         offset += num_new
     return inp
 

@@ -124,21 +124,33 @@ class ContinuousScheduler:
         its last token and the drafts to verify, within the budget and ``max_model_len``. When the pool
         cannot give a row its blocks, the newest running request is preempted (perhaps this one)."""
         running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
+        add_decode_row = out.decode_row_writer()
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
             i += 1
             start = req.num_computed_tokens + req.num_inflight_tokens
-            num_new = min(len(req.all_token_ids) + req.num_output_placeholders + len(req.spec_token_ids) - start,
-                          budget, max_model_len - start)
-            if num_new <= 0 or (req.num_output_placeholders and self._last_token_in_flight(req)):
-                continue                      # nothing new; or it ends when its token in flight is applied
-            # One token with a slot already in its last block (most decode rows): no allocation to make.
-            table = decode_table(req.request_id, start) if num_new == 1 else None
+            known, placeholders = req.all_token_ids, req.num_output_placeholders
+            num_left = len(known) + placeholders - start          # known or in flight, not computed nor in flight
+            if placeholders and self._last_token_in_flight(req):
+                continue                      # it ends when its token in flight is applied
+            if (num_left == 1 and not req.spec_token_ids and start < max_model_len
+                    and (placeholders or req.output_token_ids)
+                    and (table := decode_table(req.request_id, start)) is not None):
+                # Steady decode, most rows of most steps: the last output token, for the next one, with a
+                # slot left in its last block. Async: that token may be the one the step in flight is
+                # sampling (a placeholder, filled in before launch).
+                req.num_inflight_tokens += 1
+                req.num_output_placeholders = placeholders + 1
+                add_decode_row(req.request_id, known[start] if start < len(known) else PLACEHOLDER, start, table)
+                budget -= 1
+                continue
+            num_new = min(num_left + len(req.spec_token_ids), budget, max_model_len - start)
+            if num_new <= 0:
+                continue
+            table = self._allocate_or_preempt(req, start, num_new, out)
             if table is None:
-                table = self._allocate_or_preempt(req, start, num_new, out)
-                if table is None:
-                    break                     # req itself was preempted (it was the newest)
+                break                         # req itself was preempted (it was the newest)
             self._add_row(out, req, start, num_new, table)
             budget -= num_new
         return budget
@@ -151,26 +163,18 @@ class ContinuousScheduler:
     def _add_row(self, out: SchedulerOutput, req: Request, start: int, num_new: int, table) -> None:
         """This step's share of ``req`` (tokens ``start:start + num_new``), counted in flight."""
         num_spec = self._trim_spec(req, num_new) if req.spec_token_ids else 0
-        known = req.all_token_ids
-        planned = len(known) + req.num_output_placeholders          # num_tokens_planned
-        req.num_inflight_tokens += num_new
-        if num_new == 1 and not num_spec and start == planned - 1 and planned > len(req.prompt_token_ids):
-            # Steady decode, most rows of most steps: the last output token, for the next one. Async: that
-            # token may be the one the step in flight is sampling (filled in before launch).
-            req.num_output_placeholders += 1
-            if start < len(known):
-                token = known[start]
-            else:
-                out.placeholders.append(len(out.token_ids))
-                token = PLACEHOLDER
-            out.add_decode_row(req.request_id, token, start, table)
-            return
+        planned = req.num_tokens_planned
         end = start + num_new
+        req.num_inflight_tokens += num_new
         num_logits = 1 + num_spec if end == planned + len(req.spec_token_ids) else 0
         if num_logits:
             req.num_output_placeholders += 1
-        out.add_row(req.request_id, req.token_slice(start, end), start, table,
-                    step_kind(req, start, num_new, num_spec, planned), num_logits, num_spec)
+        kind = step_kind(req, start, num_new, num_spec, planned)
+        if kind is DECODE and start >= req.num_tokens:     # async: the token the step in flight samples
+            out.add_row(req.request_id, (PLACEHOLDER,), start, table, kind, num_logits)
+            out.placeholders.append(len(out.token_ids) - 1)
+        else:
+            out.add_row(req.request_id, req.token_slice(start, end), start, table, kind, num_logits, num_spec)
 
     def _allocate_or_preempt(self, req: Request, start: int, num_new: int, out: SchedulerOutput):
         """Slots for tokens ``start:start + num_new`` of ``req``; returns its block table, or None when

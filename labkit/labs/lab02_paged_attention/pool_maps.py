@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from labkit.i18n import t
 from labkit.report.figures import FONT
+from labkit.scheduler_output import StepKind
 from labkit.traces import TraceRequest, azure_like_trace, scale_trace
 
 LAYOUTS = ("exact", "max_len", "paged")
@@ -132,7 +133,7 @@ def pool_map(layout: str, trace: list[TraceRequest] | None = None) -> PoolMap:
         while engine.has_unfinished_requests():
             engine.step()
             event = ends[-1]
-            running = {e.request_id for e in event.batch if e.kind != "idle"}
+            running = {e.request_id for e in event.batch if e.kind != StepKind.IDLE}
             admitted |= running
             owner, filled = _slots(event.block_map)
             head = next((rid for rid in ids if rid not in admitted), None)
