@@ -13,6 +13,7 @@ from labkit.engine import LLMEngine
 from labkit.executor import WorkerThreadExecutor
 from labkit.kv import make_kv_manager
 from labkit.kv.paged_kv import PagedKVCache, num_blocks_for_bytes
+from labkit.model import q4_model
 from labkit.model.input_batch import input_builder
 from labkit.model.loader import load_model, pick_device, pick_dtype
 from labkit.model.q4_model import q4_1_model
@@ -42,6 +43,7 @@ def build_engine(model, config: EngineConfig, progress: bool = True, **sim_optio
     net.tune()      # the product forms for this CPU and these weights (disk cache, or timed once)
     if config.weights == "q4_1":
         net = q4_1_model(net, model_dir)
+        q4_model.tune(net)
     max_model_len = config.resolve_max_model_len(cfg.max_position_embeddings)
     num_blocks = resolve_num_blocks(config, cfg.kv_bytes_per_token(dtype.itemsize))
     kv_cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, config.block_size, cfg.num_key_value_heads,

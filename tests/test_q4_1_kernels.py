@@ -114,6 +114,16 @@ def test_q8_head_multiplies_by_the_dense_heads_values(monkeypatch):
     assert torch.equal(head(x), linear(x, dense)) and head.nbytes() == dense.numel() * 4
 
 
+def test_q8_head_times_its_walk_where_the_engine_is_built_not_when_it_loads(monkeypatch):
+    timed = []
+    monkeypatch.setattr(lf, "prepare_q8", lambda codes, scales: timed.append(tuple(codes.shape)))
+    codes, scales, dense = q8_weight(96, 64)
+    head = Q8Head(QuantizedWeight("Q8_0", codes, scales.half(), None), dense)
+    assert timed == []
+    head.tune()
+    assert timed == ([(96, 64)] if head.kernel else [])
+
+
 def test_q8_head_refuses_a_weight_that_is_not_q8_0_or_not_the_heads_shape():
     codes, scales, dense = q8_weight(32, 64)
     with pytest.raises(ValueError, match="Q8_0"):

@@ -86,6 +86,11 @@ class Q8Head(nn.Module):
             self.register_buffer("codes", q.codes.to(torch.int8).contiguous(), persistent=False)
             self.register_buffer("scales", q.scale.float().contiguous(), persistent=False)
             huge_pages.move_to_huge_pages([self.codes, self.scales])
+
+    def tune(self) -> None:
+        """Choose the kernel's walk for this CPU (``tuning.walks.prepare_q8``: from the disk cache, or timed
+        once). Called where an engine is built (``tune``), not when the weights load."""
+        if self.kernel:
             linear_forms.prepare_q8(self.codes, self.scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,6 +142,12 @@ def build_q4_1_model(dense: LlamaModel, quantized: Mapping[str, QuantizedWeight]
         raise ValueError("weights='q4_1': the GGUF file has no quantised LM head")
     _replace(model, "lm_head", Q8Head(head, dense.lm_head) if head.kind == "Q8_0" else _q4_linear([head], out_dtype, dev))
     return model
+
+
+def tune(model: LlamaModel) -> None:
+    """A q4_1 model's kernel choices on this CPU: its Q8_0 LM head's walk (the int4 products have one form)."""
+    if isinstance(model.lm_head, Q8Head):
+        model.lm_head.tune()
 
 
 def q4_1_model(dense: LlamaModel, model_dir: str | Path) -> LlamaModel:
