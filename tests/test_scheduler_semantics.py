@@ -291,3 +291,34 @@ def test_a_static_batch_counts_each_requests_n_sequences_and_stamps_when_it_was_
     out = sched.schedule(1.5)
     assert sorted(s.request_id for s in out.scheduled) == ["A", "B"]
     assert [sched.requests[r].first_scheduled_time for r in "ABC"] == [1.5, 1.5, None]
+
+
+# ------------------------------------------------------------------ the token budget, steady decode rows included
+
+
+def test_a_step_never_schedules_more_tokens_than_its_budget():
+    """``max_num_batched_tokens`` caps every step (vLLM v1's token budget), steady decode rows included: A,
+    verifying two drafts, takes the whole budget of 3, so B (decoding) gets no row until the next step."""
+    config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=3)
+    sched = ContinuousScheduler(config, KVCacheManager(32, 4), max_model_len=64)
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    for rid, prompt in (("A", [1]), ("B", [2])):
+        sched.add(Request(rid, prompt, params, 0.0))
+    for now in (1.0, 2.0):                               # the prefill, then a decode step each
+        assert [s.request_id for s in run_step(sched, now).scheduled] == ["A", "B"]
+    sched.set_drafts({"A": [5, 6]})
+    out = run_step(sched, 3.0)
+    assert [(s.request_id, s.num_new_tokens) for s in out.scheduled] == [("A", 3)] and out.num_scheduled_tokens == 3
+    assert [s.request_id for s in run_step(sched, 4.0).scheduled] == ["A", "B"]
+
+
+def test_without_drafts_no_appended_token_counts_as_an_accepted_draft():
+    """``TokensAppended.num_accepted_draft`` counts accepted draft tokens: with no speculation, none ever."""
+    from labkit import events as ev
+
+    llm = LLM(model="sim", config=EngineConfig(max_num_seqs=4), progress=False)
+    seen: list = []
+    llm.engine.hooks.subscribe(seen.append, ev.TokensAppended)
+    llm.generate(["abc", "defgh"], SamplingParams(max_tokens=6, ignore_eos=True))
+    appended = [e for e in seen if isinstance(e, ev.TokensAppended)]
+    assert len(appended) == 12 and all(e.num_accepted_draft == 0 for e in appended)
