@@ -322,3 +322,16 @@ def test_without_drafts_no_appended_token_counts_as_an_accepted_draft():
     llm.generate(["abc", "defgh"], SamplingParams(max_tokens=6, ignore_eos=True))
     appended = [e for e in seen if isinstance(e, ev.TokensAppended)]
     assert len(appended) == 12 and all(e.num_accepted_draft == 0 for e in appended)
+
+
+def test_no_row_computes_a_position_past_max_model_len_even_with_drafts():
+    """A request one token short of ``max_model_len`` verifies only the drafts that fit: its row ends at
+    ``max_model_len`` (positions 0 .. max_model_len - 1 exist), the other drafts are dropped."""
+    config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64)
+    sched = ContinuousScheduler(config, KVCacheManager(32, 4), max_model_len=8)
+    sched.add(Request("A", [1, 2, 3, 4, 5], SamplingParams(max_tokens=20, ignore_eos=True), 0.0))
+    for now in (1.0, 2.0):                               # the prefill, then one decode step: 7 tokens known
+        run_step(sched, now)
+    sched.set_drafts({"A": [5, 6, 7, 8]})
+    (row,) = run_step(sched, 3.0).scheduled
+    assert (row.start, row.end, row.num_spec_tokens) == (6, 8, 1)
