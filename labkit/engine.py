@@ -193,7 +193,7 @@ class LLMEngine:
             result, wait_s = self._await_forward(done.result)
             model_s = self.runner.last_model_s
             with timer.phase("sample"):
-                sampled = result if self._sample_on_worker else self._sample(done.decision, result)
+                sampled = result if self._sample_on_worker else self.sampler.sample(done.decision, result)
                 failed = self.sampler.take_failed()      # read before the next launch samples again
                 self._forget_retired()
         if overlap:
@@ -228,10 +228,7 @@ class LLMEngine:
         """The worker thread's job (async): the forward, then its sampling. The sampler's state it reads
         (parameters, generators) was registered before the decision was made and is removed only after
         this job is awaited (``_forget_retired``)."""
-        return self._sample(decision, self.runner.execute(decision))
-
-    def _sample(self, decision: SchedulerOutput, logits) -> SampledTokens:
-        return self.sampler.sample(decision, logits)
+        return self.sampler.sample(decision, self.runner.execute(decision))
 
     def _await_forward(self, logits: Future) -> tuple:
         """(the logits, seconds the host waited for them)."""

@@ -52,8 +52,8 @@ def prepare_input(decision: SchedulerOutput) -> ModelInput:
     inp = ModelInput(list(decision.token_ids), [], [], list(decision.num_tokens), [], list(decision.block_tables), [], [])
     positions, slots, logits_indices, bs = inp.positions, inp.slot_mapping, inp.logits_indices, decision.block_size
     offset = 0
-    for start, num_new, table, num_logits in zip(decision.starts, decision.num_tokens, decision.block_tables,
-                                                 decision.num_logits):
+    rows = zip(decision.starts, decision.num_tokens, decision.block_tables, decision.num_logits)
+    for i, (start, num_new, table, num_logits) in enumerate(rows):
         end = start + num_new
         inp.seq_lens.append(end)
         inp.logits_rows.append((len(logits_indices), num_logits))
@@ -64,7 +64,7 @@ def prepare_input(decision: SchedulerOutput) -> ModelInput:
                 logits_indices.append(offset)
         else:
             positions += range(start, end)
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            slots += decision.slot_mapping(i)
             logits_indices += range(offset + num_new - num_logits, offset + num_new)
         offset += num_new
     return inp
