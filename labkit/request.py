@@ -102,6 +102,9 @@ class Request:
         self.all_token_ids = list(self.prompt_token_ids) + list(self.output_token_ids)
         # Checked after every appended token: one set lookup for EOS and the caller's stop tokens.
         self.stop_token_ids = frozenset(self.eos_token_ids) | frozenset(self.sampling_params.stop_token_ids)
+        # Its last output token: max_tokens, or sooner where the scheduler's max_model_len ends the sequence
+        # (``ContinuousScheduler.add`` lowers it).
+        self.max_output_tokens = self.sampling_params.max_tokens
 
     @property
     def num_forks_pending(self) -> int:

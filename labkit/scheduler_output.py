@@ -115,6 +115,7 @@ class SchedulerOutput:
     # -- writing (the scheduler) -----------------------------------------------------------------
     def add_row(self, request_id: str, token_ids: Sequence[int], start: int, block_table: Sequence[int],
                 kind: StepKind, num_logits: int, num_spec: int = 0) -> None:
+        self._pad_decode_rows()
         if num_spec:
             self.num_spec[len(self.request_ids)] = num_spec
         self.request_ids.append(request_id)
@@ -126,25 +127,34 @@ class SchedulerOutput:
         self.kinds.append(kind)
 
     def decode_row_writer(self):
-        """A function that adds a steady decode row (``token`` at ``start``, one logits row): ``add_row``
-        for the row of most steps, with the columns' ``append`` looked up once per step instead of once
-        per row. ``token`` may be ``PLACEHOLDER`` (async)."""
-        request_ids, starts, num_tokens = self.request_ids.append, self.starts.append, self.num_tokens.append
-        tokens, block_tables = self.token_ids.append, self.block_tables.append
-        num_logits, kinds = self.num_logits.append, self.kinds.append
-        token_ids, placeholders = self.token_ids, self.placeholders
+        """A function that adds a steady decode row (``token`` at ``start``): ``add_row`` for the row of
+        most steps, with the columns' ``append`` looked up once per step instead of once per row. It
+        writes the four columns in which decode rows differ; the three they share (one token, one
+        logits row, ``DECODE``) are filled in bulk by the next ``add_row`` or by ``close``. ``token``
+        may be ``PLACEHOLDER`` (async)."""
+        request_ids, starts, tokens = self.request_ids.append, self.starts.append, self.token_ids.append
+        block_tables, token_ids, placeholders = self.block_tables.append, self.token_ids, self.placeholders
 
         def add_decode_row(request_id: str, token: int, start: int, block_table: Sequence[int]) -> None:
             if token == PLACEHOLDER:
                 placeholders.append(len(token_ids))
             request_ids(request_id)
             starts(start)
-            num_tokens(1)
             tokens(token)
             block_tables(block_table)
-            num_logits(1)
-            kinds(DECODE)
         return add_decode_row
+
+    def _pad_decode_rows(self) -> None:
+        """The shared columns of the decode rows added since the last other row."""
+        if (gap := len(self.request_ids) - len(self.kinds)) > 0:
+            self.num_tokens += [1] * gap
+            self.num_logits += [1] * gap
+            self.kinds += [DECODE] * gap
+
+    def close(self, num_scheduled_tokens: int) -> None:
+        """The scheduler is done writing: every column is complete."""
+        self._pad_decode_rows()
+        self.num_scheduled_tokens = num_scheduled_tokens
 
     # -- reading --------------------------------------------------------------------------------
     @property

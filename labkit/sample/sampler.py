@@ -167,7 +167,7 @@ class Sampler:
         if self.batched and len(logits) == n and decision.num_logits.count(1) == n:
             # One logits row per row, in order (every step of plain decoding): no rows to pick.
             tokens = self._sample_rows(ids, logits)
-            out = SampledTokens(ids, [(t,) for t in tokens])
+            out = SampledTokens(ids, list(zip(tokens)))     # one 1-tuple per row
             if self._pending_forks:
                 self._fork_tokens([(i, i, i + 1) for i in range(n)], ids, logits, out)
             return out

@@ -31,6 +31,7 @@ on a stop token in step N has already a row in step N+1: that forward is wasted,
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 from labkit import events as ev
@@ -48,6 +49,7 @@ from labkit.scheduler_output import (
 )
 
 _PREEMPTED = RequestStatus.PREEMPTED
+FINISHED_STOPPED, FINISHED_LENGTH = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH
 
 
 def step_kind(req: Request, start: int, num_new: int, num_spec: int, num_planned: int) -> StepKind:
@@ -72,6 +74,8 @@ class ContinuousScheduler:
 
     # -- queue management -------------------------------------------------------------------
     def add(self, req: Request) -> None:
+        # Its last output token: max_tokens, or where max_model_len ends the sequence (prompt + output).
+        req.max_output_tokens = min(req.sampling_params.max_tokens, self.max_model_len - req.num_prompt_tokens)
         self.requests[req.request_id] = req
         self.waiting.append(req)
 
@@ -114,7 +118,7 @@ class ContinuousScheduler:
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted and self.waiting:
             budget = self._schedule_waiting(out, budget, now)
-        out.num_scheduled_tokens = self.config.max_num_batched_tokens - budget
+        out.close(self.config.max_num_batched_tokens - budget)
         out.block_copies = self.kv.take_pending_copies()
         return out
 
@@ -125,15 +129,15 @@ class ContinuousScheduler:
         cannot give a row its blocks, the newest running request is preempted (perhaps this one)."""
         running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
         add_decode_row = out.decode_row_writer()
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            i += 1
+        for req in running:                   # preemption pops from the end: the loop stops before those
+            if budget <= 0:
+                break
             start = req.num_computed_tokens + req.num_inflight_tokens
             known, placeholders = req.all_token_ids, req.num_output_placeholders
-            num_left = len(known) + placeholders - start          # known or in flight, not computed nor in flight
-            if placeholders and self._last_token_in_flight(req):
-                continue                      # it ends when its token in flight is applied
+            num_planned = len(known) + placeholders              # known, or to be appended by a step in flight
+            if placeholders and len(req.output_token_ids) + placeholders >= req.max_output_tokens:
+                continue                      # its last token is in flight: it ends when that is applied
+            num_left = num_planned - start    # known or in flight, not computed nor in flight
             if (num_left == 1 and not req.spec_token_ids and start < max_model_len
                     and (placeholders or req.output_token_ids)
                     and (table := decode_table(req.request_id, start)) is not None):
@@ -154,11 +158,6 @@ class ContinuousScheduler:
             self._add_row(out, req, start, num_new, table)
             budget -= num_new
         return budget
-
-    def _last_token_in_flight(self, req: Request) -> bool:
-        """Its last token (``max_tokens``, ``max_model_len``) is being sampled: no row for a token after it."""
-        return (len(req.output_token_ids) + req.num_output_placeholders >= req.sampling_params.max_tokens
-                or req.num_tokens_planned >= self.max_model_len)
 
     def _add_row(self, out: SchedulerOutput, req: Request, start: int, num_new: int, table) -> None:
         """This step's share of ``req`` (tokens ``start:start + num_new``), counted in flight."""
@@ -259,28 +258,64 @@ class ContinuousScheduler:
         computed tokens; roll back rejected drafts (and trim their blocks); fork the children of an
         n > 1 request; append tokens up to a stop; register full blocks in the prefix cache; finish
         what stopped. ``sampled``: the tokens of each row of ``out``, in order. ``token_events``: record
-        a ``TokensAppended`` per request (the engine asks only when someone subscribes to them)."""
+        a ``TokensAppended`` per request (the engine asks only when someone subscribes to them).
+
+        Forked children come after the decision's rows, as rows of their own (their first token, no
+        computed tokens to count), through the same loop: one place appends tokens and tests for a stop."""
         update = StepUpdate(token_events=token_events)
-        requests, num_tokens, num_logits, num_spec = self.requests, out.num_tokens, out.num_logits, out.num_spec
-        forks, append = sampled.fork_token_ids, self._append
-        for i, (rid, tokens) in enumerate(zip(out.request_ids, sampled.token_ids)):
+        outputs, events, finished = update.outputs, update.events, update.finished
+        output_ids, output_tokens = outputs.request_ids.append, outputs.token_ids.append
+        requests, forks = self.requests, sampled.fork_token_ids
+        num_spec = {out.request_ids[i]: k for i, k in out.num_spec.items()}    # verification rows
+        caching = self.caching
+        rows = zip(out.request_ids, sampled.token_ids, out.num_tokens, out.num_logits)
+        children: list = []                  # (child id, (first token,), 0, 0), added as parents fork
+        if forks:
+            rows = itertools.chain(rows, children)
+        for rid, tokens, num_new, num_logits in rows:
             req = requests.get(rid)
             if req is None:
                 continue                     # finished and released while this row was in flight (async)
-            if num_logits[i]:
+            if num_logits:
                 req.num_output_placeholders -= 1
             status = req.status
             if status is not _PREEMPTED:     # preempted meanwhile (async): its K/V is gone
-                num_new = num_tokens[i]
                 req.num_inflight_tokens -= num_new
                 req.num_computed_tokens += num_new
             if not tokens or status.finished:
                 continue                     # a mid-prompt chunk, or the wasted row after a stop (async)
-            num_draft = self._verify(req, num_spec[i], len(tokens) - 1, update) if i in num_spec else 0
+            num_draft = self._verify(req, num_spec[rid], len(tokens) - 1, update) if rid in num_spec else 0
             if forks and rid in forks:
-                self._fork(req, forks[rid], now, update)
-            append(req, tokens, now, num_draft, update)
-        if update.finished:
+                children += self._fork(req, forks[rid], update)
+            # Append tokens up to a stop: EOS or a stop token (finished, stopped), or its last output token
+            # (max_output_tokens: max_tokens, or where max_model_len ends it; finished, length).
+            output, known, stops = req.output_token_ids, req.all_token_ids, req.stop_token_ids
+            max_output = req.max_output_tokens
+            stop, before = None, len(output)
+            for token in tokens:             # one, but for verification rows
+                output.append(token)
+                known.append(token)
+                req.token_times.append(now)
+                if token in stops:
+                    stop = FINISHED_STOPPED
+                elif len(output) >= max_output:
+                    stop = FINISHED_LENGTH
+                else:
+                    continue
+                tokens = tokens[:len(output) - before]
+                break
+            if req.first_token_time is None:
+                req.first_token_time = now
+            if token_events:
+                events.append(ev.TokensAppended(rid, tuple(tokens), min(num_draft, len(tokens))))
+            if caching:                      # before finishing frees them: full blocks stay reusable
+                self.kv.cache_blocks(rid, known, req.num_computed_tokens)
+            if stop is not None:
+                self._finish(req, stop, now, update)     # still in running until the loop ends
+                outputs.finish_reasons[len(outputs.request_ids)] = stop.value
+            output_ids(rid)
+            output_tokens(tokens)
+        if finished:
             self.running = [r for r in self.running if not r.is_finished]
             if any(r.is_finished for r in self.waiting):     # async: preempted while its last row ran
                 self.waiting = deque(r for r in self.waiting if not r.is_finished)
@@ -298,12 +333,13 @@ class ContinuousScheduler:
         update.events.append(ev.SpecVerified(req.request_id, num_spec, num_accepted, flags, drafts))
         return num_accepted
 
-    def _fork(self, parent: Request, first_tokens: list[int], now: float, update: StepUpdate) -> None:
+    def _fork(self, parent: Request, first_tokens: list[int], update: StepUpdate) -> list[tuple]:
         """Parallel sampling: children share the parent's blocks (copy-on-write when one writes a
-        shared block) and start from their own first token, sampled from the parent's last row."""
+        shared block) and start from their own first token, sampled from the parent's last row. Returns
+        the children's rows for ``update_from_output``: each child's first token, nothing computed."""
         # Async: the parent may have been preempted while its last prompt chunk ran; then the children
         # have no blocks to share and wait, like their parent, to be recomputed.
-        preempted = parent.status is RequestStatus.PREEMPTED
+        preempted, rows = parent.status is RequestStatus.PREEMPTED, []
         for child_id, token in zip(parent.child_ids, first_tokens):
             child = Request(child_id, parent.prompt_token_ids, parent.sampling_params, parent.arrival_time,
                             eos_token_ids=parent.eos_token_ids,
@@ -311,6 +347,7 @@ class ContinuousScheduler:
                             parent_id=parent.request_id,
                             num_computed_tokens=0 if preempted else parent.num_computed_tokens,
                             first_scheduled_time=parent.first_scheduled_time)
+            child.max_output_tokens = parent.max_output_tokens
             self.requests[child_id] = child
             if preempted:
                 self.waiting.appendleft(child)
@@ -318,35 +355,6 @@ class ContinuousScheduler:
                 self.kv.fork(parent.request_id, child_id)
                 self.running.append(child)
             update.forked.append(child)
-            self._append(child, (token,), now, 0, update)
+            rows.append((child_id, (token,), 0, 0))
         parent.forked = True
-
-    def _append(self, req: Request, tokens: tuple[int, ...], now: float, num_draft: int, update: StepUpdate) -> None:
-        """Append tokens up to a stop: EOS or a stop token (finished, stopped), ``max_tokens`` outputs or
-        ``max_model_len`` tokens in all (finished, length); the tokens kept are the request's output."""
-        output, known, stops = req.output_token_ids, req.all_token_ids, req.stop_token_ids
-        status, before = None, len(output)
-        for token in tokens:            # one, but for verification rows
-            output.append(token)
-            known.append(token)
-            req.token_times.append(now)
-            if token in stops:
-                status = RequestStatus.FINISHED_STOPPED
-            elif len(output) >= req.sampling_params.max_tokens or len(known) >= self.max_model_len:
-                status = RequestStatus.FINISHED_LENGTH
-            else:
-                continue
-            tokens = tokens[:len(output) - before]
-            break
-        if req.first_token_time is None:
-            req.first_token_time = now
-        if update.token_events:
-            update.events.append(ev.TokensAppended(req.request_id, tuple(tokens), min(num_draft, len(tokens))))
-        if self.caching:                # before finishing frees them: full blocks stay reusable
-            self.kv.cache_blocks(req.request_id, known, req.num_computed_tokens)
-        outputs = update.outputs
-        if status is not None:
-            self._finish(req, status, now, update)      # still in running until update_from_output ends
-            outputs.finish_reasons[len(outputs.request_ids)] = status.value
-        outputs.request_ids.append(req.request_id)
-        outputs.token_ids.append(tokens)
+        return rows
