@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from labkit.config import EngineConfig
+from labkit.kv.snapshot import KVLayout
 from labkit.sampling_params import SamplingParams
 
 
@@ -45,7 +46,7 @@ class InputProcessor:
         raise ValueError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
 
     def check_fits(self, prompt_len: int, params: SamplingParams) -> None:
-        if params.n > 1 and self.kv.layout != "paged":
+        if params.n > 1 and self.kv.layout is not KVLayout.PAGED:
             raise ValueError("n > 1 (parallel sampling shares prompt blocks) needs kv_cache='paged'")
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n ({params.n}) must be <= max_num_seqs ({self.config.max_num_seqs}): "

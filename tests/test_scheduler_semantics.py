@@ -16,6 +16,7 @@ import pytest
 from labkit import LLM, EngineConfig, SamplingParams
 from labkit.kv.block_pool import BlockPool
 from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.kv.snapshot import KVLayout
 from labkit.request import Request
 from labkit.scheduler.continuous import ContinuousScheduler
 from labkit.scheduler_output import SampledTokens
@@ -149,6 +150,7 @@ def test_the_contiguous_snapshot_cuts_the_arena_into_blocks_and_counts_each_regi
         assert kv.allocate_slots(rid, 0, needed) is not None
     snap = kv.snapshot({"a": 7, "b": 9})
     assert (snap.layout, snap.block_size, snap.num_blocks) == ("contiguous", 8, 5)
+    assert snap.layout is KVLayout.CONTIGUOUS is kv.layout      # the enum member, not a string that reads alike
     assert snap.owner == ("a", None, "c", "b", "b")
     assert snap.filled == (6, 0, 4, 5, 0)                 # a: 6 of 6; b: slots 20-28 = 4 in block 2, 5 in block 3
     assert snap.ref_cnt == (1, 0, 1, 1, 1) and snap.cached == (False,) * 5
@@ -193,6 +195,7 @@ def test_the_paged_snapshot_names_each_blocks_first_holder_its_fill_sharers_and_
     assert kv.allocate_slots("B", 8, 2, computed_blocks=hit) == [3]
     snap = kv.snapshot({"A": 9, "B": 9})
     assert (snap.layout, snap.block_size, snap.num_blocks) == ("paged", 4, 6)
+    assert snap.layout is KVLayout.PAGED is kv.layout
     assert snap.owner == ("A", "A", "A", "B", None, None)
     assert snap.filled == (4, 4, 1, 1, 0, 0)
     assert snap.ref_cnt == (2, 2, 1, 1, 0, 0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from labkit.events import StepEnd, StepStats, hooks_of
-from labkit.kv.snapshot import BlockMapSnapshot
+from labkit.kv.snapshot import BlockMapSnapshot, KVLayout
 
 PARTS = ("used", "reserved_later", "internal", "external", "free")
 
@@ -54,7 +54,7 @@ def snapshot_slots(snapshot: BlockMapSnapshot, stats: StepStats) -> dict[str, fl
     """One step's split in slots. Contiguous: from the regions. Paged: the unfilled tail of each
     allocated block is internal waste; paged KV reserves nothing ahead and never fragments."""
     pool = snapshot.num_blocks * snapshot.block_size
-    if snapshot.layout == "contiguous":
+    if snapshot.layout is KVLayout.CONTIGUOUS:
         used = sum(r.used for r in snapshot.regions)
         later = sum(r.needed - r.used for r in snapshot.regions)
         internal = sum(r.reserved - r.needed for r in snapshot.regions)

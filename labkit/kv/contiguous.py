@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.kv.snapshot import BlockMapSnapshot, KVWaste, Region
+from labkit.kv.snapshot import BlockMapSnapshot, KVLayout, KVWaste, Region
 
 
 @dataclass
@@ -29,7 +29,7 @@ class _Region:
 
 
 class ContiguousKVManager:
-    layout = "contiguous"
+    layout = KVLayout.CONTIGUOUS
     meta_block_size = 1          # attention addresses single slots: a "block table" of slot indices
     enable_prefix_caching = False
     prefix_queries = prefix_hits = 0
@@ -165,7 +165,7 @@ class ContiguousKVManager:
             for b in range(r.start // bs, (r.start + used - 1) // bs + 1 if used else 0):
                 filled[b] += min(r.start + used, (b + 1) * bs) - max(r.start, b * bs)
         return BlockMapSnapshot(
-            layout="contiguous", block_size=bs, num_blocks=n, owner=tuple(owner), filled=tuple(filled),
+            layout=KVLayout.CONTIGUOUS, block_size=bs, num_blocks=n, owner=tuple(owner), filled=tuple(filled),
             ref_cnt=tuple(int(o is not None) for o in owner), cached=(False,) * n, regions=tuple(regions))
 
     def check_invariants(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from itertools import repeat
 
 from labkit.kv.block_pool import BlockPool
-from labkit.kv.snapshot import BlockMapSnapshot, KVWaste
+from labkit.kv.snapshot import BlockMapSnapshot, KVLayout, KVWaste
 
 
 def hash_block(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
@@ -25,7 +25,7 @@ def hash_block(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
 
 
 class KVCacheManager:
-    layout = "paged"
+    layout = KVLayout.PAGED
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False):
         self.block_size = block_size
@@ -234,7 +234,7 @@ class KVCacheManager:
                     owner[block_id] = rid
         blocks = self.pool.blocks
         return BlockMapSnapshot(
-            layout="paged", block_size=self.block_size, num_blocks=self.pool.num_blocks,
+            layout=KVLayout.PAGED, block_size=self.block_size, num_blocks=self.pool.num_blocks,
             owner=tuple(owner), filled=tuple(self.filled_per_block(num_computed)),
             ref_cnt=tuple(b.ref_cnt for b in blocks), cached=tuple(b.block_hash is not None for b in blocks),
             block_tables=tuple((rid, tuple(t)) for rid, t in self.block_tables.items()))

@@ -8,7 +8,19 @@ of plain Python: the engine puts the snapshot in ``StepEnd`` events and the wast
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+
+
+class KVLayout(str, enum.Enum):
+    """How a KV manager lays out the cache. A ``str``, so it reads as text in widgets and JSON
+    (``KVLayout.PAGED == "paged"``)."""
+
+    PAGED = "paged"             # fixed-size blocks from a shared pool, a block table per request
+    CONTIGUOUS = "contiguous"   # one reserved region of slots per request
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -32,7 +44,7 @@ class BlockMapSnapshot:
     arena cut into ``block_size`` slots, plus ``regions``.
     """
 
-    layout: str
+    layout: KVLayout
     block_size: int
     num_blocks: int
     owner: tuple[str | None, ...]

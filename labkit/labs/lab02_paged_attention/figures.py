@@ -7,6 +7,7 @@ from plotly.subplots import make_subplots
 
 from labkit.i18n import t
 from labkit.kv.breakdown import PARTS, PoolBreakdown
+from labkit.kv.snapshot import KVLayout
 from labkit.labs.common.references import cite, percentages
 from labkit.labs.lab02_paged_attention.attention_cost import IndirectionCost
 from labkit.labs.lab02_paged_attention.block_map import BlockMapRun
@@ -62,7 +63,7 @@ def effective_use_figure(runs: list[LayoutRun]) -> go.Figure:
     the paper's Fig. 2 values, our free share written beside it (free slots are in Fig. 2's base too)."""
     labels = [r.label for r in runs]
     values = [r.effective_use for r in runs]
-    colors = [COLORS["used"] if r.layout == "paged" else COLORS["internal_frag"] for r in runs]
+    colors = [COLORS["used"] if r.layout is KVLayout.PAGED else COLORS["internal_frag"] for r in runs]
     for system in ("Orca(Max)", "Orca(Oracle)"):
         labels.append(t(f"论文：{system}", f"paper: {system}"))
         values.append(percentages(cite(f"{system} KV breakdown"))[0])

@@ -21,6 +21,7 @@ from labkit.config import EngineConfig
 from labkit.events import StepEnd, TokensAppended
 from labkit.i18n import t
 from labkit.kv.breakdown import BreakdownRecorder, PoolBreakdown
+from labkit.kv.snapshot import KVLayout
 from labkit.labs.common.display import fast
 from labkit.labs.common.measure import Verdict, cores, cpu_clock, machine_load, measuring, verdict_from_ratios
 from labkit.replay import replay
@@ -35,7 +36,7 @@ class LayoutRun:
     """One trace replayed on one KV layout."""
 
     label: str
-    layout: str                 # "paged" | "contiguous"
+    layout: KVLayout
     breakdown: PoolBreakdown    # step-averaged pool split, % of the pool
     num_requests: int
     num_steps: int
@@ -96,7 +97,7 @@ class _RunRecorder:
 
 def max_tail_slots(snapshot) -> int:
     """Largest number of unfilled slots in one request's blocks (paged; 0 for contiguous)."""
-    if snapshot.layout != "paged":
+    if snapshot.layout is not KVLayout.PAGED:
         return 0
     bs = snapshot.block_size
     return max((sum(bs - snapshot.filled[b] for b in table) for _, table in snapshot.block_tables), default=0)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from labkit.i18n import t
+from labkit.kv.snapshot import KVLayout
 from labkit.report.figures import FONT
 from labkit.scheduler_output import StepKind
 from labkit.traces import TraceRequest, azure_like_trace, scale_trace
@@ -99,7 +100,7 @@ def _server(layout: str):
 def _slots(snapshot) -> tuple[tuple[str | None, ...], tuple[bool, ...]]:
     n = snapshot.num_blocks * snapshot.block_size
     owner, filled = [None] * n, [False] * n
-    if snapshot.layout == "contiguous":
+    if snapshot.layout is KVLayout.CONTIGUOUS:
         for region in snapshot.regions:
             for i in range(region.start, region.start + region.reserved):
                 owner[i] = region.request_id
