@@ -338,3 +338,64 @@ def test_no_row_computes_a_position_past_max_model_len_even_with_drafts():
     sched.set_drafts({"A": [5, 6, 7, 8]})
     (row,) = run_step(sched, 3.0).scheduled
     assert (row.start, row.end, row.num_spec_tokens) == (6, 8, 1)
+
+
+# ------------------------------------------------------------------ the decision's shape, by hand
+
+
+def test_a_decisions_columns_hold_one_entry_per_row_and_read_back_as_the_rows_scheduled():
+    """Blocks of 4. After their prefill A (prompt 2), B (prompt 4) and C (prompt 5) each decode their token 7
+    at positions 2, 4 and 5: A and C have a slot left in their last block (steady decode rows), B needs a
+    new block (a row through the allocator) and comes between them; D, waiting, is admitted with its 3-token
+    prompt. Every column has an entry per row in row order, a row reads back as its own values (slots by
+    the definition ``table[p // 4] * 4 + p % 4``), and rows rebuilt from them give the same decision."""
+    from labkit.scheduler_output import DECODE, PREFILL, ScheduledRequest, SchedulerOutput
+
+    kv = KVCacheManager(num_blocks=16, block_size=4)
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=8, max_num_batched_tokens=64), kv, max_model_len=64)
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    for rid, prompt in (("A", [1, 2]), ("B", [3, 3, 3, 3]), ("C", [4, 4, 4, 4, 4])):
+        sched.add(Request(rid, prompt, params, 0.0))
+    run_step(sched, 1.0)
+    sched.add(Request("D", [9, 9, 9], params, 1.5))
+    out = run_step(sched, 2.0)
+    tables = [kv.block_table(rid) for rid in "ABCD"]
+    assert out.request_ids == ["A", "B", "C", "D"] and out.admitted == ["D"]
+    assert out.starts == [2, 4, 5, 0] and out.num_tokens == [1, 1, 1, 3] and out.token_ids == [7, 7, 7, 9, 9, 9]
+    assert out.num_logits == [1, 1, 1, 1] and out.kinds == [DECODE, DECODE, DECODE, PREFILL]
+    assert out.block_tables == tables and out.num_spec == {} and out.num_scheduled_tokens == 6
+    assert out.new_blocks == {"B": [tables[1][1]], "D": tables[3]}
+    assert out.token_offsets == [0, 1, 2, 3, 6] and out.logits_request_ids == ["A", "B", "C", "D"]
+
+    def slots(table, start, n):
+        return [table[p // 4] * 4 + p % 4 for p in range(start, start + n)]
+
+    rows = [ScheduledRequest("A", (7,), 2, 0, DECODE, tables[0], slots(tables[0], 2, 1), 1),
+            ScheduledRequest("B", (7,), 4, 0, DECODE, tables[1], slots(tables[1], 4, 1), 1),
+            ScheduledRequest("C", (7,), 5, 0, DECODE, tables[2], slots(tables[2], 5, 1), 1),
+            ScheduledRequest("D", (9, 9, 9), 0, 0, PREFILL, tables[3], slots(tables[3], 0, 3), 1)]
+    assert [out.row(i) for i in range(4)] == rows and out.scheduled == rows
+    assert [out.slot_mapping(i) for i in range(4)] == [r.slot_mapping for r in rows]
+    again = SchedulerOutput.from_rows(rows, block_size=4)
+    assert (again.block_size, again.request_ids, again.starts, again.num_tokens, again.token_ids, again.block_tables,
+            again.num_logits, again.kinds, again.num_spec, again.num_scheduled_tokens) == \
+        (4, out.request_ids, out.starts, out.num_tokens, out.token_ids, out.block_tables, out.num_logits, out.kinds,
+         {}, 6)
+    verify = SchedulerOutput.from_rows([ScheduledRequest("V", (7, 5, 6), 8, 2, DECODE, [3, 4, 5], [14, 15, 16], 3)], 4)
+    assert verify.num_spec == {0: 2} and verify.num_scheduled_tokens == 3
+
+
+def test_sampled_tokens_by_request_id_follow_the_decisions_rows_and_keep_their_own_forks():
+    """``SampledTokens.of``: row i gets its request's tokens (none when it has none), in the decision's order;
+    the forks are a copy of the caller's."""
+    from labkit.scheduler_output import DECODE, ScheduledRequest, SchedulerOutput
+
+    decision = SchedulerOutput.from_rows([ScheduledRequest(rid, (1,), 0, 0, DECODE, [3], [3], 1) for rid in "XYZ"])
+    assert decision.block_size == 1 and decision.slot_mapping(0) == [3]     # no block size: a table entry is a slot
+    forks = {"Z": [5, 6]}
+    sampled = SampledTokens.of(decision, {"Z": [3, 4], "X": (2,)}, forks)
+    forks["W"] = [1]                                      # the caller's dict changes afterwards
+    assert sampled.request_ids == ["X", "Y", "Z"] and sampled.token_ids == [(2,), (), (3, 4)]
+    assert sampled.fork_token_ids == {"Z": [5, 6]}
+    assert SampledTokens.of(decision, {}).fork_token_ids == {}
+    assert sampled.as_dict() == {"X": (2,), "Z": (3, 4)} and sampled.last_tokens() == {"X": 2, "Z": 4}
