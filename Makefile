@@ -127,6 +127,7 @@ bench-gpu: setup
 MUTANTS ?=
 mutation: setup
 	@$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install -q "mutmut==3.8.1"
+	$(PY) scripts/mutation_stats.py
 	LABKIT_RANDOM_TRACES=200 $(VENV)/bin/mutmut run --max-children $(TEST_JOBS) $(MUTANTS)
 	$(PY) scripts/mutation_report.py --survivors
 
