@@ -399,3 +399,83 @@ def test_sampled_tokens_by_request_id_follow_the_decisions_rows_and_keep_their_o
     assert sampled.fork_token_ids == {"Z": [5, 6]}
     assert SampledTokens.of(decision, {}).fork_token_ids == {}
     assert sampled.as_dict() == {"X": (2,), "Z": (3, 4)} and sampled.last_tokens() == {"X": 2, "Z": 4}
+
+
+# ------------------------------------------------------------------ verification and forks, by hand
+
+
+def test_verifying_k_drafts_keeps_the_accepted_ones_computed_and_rolls_back_the_rest():
+    """A (prompt 1 2 3, output 7: 4 tokens, 3 computed) verifies drafts 5 6 8: its row computes 7 5 6 8 at
+    positions 3..6. The target accepts 5 and then samples 9: the sequence gains 5 9, and of the 7 positions
+    computed, the rejected drafts' two (6 and 8 at 5, 6) are rolled back: 5 stay computed, and the table
+    keeps the 3 blocks of 2 those cover (its 4th is freed). The event names the drafts and which held."""
+    from labkit import events as ev
+
+    kv = KVCacheManager(num_blocks=8, block_size=2)
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), kv, max_model_len=64)
+    sched.add(Request("A", [1, 2, 3], SamplingParams(max_tokens=20, ignore_eos=True), 0.0))
+    run_step(sched, 1.0)                                  # the prefill: A's first output token is 7
+    sched.set_drafts({"A": [5, 6, 8]})
+    out = sched.schedule(2.0)
+    assert out.row(0).token_ids == (7, 5, 6, 8) and out.starts == [3] and out.num_spec == {0: 3}
+    table = list(kv.block_table("A"))
+    assert len(table) == 4
+    update = sched.update_from_output(out, SampledTokens.of(out, {"A": (5, 9)}), 2.0)
+    a = sched.requests["A"]
+    assert a.output_token_ids == [7, 5, 9] and a.all_token_ids == [1, 2, 3, 7, 5, 9]
+    assert a.num_computed_tokens == 5 and a.num_inflight_tokens == 0 and a.spec_token_ids == []
+    assert kv.block_table("A") == table[:3]
+    assert ev.BlocksFreed("A", (table[3],)) in update.events
+    assert ev.SpecVerified("A", 3, 1, (True, False, False), (5, 6, 8)) in update.events
+    assert ev.TokensAppended("A", (5, 9), 1) in update.events
+    assert sched.schedule(3.0).starts == [5]              # the next row starts at the first uncomputed token
+
+
+def parent_with_children(sched: ContinuousScheduler, rid: str, prompt: list[int], n: int, now: float) -> Request:
+    req = Request(rid, prompt, SamplingParams(max_tokens=20, ignore_eos=True, n=n), now,
+                  child_ids=tuple(f"{rid}#{i}" for i in range(1, n)))
+    sched.add(req)
+    return req
+
+
+def test_forked_children_start_from_their_parents_prompt_times_and_take_one_slot_each():
+    """A (n = 3) forks at the end of its prompt: each child holds A's prompt, has its own first token, A's
+    arrival and first-scheduled times (it was scheduled as part of A), and A's computed prompt. After the fork
+    A and its children take 3 of the 4 sequence slots, so B (n = 1) is admitted at the next step."""
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), KVCacheManager(16, 4),
+                                max_model_len=64)
+    parent_with_children(sched, "A", [1, 2, 3], 3, 0.5)
+    out = sched.schedule(1.0)
+    update = sched.update_from_output(out, SampledTokens.of(out, {"A": (7,)}, {"A": [8, 9]}), 1.0)
+    assert [c.request_id for c in update.forked] == ["A#1", "A#2"]
+    for child, token in zip(update.forked, (8, 9)):
+        assert child.prompt_token_ids == [1, 2, 3] and child.output_token_ids == [token]
+        assert (child.arrival_time, child.first_scheduled_time, child.first_token_time) == (0.5, 1.0, 1.0)
+        assert child.num_computed_tokens == 3 and child.parent_id == "A" and child.status.value == "running"
+    assert sched.requests["A"].num_forks_pending == 0
+    sched.add(Request("B", [4], SamplingParams(max_tokens=20), 1.5))
+    assert sched.schedule(2.0).admitted == ["B"]
+
+
+def test_children_of_a_parent_preempted_while_its_last_prompt_chunk_ran_wait_to_be_recomputed():
+    """Async scheduling plans step 2 before step 1's tokens are applied. Pool of 3 blocks of 2: B (prompt 1)
+    runs, A (n = 2, prompt 3 3 3) is admitted in step 1 with blocks for its whole prompt. Planning step 2, B
+    needs a new block: the pool is dry, so A, the newest, is preempted while its prompt's row is in flight.
+    When step 1's tokens arrive, A's child is forked with nothing to share: it waits, like A, with nothing
+    computed, ahead of A, and keeps its first token."""
+    config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, async_scheduling=True)
+    sched = ContinuousScheduler(config, KVCacheManager(3, 2), max_model_len=64)
+    sched.add(Request("B", [1], SamplingParams(max_tokens=20, ignore_eos=True), 0.0))
+    first = sched.schedule(0.5)
+    sched.update_from_output(first, SampledTokens.of(first, {"B": (5,)}), 0.5)
+    parent_with_children(sched, "A", [3, 3, 3], 2, 0.7)
+    step1 = sched.schedule(1.0)                           # B decodes at position 1, A's prompt: 0..2
+    assert step1.request_ids == ["B", "A"] and step1.admitted == ["A"]
+    step2 = sched.schedule(2.0)                           # B's position 2 needs a third block
+    assert step2.preempted == ["A"]
+    update = sched.update_from_output(step1, SampledTokens.of(step1, {"B": (6,), "A": (7,)}, {"A": [8]}), 2.0)
+    (child,) = update.forked
+    assert child.request_id == "A#1" and child.status.value == "preempted" and child.num_computed_tokens == 0
+    assert child.output_token_ids == [8] and sched.requests["A"].output_token_ids == [7]
+    assert [r.request_id for r in sched.waiting] == ["A#1", "A"]
+    assert sched.requests["A"].num_forks_pending == 0

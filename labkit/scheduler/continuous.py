@@ -206,9 +206,7 @@ class ContinuousScheduler:
 
     @staticmethod
     def _trim_spec(req: Request, num_new: int) -> int:
-        """If the budget cut into the drafts, verify only the drafts that fit."""
-        if not req.spec_token_ids:
-            return 0
+        """If the budget cut into the drafts, verify only the drafts that fit (``req`` has drafts)."""
         num_spec = max(0, num_new - (req.num_tokens - req.num_computed_tokens))
         del req.spec_token_ids[num_spec:]
         return num_spec
@@ -345,7 +343,7 @@ class ContinuousScheduler:
                             eos_token_ids=parent.eos_token_ids,
                             status=RequestStatus.PREEMPTED if preempted else RequestStatus.RUNNING,
                             parent_id=parent.request_id,
-                            num_computed_tokens=0 if preempted else parent.num_computed_tokens,
+                            num_computed_tokens=parent.num_computed_tokens,     # 0 if preempted (_preempt)
                             first_scheduled_time=parent.first_scheduled_time)
             child.max_output_tokens = parent.max_output_tokens
             self.requests[child_id] = child
