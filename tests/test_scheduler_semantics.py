@@ -479,3 +479,13 @@ def test_children_of_a_parent_preempted_while_its_last_prompt_chunk_ran_wait_to_
     assert child.output_token_ids == [8] and sched.requests["A"].output_token_ids == [7]
     assert [r.request_id for r in sched.waiting] == ["A#1", "A"]
     assert sched.requests["A"].num_forks_pending == 0
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_no_larger_than_the_budget():
+    """Chunked prefill: a 10-token prompt under a budget of 4 tokens a step is computed as 4, 4 and 2 tokens
+    (the first chunk at admission, the others as a running request), then decodes one token a step."""
+    config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=4, enable_chunked_prefill=True)
+    sched = ContinuousScheduler(config, KVCacheManager(16, 4), max_model_len=64)
+    sched.add(Request("A", list(range(1, 11)), SamplingParams(max_tokens=5, ignore_eos=True), 0.0))
+    rows = [(out.starts, out.num_tokens, out.num_logits) for out in (run_step(sched, t) for t in (1.0, 2.0, 3.0, 4.0))]
+    assert rows == [([0], [4], [0]), ([4], [4], [0]), ([8], [2], [1]), ([10], [1], [1])]
