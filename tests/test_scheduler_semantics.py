@@ -349,7 +349,7 @@ def test_a_decisions_columns_hold_one_entry_per_row_and_read_back_as_the_rows_sc
     new block (a row through the allocator) and comes between them; D, waiting, is admitted with its 3-token
     prompt. Every column has an entry per row in row order, a row reads back as its own values (slots by
     the definition ``table[p // 4] * 4 + p % 4``), and rows rebuilt from them give the same decision."""
-    from labkit.scheduler_output import DECODE, PREFILL, ScheduledRequest, SchedulerOutput
+    from labkit.scheduler_output import DECODE, PREFILL, VERIFY, ScheduledRequest, SchedulerOutput
 
     kv = KVCacheManager(num_blocks=16, block_size=4)
     sched = ContinuousScheduler(EngineConfig(max_num_seqs=8, max_num_batched_tokens=64), kv, max_model_len=64)
@@ -381,7 +381,7 @@ def test_a_decisions_columns_hold_one_entry_per_row_and_read_back_as_the_rows_sc
             again.num_logits, again.kinds, again.num_spec, again.num_scheduled_tokens) == \
         (4, out.request_ids, out.starts, out.num_tokens, out.token_ids, out.block_tables, out.num_logits, out.kinds,
          {}, 6)
-    verify = SchedulerOutput.from_rows([ScheduledRequest("V", (7, 5, 6), 8, 2, DECODE, [3, 4, 5], [14, 15, 16], 3)], 4)
+    verify = SchedulerOutput.from_rows([ScheduledRequest("V", (7, 5, 6), 8, 2, VERIFY, [3, 4, 5], [14, 15, 16], 3)], 4)
     assert verify.num_spec == {0: 2} and verify.num_scheduled_tokens == 3
 
 
