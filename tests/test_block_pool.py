@@ -1,4 +1,5 @@
-"""Block pool and paged KV manager invariants under random operation sequences (Hypothesis)."""
+"""Block pool and paged KV manager: their rules, each from its definition, and their invariants under
+random operation sequences (Hypothesis)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,78 @@ def test_prefix_hit_stops_before_the_block_holding_the_last_token():
     assert n == 4 and len(hits) == 1        # the last token is recomputed, so block 2 is not a hit
 
 
+def test_rolling_back_a_request_with_no_table_releases_nothing():
+    """The draft model's manager trims before its first draft of a request (it has no table yet)."""
+    kv = KVCacheManager(num_blocks=4, block_size=2)
+    assert kv.trim("new", 0) == [] and kv.trim("new", 5) == []
+    assert kv.pool.num_free_blocks() == 4 and "new" not in kv.block_tables
+
+
+def test_a_rollback_never_reaches_a_block_registered_in_the_prefix_cache():
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    table = kv.allocate_slots("a", 0, 5)
+    kv.cache_blocks("a", [1, 2, 3, 4, 5], 5)             # blocks 0 and 1 full and registered, 2 not
+    with pytest.raises(ValueError, match="registered in the prefix cache"):
+        kv.trim("a", 3)                                  # into block 1: its hash would lie
+    assert kv.trim("a", 4) == table[2:]                  # down to the registered blocks: allowed
+    kv.check_invariants()
+
+
+def test_blocks_filled_after_a_rollback_are_registered_in_the_prefix_cache():
+    """Drafts rejected before the first block filled: that block, filled later, is still cached."""
+    kv = KVCacheManager(num_blocks=4, block_size=4, enable_prefix_caching=True)
+    prompt = [1, 2]
+    table = kv.allocate_slots("a", 0, 2 + 3)             # the prompt and 3 drafts: two blocks
+    assert kv.trim("a", 3) == table[1:]                  # 1 draft accepted (3 tokens), 2 rejected
+    assert kv.allocate_slots("a", 3, 1) == []            # the 4th token fills block 0
+    kv.cache_blocks("a", prompt + [3, 4], 4)
+    hits, num_tokens = kv.get_computed_blocks("b", [1, 2, 3, 4, 9])
+    assert hits == table[:1] and num_tokens == 4
+
+
+def test_a_block_is_a_prefix_hit_only_after_the_same_tokens_before_it():
+    """A block's hash chains on its parent's: the same tokens at another place in the prompt are other K/V."""
+    kv = KVCacheManager(num_blocks=8, block_size=2, enable_prefix_caching=True)
+    a, b = [1, 2], [3, 4]
+    kv.allocate_slots("x", 0, 4)
+    kv.cache_blocks("x", a + b, 4)
+    assert kv.get_computed_blocks("y", b + a + [9]) == ([], 0)
+    hits, n = kv.get_computed_blocks("z", a + b + [9])
+    assert hits == kv.block_table("x") and n == 4
+
+
+def test_a_block_filled_by_decoding_is_a_prefix_hit_for_the_next_request():
+    """The lookup at admission hashes the prompt's full blocks only; the partly filled last block is
+    hashed when decoding fills it, from its tokens then."""
+    kv = KVCacheManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
+    prompt = [1, 2, 3, 4, 5, 6]
+    assert kv.get_computed_blocks("a", prompt) == ([], 0)
+    kv.allocate_slots("a", 0, 6)
+    kv.cache_blocks("a", prompt, 6)
+    kv.allocate_slots("a", 6, 2)                          # two decoded tokens fill block 1
+    kv.cache_blocks("a", prompt + [7, 8], 8)
+    hits, n = kv.get_computed_blocks("b", prompt + [7, 8, 9])
+    assert hits == kv.block_table("a") and n == 8
+
+
+def test_cache_blocks_registers_only_the_blocks_that_became_full_since_its_last_call():
+    """Each full block is registered once, when it fills (vLLM's num_cached_blocks): a twin block already
+    registered by another request keeps the hash, and a later call does not look back at it."""
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    prompt = [1, 2, 3]
+    kv.allocate_slots("a", 0, 3)
+    kv.allocate_slots("b", 0, 3)                          # admitted in the same step: no hit for b
+    kv.cache_blocks("a", prompt, 3)
+    kv.cache_blocks("b", prompt, 3)                       # b's block 0 is a's twin: not registered
+    twin = kv.block_table("b")[0]
+    assert kv.pool.blocks[twin].block_hash is None
+    kv.free("a")
+    kv.pool.allocate(kv.pool.num_free_blocks())           # a's blocks handed out again: the hash is gone
+    kv.cache_blocks("b", prompt + [4], 4)                 # b's block 1 fills
+    assert kv.pool.blocks[twin].block_hash is None        # block 0 did not fill now: not looked at again
+    assert kv.pool.blocks[kv.block_table("b")[1]].block_hash is not None
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 
@@ -54,6 +127,7 @@ class PagedKVMachine(RuleBasedStateMachine):
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=prefix)
         self.live: dict[str, list[int]] = {}       # request -> its token ids so far
         self.computed: dict[str, int] = {}
+        self.accepted: dict[str, int] = {}         # tokens last given to cache_blocks (drafts come after)
         self.next_id = 0
 
     def _new_id(self):
@@ -70,17 +144,21 @@ class PagedKVMachine(RuleBasedStateMachine):
             return
         self.live[rid], self.computed[rid] = tokens, length
         self.kv.cache_blocks(rid, tokens, length)
+        self.accepted[rid] = length
 
     @precondition(lambda self: self.live)
-    @rule(data=st.data(), n=st.integers(1, 5))
-    def append(self, data, n):
+    @rule(data=st.data(), n=st.integers(1, 5), draft=st.booleans())
+    def append(self, data, n, draft):
+        """Accepted tokens are registered in the prefix cache; drafts wait for their verification."""
         rid = data.draw(st.sampled_from(sorted(self.live)))
         if self.kv.allocate_slots(rid, self.computed[rid], n) is None:
             return
         self.kv.take_pending_copies()
         self.live[rid] += [7] * n
         self.computed[rid] += n
-        self.kv.cache_blocks(rid, self.live[rid], self.computed[rid])
+        if not draft:
+            self.kv.cache_blocks(rid, self.live[rid], self.computed[rid])
+            self.accepted[rid] = self.computed[rid]
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -89,12 +167,14 @@ class PagedKVMachine(RuleBasedStateMachine):
         child = self._new_id()
         self.kv.fork(parent, child)
         self.live[child], self.computed[child] = list(self.live[parent]), self.computed[parent]
+        self.accepted[child] = self.accepted[parent]
 
     @precondition(lambda self: self.live)
     @rule(data=st.data(), drop=st.integers(0, 6))
     def rollback(self, data, drop):
+        """Rejected drafts: back to no earlier than the last accepted token."""
         rid = data.draw(st.sampled_from(sorted(self.live)))
-        keep = max(0, self.computed[rid] - drop)
+        keep = max(self.accepted[rid], self.computed[rid] - drop)
         self.kv.trim(rid, keep)
         self.computed[rid] = keep
         self.live[rid] = self.live[rid][:keep]
@@ -104,7 +184,7 @@ class PagedKVMachine(RuleBasedStateMachine):
     def finish_or_abort(self, data):
         rid = data.draw(st.sampled_from(sorted(self.live)))
         self.kv.free(rid)
-        del self.live[rid], self.computed[rid]
+        del self.live[rid], self.computed[rid], self.accepted[rid]
 
     @invariant()
     def consistent(self):

@@ -160,14 +160,21 @@ class KVCacheManager:
         self.block_hashes[child_id] = list(self.block_hashes.get(parent_id, []))
 
     def trim(self, request_id: str, num_computed_tokens: int) -> list[int]:
-        """Speculative rollback: release blocks that hold no accepted token any more."""
+        """Speculative rollback: release blocks that hold no accepted token any more (tail first).
+
+        A rollback drops rejected drafts only, and those never reach a block registered in the prefix
+        cache (``cache_blocks`` counts tokens after verification): rolling back into one would leave its
+        hash on K/V about to be overwritten, so it is refused. A request with no table (the draft
+        model's manager, before its first draft) has nothing to release."""
+        if num_computed_tokens < self.num_cached_blocks.get(request_id, 0) * self.block_size:
+            raise ValueError(f"trim({request_id!r}, {num_computed_tokens}) would roll back into "
+                             f"{self.num_cached_blocks[request_id]} blocks registered in the prefix cache")
         table = self.block_tables.get(request_id, [])
         keep = self.blocks_needed(num_computed_tokens)
         dropped = table[keep:]
         if dropped:
             self.pool.free(list(reversed(dropped)))
             self.block_tables[request_id] = table[:keep]     # a new list, as every change (see block_table)
-            self.num_cached_blocks[request_id] = min(self.num_cached_blocks.get(request_id, 0), keep)
         return dropped
 
     def free(self, request_id: str) -> list[int]:
