@@ -118,6 +118,25 @@ def test_cache_blocks_registers_only_the_blocks_that_became_full_since_its_last_
     assert kv.pool.blocks[kv.block_table("b")[1]].block_hash is not None
 
 
+def test_a_forked_child_registers_only_the_blocks_that_fill_after_the_fork():
+    """The child shares its parent's blocks and their registration: what the parent left unregistered (a
+    twin's hash) stays so, as for the parent itself."""
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    prompt = [1, 2, 3]
+    kv.allocate_slots("a", 0, 3)
+    kv.allocate_slots("p", 0, 3)
+    kv.cache_blocks("a", prompt, 3)
+    kv.cache_blocks("p", prompt, 3)                       # p's block 0 is a's twin: not registered
+    twin = kv.block_table("p")[0]
+    kv.free("a")
+    kv.pool.free(kv.pool.allocate(2)[:1])                 # a's blocks handed out (the hash is gone), one back
+    kv.fork("p", "c")
+    assert kv.allocate_slots("c", 3, 1) is not None      # the child writes its shared block 1: a copy
+    kv.cache_blocks("c", prompt + [5], 4)                 # and fills it
+    assert kv.pool.blocks[twin].block_hash is None
+    assert kv.pool.blocks[kv.block_table("c")[1]].block_hash is not None
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 
