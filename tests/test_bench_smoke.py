@@ -106,9 +106,11 @@ def test_linear_rows_benchmark_times_every_formulation(tiny_model):
         assert [r[0] for r in section.rows] == ["1", "2"]
         assert section.rows[0][-1] in section.headers[1:-1]         # "fastest" names a measured form
         assert "labkit linear()" in section.headers and any(n.startswith("cpu: ") for n in section.notes)
+        # the one-row sweeps as shares of a roofline measured in their own rounds, with the target's verdict
+        (roof,) = [n for n in section.notes if n.startswith("read roofline")]
+        assert "in the same rounds" in roof and "labkit linear()" in roof and ("(met)" in roof or "(not met)" in roof)
     fp32 = sections[0].notes
     assert any("chosen by the probe" in n for n in fp32) and any("exactness gate" in n for n in fp32)
-    assert any(n.startswith("read roofline") and "labkit linear()" in n for n in fp32)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
@@ -123,6 +125,21 @@ def test_gpu_benchmark_kernel_section_agrees_with_the_reference(tiny_model):
 
 
 # ----------------------------------------------------------------------------- helpers the numbers rest on
+
+def test_the_one_row_read_share_divides_each_round_by_its_own_roofline():
+    from bench.linear_rows import read_note
+
+    # 1 GB swept and read per round. Round by round the roofline (the faster read kernel) is 25, 50 and
+    # 20 GB/s and labkit's sweep 20, 40 and 10 GB/s: shares 80 %, 80 % and 50 %.
+    rounds = [{"labkit linear()": 0.05, "read: sum": 0.04, "read: mv": 0.05},
+              {"labkit linear()": 0.025, "read: sum": 0.025, "read: mv": 0.02},
+              {"labkit linear()": 0.1, "read: sum": 0.05, "read: mv": 0.1}]
+    note = read_note(rounds, 10**9, 10**9, 2, ["labkit linear()"])
+    assert note.startswith("read roofline, 2 thread(s), in the same rounds as the one-row sweeps: 25.0 GB/s")
+    assert "sum 25.0, mv 20.0" in note                      # each kernel's median rate
+    assert "labkit linear() 20.0 GB/s = 80 %" in note and "50–80 % over the rounds" in note
+    assert note.endswith("target: at least 85 % (not met)")
+
 
 def test_acceptance_mle_counts_only_draft_tokens_that_were_compared():
     # Step 1: all 4 drafts accepted (4 trials). Step 2: 1 accepted, then a rejection (2 trials);
