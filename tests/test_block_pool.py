@@ -137,6 +137,20 @@ def test_a_forked_child_registers_only_the_blocks_that_fill_after_the_fork():
     assert kv.pool.blocks[kv.block_table("c")[1]].block_hash is not None
 
 
+def test_a_child_forked_before_any_block_filled_registers_its_own_first_block():
+    """Forked with a partly filled first block, the child writes into it (a copy) and, once it is full,
+    registers it: its tokens are a prefix a later request can reuse."""
+    kv = KVCacheManager(num_blocks=4, block_size=4, enable_prefix_caching=True)
+    prompt = [1, 2, 3]
+    kv.allocate_slots("p", 0, 3)
+    kv.cache_blocks("p", prompt, 3)                       # nothing full yet
+    kv.fork("p", "c")
+    assert kv.allocate_slots("c", 3, 1) is not None      # the child's first token: a copy of block 0
+    kv.cache_blocks("c", prompt + [8], 4)
+    hits, n = kv.get_computed_blocks("d", prompt + [8, 9])
+    assert hits == kv.block_table("c")[:1] and n == 4
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 
