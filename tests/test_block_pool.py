@@ -151,6 +151,23 @@ def test_a_child_forked_before_any_block_filled_registers_its_own_first_block():
     assert hits == kv.block_table("c")[:1] and n == 4
 
 
+def test_a_block_holds_only_computed_slots_and_waste_counts_every_allocated_slot_without_kv():
+    """Fill: a block's slots with a computed K/V entry, the most any sharer has (none for a block allocated
+    ahead of the computed tokens, or held by a request with nothing computed yet, absent from the counts).
+    Waste: 1 - filled slots / allocated slots, with or without sharing."""
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    kv.allocate_slots("a", 0, 12)                         # blocks 0, 1, 2: 5 tokens computed, 7 slots ahead
+    kv.allocate_slots("b", 0, 3)                          # block 3: admitted, nothing computed yet
+    computed = {"a": 5}
+    assert kv.filled_per_block(computed) == [4, 1, 0, 0, 0, 0, 0, 0]
+    assert kv.waste(computed).waste == pytest.approx(1 - 5 / 16)
+    kv.fork("a", "c")                                     # c shares a's three blocks: no new slot
+    assert kv.pool.num_extra_refs == 3
+    assert kv.filled_per_block({"a": 5, "c": 6}) == [4, 2, 0, 0, 0, 0, 0, 0]
+    assert kv.waste({"a": 5, "c": 6}).waste == pytest.approx(1 - 6 / 16)
+    assert KVCacheManager(num_blocks=2, block_size=4).waste({}).waste == 0.0      # nothing allocated
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 
