@@ -168,6 +168,32 @@ def test_a_block_holds_only_computed_slots_and_waste_counts_every_allocated_slot
     assert KVCacheManager(num_blocks=2, block_size=4).waste({}).waste == 0.0      # nothing allocated
 
 
+def test_the_invariant_checks_fail_on_each_kind_of_broken_state():
+    """The checks the random operation sequences rely on must themselves catch what they claim to."""
+    def broken(how):
+        kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+        kv.allocate_slots("a", 0, 4)                      # blocks 0, 1
+        kv.cache_blocks("a", [1, 2, 3, 4], 4)
+        kv.fork("a", "b")                                 # both shared: ref_cnt 2
+        kv.check_invariants()
+        how(kv)
+        return kv
+
+    cases = {
+        "a table holds a block its count does not know": lambda kv: kv.block_tables["a"].append(2),
+        "negative ref count": lambda kv: setattr(kv.pool.blocks[3], "ref_cnt", -1),
+        "misfiled: held but in the free queue": lambda kv: kv.pool.free_queue.__setitem__(0, None),
+        "misfiled: free but not in the queue": lambda kv: kv.pool.free_queue.pop(3),
+        "a cached hash on another block": lambda kv: kv.pool.cached.__setitem__(kv.pool.blocks[0].block_hash, 1),
+        "extra refs miscounted": lambda kv: setattr(kv.pool, "num_extra_refs", 1),
+    }
+    for name, how in cases.items():
+        kv = broken(how)
+        with pytest.raises(AssertionError):
+            kv.check_invariants()
+            pytest.fail(f"not caught: {name}")
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 
