@@ -41,7 +41,7 @@ from labkit.model.cpu_features import describe_cpu
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c",
            "int4_rows.c", "threads.c")   # one library
-VERSION = 7                 # labkit_linear_rows_version() in the source
+VERSION = 8                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-pthread", "-std=gnu11", "-Wno-psabi",

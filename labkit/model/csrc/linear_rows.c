@@ -158,14 +158,48 @@ static inline __attribute__((always_inline)) void row_tile(const void *x, const 
         put(y, (t + i) * N + n, tail(at(x, (t + i) * K, bf), wn, KS, K, reduce(acc[i]), bf), bf);
 }
 
+/* Two weight rows n and m for R input rows (from row t), in one loop: the two-stream walk's tile. Each
+ * output keeps row_tile's order; the two rows only give the CPU two independent chains of multiply-adds
+ * and two streams to read. */
+static inline __attribute__((always_inline)) void row_pair(const void *x, const void *w, void *y, int64_t t,
+                                                           int64_t n, int64_t m, int64_t N, int64_t K,
+                                                           const int R, const int bf) {
+    const int64_t S = step_of(bf), KS = K - K % S;
+    const void *wn = at(w, n * K, bf), *wm = at(w, m * K, bf);
+    vec acc[MAX_R][2];
+    for (int i = 0; i < R; i++)
+        acc[i][0] = acc[i][1] = ZERO();
+    for (int64_t k = 0; k < KS; k += S) {
+        vec a = load_raw(wn, k, bf), b = load_raw(wm, k, bf);
+        if (R > 1) {
+            IN_REGISTER(a);
+            IN_REGISTER(b);
+        }
+        for (int i = 0; i < R; i++) {
+            vec v = load_raw(x, (t + i) * K + k, bf);
+            acc[i][0] = mac(acc[i][0], v, a, bf);
+            acc[i][1] = mac(acc[i][1], v, b, bf);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        const void *xr = at(x, (t + i) * K, bf);
+        put(y, (t + i) * N + n, tail(xr, wn, KS, K, reduce(acc[i][0]), bf), bf);
+        put(y, (t + i) * N + m, tail(xr, wm, KS, K, reduce(acc[i][1]), bf), bf);
+    }
+}
+
 /* How the weights are walked: 4 rows at a time in tiles, or, for at most ``sequential_rows`` input rows,
- * one weight row after the other (a single sequential stream, each weight row against the input rows up
- * to MAX_R at a time). The order of every sum is the same either way (``row_tile``, ``single`` and ``tile``
- * add in one order), so the choice changes no bit, only which way this CPU's prefetchers stream faster:
- * on an AMD EPYC (Zen 4) a one-row sweep read 13.1 GB/s in tiles and 26.2 GB/s sequentially (95 % of
- * `torch.sum`'s rate), and the tiles win from 8 rows, where the sequential walk re-reads the inputs; on
- * the Zen 5 measured before, the tiles already reached 93 % at one row. Python times both once per
- * machine and sets it (`native.set_sequential_rows`). */
+ * in two sequential streams: the first half of the rows [lo, hi) one after the other, each fused with its
+ * partner in the second half (``row_pair``; an odd last row alone), each weight row against the input rows
+ * up to MAX_R at a time. The order of every sum is the same either way (``row_pair``, ``row_tile``,
+ * ``single`` and ``tile`` add in one order), so the choice changes no bit, only which way this CPU's
+ * prefetchers stream faster: on an AMD EPYC (Zen 4) a one-row sweep read 13.1 GB/s in tiles and 26.2 GB/s
+ * in one sequential stream; the tiles win from 8 rows, where the walk re-reads the inputs; on the Zen 5
+ * measured before, the tiles already reached 93 % at one row. Two streams far apart (not two adjacent
+ * rows, which read at half the rate there) gave one dependent chain of bf16 dot products a partner: on
+ * the Zen 4, a one-row bf16 sweep went from 17 to 21 GB/s on one thread and from 33 to 41 GB/s on two,
+ * fp32 from 23 to 25 and from 44 to 48 (a stand-alone loop). Python times the walks once per machine and
+ * sets the crossover (`native.set_sequential_rows`). */
 static int64_t sequential_rows = 0;
 
 void labkit_linear_rows_set_sequential(int64_t max_rows) { sequential_rows = max_rows; }
@@ -176,7 +210,20 @@ static inline __attribute__((always_inline)) void linear_rows(const void *x, con
                                                               const int bf) {
     int64_t n = lo;
     if (T <= sequential_rows) {
-        for (; n < hi; n++) {
+        const int64_t half = (hi - lo) / 2;
+        for (; n < lo + half; n++) {
+            const int64_t m = n + half;
+            int64_t t = 0;
+#if MAX_R == 4
+            for (; t + 4 <= T; t += 4)
+                row_pair(x, w, y, t, n, m, N, K, 4, bf);
+#endif
+            for (; t + 2 <= T; t += 2)
+                row_pair(x, w, y, t, n, m, N, K, 2, bf);
+            if (t < T)
+                row_pair(x, w, y, t, n, m, N, K, 1, bf);
+        }
+        for (n = lo + 2 * half; n < hi; n++) {      /* the odd row out */
             int64_t t = 0;
 #if MAX_R == 4
             for (; t + 4 <= T; t += 4)
@@ -238,4 +285,4 @@ void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, i
 int labkit_linear_rows_has_bf16(void) { return HAS_BF16; }
 
 /* A version number the loader checks, so that a stale build in the cache is never used. */
-int labkit_linear_rows_version(void) { return 7; }
+int labkit_linear_rows_version(void) { return 8; }
