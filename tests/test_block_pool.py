@@ -194,6 +194,82 @@ def test_the_invariant_checks_fail_on_each_kind_of_broken_state():
             pytest.fail(f"not caught: {name}")
 
 
+def test_prefix_hits_waiting_in_the_free_queue_stop_being_free_when_admitted():
+    """Blocks a hit revives from the free queue are no longer free: admission fits only if the new blocks
+    fit beside them, and a refusal changes nothing."""
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    prompt = [1, 2, 3, 4]
+    table = kv.allocate_slots("a", 0, 4)
+    kv.cache_blocks("a", prompt, 4)
+    kv.free("a")                                          # 4 free blocks, 2 of them a's cached prefix
+    longer = prompt + [5, 6, 7, 8, 9]                     # 9 tokens: 5 blocks, 2 of them hits
+    hits, n = kv.get_computed_blocks("c", longer)
+    assert (hits, n) == (table, 4)
+    assert kv.allocate_slots("c", n, len(longer) - n, hits) is None      # 3 new + 2 revived > 4 free
+    assert kv.pool.num_free_blocks() == 4 and "c" not in kv.block_tables
+    assert [kv.pool.lookup(kv.pool.blocks[b].block_hash) for b in table] == table   # still cached
+    exact = prompt + [5, 6, 7]                            # 7 tokens: 4 blocks, 2 of them hits
+    hits, n = kv.get_computed_blocks("b", exact)
+    new = kv.allocate_slots("b", n, len(exact) - n, hits)
+    assert len(new) == 2 and kv.block_table("b") == table + new and kv.pool.num_free_blocks() == 0
+    kv.check_invariants()
+
+
+def test_a_write_into_a_shared_partly_filled_block_copies_it_first():
+    """Copy-on-write: the writer gets a fresh block in that slot of its table (its old table, handed out
+    before, stays as it was), the copy (src, dst) is queued for the runner, and the other holder keeps src."""
+    kv = KVCacheManager(num_blocks=4, block_size=4)
+    kv.allocate_slots("p", 0, 6)                          # blocks 0 (full) and 1 (2 of 4 slots)
+    kv.fork("p", "c")
+    before = kv.block_table("c")
+    new = kv.allocate_slots("c", 6, 1)                    # c writes slot 2 of the shared block 1
+    src = before[1]
+    (dst,) = new
+    assert kv.block_table("c") == [before[0], dst] and before == kv.block_table("p")
+    assert kv.take_pending_copies() == [(src, dst)] and kv.take_pending_copies() == []
+    assert kv.pool.blocks[src].ref_cnt == 1 and kv.pool.blocks[before[0]].ref_cnt == 2
+    assert kv.allocate_slots("p", 6, 1) == []             # p holds block 1 alone now: no copy
+    assert kv.take_pending_copies() == []
+    kv.check_invariants()
+
+
+def test_the_decode_shortcut_gives_the_table_only_when_the_token_has_a_slot_of_its_own():
+    """``decode_table(rid, p)``: the table when ``allocate_slots(rid, p, 1)`` would allocate nothing (room in
+    the last block and no block shared anywhere), else None."""
+    kv = KVCacheManager(num_blocks=4, block_size=4)
+    kv.allocate_slots("a", 0, 3)
+    assert kv.decode_table("a", 3) == kv.block_table("a")     # slot 3 of block 0
+    assert kv.decode_table("a", 4) is None                    # needs block 1
+    assert kv.decode_table("unknown", 0) is None
+    kv.fork("a", "b")                                         # now something is shared
+    assert kv.decode_table("a", 3) is None and kv.decode_table("b", 3) is None
+
+
+def test_prefix_lookups_count_tokens_asked_and_found_only_with_prefix_caching():
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    kv.record_prefix_lookup(7, 4)
+    kv.record_prefix_lookup(3, 0)
+    assert (kv.prefix_queries, kv.prefix_hits) == (10, 4)
+    off = KVCacheManager(num_blocks=4, block_size=2)
+    off.record_prefix_lookup(7, 4)
+    assert (off.prefix_queries, off.prefix_hits) == (0, 0)
+    assert off.get_computed_blocks("x", [1, 2, 3, 4, 5]) == ([], 0)
+
+
+def test_the_pool_refuses_more_blocks_than_it_has_free_and_counts_what_is_used():
+    pool = BlockPool(3)
+    assert pool.allocate(0) == [] and pool.num_used_blocks() == 0
+    taken = pool.allocate(2)
+    assert pool.num_used_blocks() == 2 and pool.num_free_blocks() == 1
+    with pytest.raises(RuntimeError, match="asked for 2 blocks with 1 free"):
+        pool.allocate(2)
+    assert pool.num_free_blocks() == 1                    # nothing taken by the refusal
+    pool.free(taken)
+    assert pool.num_used_blocks() == 0
+    with pytest.raises(ValueError, match="num_blocks must be >= 1, got 0"):
+        BlockPool(0)
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 
