@@ -10,6 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from labkit.kv.block_pool import BlockPool
 from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.kv.snapshot import KVWaste
 
 
 def test_free_returns_blocks_to_the_tail_and_allocate_takes_the_head():
@@ -160,7 +161,7 @@ def test_a_block_holds_only_computed_slots_and_waste_counts_every_allocated_slot
     kv.allocate_slots("b", 0, 3)                          # block 3: admitted, nothing computed yet
     computed = {"a": 5}
     assert kv.filled_per_block(computed) == [4, 1, 0, 0, 0, 0, 0, 0]
-    assert kv.waste(computed).waste == pytest.approx(1 - 5 / 16)
+    assert kv.waste(computed) == KVWaste(waste=pytest.approx(1 - 5 / 16), internal=pytest.approx(1 - 5 / 16))
     kv.fork("a", "c")                                     # c shares a's three blocks: no new slot
     assert kv.pool.num_extra_refs == 3
     assert kv.filled_per_block({"a": 5, "c": 6}) == [4, 2, 0, 0, 0, 0, 0, 0]
@@ -268,6 +269,29 @@ def test_the_pool_refuses_more_blocks_than_it_has_free_and_counts_what_is_used()
     assert pool.num_used_blocks() == 0
     with pytest.raises(ValueError, match="num_blocks must be >= 1, got 0"):
         BlockPool(0)
+
+
+def test_a_freed_request_id_starts_afresh_when_it_is_admitted_again():
+    """Freeing forgets everything of the id: its hashes (a later request may reuse the id with other
+    tokens) and how many of its blocks were registered (a preempted request comes back with a new table)."""
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    kv.allocate_slots("a", 0, 4)
+    kv.cache_blocks("a", [1, 2, 3, 4], 4)
+    kv.free("a")
+    assert kv.get_computed_blocks("a", [5, 6, 7, 8, 9]) == ([], 0)     # the id's old hashes are gone
+
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    prompt = [1, 2, 3, 4, 5]
+    assert kv.get_computed_blocks("a", prompt) == ([], 0)
+    kv.allocate_slots("a", 0, 5)
+    kv.cache_blocks("a", prompt, 4)                       # two blocks registered
+    kv.free("a")                                          # preempted
+    kv.pool.free(kv.pool.allocate(4))                     # its blocks handed out meanwhile: hashes evicted
+    assert kv.get_computed_blocks("a", prompt) == ([], 0)
+    kv.allocate_slots("a", 0, 5)                          # recomputed from scratch
+    kv.cache_blocks("a", prompt, 4)
+    hits, n = kv.get_computed_blocks("b", prompt)
+    assert hits == kv.block_table("a")[:2] and n == 4     # registered again, from block 0
 
 
 class PagedKVMachine(RuleBasedStateMachine):
