@@ -294,6 +294,23 @@ def test_a_freed_request_id_starts_afresh_when_it_is_admitted_again():
     assert hits == kv.block_table("a")[:2] and n == 4     # registered again, from block 0
 
 
+def test_a_block_handed_out_again_is_registered_under_its_new_content():
+    """Its old hash is evicted when it is handed out; once the new holder fills it, the new tokens find it
+    and the old ones do not."""
+    kv = KVCacheManager(num_blocks=1, block_size=2, enable_prefix_caching=True)
+    kv.allocate_slots("a", 0, 2)
+    kv.cache_blocks("a", [1, 2], 2)
+    kv.free("a")
+    (block,) = kv.allocate_slots("b", 0, 2)               # the only block, evicted from the cache
+    assert kv.get_computed_blocks("x", [1, 2, 9]) == ([], 0)
+    kv.cache_blocks("b", [3, 4], 2)
+    assert kv.get_computed_blocks("y", [3, 4, 9]) == ([block], 2)
+    kv.free("b")
+    assert kv.snapshot({}).cached == (True,)              # free, still carrying b's hash
+    kv.allocate_slots("c", 0, 1)
+    assert kv.snapshot({}).cached == (False,)
+
+
 class PagedKVMachine(RuleBasedStateMachine):
     """Requests grow, share prefixes, fork, roll back drafts and finish in any order."""
 

@@ -79,3 +79,20 @@ def test_the_sampler_fails_only_the_request_whose_row_has_no_distribution():
     assert set(failed) == {"bad"} and "NaN" in failed["bad"]
     assert tokens["ok-greedy"] == (1,) and tokens["ok-sampled"] == (2,)
     assert sampler.take_failed() == {}                       # each failure is reported once
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_verification_row_with_no_distribution_fails_its_request_alone_and_says_why(batched):
+    """Speculative verification of a sampling request (its target p from ``to_probs``): NaN logits fail that
+    request with the reason, the other request's drafts are verified as usual."""
+    sampler = Sampler(seed=0, batched=batched)
+    for rid in ("bad", "ok"):
+        sampler.add(rid, SamplingParams(temperature=1.0))
+    ok_rows = torch.tensor([[0.0, 60.0, 0.0], [0.0, 0.0, 60.0], [60.0, 0.0, 0.0]])   # p: the drafts, then 0
+    bad_rows = ok_rows.clone()
+    bad_rows[1, 0] = math.nan
+    rows = [ScheduledRequest(rid, (1, 1, 2), 3, 2, StepKind.VERIFY, [0], (3, 4, 5), 3) for rid in ("bad", "ok")]
+    tokens = sampler.sample(SchedulerOutput.from_rows(rows), torch.cat([bad_rows, ok_rows])).as_dict()
+    failed = sampler.take_failed()
+    assert set(failed) == {"bad"} and "NaN or infinite logits" in failed["bad"]
+    assert tokens["ok"] == (1, 2, 0)                         # both drafts accepted, then the bonus token
