@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from labkit.config import SpecConfig
 from labkit.request import Request
 from labkit.sampling_params import SamplingParams
-from labkit.spec_decode.ngram import NgramProposer, NgramSpecProposer
+from labkit.spec_decode.ngram import NgramProposer, NgramSpecProposer, suffix_match_lengths
 from labkit.spec_decode.proposer import Proposal, Proposer
 
 
@@ -134,3 +134,10 @@ def test_a_repeated_suffix_always_gets_a_proposal(tokens, kmn):
     k, min_n, max_n = kmn
     repeated = tokens + tokens[:min_n]  # the first min_n tokens now recur at the end
     assert NgramProposer(k, min_n, max_n).propose(repeated) != []
+
+
+def test_match_lengths_have_one_entry_per_earlier_end_and_none_for_a_single_token():
+    """``match[e]`` for each end e in [0, L - 2]: none at all for L = 0 or 1 (nothing earlier to match)."""
+    assert suffix_match_lengths(np.array([], dtype=np.int64), 3).tolist() == []
+    assert suffix_match_lengths(np.array([5]), 3).tolist() == []
+    assert suffix_match_lengths(np.array([5, 6, 5]), 3).tolist() == [1, 0]
