@@ -75,11 +75,19 @@ def test_accepts_numpy_arrays_and_returns_python_ints():
     assert out == [3, 1] and all(type(t) is int for t in out)
 
 
-@pytest.mark.parametrize("kwargs", [dict(k=0), dict(k=2, min_n=0), dict(k=2, min_n=3, max_n=2),
-                                    dict(k=True), dict(k=2.0)])
-def test_invalid_parameters_raise_value_error(kwargs):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(k=0), "k must be an int >= 1, got 0"), (dict(k=2, min_n=0), "min_n must be an int >= 1, got 0"),
+    (dict(k=2, max_n=0), "max_n must be an int >= 1, got 0"), (dict(k=2, min_n=3, max_n=2), "max_n must be >= min_n, got 2 < 3"),
+    (dict(k=True), "k must be an int >= 1, got True"), (dict(k=2.0), "k must be an int >= 1, got 2.0")])
+def test_invalid_parameters_raise_value_error_naming_the_field(kwargs, message):
+    with pytest.raises(ValueError) as caught:
         NgramProposer(**kwargs)
+    assert str(caught.value) == message
+
+
+def test_its_defaults_are_the_engine_configs():
+    proposer, spec = NgramProposer(k=3), SpecConfig(num_speculative_tokens=3)
+    assert (proposer.min_n, proposer.max_n) == (spec.prompt_lookup_min, spec.prompt_lookup_max) == (2, 4)
 
 
 def test_built_from_spec_config():
