@@ -138,29 +138,9 @@ static inline __attribute__((always_inline)) void single(const void *x, const vo
     }
 }
 
-/* One weight row for R input rows (from row t): the sequential walk's tile. */
-static inline __attribute__((always_inline)) void row_tile(const void *x, const void *w, void *y, int64_t t,
-                                                           int64_t n, int64_t N, int64_t K, const int R,
-                                                           const int bf) {
-    const int64_t S = step_of(bf), KS = K - K % S;
-    const void *wn = at(w, n * K, bf);
-    vec acc[MAX_R];
-    for (int i = 0; i < R; i++)
-        acc[i] = ZERO();
-    for (int64_t k = 0; k < KS; k += S) {
-        vec a = load_raw(wn, k, bf);
-        if (R > 1)
-            IN_REGISTER(a);
-        for (int i = 0; i < R; i++)
-            acc[i] = mac(acc[i], load_raw(x, (t + i) * K + k, bf), a, bf);
-    }
-    for (int i = 0; i < R; i++)
-        put(y, (t + i) * N + n, tail(at(x, (t + i) * K, bf), wn, KS, K, reduce(acc[i]), bf), bf);
-}
-
-/* Two weight rows n and m for R input rows (from row t), in one loop: the two-stream walk's tile. Each
- * output keeps row_tile's order; the two rows only give the CPU two independent chains of multiply-adds
- * and two streams to read. */
+/* Two weight rows n and m for R input rows (from row t), in one loop: the sequential walk's tile. Each
+ * output is one sum in the order above; the two rows only give the CPU two independent chains of
+ * multiply-adds and two streams to read. n == m computes one row (twice, into the same output). */
 static inline __attribute__((always_inline)) void row_pair(const void *x, const void *w, void *y, int64_t t,
                                                            int64_t n, int64_t m, int64_t N, int64_t K,
                                                            const int R, const int bf) {
@@ -190,9 +170,9 @@ static inline __attribute__((always_inline)) void row_pair(const void *x, const 
 
 /* How the weights are walked: 4 rows at a time in tiles, or, for at most ``sequential_rows`` input rows,
  * in two sequential streams: the first half of the rows [lo, hi) one after the other, each fused with its
- * partner in the second half (``row_pair``; an odd last row alone), each weight row against the input rows
- * up to MAX_R at a time. The order of every sum is the same either way (``row_pair``, ``row_tile``,
- * ``single`` and ``tile`` add in one order), so the choice changes no bit, only which way this CPU's
+ * partner in the second half (``row_pair``; an odd count pairs its middle row with itself), each weight row against the input rows
+ * up to MAX_R at a time. The order of every sum is the same either way (``row_pair``, ``single`` and
+ * ``tile`` add in one order), so the choice changes no bit, only which way this CPU's
  * prefetchers stream faster: on an AMD EPYC (Zen 4) a one-row sweep read 13.1 GB/s in tiles and 26.2 GB/s
  * in one sequential stream; the tiles win from 8 rows, where the walk re-reads the inputs; on the Zen 5
  * measured before, the tiles already reached 93 % at one row. Two streams far apart (not two adjacent
@@ -210,9 +190,9 @@ static inline __attribute__((always_inline)) void linear_rows(const void *x, con
                                                               const int bf) {
     int64_t n = lo;
     if (T <= sequential_rows) {
-        const int64_t half = (hi - lo) / 2;
+        const int64_t half = (hi - lo + 1) / 2;
         for (; n < lo + half; n++) {
-            const int64_t m = n + half;
+            const int64_t m = n + half < hi ? n + half : n;
             int64_t t = 0;
 #if MAX_R == 4
             for (; t + 4 <= T; t += 4)
@@ -222,17 +202,6 @@ static inline __attribute__((always_inline)) void linear_rows(const void *x, con
                 row_pair(x, w, y, t, n, m, N, K, 2, bf);
             if (t < T)
                 row_pair(x, w, y, t, n, m, N, K, 1, bf);
-        }
-        for (n = lo + 2 * half; n < hi; n++) {      /* the odd row out */
-            int64_t t = 0;
-#if MAX_R == 4
-            for (; t + 4 <= T; t += 4)
-                row_tile(x, w, y, t, n, N, K, 4, bf);
-#endif
-            for (; t + 2 <= T; t += 2)
-                row_tile(x, w, y, t, n, N, K, 2, bf);
-            if (t < T)
-                row_tile(x, w, y, t, n, N, K, 1, bf);
         }
         return;
     }
