@@ -363,3 +363,64 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
         differ_from_point_masses += list(got) != rejection_sample(drafts, None, p, generator=point)
         assert sampler.draft_probs("r") is None
     assert differ_from_point_masses > 0          # the test can tell q from point masses at all
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one by one"])
+def test_greedy_verification_is_argmax_and_draws_no_random_number(batched):
+    """Greedy drafts are verified by the definition alone: accept while the draft is the argmax (the first
+    maximal index), then the argmax. No random number is drawn, from the request (it has no generator) or
+    from torch's global generator, which belongs to the learner's own code in the same process. Sending
+    greedy rows through rejection sampling against a one-hot target gives the same tokens but draws."""
+    from labkit.sample.sampler import Sampler
+    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
+
+    g = torch.Generator().manual_seed(5)
+    for trial in range(20):
+        drafts = torch.randint(0, 6, (3,), generator=g).tolist()
+        logits = torch.randn(len(drafts) + 1, 6, generator=g)
+        for j in range(trial % 4):                         # the first j drafts are the argmax
+            drafts[j] = int(logits[j].argmax())
+        expected = []
+        for j, d in enumerate(drafts + [None]):
+            best = max(range(6), key=lambda t: (logits[j, t].item(), -t))    # first maximal index
+            expected.append(best)
+            if d != best:
+                break
+        sampler = Sampler(seed=0, batched=batched)
+        sampler.add("r", SamplingParams(temperature=0.0, max_tokens=8))
+        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
+        torch.manual_seed(trial)
+        before = torch.get_rng_state()
+        got = sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"]
+        assert list(got) == expected, (trial, drafts)
+        assert torch.equal(torch.get_rng_state(), before), trial
+
+
+def test_a_preempted_requests_forgotten_q_is_not_used_for_its_next_drafts():
+    """A preempted request's drafts are void: ``forget_drafts`` drops their distribution q, so drafts the
+    request gets afterwards without a q (n-gram lookup, point masses) are verified as point masses, not
+    against the stale q of drafts that no longer exist."""
+    from labkit.sample.sampler import Sampler
+    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
+    from labkit.spec_decode.rejection_sampler import rejection_sample
+
+    g = torch.Generator().manual_seed(11)
+    vocab, drafts = 6, [1, 4, 2]
+    differ = 0
+    for seed in range(40):
+        logits = torch.randn(len(drafts) + 1, vocab, generator=g) * 2
+        stale_q = torch.softmax(torch.randn(len(drafts), vocab, generator=g) * 2, dim=-1)
+        params = SamplingParams(temperature=1.0, seed=seed, max_tokens=8)
+        sampler = Sampler(seed=0)
+        sampler.add("r", params)
+        sampler.set_draft_probs("r", stale_q)
+        sampler.forget_drafts("r")
+        assert sampler.draft_probs("r") is None
+        point = torch.Generator().set_state(sampler.generator("r").get_state())
+        stale = torch.Generator().set_state(sampler.generator("r").get_state())
+        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
+        got = list(sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"])
+        p = to_probs(logits, params)
+        assert got == rejection_sample(drafts, None, p, generator=point), seed
+        differ += got != rejection_sample(drafts, stale_q, p, generator=stale)
+    assert differ > 0                  # the test can tell the stale q from point masses at all
