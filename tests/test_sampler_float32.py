@@ -67,6 +67,22 @@ def test_logits_with_no_distribution_raise_invalid_distribution_and_never_reach_
         check_distribution(to_probs(row, SamplingParams(temperature=0.7, top_p=0.5)))
 
 
+@pytest.mark.parametrize("row, valid", [
+    ([0.25, 0.75], True), ([1e-30, 0.0], True), ([3.0, 1.0], True),        # a positive, finite sum: drawable
+    ([0.0, 0.0], False),                                                       # sums to 0: nothing to draw
+    ([math.inf, 0.0], False), ([1.0, math.inf], False), ([math.nan, 1.0], False),
+], ids=["sums-to-1", "tiny-positive", "unnormalised", "all-zero", "inf-first", "inf-last", "nan"])
+def test_check_distribution_accepts_exactly_the_rows_that_are_finite_with_a_positive_sum(row, valid):
+    """The definition in its docstring, on probabilities given directly (``to_probs`` never returns some of
+    these): a row is a distribution when it is finite with a positive sum; one bad row fails the batch call."""
+    probs = torch.tensor([[0.5, 0.5], row])
+    if valid:
+        check_distribution(probs)
+    else:
+        with pytest.raises(InvalidDistribution, match="no probability distribution"):
+            check_distribution(probs)
+
+
 def test_the_sampler_fails_only_the_request_whose_row_has_no_distribution():
     sampler = Sampler(seed=0)
     ids = ["ok-greedy", "bad", "ok-sampled"]
