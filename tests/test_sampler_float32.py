@@ -83,6 +83,18 @@ def test_check_distribution_accepts_exactly_the_rows_that_are_finite_with_a_posi
             check_distribution(probs)
 
 
+def test_each_sampled_row_is_judged_and_drawn_from_its_own_logits_alone():
+    """``sample_tokens`` raises for a *sampled* row with no distribution; a greedy row is an argmax and is
+    never judged. So a sampled row followed by a greedy row of NaN logits draws its token, from its own
+    row with its own generator, as ``torch.multinomial`` on that row's softmax does."""
+    logits = torch.tensor([[1.0, 2.0, 0.5, -1.0], [math.nan, 0.0, 0.0, 0.0]])
+    params = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.0)]
+    for seed in range(20):
+        copy = torch.Generator().manual_seed(seed)
+        token = sample_tokens(logits, params, [torch.Generator().manual_seed(seed), None])[0]
+        assert token == int(torch.multinomial(logits[0].softmax(-1), 1, generator=copy)), seed
+
+
 def test_the_sampler_fails_only_the_request_whose_row_has_no_distribution():
     sampler = Sampler(seed=0)
     ids = ["ok-greedy", "bad", "ok-sampled"]
