@@ -142,6 +142,16 @@ def test_top_p_keeps_the_smallest_set_of_most_likely_tokens_whose_mass_reaches_p
     assert probs(DYADIC, temperature=1.0, top_p=top_p) == pytest.approx(expected, abs=1e-7)
 
 
+def test_top_p_of_one_truncates_nothing_even_where_the_heads_mass_rounds_to_one():
+    """top_p = 1.0 (the default) is no nucleus at all: the distribution is the tempered softmax, every token
+    with its own positive probability. Here the most likely token's probability rounds to exactly 1.0 in
+    float32, so a cumulative-mass test run at p = 1.0 would cut off the 39 tokens behind it."""
+    logits = torch.tensor([[0.0] + [-30.0] * 39])
+    got = to_probs(logits, SamplingParams(temperature=1.0, top_p=1.0))
+    assert float(got[0, 0]) == 1.0 and float(got[0, 1:].min()) > 0.0
+    assert torch.equal(got, logits.softmax(-1))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_top_p_sums_mass_from_the_most_likely_token_down_wherever_the_tokens_sit(seed):
     logits = random_logits(100 + seed, vocab=30, scale=1.5)         # the vocabulary order is not the rank order
