@@ -342,6 +342,15 @@ def test_verified_drafts_give_the_tokens_the_target_alone_gives_on_every_samplin
     assert 0 < stats["spec_decode_num_accepted_tokens"] < stats["spec_decode_num_draft_tokens"]   # both branches ran
 
 
+def verify_one(sampler, drafts: list[int], logits: torch.Tensor) -> tuple[int, ...]:
+    """The tokens ``sampler`` gives request "r" for one verification row: its last token (5), then
+    ``drafts``; ``logits`` has one row per draft and one more."""
+    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
+
+    row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
+    return sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"]
+
+
 @pytest.mark.parametrize("batched", [True, False], ids=["batched", "one by one"])
 def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_generator(batched):
     """A draft model's proposals come with their distribution q ([k, vocab]); verification must use it (the
@@ -350,7 +359,6 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
     that q and a copy of the request's generator; a sampler that dropped q (point masses) or drew from the
     global generator gives other tokens for some of the 40 seeds. Afterwards q is forgotten."""
     from labkit.sample.sampler import Sampler
-    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
     from labkit.spec_decode.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(3)
@@ -365,9 +373,8 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
         sampler.set_draft_probs("r", q)
         copy = torch.Generator().set_state(sampler.generator("r").get_state())
         point = torch.Generator().set_state(sampler.generator("r").get_state())
-        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
         torch.manual_seed(seed + 1000)                       # the global generator is not the request's
-        got = sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"]
+        got = verify_one(sampler, drafts, logits)
         p = to_probs(logits, params)
         assert list(got) == rejection_sample(drafts, q, p, generator=copy), seed
         differ_from_point_masses += list(got) != rejection_sample(drafts, None, p, generator=point)
@@ -382,7 +389,6 @@ def test_greedy_verification_is_argmax_and_draws_no_random_number(batched):
     from torch's global generator, which belongs to the learner's own code in the same process. Sending
     greedy rows through rejection sampling against a one-hot target gives the same tokens but draws."""
     from labkit.sample.sampler import Sampler
-    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
 
     g = torch.Generator().manual_seed(5)
     for trial in range(20):
@@ -398,10 +404,9 @@ def test_greedy_verification_is_argmax_and_draws_no_random_number(batched):
                 break
         sampler = Sampler(seed=0, batched=batched)
         sampler.add("r", SamplingParams(temperature=0.0, max_tokens=8))
-        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
         torch.manual_seed(trial)
         before = torch.get_rng_state()
-        got = sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"]
+        got = verify_one(sampler, drafts, logits)
         assert list(got) == expected, (trial, drafts)
         assert torch.equal(torch.get_rng_state(), before), trial
 
@@ -411,7 +416,6 @@ def test_a_preempted_requests_forgotten_q_is_not_used_for_its_next_drafts():
     request gets afterwards without a q (n-gram lookup, point masses) are verified as point masses, not
     against the stale q of drafts that no longer exist."""
     from labkit.sample.sampler import Sampler
-    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
     from labkit.spec_decode.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(11)
@@ -428,8 +432,7 @@ def test_a_preempted_requests_forgotten_q_is_not_used_for_its_next_drafts():
         assert sampler.draft_probs("r") is None
         point = torch.Generator().set_state(sampler.generator("r").get_state())
         stale = torch.Generator().set_state(sampler.generator("r").get_state())
-        row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
-        got = list(sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"])
+        got = list(verify_one(sampler, drafts, logits))
         p = to_probs(logits, params)
         assert got == rejection_sample(drafts, None, p, generator=point), seed
         differ += got != rejection_sample(drafts, stale_q, p, generator=stale)
