@@ -23,6 +23,8 @@ class SamplingParams:
     temperature == 0 means greedy (argmax); so does any temperature below ``GREEDY_TEMPERATURE``
     (1e-5, vLLM's floor too): dividing logits by a smaller number overflows float32. top_k == 0 or -1 disables top-k; top_p == 1 disables
     nucleus sampling. ``seed`` makes a request's random draws reproducible whatever it is batched with.
+    Without one, the k-th sequence an engine registers (counting from 0, children included) is seeded
+    ``engine seed * 1_000_003 + k``: pass that seed to replay one request of a run on its own.
     ``n`` > 1 samples n continuations of one prompt that share the prompt's KV blocks.
     """
 

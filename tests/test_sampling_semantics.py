@@ -9,7 +9,8 @@ another labkit path).
     top_p = p       after temperature and top-k: sort descending, keep the smallest prefix whose mass
                     reaches p (>= p), never fewer than the most likely token; renormalise (Holtzman et al.
                     2020; vLLM drops the ascending tail whose cumulative mass is <= 1 - p: the same set)
-    seed            a request's draws depend on its seed alone, not on what it is batched with
+    seed            a request's draws depend on its seed alone, not on what it is batched with; unseeded, the
+                    k-th sequence an engine registers (children included) is seeded engine seed * 1_000_003 + k
     n > 1           child i of a request with seed s draws as a request with seed s + i (vLLM's
                     ``ParentRequest.get_child_sampling_params``): distinct, reproducible streams
 
@@ -29,6 +30,7 @@ import torch
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit.sample.sampler import sample_tokens, to_probs
 from labkit.sampling_params import GREEDY_TEMPERATURE
+from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
 from tests.test_rejection_sampler import chi2_critical, chi2_sf, noncentral_chi2_sf
 
 SIGNIFICANCE = 1e-3
@@ -314,6 +316,33 @@ def test_unseeded_children_draw_distinct_streams_reproducible_from_the_engine_se
     assert outputs(monkeypatch, [unseeded, unseeded], seed=4) != first
 
 
+def test_an_unseeded_sequence_draws_as_one_seeded_by_its_rank_in_the_engine(monkeypatch):
+    """The documented rule (``SamplingParams``): the k-th sequence registered, children included, is
+    seeded ``engine seed * 1_000_003 + k``, so one request of a run can be replayed on its own."""
+    base = 3 * 1_000_003
+    unseeded = outputs(monkeypatch, [SamplingParams(temperature=1.0, n=2, max_tokens=20),
+                                     SamplingParams(temperature=1.0, max_tokens=20)], seed=3)
+    seeded = outputs(monkeypatch, [SamplingParams(temperature=1.0, seed=base, n=2, max_tokens=20),
+                                   SamplingParams(temperature=1.0, seed=base + 2, max_tokens=20)], seed=3)
+    assert unseeded == seeded
+    assert len({tuple(s) for family in unseeded for s in family}) == 3
+
+
+def test_a_step_without_logits_returns_one_empty_row_per_row_of_its_decision():
+    """A step of mid-prompt chunks has no logits: ``SampledTokens`` still has the decision's rows, in
+    order (its documented shape: row by row of the decision it sampled), each gaining no token."""
+    from labkit.sample.sampler import Sampler
+
+    sampler = Sampler(seed=0)
+    rows = []
+    for rid, n in (("a", 5), ("b", 3)):
+        sampler.add(rid, SamplingParams(temperature=1.0, max_tokens=4))
+        rows.append(ScheduledRequest(rid, tuple(range(100, 100 + n)), 0, 0, StepKind.PREFILL, (), (), 0))
+    out = sampler.sample(SchedulerOutput.from_rows(rows), None)
+    assert out.request_ids == ["a", "b"]
+    assert [tuple(t) for t in out.token_ids] == [(), ()]
+
+
 # ------------------------------------------------------------------ speculative verification on every sampling path
 
 SPEC = SpecConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)
@@ -345,8 +374,6 @@ def test_verified_drafts_give_the_tokens_the_target_alone_gives_on_every_samplin
 def verify_one(sampler, drafts: list[int], logits: torch.Tensor) -> tuple[int, ...]:
     """The tokens ``sampler`` gives request "r" for one verification row: its last token (5), then
     ``drafts``; ``logits`` has one row per draft and one more."""
-    from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
-
     row = ScheduledRequest("r", (5, *drafts), 4, len(drafts), StepKind.VERIFY, (), (), len(drafts) + 1)
     return sampler.sample(SchedulerOutput.from_rows([row]), logits).as_dict()["r"]
 
