@@ -15,8 +15,11 @@ checked on hand-made outcomes; one test runs a learner's functions through the r
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from labkit import set_language
 from labkit.assess.checks import (
     Check,
     Ref,
@@ -28,9 +31,16 @@ from labkit.assess.checks import (
     run_ops,
     same_sequence,
 )
-from labkit.assess.exercise import first_failure
+from labkit.assess.exercise import CheckResult, Exercise, Hint, find_stub, first_failure
 from labkit.assess.sandbox import RunReport
 from labkit.assess.wire import ErrorInfo, NotPlain, Outcome
+
+
+@pytest.fixture
+def english():
+    set_language("en")
+    yield
+    set_language("zh")
 
 
 def check(**kw) -> Check:
@@ -159,6 +169,69 @@ def test_a_hidden_case_says_how_it_is_wrong_but_not_what_is_right():
     assert failure.kind == "wrong" and failure.hidden and failure.expected is None and failure.difference
 
 
+def test_a_hidden_trace_that_went_wrong_before_it_raised_says_where_without_the_expected_steps():
+    partial = as_plain([EXPECTED[0], Step("allocate(2)", 5)])
+    error = ErrorInfo("KeyError", "0", during="free(0)")
+    failure, _ = verdict([check(trace=True, reveal=False)], [EXPECTED], [Outcome(error=error, partial=partial)])
+    assert failure.kind == "wrong" and failure.hidden and failure.expected is None
+    assert failure.got == as_trace(partial)
+    assert "allocate(2) → 5  ✗" in failure.difference                   # the first wrong step, marked
+    assert "free(0)" not in failure.difference and "→ 4" not in failure.difference   # nothing expected shown
+
+
+def test_a_trace_case_whose_result_is_not_a_trace_fails_showing_the_result_as_returned():
+    failure, _ = verdict([check(trace=True)], [EXPECTED], [Outcome(value=5)])
+    assert failure.kind == "wrong" and failure.got == 5 and failure.expected == EXPECTED   # no step to stop at
+
+
+def test_a_trace_that_stops_early_shows_the_expected_steps_up_to_the_first_missing_one():
+    failure, _ = verdict([check(trace=True)], [EXPECTED], [Outcome(value=as_plain(EXPECTED[:2]))])
+    assert failure.kind == "wrong" and failure.expected == EXPECTED[:3]
+
+
+@pytest.mark.parametrize("expected, got, words", [
+    ([1, 2, 3], [1, 2, 4], "Entry 2 (from 0) is wrong: The result is too high."),
+    ([1, 2, 3], [1, 2], "Wrong number of entries (too few)."),
+    (7, 3, "The result is too low."),
+])
+def test_a_hidden_case_describes_the_difference_between_the_result_and_the_expected_value(english, expected, got,
+                                                                                          words):
+    failure, _ = verdict([check(reveal=False)], [expected], [Outcome(value=got)])
+    assert failure.hidden and failure.expected is None and failure.got == got
+    assert failure.difference == words
+
+
+def test_a_plain_case_shows_a_list_of_pairs_as_returned_not_as_steps():
+    got = [("a", 1), ("b", 2)]
+    failure, _ = verdict([check()], [[("a", 1)]], [Outcome(value=got)])
+    assert failure.got == got and not any(isinstance(s, Step) for s in failure.got)
+
+
+PRINTED = "what the learner printed\n"
+FAILING_OUTCOMES = {
+    "not plain data": (check(), 1, Outcome(not_plain=NotPlain("generator", "<generator>"), stdout=PRINTED)),
+    "an exception": (check(), 1, Outcome(error=ErrorInfo("ValueError", "bad"), stdout=PRINTED)),
+    "wrong then raised": (check(trace=True), EXPECTED,
+                          Outcome(error=ErrorInfo("KeyError", "0"), partial=as_plain([Step("allocate(4)", 9)]),
+                                  stdout=PRINTED)),
+    "wrong then raised, hidden": (check(trace=True, reveal=False), EXPECTED,
+                                  Outcome(error=ErrorInfo("KeyError", "0"),
+                                          partial=as_plain([Step("allocate(4)", 9)]), stdout=PRINTED)),
+    "wrong": (check(), 1, Outcome(value=2, stdout=PRINTED)),
+    "wrong, hidden": (check(reveal=False), 1, Outcome(value=2, stdout=PRINTED)),
+}
+
+
+@pytest.mark.parametrize("how", list(FAILING_OUTCOMES))
+def test_every_failure_names_its_case_and_keeps_what_the_learner_printed(how):
+    """The message heads a failure with the case's number and label and shows the learner's prints."""
+    failing, expected, outcome = FAILING_OUTCOMES[how]
+    failing = dataclasses.replace(failing, label="the second case")
+    failure, passed = verdict([check(), failing], [1, expected], [Outcome(value=1), outcome])
+    assert passed == 1
+    assert (failure.index, failure.label, failure.stdout) == (1, "the second case", PRINTED)
+
+
 # ------------------------------------------------------------------ through the real sandbox
 
 
@@ -232,3 +305,183 @@ def test_a_call_checks_label_is_the_call_with_its_note_in_each_language():
     assert noted.label == {"zh": "f(30, 'x')  # 一个注", "en": "f(30, 'x')  # 一个注"} and noted.hint == 1
     both = call_check("f", (), {"zh": "零个参数", "en": "no arguments"})
     assert both.label == {"zh": "f()  # 零个参数", "en": "f()  # no arguments"}
+
+
+# ------------------------------------------------------------------ the exercise around the verdict
+# Exercise's documented rules: nothing to check (None, ..., a placeholder body) fails at once with the first
+# hint and does not move the hint count; the reference itself gets no hint; a wrong answer or an exception
+# gets the hint its case names (the count moves past it), other failures none; every check is an attempt;
+# self_test runs the reference under the exercise's own limits.
+
+def double(x):
+    return 2 * x
+
+
+def slow_double(x):
+    import time
+    time.sleep(3)
+    return 2 * x
+
+
+def hungry_double(x):
+    blocks = [bytearray(64 * 2 ** 20) for _ in range(16)]          # about a gigabyte, kept
+    return 2 * x + 0 * len(blocks)
+
+
+def placeholder(x):
+    """Return twice x."""
+    ...
+
+
+def not_written_yet(x):
+    raise NotImplementedError("write this")
+
+
+HINTS = [{"zh": "先想一想", "en": "Think first"}, {"zh": "乘以二", "en": "Multiply by two"},
+         {"zh": "第三条", "en": "The third"}]
+
+
+def toy(reference: str = "double", **kw) -> Exercise:
+    checks = [Check(label="double(2)", run=lambda fn, _e: fn(2)), Check(label="double(5)", run=lambda fn, _e: fn(5), hint=1)]
+    return Exercise("toy", checks, f"tests.test_checker_semantics:{reference}", **{"hints": HINTS, **kw})
+
+
+NOTHING_YET = "✗ Nothing to check yet: define the function/class, then pass it to check()."
+
+
+@pytest.mark.parametrize("target", [None, Ellipsis, placeholder, not_written_yet],
+                         ids=["None", "Ellipsis", "...", "raise NotImplementedError(...)"])
+def test_nothing_to_check_fails_at_once_with_the_first_hint_and_the_hint_count_unmoved(english, target):
+    ex = toy()
+    result = ex.check(target)
+    assert (result.exercise, result.num_passed, result.num_checks) == ("toy", 0, 2) and result.passed is False
+    assert result.hint == "Hint 1/3: Think first"
+    assert result.message.startswith("✗ ") and result.message.endswith("\n\nHint 1/3: Think first")
+    assert str(ex.hint()) == "Hint 1/3: Think first"                  # .hint() still starts at the first
+    assert ex.attempts == 0                                             # nothing ran: not an attempt
+
+
+def test_a_placeholder_raising_not_implemented_with_a_message_is_still_a_placeholder():
+    assert find_stub(not_written_yet) == "not_written_yet"
+    assert find_stub(double) is None
+
+
+def test_nothing_to_check_without_hints_is_the_message_alone(english):
+    result = toy(hints=()).check(None)
+    assert result.message == NOTHING_YET and result.hint is None and result.passed is False
+
+
+def test_the_reference_itself_is_refused_without_a_hint(english):
+    result = toy().check(double)
+    assert result.passed is False and result.hint is None and "Hint" not in result.message
+
+
+def test_a_wrong_answer_gets_the_hint_its_case_names_and_the_next_hint_follows_it(english):
+    ex = toy()
+    result = ex.check(lambda x: 2 * x if x == 2 else 0)                 # the second case (hint=1) fails
+    assert (result.passed, result.num_passed) == (False, 1)
+    assert result.hint == "Hint 2/3: Multiply by two" and result.message.endswith("\n\nHint 2/3: Multiply by two")
+    assert str(ex.hint()) == "Hint 3/3: The third"
+
+
+def test_an_exception_gets_the_hint_its_case_names(english):
+    def fails_on_five(x):
+        if x == 5:
+            raise ValueError("five")
+        return 2 * x
+
+    result = toy().check(fails_on_five)
+    assert result.failure.kind == "error" and result.hint == "Hint 2/3: Multiply by two"
+
+
+def test_a_failure_that_is_not_about_the_algorithm_gets_no_hint(english):
+    def a_generator(x):
+        yield 2 * x
+
+    result = toy().check(a_generator)
+    assert result.failure.kind == "type" and result.hint is None and "Hint" not in result.message
+
+
+def test_a_hint_index_past_the_last_hint_gives_no_hint_and_does_not_move_the_count(english):
+    ex = toy(diagnose=lambda expected, got, check: len(HINTS))
+    result = ex.check(lambda x: 0)
+    assert result.passed is False and result.hint is None
+    assert "Use .hint() when you want a hint." in result.message
+    assert str(ex.hint()) == "Hint 1/3: Think first"
+
+
+def test_every_check_is_an_attempt_and_the_labs_summary_keeps_the_first_pass(tmp_path, monkeypatch):
+    from labkit.report.results import read_summary
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    ex = toy(lab="02")
+    assert not ex.check(lambda x: 0).passed
+    assert ex.check(lambda x: x + x).passed
+    assert ex.attempts == 2
+    assert read_summary("02")["exercises"]["toy"] == {
+        "passed": True, "attempts": 2, "passed_at_attempt": 2, "last_passed": True, "num_passed": 2, "num_checks": 2}
+
+
+@pytest.mark.parametrize("reference, limits, kind", [
+    ("slow_double", {"time_limit_s": 0.5}, "timeout"),
+    ("hungry_double", {"memory_limit_mb": 256}, "memory"),
+], ids=["time", "memory"])
+def test_self_test_runs_the_reference_under_the_exercises_own_limits(reference, limits, kind):
+    result = toy(reference, **limits).self_test()
+    assert result.passed is False and result.failure.kind == kind
+
+
+def test_self_test_of_a_sound_exercise_passes():
+    assert toy().self_test().passed
+
+
+def test_show_solution_shows_the_reference(monkeypatch):
+    import labkit.assess.exercise as module
+
+    shown = []
+    monkeypatch.setattr(module, "show_source", shown.append)
+    toy().show_solution()
+    assert shown == [double]
+
+
+# ------------------------------------------------------------------ how a verdict, a hint and an exercise are drawn
+
+def test_a_result_is_drawn_green_when_passed_and_red_when_not_with_its_message_escaped():
+    for passed, colour, background in ((True, "#1b7f3b", "#eef8f0"), (False, "#b3261e", "#fdf0ef")):
+        box = CheckResult("toy", passed, "✗ got <list> & more", 0, 2)._repr_html_().lower()
+        assert f"border-left:4px solid {colour};background:{background};" in box
+        assert box.endswith(">✗ got &lt;list&gt; &amp; more</div>")
+
+
+def test_a_result_prints_as_its_message_in_ipython():
+    class Printer:
+        def __init__(self):
+            self.out = []
+
+        def text(self, s):
+            self.out.append(s)
+
+    printer = Printer()
+    CheckResult("toy", False, "✗ the message", 0, 2)._repr_pretty_(printer, False)
+    assert printer.out == ["✗ the message"] and str(CheckResult("toy", False, "✗ the message", 0, 2)) == "✗ the message"
+
+
+def test_a_hint_is_drawn_as_its_text_escaped(english):
+    assert Hint(2, 3, "use <dict> & keys")._repr_html_().endswith(
+        ">Hint 2/3: use &lt;dict&gt; &amp; keys</div>")
+
+
+@pytest.mark.parametrize("language, more", [
+    ("en", "2 hidden tests, 3 hints. Use .check(your_function), .hint(); .show_solution() shows the reference "
+           "(after your attempt)."),
+    ("zh", "2 个隐藏测试，3 条提示。用 .check(你的函数) 检查，.hint() 看提示；.show_solution() 显示参考答案（做完再看）。"),
+])
+def test_an_exercise_is_drawn_as_its_title_its_task_and_how_to_use_it(language, more):
+    set_language(language)
+    try:
+        titled = toy(title={"zh": "翻倍 <x>", "en": "Double <x>"}, task={"zh": "第一行\n第二行", "en": "line 1\nline 2"})
+        title, task = ("Double &lt;x&gt;", "line 1<br>line 2") if language == "en" else ("翻倍 &lt;x&gt;", "第一行<br>第二行")
+        assert titled._repr_html_() == f"<div><b>{title}</b><br>{task}<br><i>{more}</i></div>"
+        assert toy()._repr_html_() == f"<div><b>toy</b><br><br><i>{more}</i></div>"     # no title: the name
+    finally:
+        set_language("zh")
