@@ -128,6 +128,12 @@ def test_an_error_after_only_right_steps_is_reported_as_the_error():
     assert failure.kind == "error" and failure.error == error
 
 
+def test_an_exception_in_a_case_that_is_not_a_sequence_is_the_exception_whatever_steps_it_carries():
+    error = ErrorInfo("ValueError", "bad")
+    failure, _ = verdict([check()], [[1, 2]], [Outcome(error=error, partial=[("step()", 5)])])
+    assert failure.kind == "error" and failure.error == error
+
+
 # ------------------------------------------------------------------ the verdict over all cases
 
 

@@ -315,7 +315,7 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         if wrong_first is not None and not check.reveal:
             shown, steps = wrong_first
             return CaseFailure(index, label, "wrong", None, steps, stdout=outcome.stdout, hidden=True,
-                               difference=describe_difference(shown, steps, check))
+                               difference=describe_difference(shown, steps))
         if wrong_first is not None:
             return CaseFailure(index, label, "wrong", *wrong_first, stdout=outcome.stdout)
         kind = _ERROR_KINDS.get(outcome.error.type_name, "error")
@@ -330,7 +330,7 @@ def _judge(index: int, check: Check, expected: Any, outcome: Outcome) -> CaseFai
         return None
     if not check.reveal:                       # a random case: say how it is wrong, not what is right
         return CaseFailure(index, label, "wrong", None, got, stdout=outcome.stdout, hidden=True,
-                           difference=describe_difference(_shown_part(check, expected, got), got, check))
+                           difference=describe_difference(expected, got))
     return CaseFailure(index, label, "wrong", _shown_part(check, expected, got), got, stdout=outcome.stdout)
 
 

@@ -196,7 +196,7 @@ def _value_difference(expected: Any, got: Any) -> str:
     return t("结果不对。", "The result is wrong.")
 
 
-def describe_difference(expected: Any, got: Any, check: Check) -> str:
+def describe_difference(expected: Any, got: Any) -> str:
     """In words, how ``got`` differs from ``expected`` (for a trace: at its first wrong step)."""
     if _is_trace(expected) and _is_trace(got):
         k = next((i for i, (e, g) in enumerate(zip(expected, got)) if e != g), min(len(expected), len(got)))
