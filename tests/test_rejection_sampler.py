@@ -440,3 +440,8 @@ def test_bad_input_messages_name_the_argument_and_the_expected_rows_exactly():
         rejection_sample(torch.tensor([[1]]), None, torch.rand(2, 5))
     with pytest.raises(ValueError, match=r"^draft_probs must have shape \[k, vocab\] = \[1, 5\] "):
         rejection_sample([1], torch.rand(2, 5), torch.rand(2, 5))
+    with pytest.raises(ValueError, match=r"^draft_token_ids\[1\] must be a flat list of int token ids"):
+        greedy_verify_batch([[1], [2.5]], torch.rand(4, 5))
+    with pytest.raises(ValueError, match=r"^target_probs_or_logits must have shape \[sum\(k\)\+n, vocab\] = "
+                                         r"\[4, vocab\], got \(3, 5\)$"):
+        greedy_verify_batch([[1], [2]], torch.rand(3, 5))
