@@ -295,6 +295,19 @@ def test_empty_residual_after_a_rejection_falls_back_to_target():
     assert rejection_sample([1], q, p) == [3]
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["one request", "batch"])
+def test_a_draft_its_own_distribution_could_not_have_drawn_is_rejected_even_where_the_target_accepts_it(batched):
+    """min(1, p(x)/q(x)) is undefined at q(x) = 0: such a draft is rejected (``_is_accepted``), so the row
+    ends at it (its recovered token is drawn from max(0, p - q), here x again) and later drafts are not read."""
+    p = one_hot_rows([3, 1, 2], vocab=5)                     # the target accepts both drafts, 3 then 1
+    q = torch.full((2, 5), 0.25)
+    q[0, 3] = 0.0                                            # but the draft could not have drawn the first
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        out = rejection_sample_batch([[3, 1]], q, p, [g])[0] if batched else rejection_sample([3, 1], q, p, g)
+        assert out == [3], seed
+
+
 def test_no_drafts_samples_one_token_from_the_target():
     assert rejection_sample([], None, one_hot_rows([2], vocab=4)) == [2]
 
