@@ -308,6 +308,13 @@ def test_a_draft_its_own_distribution_could_not_have_drawn_is_rejected_even_wher
         assert out == [3], seed
 
 
+def test_an_empty_batch_verifies_nothing():
+    """A step whose rows all have no verification (n = 0): both batch forms return no rows."""
+    assert rejection_sample_batch([], None, torch.rand(0, 5)) == []
+    assert rejection_sample_batch([], None, torch.rand(0, 5), []) == []
+    assert greedy_verify_batch([], torch.rand(0, 5)) == []
+
+
 def test_no_drafts_samples_one_token_from_the_target():
     assert rejection_sample([], None, one_hot_rows([2], vocab=4)) == [2]
 
