@@ -467,6 +467,9 @@ def test_bad_input_messages_name_the_argument_and_the_expected_rows_exactly():
         greedy_verify_batch([[1], [2]], torch.rand(3, 5))
     with pytest.raises(ValueError, match=r"^draft_token_ids\[1\] must be a flat list of int token ids"):
         rejection_sample_batch([[1], [2.5]], None, torch.rand(4, 5))
+    with pytest.raises(ValueError, match=r"^target_probs must have shape \[sum\(k\)\+n, vocab\] = \[4, vocab\], "
+                                         r"got \(5, 5\)$"):
+        rejection_sample_batch([[1], [2]], None, torch.rand(5, 5))
     with pytest.raises(ValueError, match=r"^draft_probs must have shape \[sum\(k\), vocab\] = \[2, 5\] "
                                          r"\(vocab as in the target\), got \(3, 5\)$"):
         rejection_sample_batch([[1], [2]], torch.rand(3, 5), torch.rand(4, 5))
