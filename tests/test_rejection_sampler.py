@@ -31,6 +31,7 @@ from labkit.spec_decode.rejection_sampler import (
     greedy_verify_batch,
     rejection_sample,
     rejection_sample_batch,
+    residual_probs,
 )
 
 SIGNIFICANCE = 1e-3  # chance that a correct sampler fails one test for a fresh seed
@@ -306,6 +307,14 @@ def test_a_draft_its_own_distribution_could_not_have_drawn_is_rejected_even_wher
         g = torch.Generator().manual_seed(seed)
         out = rejection_sample_batch([[3, 1]], q, p, [g])[0] if batched else rejection_sample([3, 1], q, p, g)
         assert out == [3], seed
+
+
+def test_the_residual_is_max_0_p_minus_q_per_row_and_an_all_zero_row_alone_falls_back_to_p():
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    q = torch.tensor([[0.5, 0.5, 0.0], [0.4, 0.1, 0.5]])       # row 0: p == q, nothing left
+    got = residual_probs(p, q)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.2, 0.0]], dtype=torch.float64))
 
 
 def test_an_empty_batch_verifies_nothing():
