@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from labkit.spec_decode.rejection_sampler import (
     greedy_verify,
     greedy_verify_batch,
+    inverse_cdf_sample,
     rejection_sample,
     rejection_sample_batch,
     residual_probs,
@@ -315,6 +316,18 @@ def test_the_residual_is_max_0_p_minus_q_per_row_and_an_all_zero_row_alone_falls
     got = residual_probs(p, q)
     assert got.dtype == torch.float64
     assert torch.allclose(got, torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.2, 0.0]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inverse_cdf_sampling_never_returns_a_token_without_weight_even_for_u_just_below_one(dtype):
+    weights = torch.tensor([[0.3, 0.7, 0.0], [0.0, 0.2, 0.0]], dtype=dtype)
+    for u in (0.0, 0.2, 0.5, 1 - 2 ** -30, 1 - 2 ** -53):
+        got = inverse_cdf_sample(weights, torch.tensor([u, u], dtype=torch.float64)).tolist()
+        assert got == [0 if u < 0.3 else 1, 1], u
+
+
+def test_inverse_cdf_sampling_of_a_row_without_weight_gives_the_last_token():
+    assert inverse_cdf_sample(torch.zeros(1, 4, dtype=torch.float64), torch.tensor([0.5])).tolist() == [3]
 
 
 def test_an_empty_batch_verifies_nothing():

@@ -163,10 +163,13 @@ def inverse_cdf_sample(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Row r's token: the first t with cumsum(weights[r])[t] > u[r] * sum(weights[r]).
 
     weights: [m, vocab], non-negative, need not sum to 1; u: [m] uniforms in [0, 1). Zero-weight
-    tokens are never returned (the cumulative sum does not rise there).
+    tokens are never returned (the cumulative sum does not rise there). Computed in float64, where
+    u * total < total for every u < 1 (in float32 a u near 1 rounds to 1.0, and the search would run
+    past the last token that has weight). A row with no weight at all, which no caller passes
+    (``residual_probs`` falls back to p), gives the last token.
     """
-    cdf = weights.cumsum(dim=-1)  # [m, vocab]
-    threshold = u.to(cdf) * cdf[:, -1]  # [m]
+    cdf = weights.double().cumsum(dim=-1)  # [m, vocab]
+    threshold = u.double() * cdf[:, -1]  # [m]
     token = torch.searchsorted(cdf, threshold[:, None], right=True).squeeze(-1)
     return token.clamp_max(weights.shape[-1] - 1)
 
