@@ -489,6 +489,13 @@ def test_bad_input_messages_name_the_argument_and_the_expected_rows_exactly():
         greedy_verify_batch([[1], [2]], torch.rand(3, 5))
     with pytest.raises(ValueError, match=r"^draft_token_ids\[1\] must be a flat list of int token ids"):
         rejection_sample_batch([[1], [2.5]], None, torch.rand(4, 5))
+    with pytest.raises(ValueError, match=r"^draft_token_ids must be a 1-D integer tensor \[k\], got shape \(1,\) "
+                                         r"dtype torch.float32$"):
+        rejection_sample(torch.tensor([1.0]), None, torch.rand(2, 5))
+    with pytest.raises(ValueError, match=r"^draft token ids must be in \[0, 5\), got \[5\]$"):
+        rejection_sample([5], None, torch.rand(2, 5))              # one past the last id
+    with pytest.raises(ValueError, match=r"^draft token ids must be in \[0, 5\), got \[5, 6, 7, 8, -1\]$"):
+        greedy_verify([5, 6, 7, 8, -1, 9], torch.rand(7, 5))      # the first five bad ids
     with pytest.raises(ValueError, match=r"^target_probs must have shape \[sum\(k\)\+n, vocab\] = \[4, vocab\], "
                                          r"got \(5, 5\)$"):
         rejection_sample_batch([[1], [2]], None, torch.rand(5, 5))
