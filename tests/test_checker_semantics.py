@@ -16,6 +16,7 @@ checked on hand-made outcomes; one test runs a learner's functions through the r
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -324,7 +325,6 @@ def double(x):
 
 
 def slow_double(x):
-    import time
     time.sleep(3)
     return 2 * x
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit.sample.sampler import sample_tokens, to_probs
+from labkit.sample.sampler import Sampler, sample_tokens, to_probs
 from labkit.sampling_params import GREEDY_TEMPERATURE
 from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
 from tests.test_rejection_sampler import chi2_critical, chi2_sf, noncentral_chi2_sf
@@ -331,7 +331,6 @@ def test_an_unseeded_sequence_draws_as_one_seeded_by_its_rank_in_the_engine(monk
 def test_a_step_without_logits_returns_one_empty_row_per_row_of_its_decision():
     """A step of mid-prompt chunks has no logits: ``SampledTokens`` still has the decision's rows, in
     order (its documented shape: row by row of the decision it sampled), each gaining no token."""
-    from labkit.sample.sampler import Sampler
 
     sampler = Sampler(seed=0)
     rows = []
@@ -385,7 +384,6 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
     and the one-by-one sampler alike. Reference: the readable single-request rejection sampler, called with
     that q and a copy of the request's generator; a sampler that dropped q (point masses) or drew from the
     global generator gives other tokens for some of the 40 seeds. Afterwards q is forgotten."""
-    from labkit.sample.sampler import Sampler
     from labkit.spec_decode.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(3)
@@ -415,7 +413,6 @@ def test_greedy_verification_is_argmax_and_draws_no_random_number(batched):
     maximal index), then the argmax. No random number is drawn, from the request (it has no generator) or
     from torch's global generator, which belongs to the learner's own code in the same process. Sending
     greedy rows through rejection sampling against a one-hot target gives the same tokens but draws."""
-    from labkit.sample.sampler import Sampler
 
     g = torch.Generator().manual_seed(5)
     for trial in range(20):
@@ -442,7 +439,6 @@ def test_a_preempted_requests_forgotten_q_is_not_used_for_its_next_drafts():
     """A preempted request's drafts are void: ``forget_drafts`` drops their distribution q, so drafts the
     request gets afterwards without a q (n-gram lookup, point masses) are verified as point masses, not
     against the stale q of drafts that no longer exist."""
-    from labkit.sample.sampler import Sampler
     from labkit.spec_decode.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(11)
