@@ -123,12 +123,20 @@ def test_a_step_that_preempts_admits_no_waiting_request():
         out = run_step(sched, now)
         assert [s.request_id for s in out.scheduled] == ["A", "B"] and not out.preempted
     sched.add(Request("C", [4], params, 3.5))             # a one-token prompt that would fit as well
+    b = sched.running[1]
     out = run_step(sched, 4.0)
     assert out.preempted == ["B"]
     assert [s.request_id for s in out.scheduled] == ["A"]
     assert [r.request_id for r in sched.waiting] == ["B", "C"]
+    # What the step reports: B's 3 computed tokens (its prompt and two outputs) are lost and its whole table
+    # (blocks 1 and 3) freed; it got no block this step. Each preemption is counted on the request and in all.
+    assert out.lost_tokens == {"B": 3} and out.freed_blocks == {"B": [1, 3]} and "B" not in out.new_blocks
+    assert (b.num_preemptions, sched.num_preemptions, b.num_computed_tokens) == (1, 1, 0)
     out = run_step(sched, 5.0)                            # the next step admits again, the victim first
     assert not out.preempted and [s.request_id for s in out.scheduled] == ["A", "B"]
+    out = run_step(sched, 6.0)                            # A needs a block again: B, recomputed to 2 tokens, goes
+    assert out.preempted == ["B"] and out.lost_tokens == {"B": 2}
+    assert (b.num_preemptions, sched.num_preemptions) == (2, 2)
 
 
 # ------------------------------------------------------------------ what the contiguous layout shows observers
@@ -159,7 +167,7 @@ def test_the_contiguous_snapshot_cuts_the_arena_into_blocks_and_counts_each_regi
     # and block 2 holds computed slots of two regions: c's 16-17 and b's 20-23.
     again = kv.snapshot({"a": 1, "c": 2, "b": 11})
     assert again.filled == (1, 0, 6, 7, 0)
-    with pytest.raises(ValueError, match="needs kv_cache='paged'"):
+    with pytest.raises(ValueError, match=r"^parallel sampling \(n > 1\) shares blocks and needs kv_cache='paged'$"):
         kv.fork("a", "a#1")
 
 
@@ -176,6 +184,36 @@ def test_a_contiguous_regions_block_table_ends_at_its_computed_tokens_after_a_ro
     assert kv.trim("b", 7) == [] and kv.block_table("b") == list(range(start, start + 7))
     assert kv.block_table("a") == list(range(kv.regions["a"].start, kv.regions["a"].start + 4))   # a untouched
     assert kv.usage() == 64 / 64
+
+
+def test_a_contiguous_region_fills_to_its_last_slot_and_lists_every_block_it_touches():
+    """A region may be filled exactly to its reservation (one slot more is refused); the blocks it returns
+    are every block any of its slots lies in, so a region of 9 slots from slot 0 with 8-slot blocks is
+    blocks 0 and 1, and one from slot 9 of 7 slots ends in block 1 (slots 9-15)."""
+    from labkit.kv.contiguous import ContiguousKVManager
+
+    kv = ContiguousKVManager(num_slots=32, block_size=8, reserve="needed", max_model_len=32)
+    assert kv.allocate_slots("a", 0, 4, num_reserve_tokens=9) == [0, 1]
+    assert kv.allocate_slots("a", 4, 5) == []                  # 9 of 9: the last slot is the region's own
+    assert kv.allocate_slots("a", 9, 1) is None               # the 10th is not
+    assert kv.allocate_slots("b", 0, 7) == [1]                # slots 9-15
+    assert kv.free("a") == [0, 1] and kv.free("b") == [1]
+
+
+def test_contiguous_holes_are_the_free_gaps_only_never_empty_ones():
+    """``holes()`` lists free (start, length) gaps in address order: two regions side by side leave no gap
+    between them, and a full arena has no hole at its end."""
+    from labkit.kv.contiguous import ContiguousKVManager
+
+    kv = ContiguousKVManager(num_slots=24, block_size=8, reserve="needed", max_model_len=24)
+    assert kv.holes() == [(0, 24)]
+    kv.allocate_slots("a", 0, 8)
+    kv.allocate_slots("b", 0, 6)                               # b at 8, right after a
+    assert kv.holes() == [(14, 10)]
+    kv.allocate_slots("c", 0, 10)                              # the arena is full
+    assert kv.holes() == []
+    kv.free("b")
+    assert kv.holes() == [(8, 6)]
 
 
 # ------------------------------------------------------------------ what the paged layout shows observers
@@ -243,6 +281,7 @@ def test_the_contiguous_waste_splits_reserved_slots_by_hand_and_counts_external_
     empty.free("x")
     empty.free("z")                 # holes [0, 10) and [20, 48): 38 free, largest 28
     assert empty.waste({"y": 10}, next_waiting_need=30).external == 38 / 48
+    assert empty.waste({"y": 10}, next_waiting_need=38).external == 38 / 48   # exactly the free slots, in two holes
     assert empty.waste({"y": 10}, next_waiting_need=28).external == 0.0
     assert empty.waste({"y": 10}, next_waiting_need=40).external == 0.0   # would not fit even unfragmented
     assert empty.waste({"y": 10}).external == 0.0                        # nobody waiting: nothing to measure

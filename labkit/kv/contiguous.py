@@ -145,7 +145,8 @@ class ContiguousKVManager:
             size = self.reserve_size(next_waiting_need)
             holes = self.holes()
             free = sum(length for _, length in holes)
-            if free >= size and max((length for _, length in holes), default=0) < size:
+            # free >= size >= 1 means at least one hole, so max() has something to compare.
+            if free >= size and max(length for _, length in holes) < size:
                 external = free / self.num_slots
         if not reserved:
             return KVWaste(external=external)

@@ -193,8 +193,9 @@ class ContinuousScheduler:
                 return None
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        # A victim has no new blocks in this step: running requests are planned from the front and victims
+        # taken from the back, so a victim is either not planned yet or the request whose allocation failed.
         out.freed_blocks[req.request_id] = self.kv.free(req.request_id)
-        out.new_blocks.pop(req.request_id, None)
         out.lost_tokens[req.request_id] = req.num_computed_tokens
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = req.num_inflight_tokens = 0   # a row in flight still brings its token
