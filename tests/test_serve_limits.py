@@ -22,6 +22,10 @@ pytestmark = pytest.mark.timeout(120)
 
 FIVE_MB = 5 * 1000 * 1000
 MAX_GAP_S = 0.2
+# A stall caused by the server (a body parsed or tokenised on the event loop) happens on every try; a
+# gap from the operating system descheduling a thread on a busy 2-core machine does not. So a try whose
+# longest gap is past the limit is repeated, and the test fails only when every try stalls.
+GAP_TRIES = 3
 
 
 def post_raw(server, path: str, body: bytes, chunked: bool = False, piece: int = 1 << 16) -> bytes:
@@ -118,31 +122,92 @@ def test_a_body_within_the_limit_is_parsed_as_usual(paced_server):
     assert status == 400 and error["param"] == "prompt" and "max_model_len" in error["message"]
 
 
+def gaps_of_tries(one_try) -> list[float]:
+    """Run ``one_try`` (which checks its own outcome and returns its stream's longest gap) until a try
+    stays within ``MAX_GAP_S``, at most ``GAP_TRIES`` times; every try's gap."""
+    gaps = []
+    while len(gaps) < GAP_TRIES and (not gaps or gaps[-1] >= MAX_GAP_S):
+        gaps.append(one_try())
+    return gaps
+
+
+def test_gaps_of_tries_stops_at_the_first_try_within_the_limit_and_fails_a_stall_on_every_try():
+    tries = iter([0.5, 0.05, 0.5])
+    assert gaps_of_tries(lambda: next(tries)) == [0.5, 0.05]
+    assert gaps_of_tries(lambda: 0.3) == [0.3] * GAP_TRIES                   # min is past the limit
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_running_stream_never_waits_more_than_0_2_s_while_a_5_mb_body_arrives_and_is_refused(
         paced_server, chunked):
-    clock = ChunkClock(paced_server, LONG_STREAM)
     body = json.dumps({"model": "sim", "prompt": "z" * FIVE_MB}).encode()
-    status, _ = status_and_error(post_raw(paced_server, "/v1/completions", body, chunked))
-    refused_at = time.monotonic()
-    clock.join()
-    assert status == 413 and refused_at < clock.times[-1]          # refused while the stream still ran
-    assert finish_reasons(sse_data(clock.lines)) == {0: "length"}
-    assert clock.longest_gap_s < MAX_GAP_S, clock.longest_gap_s
+
+    def one_try() -> float:
+        clock = ChunkClock(paced_server, LONG_STREAM)
+        status, _ = status_and_error(post_raw(paced_server, "/v1/completions", body, chunked))
+        refused_at = time.monotonic()
+        clock.join()
+        assert status == 413 and refused_at < clock.times[-1]          # refused while the stream still ran
+        assert finish_reasons(sse_data(clock.lines)) == {0: "length"}
+        return clock.longest_gap_s
+
+    gaps = gaps_of_tries(one_try)
+    assert min(gaps) < MAX_GAP_S, gaps
 
 
-@pytest.mark.parametrize("paced_server", [ServeLimits(max_body_bytes=8 * FIVE_MB)], indirect=True)
+class SlowInputs:
+    """An engine's inputs whose tokeniser takes ``ENCODE_S`` on a prompt of a megabyte or more, as a
+    real one can (the simulated model's encodes 5 MB in under 0.1 s, too fast for a stall to show)."""
+
+    ENCODE_S = 1.0
+
+    def __init__(self, inputs):
+        self._inputs = inputs
+
+    def encode(self, prompt, **kwargs):
+        if len(prompt) >= 1 << 20:
+            time.sleep(self.ENCODE_S)
+        return self._inputs.encode(prompt, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inputs, name)
+
+
+class SlowEncoding:
+    def __init__(self, engine):
+        self._engine, self.inputs = engine, SlowInputs(engine.inputs)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+@pytest.fixture
+def slow_encoding_server():
+    llm = sim_llm(num_blocks=128, max_num_seqs=8)
+    engine = PacedEngine(SlowEncoding(llm.engine), steps_per_s=100)
+    with BackgroundServer(ServedModel(engine, "sim"), limits=ServeLimits(max_body_bytes=8 * FIVE_MB)) as server:
+        yield server
+
+
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_a_5_mb_prompt_within_a_raised_limit_is_tokenised_without_stalling_a_running_stream(paced_server, path):
-    clock = ChunkClock(paced_server, LONG_STREAM)
+def test_a_5_mb_prompt_within_a_raised_limit_is_tokenised_without_stalling_a_running_stream(
+        slow_encoding_server, path):
+    paced_server = slow_encoding_server
     text = "z" * FIVE_MB
     prompt = {"prompt": text} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
-    status, error = status_and_error(post_raw(paced_server, path, json.dumps({"model": "sim", **prompt}).encode()))
-    refused_at = time.monotonic()
-    clock.join()
-    assert status == 400 and "max_model_len" in error["message"]         # tokenised: 5,000,0xx tokens
-    assert refused_at < clock.times[-1]
-    assert clock.longest_gap_s < MAX_GAP_S, clock.longest_gap_s
+    body = json.dumps({"model": "sim", **prompt}).encode()
+
+    def one_try() -> float:
+        clock = ChunkClock(paced_server, LONG_STREAM)
+        status, error = status_and_error(post_raw(paced_server, path, body))
+        refused_at = time.monotonic()
+        clock.join()
+        assert status == 400 and "max_model_len" in error["message"]         # tokenised: 5,000,0xx tokens
+        assert refused_at < clock.times[-1]
+        return clock.longest_gap_s
+
+    gaps = gaps_of_tries(one_try)
+    assert min(gaps) < MAX_GAP_S, gaps
 
 
 def test_the_body_limit_is_a_serve_option():
