@@ -136,7 +136,7 @@ class ShadowRunner(SimRunner):
         assert not sched.placeholders, "the runner got a decision with unfilled placeholders"
         for s in sched.scheduled:
             req = self.requests[s.request_id]
-            assert PLACEHOLDER not in s.token_ids, s
+            assert s.num_new_tokens >= 1 and PLACEHOLDER not in s.token_ids, s
             assert s.start == req.num_computed_tokens + req.num_inflight_tokens - s.num_new_tokens, s
             known = req.num_tokens_with_spec
             assert tuple(s.token_ids[:max(0, known - s.start)]) == tuple(req.token_slice(s.start, min(s.end, known))), s

@@ -149,9 +149,10 @@ class ContinuousScheduler:
                 add_decode_row(req.request_id, known[start] if start < len(known) else PLACEHOLDER, start, table)
                 budget -= 1
                 continue
+            # At least one token: the budget is positive (above), a request at max_model_len has finished,
+            # and a running request always knows a token it has not computed nor has in flight (its last
+            # sampled one, or a placeholder for it). tests/sim_oracle.py checks every row has one.
             num_new = min(num_left + len(req.spec_token_ids), budget, max_model_len - start)
-            if num_new <= 0:
-                continue
             table = self._allocate_or_preempt(req, start, num_new, out)
             if table is None:
                 break                         # req itself was preempted (it was the newest)
