@@ -186,3 +186,33 @@ def test_the_bench_grid_reports_every_arm_at_every_size_with_best_at_most_the_me
     for r in section.rows:
         best, mean = float(r[2]), float(r[3])
         assert 0 < best <= mean
+
+
+def test_a_steady_decode_row_with_room_in_its_last_block_asks_the_kv_manager_for_nothing():
+    """The steady decode row is the shortcut of most rows of most steps: its table comes from
+    ``decode_table`` alone, and ``allocate_slots`` is asked only for prefills and for a decode row whose
+    last block is full. Blocks of 4, prompts of 2: positions 2 and 3 decode in the first block, position 4
+    needs a second one."""
+    from labkit.request import Request
+    from labkit.scheduler.continuous import ContinuousScheduler
+    from labkit.scheduler_output import SampledTokens
+
+    kv = KVCacheManager(32, 4)
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), kv, max_model_len=64)
+    asked: list[tuple[str, int]] = []
+    allocate = kv.allocate_slots
+
+    def counting(request_id, num_computed, num_new, *args, **kwargs):
+        asked.append((request_id, num_computed))
+        return allocate(request_id, num_computed, num_new, *args, **kwargs)
+    kv.allocate_slots = counting
+    for rid, prompt in (("A", [1, 2]), ("B", [3, 4])):
+        sched.add(Request(rid, prompt, SamplingParams(max_tokens=10, ignore_eos=True), 0.0))
+    per_step = []
+    for now in (1.0, 2.0, 3.0, 4.0):
+        asked.clear()
+        out = sched.schedule(now)
+        sched.update_from_output(out, SampledTokens.of(out, {rid: (7,) for rid in out.request_ids}), now)
+        per_step.append((list(asked), out.kinds))
+    assert [a for a, _ in per_step] == [[("A", 0), ("B", 0)], [], [], [("A", 4), ("B", 4)]]
+    assert all(k is StepKind.DECODE for _, kinds in per_step[1:] for k in kinds)

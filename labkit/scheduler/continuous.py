@@ -137,9 +137,11 @@ class ContinuousScheduler:
             num_planned = len(known) + placeholders              # known, or to be appended by a step in flight
             if placeholders and len(req.output_token_ids) + placeholders >= req.max_output_tokens:
                 continue                      # its last token is in flight: it ends when that is applied
+            # Here start < max_model_len (a request whose sequence reached it has finished, or has its last
+            # token in flight, above) and num_left >= 1 (a running request always knows a token it has not
+            # computed nor has in flight: its last sampled one, or a placeholder for it).
             num_left = num_planned - start    # known or in flight, not computed nor in flight
-            if (num_left == 1 and not req.spec_token_ids and start < max_model_len
-                    and (placeholders or req.output_token_ids)
+            if (num_left == 1 and not req.spec_token_ids and (placeholders or req.output_token_ids)
                     and (table := decode_table(req.request_id, start)) is not None):
                 # Steady decode, most rows of most steps: the last output token, for the next one, with a
                 # slot left in its last block. Async: that token may be the one the step in flight is
@@ -149,9 +151,7 @@ class ContinuousScheduler:
                 add_decode_row(req.request_id, known[start] if start < len(known) else PLACEHOLDER, start, table)
                 budget -= 1
                 continue
-            # At least one token: the budget is positive (above), a request at max_model_len has finished,
-            # and a running request always knows a token it has not computed nor has in flight (its last
-            # sampled one, or a placeholder for it). tests/sim_oracle.py checks every row has one.
+            # So every row has at least one token (the budget is positive too); tests/sim_oracle.py checks it.
             num_new = min(num_left + len(req.spec_token_ids), budget, max_model_len - start)
             table = self._allocate_or_preempt(req, start, num_new, out)
             if table is None:
