@@ -21,8 +21,10 @@ from labkit import events as ev
 from labkit.kv.contiguous import ContiguousKVManager
 from labkit.kv.kv_cache_manager import KVCacheManager
 from labkit.outputs import StepOutput, StepOutputs
+from labkit.request import Request
 from labkit.sample.sampler import Sampler
-from labkit.scheduler_output import ScheduledRequest, SchedulerOutput, StepKind
+from labkit.scheduler.continuous import ContinuousScheduler
+from labkit.scheduler_output import SampledTokens, ScheduledRequest, SchedulerOutput, StepKind
 
 
 def decode_rows(ids: list[str]) -> list[ScheduledRequest]:
@@ -193,10 +195,6 @@ def test_a_steady_decode_row_with_room_in_its_last_block_asks_the_kv_manager_for
     ``decode_table`` alone, and ``allocate_slots`` is asked only for prefills and for a decode row whose
     last block is full. Blocks of 4, prompts of 2: positions 2 and 3 decode in the first block, position 4
     needs a second one."""
-    from labkit.request import Request
-    from labkit.scheduler.continuous import ContinuousScheduler
-    from labkit.scheduler_output import SampledTokens
-
     kv = KVCacheManager(32, 4)
     sched = ContinuousScheduler(EngineConfig(max_num_seqs=4, max_num_batched_tokens=64), kv, max_model_len=64)
     asked: list[tuple[str, int]] = []

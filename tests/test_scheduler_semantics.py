@@ -535,12 +535,11 @@ def test_without_chunked_prefill_a_prompt_exactly_the_budget_left_is_admitted_an
     budget (``num_new <= budget``). Budget 4 and A decoding (1 token): B's 3-token prompt fits exactly; C's
     4-token prompt, one more than the 3 left, waits until A has finished and the whole budget is free."""
     config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=4, enable_chunked_prefill=False)
-    for late, prompt, admitted_at in (("B", [2, 3, 4], 2), ("C", [2, 3, 4, 5], 3)):
+    for late, prompt, expected in (("B", [2, 3, 4], [[("A", 1), ("B", 3)], [("B", 1)]]),
+                                   ("C", [2, 3, 4, 5], [[("A", 1)], [("C", 4)]])):
         sched = ContinuousScheduler(config, KVCacheManager(16, 4), max_model_len=64)
         sched.add(Request("A", [1], SamplingParams(max_tokens=2, ignore_eos=True), 0.0))
         run_step(sched, 1.0)                                   # A's prefill; one decode step is left
         sched.add(Request(late, prompt, SamplingParams(max_tokens=4, ignore_eos=True), 1.5))
         rows = [[(s.request_id, s.num_new_tokens) for s in run_step(sched, t).scheduled] for t in (2.0, 3.0)]
-        expected = [("A", 1)] + [(late, len(prompt))] * (admitted_at == 2)
-        assert rows[0] == expected, late
-        assert rows[1] == ([(late, 1)] if admitted_at == 2 else [(late, 4)]), late
+        assert rows == expected, late
