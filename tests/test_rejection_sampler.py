@@ -471,6 +471,20 @@ def test_a_uniform_of_exactly_zero_never_accepts_a_token_the_target_cannot_emit(
     assert out[0] != 0 and len(out) == 1
 
 
+def test_draft_ids_may_be_any_sequence_of_integers_and_verify_as_the_same_list():
+    """``TokenIds`` is any sequence of integers: a tuple, numpy or 0-d tensor ids, bools (``operator.index``)
+    are read as the plain list they equal, not refused and not read as something else."""
+    import numpy as np
+
+    target = torch.tensor([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.1, 0.1, 0.8]])   # argmax 2, 0, 2
+    plain = greedy_verify([2, 0], target)
+    assert plain == [2, 0, 2]
+    for ids in [(2, 0), [np.int64(2), np.int32(0)], [torch.tensor(2), torch.tensor(0)], range(2, -1, -2)]:
+        assert greedy_verify(ids, target) == plain, ids
+        assert greedy_verify_batch([ids], target) == [plain], ids
+    assert greedy_verify([True, 0], target) == [2]        # True is token 1: rejected at the first position
+
+
 def test_bad_input_messages_name_the_argument_and_the_expected_rows_exactly():
     with pytest.raises(ValueError, match=r"^target_probs must have shape \[k\+1, vocab\] = \[3, vocab\] for k=2 "):
         rejection_sample([1, 2], None, torch.rand(2, 5))
