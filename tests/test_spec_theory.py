@@ -90,6 +90,16 @@ def test_acceptance_rate_is_the_overlap_of_p_and_q():
     assert rows.tolist() == [0.5, 1.0]
 
 
+def test_acceptance_rate_sums_the_overlap_in_double_precision():
+    """alpha = sum_x min(p(x), q(x)), summed in float64 whatever the inputs are: Python floats are doubles,
+    so a list read as float32 (torch's default) would move 0.1 to 0.10000000149."""
+    p, q = [0.1, 0.9], [0.3, 0.7]
+    assert acceptance_rate_from_probs(p, q) == min(0.1, 0.3) + min(0.9, 0.7)
+    assert acceptance_rate_from_probs(q, p) == min(0.3, 0.1) + min(0.7, 0.9)
+    with pytest.raises(ValueError, match=r"^p and q must have the same shape \[\.\.\., vocab\], got \(2,\) and \(1,\)$"):
+        acceptance_rate_from_probs([0.5, 0.5], [1.0])
+
+
 @pytest.mark.parametrize("call", [
     lambda: expected_tokens_per_step(1.5, 2), lambda: expected_tokens_per_step(0.5, -1),
     lambda: expected_speedup(0.5, 2, -0.1), lambda: optimal_k(0.5, 0.1, k_max=-1),
@@ -113,6 +123,10 @@ def test_optimal_k_takes_the_smallest_k_on_a_tie():
     (lambda: expected_speedup(0.5, 2, float("inf")), "c", "inf"),
     (lambda: optimal_k(0.5, 0.1, k_max=-1), "k_max", "-1"),
     (lambda: expected_tokens_per_step(0.5, -1), "k", "-1"),
+    (lambda: expected_tokens_per_step(0.5, True), "k", "True"),           # a bool is not a draft length
+    (lambda: expected_tokens_per_step(1.5, 2), "alpha", "1.5"),
+    (lambda: expected_tokens_per_step(True, 2), "alpha", "True"),         # nor an acceptance rate
+    (lambda: expected_speedup("0.5", 2, 0.1), "alpha", "'0.5'"),          # a string: refused, not compared
 ])
 def test_a_bad_argument_is_refused_naming_the_field_and_the_value(call, field, value):
     with pytest.raises(ValueError, match=rf"^{field} must be .*got {value}$"):
