@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -474,8 +475,6 @@ def test_a_uniform_of_exactly_zero_never_accepts_a_token_the_target_cannot_emit(
 def test_draft_ids_may_be_any_sequence_of_integers_and_verify_as_the_same_list():
     """``TokenIds`` is any sequence of integers: a tuple, numpy or 0-d tensor ids, bools (``operator.index``)
     are read as the plain list they equal, not refused and not read as something else."""
-    import numpy as np
-
     target = torch.tensor([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.1, 0.1, 0.8]])   # argmax 2, 0, 2
     plain = greedy_verify([2, 0], target)
     assert plain == [2, 0, 2]
