@@ -17,10 +17,10 @@ Each step it writes only what changed: a row for a request seen for the first ti
 after a preemption: ``SchedulerOutput.admitted``), and the tail of a
 table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
 ``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
-``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``.
-The decision's own columns (request ids, starts, token ids) become tensors in one C loop each
-(``long_tensor``). Both builders read the same ``SchedulerOutput`` and give the same values
-(``tests/sim_oracle.py`` writes and reads its shadow KV cache through whichever builder the engine uses).
+``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``, in numpy
+on the host. The decision's own columns (starts, token ids) become arrays in one C loop each. Both
+builders read the same ``SchedulerOutput`` and give the same values (``tests/sim_oracle.py`` writes and
+reads its shadow KV cache through whichever builder the engine uses).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from labkit.attention.metadata import AttentionMetadata
@@ -98,19 +99,24 @@ def build_from_lists(decision: SchedulerOutput, block_size: int, device) -> Batc
 
 
 class InputBatch:
-    """Persistent per-request columns; ``prepare(decision)`` updates what changed and slices the rest."""
+    """Persistent per-request columns; ``prepare(decision)`` updates what changed and slices the rest.
+
+    The columns and the step's index arithmetic are numpy arrays on the host (as vLLM's are): an
+    operation on a few hundred integers costs about a microsecond in numpy and several in torch, and a
+    step does some twenty of them. The step's tensors are made from fresh arrays (``torch.from_numpy``
+    shares their memory; nothing writes to them afterwards) and moved to the device at the end."""
 
     def __init__(self, max_num_reqs: int, max_blocks_per_req: int, block_size: int, device):
         self.block_size, self.device = block_size, device
-        self.block_table = torch.zeros((max_num_reqs, max_blocks_per_req), dtype=torch.int32)
-        self.num_blocks = torch.zeros(max_num_reqs, dtype=torch.int32)     # valid entries per row
-        self.seen_end = torch.zeros(max_num_reqs, dtype=torch.long)         # the row's last computed end
+        self.block_table = np.zeros((max_num_reqs, max_blocks_per_req), dtype=np.int32)
+        self.num_blocks = np.zeros(max_num_reqs, dtype=np.int32)     # valid entries per row
+        self.seen_end = np.zeros(max_num_reqs, dtype=np.int64)       # the row's last computed end
         self.row_of: dict[str, int] = {}
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
         self._rids: list[str] = []                  # the last step's requests, in row order
-        self._row_list: list[int] = []              # their rows (and as a tensor, below)
+        self._row_list: list[int] = []              # their rows (and as an array, below)
         self._index: dict[str, int] = {}            # request id -> its position in this step
-        self._rows = torch.zeros(0, dtype=torch.long)
+        self._rows = np.zeros(0, dtype=np.int64)
 
     # -- which row holds which request -------------------------------------------------------------
     def _bind(self, rids: list[str]) -> None:
@@ -128,24 +134,24 @@ class InputBatch:
         self._rids = rids
         self._row_list = [self.row_of[r] for r in rids]
         self._index = {rid: i for i, rid in enumerate(rids)}
-        self._rows = torch.tensor(self._row_list, dtype=torch.long)
+        self._rows = np.array(self._row_list, dtype=np.int64)
 
     def _grow(self) -> None:
         """More sequences than rows (n > 1 children count beyond max_num_seqs): double the rows."""
         n = len(self.num_blocks)
-        self.block_table = torch.cat([self.block_table, torch.zeros_like(self.block_table)])
-        self.num_blocks = torch.cat([self.num_blocks, torch.zeros_like(self.num_blocks)])
-        self.seen_end = torch.cat([self.seen_end, torch.zeros_like(self.seen_end)])
+        self.block_table = np.concatenate([self.block_table, np.zeros_like(self.block_table)])
+        self.num_blocks = np.concatenate([self.num_blocks, np.zeros_like(self.num_blocks)])
+        self.seen_end = np.concatenate([self.seen_end, np.zeros_like(self.seen_end)])
         self._free_rows.extend(range(2 * n - 1, n - 1, -1))
 
-    def _write_tables(self, decision: SchedulerOutput, tables: list, starts: torch.Tensor) -> torch.Tensor:
+    def _write_tables(self, decision: SchedulerOutput, tables: list, starts: np.ndarray) -> np.ndarray:
         """Write the block-table entries that changed; returns every row's table length. A request the
         decision ``admitted`` (new, or resumed after a preemption this batch may never have seen: a step
         with no rows is not run) gets its whole row rewritten; so does a row whose start is before its
         last end (drafts rolled back)."""
         lens_list = list(map(len, tables))
-        lens = long_tensor(lens_list).to(torch.int32)
-        old = self.num_blocks[self._rows]
+        lens = np.array(lens_list, dtype=np.int32)
+        old = self.num_blocks[self._rows]           # a copy (fancy indexing)
         old[starts < self.seen_end[self._rows]] = 0
         for rid in decision.admitted:        # (re)admitted: a new table, though its start may equal the old end
             i = self._index.get(rid)
@@ -154,8 +160,8 @@ class InputBatch:
         # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
         # after a rollback). A row given blocks: from its first new block on (appended blocks sit at the
         # end; a copy-on-write target may sit before them, then the whole row). Plain lists from here:
-        # reading tensor elements one by one costs a microsecond each.
-        differ = (lens != old).nonzero().flatten().tolist()
+        # reading array elements one by one costs more than reading a list's.
+        differ = np.flatnonzero(lens != old).tolist()
         old_list = old.tolist() if differ else []
         changed = {i: max(0, min(old_list[i], lens_list[i]) - 1) for i in differ}
         if decision.new_blocks:
@@ -179,7 +185,7 @@ class InputBatch:
                 values += table[start:]
             if max(cols, default=0) >= self.block_table.shape[1]:
                 raise ValueError(f"a block table has more than max_blocks_per_req ({self.block_table.shape[1]}) blocks")
-            self.block_table[long_tensor(rows), long_tensor(cols)] = long_tensor(values).to(torch.int32)
+            self.block_table[rows, cols] = values
             self.num_blocks[self._rows] = lens
         return lens
 
@@ -188,34 +194,40 @@ class InputBatch:
         rids, start_list, n = decision.request_ids, decision.starts, decision.num_rows
         if rids != self._rids:                      # steady decode: the same requests, same order
             self._bind(rids)
-        starts = long_tensor(start_list)
+        starts = np.array(start_list, dtype=np.int64)
         lens = self._write_tables(decision, decision.block_tables, starts)
         width = max(int(lens.max()), 1) if n else 1
-        if decision.num_scheduled_tokens == n:      # one token per row: decode steps, every tensor a slice
+        if decision.num_scheduled_tokens == n:      # one token per row: decode steps, every array a slice
             positions, token_rows = starts, self._rows
             query_lens, seq = [1] * n, starts + 1
             seq_lens = seq.tolist()
-            starts_loc = torch.arange(n + 1, dtype=torch.int32)
-            logits_indices = (torch.arange(n) if decision.num_logits.count(1) == n else
-                              torch.tensor([i for i, k in enumerate(decision.num_logits) if k], dtype=torch.long))
+            starts_loc = np.arange(n + 1, dtype=np.int32)
+            logits_indices = (np.arange(n, dtype=np.int64) if decision.num_logits.count(1) == n else
+                              np.array([i for i, k in enumerate(decision.num_logits) if k], dtype=np.int64))
         else:
             flat = prepare_input(decision)
             query_lens, seq_lens = flat.query_lens, flat.seq_lens
-            positions = torch.tensor(flat.positions, dtype=torch.long)
-            token_rows = torch.repeat_interleave(self._rows, torch.tensor(query_lens))
-            logits_indices = torch.tensor(flat.logits_indices, dtype=torch.long)
-            seq = torch.tensor(seq_lens, dtype=torch.long)
-            starts_loc = torch.zeros(n + 1, dtype=torch.int32)
-            starts_loc[1:] = torch.tensor(query_lens, dtype=torch.int32).cumsum(0)
+            positions = np.array(flat.positions, dtype=np.int64)
+            token_rows = np.repeat(self._rows, query_lens)
+            logits_indices = np.array(flat.logits_indices, dtype=np.int64)
+            seq = np.array(seq_lens, dtype=np.int64)
+            starts_loc = np.zeros(n + 1, dtype=np.int32)
+            starts_loc[1:] = np.cumsum(query_lens)
         self.seen_end[self._rows] = seq
         bs, dev = self.block_size, self.device
-        slot_mapping = self.block_table[token_rows, positions // bs].long() * bs + positions % bs
-        meta = AttentionMetadata(query_start_loc=starts_loc.to(dev), seq_lens=seq.to(dtype=torch.int32, device=dev),
-                                 block_tables=self.block_table[self._rows, :width].to(dev),
-                                 slot_mapping=slot_mapping.to(dev), block_size=bs,
+        slot_mapping = self.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs
+        meta = AttentionMetadata(query_start_loc=_tensor(starts_loc, dev), seq_lens=_tensor(seq.astype(np.int32), dev),
+                                 block_tables=_tensor(self.block_table[self._rows, :width], dev),
+                                 slot_mapping=_tensor(slot_mapping, dev), block_size=bs,
                                  max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0),
                                  query_lens_list=query_lens, seq_lens_list=seq_lens)
-        return BatchInput(long_tensor(decision.token_ids).to(dev), positions.to(dev), logits_indices.to(dev), meta)
+        return BatchInput(long_tensor(decision.token_ids).to(dev), _tensor(positions, dev),
+                          _tensor(logits_indices, dev), meta)
+
+
+def _tensor(values: np.ndarray, device) -> torch.Tensor:
+    """A step's array as a tensor on ``device`` (on the CPU it shares the array's memory)."""
+    return torch.from_numpy(values).to(device)
 
 
 def input_builder(config, max_model_len: int, block_size: int, device="cpu"):
