@@ -91,9 +91,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     first_scheduled_time: float | None = None
-    first_token_time: float | None = None
     finished_time: float | None = None
-    token_times: list[float] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)     # when each output token was appended
     parent_id: str | None = None             # set on forked children (parallel sampling)
     child_ids: tuple[str, ...] = ()          # n > 1: the ids its n - 1 children will have
     forked: bool = False                     # the children exist (forked when the prompt is done)
@@ -105,6 +104,10 @@ class Request:
         # Its last output token: max_tokens, or sooner where the scheduler's max_model_len ends the sequence
         # (``ContinuousScheduler.add`` lowers it).
         self.max_output_tokens = self.sampling_params.max_tokens
+
+    @property
+    def first_token_time(self) -> float | None:
+        return self.token_times[0] if self.token_times else None
 
     @property
     def num_forks_pending(self) -> int:
@@ -151,8 +154,6 @@ class Request:
     def append_output(self, token_id: int, now: float) -> None:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
-        if self.first_token_time is None:
-            self.first_token_time = now
         self.token_times.append(now)
 
     def timings(self) -> RequestTimings:

@@ -109,8 +109,6 @@ class SchedulerOutput:
     freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped
     num_scheduled_tokens: int = 0      # len(token_ids): counted as the budget is spent
-    # Async: indices into token_ids holding PLACEHOLDER (a decode row's token the step in flight samples).
-    placeholders: list[int] = field(default_factory=list)
 
     # -- writing (the scheduler) -----------------------------------------------------------------
     def add_row(self, request_id: str, token_ids: Sequence[int], start: int, block_table: Sequence[int],
@@ -126,23 +124,12 @@ class SchedulerOutput:
         self.num_logits.append(num_logits)
         self.kinds.append(kind)
 
-    def decode_row_writer(self):
-        """A function that adds a steady decode row (``token`` at ``start``): ``add_row`` for the row of
-        most steps, with the columns' ``append`` looked up once per step instead of once per row. It
-        writes the four columns in which decode rows differ; the three they share (one token, one
-        logits row, ``DECODE``) are filled in bulk by the next ``add_row`` or by ``close``. ``token``
-        may be ``PLACEHOLDER`` (async)."""
-        request_ids, starts, tokens = self.request_ids.append, self.starts.append, self.token_ids.append
-        block_tables, token_ids, placeholders = self.block_tables.append, self.token_ids, self.placeholders
-
-        def add_decode_row(request_id: str, token: int, start: int, block_table: Sequence[int]) -> None:
-            if token == PLACEHOLDER:
-                placeholders.append(len(token_ids))
-            request_ids(request_id)
-            starts(start)
-            tokens(token)
-            block_tables(block_table)
-        return add_decode_row
+    def decode_columns(self):
+        """The ``append`` of each column a steady decode row writes (request id, start, token, block
+        table), looked up once per step rather than once per row: the scheduler writes the row of most
+        steps with four appends and no call. The three columns decode rows share (one token, one logits
+        row, ``DECODE``) are filled in bulk by the next ``add_row`` or by ``close``."""
+        return self.request_ids.append, self.starts.append, self.token_ids.append, self.block_tables.append
 
     def _pad_decode_rows(self) -> None:
         """The shared columns of the decode rows added since the last other row."""
@@ -200,19 +187,19 @@ class SchedulerOutput:
 
     def fill_placeholders(self, sampled: "SampledTokens") -> None:
         """Async scheduling: put the previous step's sampled tokens into the decode rows planned before
-        they existed (each such row's token is its request's last sampled token). Called once, before
-        the runner sees the decision; afterwards the decision is complete, as a synchronous one."""
-        if not self.placeholders:
-            return
+        they existed (a ``PLACEHOLDER`` token, a decode row's only one: its request's last sampled token).
+        Called once, before the runner sees the decision; afterwards it is complete, as a synchronous one."""
         tokens = self.token_ids
-        if len(self.placeholders) == len(tokens) and self.request_ids == sampled.request_ids:
+        num_placeholders = tokens.count(PLACEHOLDER)
+        if not num_placeholders:
+            return
+        if num_placeholders == len(tokens) and self.request_ids == sampled.request_ids:
             tokens[:] = [t[-1] for t in sampled.token_ids]   # steady async decode: same requests, same order
         else:
             last, offsets = sampled.last_tokens(), self.token_offsets
-            row_of = {offsets[i]: i for i in range(self.num_rows)}    # a placeholder is a decode row's only token
-            for k in self.placeholders:
-                tokens[k] = last[self.request_ids[row_of[k]]]
-        self.placeholders = []
+            for i in range(self.num_rows):
+                if tokens[offsets[i]] == PLACEHOLDER:
+                    tokens[offsets[i]] = last[self.request_ids[i]]
 
 
 _NONE: tuple[int, ...] = ()

@@ -133,7 +133,7 @@ class ShadowRunner(SimRunner):
         token). With async scheduling a step in flight before it may be about to append the token a
         decode row computes: positions past the known tokens must be that row's own (filled) token."""
         assert sched.num_scheduled_tokens == sum(s.num_new_tokens for s in sched.scheduled)
-        assert not sched.placeholders, "the runner got a decision with unfilled placeholders"
+        assert PLACEHOLDER not in sched.token_ids, "the runner got a decision with unfilled placeholders"
         for s in sched.scheduled:
             req = self.requests[s.request_id]
             assert s.num_new_tokens >= 1 and PLACEHOLDER not in s.token_ids, s

@@ -128,7 +128,7 @@ class ContinuousScheduler:
         its last token and the drafts to verify, within the budget and ``max_model_len``. When the pool
         cannot give a row its blocks, the newest running request is preempted (perhaps this one)."""
         running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
-        add_decode_row = out.decode_row_writer()
+        add_id, add_start, add_token, add_table = out.decode_columns()
         for req in running:                   # preemption pops from the end: the loop stops before those
             if budget <= 0:
                 break
@@ -148,7 +148,10 @@ class ContinuousScheduler:
                 # sampling (a placeholder, filled in before launch).
                 req.num_inflight_tokens += 1
                 req.num_output_placeholders = placeholders + 1
-                add_decode_row(req.request_id, known[start] if start < len(known) else PLACEHOLDER, start, table)
+                add_id(req.request_id)
+                add_start(start)
+                add_token(known[start] if start < len(known) else PLACEHOLDER)
+                add_table(table)
                 budget -= 1
                 continue
             # So every row has at least one token (the budget is positive too); tests/sim_oracle.py checks it.
@@ -172,7 +175,6 @@ class ContinuousScheduler:
         kind = step_kind(req, start, num_new, num_spec, planned)
         if kind is DECODE and start >= req.num_tokens:     # async: the token the step in flight samples
             out.add_row(req.request_id, (PLACEHOLDER,), start, table, kind, num_logits)
-            out.placeholders.append(len(out.token_ids) - 1)
         else:
             out.add_row(req.request_id, req.token_slice(start, end), start, table, kind, num_logits, num_spec)
 
@@ -304,8 +306,6 @@ class ContinuousScheduler:
                     continue
                 tokens = tokens[:len(output) - before]
                 break
-            if req.first_token_time is None:
-                req.first_token_time = now
             if token_events:
                 events.append(ev.TokensAppended(rid, tuple(tokens), min(num_draft, len(tokens))))
             if caching:                      # before finishing frees them: full blocks stay reusable
