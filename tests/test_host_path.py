@@ -20,6 +20,7 @@ from labkit import LLM, EngineConfig, SamplingParams, SpecConfig, outputs, sched
 from labkit import events as ev
 from labkit.kv.contiguous import ContiguousKVManager
 from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.model.input_batch import InputBatch, build_from_lists
 from labkit.outputs import StepOutput, StepOutputs
 from labkit.request import Request
 from labkit.sample.sampler import Sampler
@@ -214,3 +215,35 @@ def test_a_steady_decode_row_with_room_in_its_last_block_asks_the_kv_manager_for
         per_step.append((list(asked), out.kinds))
     assert [a for a, _ in per_step] == [[("A", 0), ("B", 0)], [], [], [("A", 4), ("B", 4)]]
     assert all(k is StepKind.DECODE for _, kinds in per_step[1:] for k in kinds)
+
+
+def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensors():
+    """After each step's ``prepare``, a scheduled request's row holds its KV manager's block table and
+    that table's length (which the next step compares against, so only rows that changed are written
+    again), and every tensor equals the list path's. Blocks of 4, prompts of 2 to 9 tokens, a request
+    admitted mid-run and requests finishing: tables grow, rows are bound, freed and bound again."""
+    kv = KVCacheManager(64, 4)
+    sched = ContinuousScheduler(EngineConfig(max_num_seqs=3, max_num_batched_tokens=64), kv, max_model_len=64)
+    batch = InputBatch(3, 17, 4, "cpu")
+    for i, (n, max_tokens) in enumerate(((2, 6), (5, 11), (9, 3), (3, 7))):
+        sched.add(Request(f"r{i}", list(range(1, n + 1)), SamplingParams(max_tokens=max_tokens, ignore_eos=True), 0.0))
+    rows_seen, step = set(), 0
+    while sched.has_unfinished():
+        out = sched.schedule(float(step))
+        got, want = batch.prepare(out), build_from_lists(out, 4, "cpu")
+        for name in ("input_ids", "positions", "logits_indices"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), (step, name)
+        for name in ("query_start_loc", "seq_lens", "slot_mapping"):
+            assert torch.equal(getattr(got.metadata, name), getattr(want.metadata, name)), (step, name)
+        # Past a table's end the padding may differ (a reused row keeps an old entry; attention never reads it).
+        assert got.metadata.block_tables.shape == want.metadata.block_tables.shape
+        for i, table in enumerate(out.block_tables):
+            assert torch.equal(got.metadata.block_tables[i, :len(table)], want.metadata.block_tables[i, :len(table)])
+        for rid in out.request_ids:
+            row, table = batch.row_of[rid], kv.block_table(rid)
+            assert batch.num_blocks[row] == len(table), (step, rid)
+            assert batch.block_table[row, :len(table)].tolist() == list(table), (step, rid)
+            rows_seen.add((rid, row))
+        sched.update_from_output(out, SampledTokens.of(out, {rid: (7,) for rid in out.request_ids}), float(step))
+        step += 1
+    assert len(rows_seen) == 4 and len({row for _, row in rows_seen}) == 3      # r3 took a freed row
