@@ -97,6 +97,30 @@ def test_an_abort_mid_run_leaves_what_the_synchronous_engine_leaves():
         assert engine.kv.pool.num_used_blocks() == 0
 
 
+def test_a_request_released_while_its_row_is_in_flight_leaves_the_rows_after_it_applied():
+    """Async: the first of three decoding requests is aborted and released (its output delivered) while
+    the step holding its next row is in flight. Applying that step skips the row of a request it no
+    longer knows, and applies the rows after it: the other two end with the tokens the synchronous
+    engine gives them, every block back in the pool."""
+    def outputs(async_scheduling: bool, release_first: bool) -> dict[str, list[int]]:
+        engine = sim(async_scheduling).engine
+        ids = [engine.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True)) for p in PROMPTS[:3]]
+        for _ in range(4):                   # the prefill, then decode steps: one is always in flight
+            engine.step()
+        if release_first:
+            engine.abort(ids[0])
+            engine.release(ids[0])
+        for _ in range(100):
+            if not engine.has_unfinished_requests():
+                break
+            engine.step()
+        assert not engine.has_unfinished_requests() and engine.kv.pool.num_used_blocks() == 0
+        return {rid: engine.get_request(rid).output_token_ids for rid in ids[1:]}
+
+    want = outputs(False, release_first=False)
+    assert outputs(True, release_first=True) == want and all(len(t) == 12 for t in want.values())
+
+
 def test_a_real_model_runs_its_forward_on_the_worker_thread_and_gives_the_same_tokens(tmp_path):
     """Sync and async, list-built inputs and the persistent batch: four engines, one output."""
     from bench.common import tiny_model_dir
