@@ -354,6 +354,23 @@ def test_a_step_never_schedules_more_tokens_than_its_budget():
     assert [s.request_id for s in run_step(sched, 4.0).scheduled] == ["A", "B"]
 
 
+def test_running_requests_take_the_budget_down_to_its_last_token_before_a_waiting_one_is_admitted():
+    """Running rows come first, each while one token of budget is left: under a budget of 3, A, B and C decode
+    one token each every step (the last row takes the last token), and D, arriving later, waits with no row
+    until one of them has finished, however small its prompt."""
+    config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=3, enable_chunked_prefill=True)
+    sched = ContinuousScheduler(config, KVCacheManager(32, 4), max_model_len=64)
+    for rid, prompt in (("A", [1]), ("B", [2]), ("C", [3])):
+        sched.add(Request(rid, prompt, SamplingParams(max_tokens=3, ignore_eos=True), 0.0))
+    assert [s.request_id for s in run_step(sched, 1.0).scheduled] == ["A", "B", "C"]   # their prefills
+    sched.add(Request("D", [4], SamplingParams(max_tokens=3, ignore_eos=True), 1.5))
+    for now in (2.0, 3.0):
+        out = run_step(sched, now)
+        assert [(s.request_id, s.num_new_tokens) for s in out.scheduled] == [("A", 1), ("B", 1), ("C", 1)]
+        assert out.num_scheduled_tokens == 3 and [r.request_id for r in sched.waiting] == ["D"]
+    assert [s.request_id for s in run_step(sched, 4.0).scheduled] == ["D"]           # A, B and C have finished
+
+
 def test_without_drafts_no_appended_token_counts_as_an_accepted_draft():
     """``TokensAppended.num_accepted_draft`` counts accepted draft tokens: with no speculation, none ever."""
     from labkit import events as ev
