@@ -167,6 +167,11 @@ def test_a_block_holds_only_computed_slots_and_waste_counts_every_allocated_slot
     assert kv.filled_per_block({"a": 5, "c": 6}) == [4, 2, 0, 0, 0, 0, 0, 0]
     assert kv.waste({"a": 5, "c": 6}).waste == pytest.approx(1 - 6 / 16)
     assert KVCacheManager(num_blocks=2, block_size=4).waste({}).waste == 0.0      # nothing allocated
+    kv = KVCacheManager(num_blocks=4, block_size=4)       # the least sharing there is: one extra reference
+    kv.allocate_slots("a", 0, 3)                          # block 0: 3 tokens computed
+    kv.fork("a", "b")
+    assert kv.pool.num_extra_refs == 1
+    assert kv.waste({"a": 3, "b": 3}).waste == pytest.approx(1 - 3 / 4)          # its 3 slots counted once
 
 
 def test_the_invariant_checks_fail_on_each_kind_of_broken_state():
