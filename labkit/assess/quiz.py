@@ -17,7 +17,7 @@ plotly figures titled A–D, a letter button under each).
 With ``lab``, each question's first answer (right or not) and its attempt count are written to the
 lab's results summary (``labkit.report.results``, section ``quiz``), keyed by the question's
 id, with the quiz's ``id`` (so progress adds the sizes of a lab's quizzes); ``labkit.assess.progress()``
-reads them. Later attempts update the count, never the first verdict.
+reads them. Later attempts update the count, never the first verdict, also across a re-shown quiz.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from labkit.assess.questions import (
 )
 from labkit.assess.text import Text, localize_html, relabel_on_language_change
 from labkit.i18n import t
-from labkit.report.results import record
+from labkit.report.results import read_summary, record
 
 Question = Union[MultipleChoice, Numeric, Ordering, WhichFigure]
 KINDS = {MultipleChoice: "choice", Numeric: "numeric", Ordering: "ordering", WhichFigure: "figure"}
@@ -60,6 +60,7 @@ class _Attempts:
 
     def __init__(self) -> None:
         self.count, self.first_correct = 0, None
+        self.saved = 0          # how many of ``count`` are already in the results summary
 
     def record(self, feedback: Feedback) -> None:
         self.count += 1
@@ -70,12 +71,27 @@ class _Attempts:
 def record_answer(lab: str | None, question: "Question", attempts: _Attempts, quiz_size: int,
                   quiz: str = "quiz") -> None:
     """Write a question's first verdict and attempt count to the lab's results summary; ``quiz``
-    names the quiz it belongs to (a lab may show short checks in its sections besides its final quiz)."""
+    names the quiz it belongs to (a lab may show short checks in its sections besides its final quiz).
+
+    A question shown again (its cell re-run, or the notebook restarted and run again) starts a new view:
+    the verdict already recorded stays the first one, and this view's new attempts are added to the
+    recorded count, so showing a quiz again never replaces a first attempt."""
     if lab is None or attempts.count == 0:
         return
-    record(lab, "quiz", question.key(), {"first_attempt_correct": bool(attempts.first_correct),
-                                         "attempts": attempts.count, "quiz_size": quiz_size, "quiz": quiz,
+    summary = read_summary(lab) or {}
+    before = summary.get("quiz", {}).get(question.key())
+    first = attempts.first_correct
+    count = attempts.count - attempts.saved
+    if isinstance(before, dict) and isinstance(before.get("first_attempt_correct"), bool):
+        first = before["first_attempt_correct"]
+        earlier = before.get("attempts")
+        count += earlier if isinstance(earlier, int) and not isinstance(earlier, bool) and earlier > 0 else 1
+    else:
+        count = attempts.count
+    record(lab, "quiz", question.key(), {"first_attempt_correct": bool(first),
+                                         "attempts": count, "quiz_size": quiz_size, "quiz": quiz,
                                          "kind": KINDS[type(question)]})
+    attempts.saved = attempts.count
 
 
 def _title_html(number: int, question: Text) -> str:

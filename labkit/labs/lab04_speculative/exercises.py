@@ -11,6 +11,7 @@ residual gives 0.14 — both fail.
 from __future__ import annotations
 
 import random
+import secrets
 
 from labkit.assess.checks import FROM_REFERENCE, Check, call_check, same_sequence
 from labkit.assess.exercise import Exercise
@@ -18,6 +19,15 @@ from labkit.i18n import t
 
 STAT_TRIALS = 10_000
 STAT_MAX_TV = 0.04
+RANDOM_CASES = 3        # hidden cases drawn afresh for every exercise built: a table of the named cases fails
+
+
+def _hidden_rng() -> random.Random:
+    """A generator no feedback can predict: each exercise (each ``exercise(name)``) draws new hidden inputs."""
+    return random.Random(secrets.randbits(64))
+
+
+_HIDDEN_NOTE = {"zh": "随机隐藏用例（不显示期望值）", "en": "random hidden case (expected value not shown)"}
 
 
 def _diagnose_greedy(expected, got, _check) -> int | None:
@@ -149,6 +159,27 @@ def _explain_tokens(expected, got) -> str:
     return ""
 
 
+def _random_alpha_k() -> list[tuple[float, int]]:
+    rng = _hidden_rng()
+    return [(round(rng.uniform(0.05, 0.97), 3), rng.randint(1, 12)) for _ in range(RANDOM_CASES)]
+
+
+def _random_alpha_c() -> list[tuple[float, float]]:
+    rng = _hidden_rng()
+    return [(round(rng.uniform(0.3, 0.97), 3), round(rng.uniform(0.0, 0.4), 3)) for _ in range(RANDOM_CASES)]
+
+
+def _random_token_ids() -> list[tuple[list[int], int, int]]:
+    """Sequences that repeat pieces of themselves (so a match usually exists), with random k and n."""
+    rng = _hidden_rng()
+    out = []
+    for _ in range(RANDOM_CASES):
+        base = [rng.randint(0, 9) for _ in range(rng.randint(6, 14))]
+        seq = base + base[rng.randint(0, 3):rng.randint(4, len(base))]
+        out.append((seq, rng.randint(1, 5), rng.randint(1, 3)))
+    return out
+
+
 def expected_tokens_exercise() -> Exercise:
     cases = [((0.0, 4), "α = 0"), ((0.5, 1), "α = 0.5, k = 1"), ((0.8, 4), "α = 0.8, k = 4"),
              ((0.6, 8), "α = 0.6, k = 8"), ((1.0, 5), {"zh": "α = 1：不能除以 0", "en": "α = 1: no division by zero"}),
@@ -163,7 +194,8 @@ def expected_tokens_exercise() -> Exercise:
                     "k drafts per step; return the expected tokens one verification step emits (Leviathan et al. 2023, "
                     "Eq. 1), correct for alpha = 1 too, as a number (within 1e-6 relative counts as right)."},
         checks=[call_check("expected_tokens_per_step", args, note, compare=_close, explain=_explain_tokens)
-                for args, note in cases],
+                for args, note in cases] + [call_check("expected_tokens_per_step", args, _HIDDEN_NOTE, compare=_close,
+                                                       reveal=False) for args in _random_alpha_k()],
         reference="labkit.labs.lab04_speculative.solutions:expected_tokens_per_step",
         engine=["labkit.spec_decode.theory"], lab="04",
         diagnose=lambda expected, got, _c: 0 if isinstance(got, (int, float)) and abs(got + 1 - expected) < 1e-6 else 1,
@@ -188,7 +220,8 @@ def best_k_exercise() -> Exercise:
                     "（Leviathan 定理 3.8；并列时取较小的 k）。返回 int。可以沿用你上一题的思路。",
               "en": "Write best_k(alpha, c, k_max=16): among k = 0..k_max return the k with the largest expected speed-up "
                     "E[tokens/step] / (k·c + 1) (Leviathan, Theorem 3.8; the smaller k on ties), as an int."},
-        checks=[call_check("best_k", args, note) for args, note in cases],
+        checks=[call_check("best_k", args, note) for args, note in cases]
+               + [call_check("best_k", args, _HIDDEN_NOTE, reveal=False) for args in _random_alpha_c()],
         reference="labkit.labs.lab04_speculative.solutions:best_k",
         engine=["labkit.spec_decode.theory"], lab="04",
         diagnose=lambda expected, got, _c: 1 if expected == 0 or got == 0 else 0,
@@ -225,7 +258,9 @@ def ngram_propose_exercise() -> Exercise:
               "en": "Write ngram_propose(token_ids, k, n): take the last n tokens as the suffix, find its most recent "
                     "earlier occurrence, and return up to k tokens that followed it (a list; a tuple is fine); [] if "
                     "there is none."},
-        checks=[call_check("ngram_propose", args, note, compare=same_sequence) for args, note in cases],
+        checks=[call_check("ngram_propose", args, note, compare=same_sequence) for args, note in cases]
+               + [call_check("ngram_propose", args, _HIDDEN_NOTE, compare=same_sequence, reveal=False)
+                  for args in _random_token_ids()],
         reference="labkit.labs.lab04_speculative.solutions:ngram_propose",
         engine=["labkit.spec_decode.ngram"], lab="04",
         diagnose=_diagnose_ngram,

@@ -51,7 +51,7 @@ ROWS = [
          "a rejection emits nothing"),
         ("A B C D E", "A B C D E", "只有全部 k 个草稿都被接受才有 bonus token；这里 C 与 X 不一致。",
          "A bonus token comes only when all k drafts pass; here C disagrees with X.",
-         "drafts are accepted unchecked")], shuffle=False),
+         "drafts are accepted unchecked")]),
     Row("sd-rejection-rule", ("采样模式下草稿 token x 被拒绝。下一个 token 应从哪个分布里采？",
                               "In sampling mode draft token x is rejected. Which distribution is the next token drawn from?"), [
         ("normalize(max(0, p − q))", "normalize(max(0, p − q))",

@@ -8,6 +8,8 @@ from the reference solution run on that same data, never from a typed-in answer.
 from __future__ import annotations
 
 import json
+import random
+import secrets
 from pathlib import Path
 
 from labkit.assess.checks import Check
@@ -112,6 +114,22 @@ def _budgets(table: list[dict]) -> list[tuple[float, float]]:
     return [(mems[0], tpots[-1]), (mems[-1], tpots[0]), (mems[-1], tpots[len(tpots) // 2]), (mems[0] - 1, tpots[-1])]
 
 
+def _random_cases(n: int = 3) -> list[tuple[list[dict], float, float]]:
+    """Tables and budgets drawn afresh for every exercise built, so answers copied from feedback cannot pass;
+    variant names and values are shuffled, and one row may lack a TPOT."""
+    rng = random.Random(secrets.randbits(64))
+    names = ["baseline", "bf16", "ngram", "draft", "contiguous", "static", "prefix", "int4"]
+    out = []
+    for _ in range(n):
+        rows = [(v, round(rng.uniform(5, 40), 2), None if rng.random() < 0.15 else round(rng.uniform(100, 1500), 1),
+                 round(rng.uniform(200, 700), 1)) for v in rng.sample(names, rng.randint(3, 7))]
+        table = _t(*rows)
+        mems = sorted(r["memory_mib"] for r in table)
+        tpots = sorted(r["tpot_p99_ms"] for r in table if r["tpot_p99_ms"] is not None) or [500.0]
+        out.append((table, rng.choice(mems), rng.choice(tpots)))
+    return out
+
+
 def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
     cases = [(_HAND_TABLE, 600.0, 500.0), (_HAND_TABLE, 300.0, 1000.0), (_HAND_TABLE, 100.0, 1000.0),
              (_HAND_TABLE, 1000.0, 1000.0), (_HAND_TABLE, 540.0, 400.0)]      # the last: both limits met exactly
@@ -119,6 +137,11 @@ def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
     checks = [Check(label={"zh": f"预算 {m:g} MiB，TPOT P99 ≤ {p:g} ms" + ("（你的表）" if tab is table else ""),
                            "en": f"budget {m:g} MiB, TPOT P99 ≤ {p:g} ms" + (" (your table)" if tab is table else "")},
                     run=lambda fn, _e, a=(tab, m, p): fn(*a)) for tab, m, p in cases]
+    checks += [Check(label={"zh": f"随机隐藏用例 {i + 1}：{len(tab)} 行的表，预算 {m:g} MiB，TPOT P99 ≤ {p:g} ms（不显示期望值）",
+                            "en": f"random hidden case {i + 1}: a {len(tab)}-row table, budget {m:g} MiB, TPOT P99 ≤ {p:g} ms "
+                                  "(expected value not shown)"},
+                     run=lambda fn, _e, a=(tab, m, p): fn(*a), reveal=False)
+               for i, (tab, m, p) in enumerate(_random_cases())]
     return Exercise(
         name="pick_config",
         title={"zh": "练习：按预算和 SLO 从实测表中选配置", "en": "Exercise: pick a configuration for a budget and an SLO"},
