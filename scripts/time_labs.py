@@ -3,6 +3,7 @@
     python scripts/time_labs.py                       # every lab, full mode, idle
     python scripts/time_labs.py --fast --labs 02 04   # FAST mode, two labs
     python scripts/time_labs.py --busy 2              # two busy-loop processes beside the kernel
+    python scripts/time_labs.py --timings data/lab-timings.json --convert      # what `make lab` tells learners
 
 Each notebook runs in a fresh ``python3`` kernel through nbclient (the way ``tests/test_notebooks.py``
 runs it), in a throw-away copy of the workspace (``LABKIT_RESULTS`` points into a temporary folder, so a
@@ -79,6 +80,34 @@ def run_one(path: Path, fast: bool, cell_timeout: int, keep: Path | None = None)
             "cells": [{"cell": i, "s": round(s, 2), "source": src} for s, i, src in cells]}
 
 
+def time_conversion() -> float:
+    """Seconds to convert the default model into an empty cache, as a learner's first lab cell does."""
+    sys.path.insert(0, str(REPO))
+    from labkit.model.loader import ensure_default_converted
+
+    with tempfile.TemporaryDirectory(prefix="labkit-convert-") as tmp:
+        start = time.perf_counter()
+        ensure_default_converted(progress=False, root=Path(tmp))
+        return round(time.perf_counter() - start, 1)
+
+
+def write_timings(path: Path, rows: list[dict], fast: bool, convert_s: float | None) -> None:
+    """Merge one mode's Run All times into ``path`` (the other mode's times and the conversion are kept)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    loads = [row["load_before"] for row in rows]
+    data.update(cpu=f"{_cpu_line()}, {os.cpu_count()} cores", measured_on=time.strftime("%Y-%m-%d"),
+                load=round(max(loads), 1) if loads else None, tool="scripts/time_labs.py")
+    data.setdefault("full_s", {})
+    data.setdefault("fast_s", {})
+    data["fast_s" if fast else "full_s"].update({row["lab"][:2]: row["wall_s"] for row in rows})
+    if convert_s is not None:
+        data["convert_s"] = convert_s
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--labs", nargs="*", default=[], help="name prefixes, e.g. 01 04 (default: every lab)")
@@ -88,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     parser.add_argument("--keep-results", type=Path, help="write the labs' results/labNN.json here (to compare "
                         "verdicts between an idle and a busy run) instead of a temporary folder")
+    parser.add_argument("--timings", type=Path, help="merge this run's Run All times (by lab number and mode) into "
+                        "this file, which `make lab` and each lab's first cell read (data/lab-timings.json)")
+    parser.add_argument("--convert", action="store_true", help="also time converting the model into an empty cache")
     args = parser.parse_args(argv)
     if args.busy < 0:
         parser.error("--busy: a count of processes, 0 or more")
@@ -108,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for p in spinners:
             p.terminate()
+    if args.timings:
+        write_timings(args.timings, rows, args.fast, time_conversion() if args.convert else None)
     if args.json:
         args.json.write_text(json.dumps({"cpu": _cpu_line(), "busy": args.busy, "rows": rows}, indent=1,
                                         ensure_ascii=False), encoding="utf-8")

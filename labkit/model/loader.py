@@ -62,19 +62,32 @@ def resolve_model_dir(model: str | os.PathLike | None, progress: bool = True) ->
     return path
 
 
-def ensure_default_converted(progress: bool = True, root: Path | None = None) -> Path:
-    """The converted default model's directory under ``root`` (default: the user's cache), converted
-    on first use. A class's shared cache (``$LABKIT_SHARED_CACHE``) that holds it is used as it is."""
-    gguf_path = find_default_gguf()
+def _converted_name(gguf_path: Path) -> str:
     stat = gguf_path.stat()
     key = hashlib.sha1(f"{gguf_path.name}:{stat.st_size}:v1".encode()).hexdigest()[:12]
-    name = f"{DEFAULT_MODEL}-Q4_1-{key}"
+    return f"{DEFAULT_MODEL}-Q4_1-{key}"
+
+
+def converted_default_model(root: Path | None = None) -> Path | None:
+    """The directory of the default model converted before (a class's shared cache first, then
+    ``root`` or the user's cache), or None when the first load still has to convert it."""
+    name = _converted_name(find_default_gguf())
     shared = shared_root()
     if root is None and shared is not None and (shared / "models" / name / "labkit.json").is_file():
         return shared / "models" / name
     target = (cache_root() if root is None else Path(root)) / "models" / name
-    if (target / "labkit.json").is_file():
-        return target
+    return target if (target / "labkit.json").is_file() else None
+
+
+def ensure_default_converted(progress: bool = True, root: Path | None = None) -> Path:
+    """The converted default model's directory under ``root`` (default: the user's cache), converted
+    on first use. A class's shared cache (``$LABKIT_SHARED_CACHE``) that holds it is used as it is."""
+    gguf_path = find_default_gguf()
+    done = converted_default_model(root)
+    if done is not None:
+        return done
+    name = _converted_name(gguf_path)
+    target = (cache_root() if root is None else Path(root)) / "models" / name
     own = cache_root() / "models" / name          # converted before by this user: copied, not converted again
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))

@@ -93,13 +93,42 @@ def load_note(load: tuple[float, int] | None = None, fast: bool | None = None) -
     return note
 
 
-def lab_start() -> str:
-    """The first cell of every lab: torch runs on ``LABKIT_THREADS`` threads (default 1) for the
+def convert_model_once() -> float | None:
+    """Convert the default model now if this machine never has, saying so before it starts (the
+    conversion shows a progress bar). Returns the seconds it took, or None when there was nothing to do
+    (converted before, a class's shared copy, or not installed: ``LLM()`` then says how to install it)."""
+    import time
+
+    from labkit.i18n import t
+    from labkit.labs.welcome import LabTimings, minutes
+    from labkit.model.loader import converted_default_model, ensure_default_converted
+
+    try:
+        if converted_default_model() is not None:
+            return None
+    except FileNotFoundError:
+        return None
+    timings = LabTimings.load_file()
+    took = (t(f"，实测{minutes(timings.convert_s)}", f"; measured: {minutes(timings.convert_s)}")
+            if timings and timings.convert_s else "")
+    print(t(f"首次运行：正在把模型（SmolLM2-135M-Instruct）转换一次（只做这一次{took}），之后各实验直接使用……",
+            f"First run: converting the model (SmolLM2-135M-Instruct) once (only this once{took}); every lab "
+            "reuses it…"), flush=True)
+    start = time.perf_counter()
+    ensure_default_converted(progress=True)
+    return time.perf_counter() - start
+
+
+def lab_start(lab: str | None = None) -> str:
+    """The first cell of every lab: the model converted if this is the first run (saying so while it
+    converts), this lab's measured Run All time, torch on ``LABKIT_THREADS`` threads (default 1) for the
     whole kernel (on a shared or busy machine torch's own threads fight other programs for the
-    cores: we measured engine steps 10–25× slower), and the load note."""
+    cores: we measured engine steps 10–25× slower), and the load note. ``lab`` is the lab's number."""
     from labkit.i18n import t
     from labkit.labs.common.measure import measure_threads
+    from labkit.labs.welcome import first_cell_note
 
+    first = first_cell_note(lab, convert_model_once())
     threads = measure_threads()
     torch.set_num_threads(threads)
     note = t(f"torch 和 labkit 的 C 内核都用 {threads} 个线程计算（LABKIT_THREADS 可改）；对比计时用 CPU 时间"
@@ -108,8 +137,7 @@ def lab_start() -> str:
              f"torch and labkit's C kernels compute on {threads} thread(s) (LABKIT_THREADS changes it); comparisons "
              "are timed in CPU time (on a GPU: wall time after synchronize). Your own script uses every core by "
              "default, and labkit's C kernels then use every core too; they give the same bits at any thread count.")
-    load = load_note()
-    return f"{note}\n{load}" if load else note
+    return "\n".join(part for part in (first, note, load_note()) if part)
 
 
 @contextmanager
