@@ -28,8 +28,8 @@ ROWS = [
          "每个输出 token 都由目标模型的验证决定（接受、纠正或 bonus），草稿只是提议。",
          "Every output token is decided by the target's verification (accepted, recovered or bonus); drafts only propose.",
          "the draft writes the output"),
-        ("投机期间目标模型跳过一部分层，只在草稿被拒绝时才补算完整的前向",
-         "While speculating the target skips some layers, running its full forward only when a draft is rejected",
+        ("投机期间目标模型跳过一部分层，草稿被拒绝时再补算完整的前向",
+         "While speculating the target skips some layers and runs its full forward when a draft is rejected",
          "目标模型每次验证都跑完整的前向；跳层是另一类方法（如 self-speculative），不是这里的机制。",
          "The target runs its full forward to verify; skipping layers is a different family of methods.",
          "verification is a partial forward"),
@@ -84,20 +84,24 @@ ROWS = [
          "emitted tokens are accepted drafts")]),
     Row("sd-misreading", ("“开了投机解码，输出一定更快。”什么情况下它反而更慢？",
                           "'Speculative decoding always makes output faster.' When is it slower?"), [
-        ("草稿常与目标不一致（如代码、严格格式），或批已满、没有富余算力时",
-         "When drafts often disagree (code, strict formats), or the batch is full with no spare compute",
-         "对：每步至少 1 个 token，但每步的代价变大了（起草 + 验证 k+1 个 token）。α 低时得不偿失；vLLM 博客在高 QPS 下测到 1.4–1.8 倍的变慢。",
-         "Right: each step still emits ≥ 1 token but costs more (drafting + verifying k+1 tokens). With a low α "
-         "that does not pay; the vLLM blog measured 1.4-1.8× slowdowns at high QPS.", ""),
+        ("多换回的 token 付不起起草与验证的代价时（常猜错、提议者贵、批已满）",
+         "When the extra tokens do not pay for drafting and verifying (bad guesses, costly proposer, full batch)",
+         "对：加速比 = 每步产出的 token 数 / 每步的代价。每步至少 1 个 token，但每步更贵了（起草 + 验证 k+1 个 token）。"
+         "哪类流量上提议者常猜错，取决于提议者：第 4 节的表按本次测量给出；vLLM 博客在高 QPS 下测到 1.4–1.8 倍的变慢。",
+         "Right: speed-up = tokens per step / cost per step. Each step still emits ≥ 1 token but costs more (drafting + "
+         "verifying k+1 tokens). Which traffic a proposer guesses wrong on depends on the proposer: section 4's table "
+         "shows it for this run; the vLLM blog measured 1.4-1.8× slowdowns at high QPS.", ""),
         ("只有在采样（temperature > 0）时才会变慢；贪心解码下投机总是更快",
          "Only when sampling (temperature > 0); under greedy decoding speculation is always faster",
-         "贪心也一样：本实验里贪心的代码/JSON 流量就可能低于 1 倍。", "Greedy too: this lab's greedy code/JSON traffic can fall below 1×.",
+         "贪心也一样：加速比 = 每步 token 数 / 每步代价，与是否采样无关；第 4 节的表全是贪心，看其中低于 1 的行（如果有）。",
+         "Greedy too: speed-up = tokens per step / cost per step, sampling or not; section 4's table is all greedy, "
+         "look for rows below 1 there (if any).",
          "greedy speculation always wins"),
         ("不会更慢：最坏情况下每步仍产出 1 个 token，和普通解码一样",
          "Never: in the worst case each step still emits 1 token, just like plain decoding",
          "token 数不会少，但每一步更贵：速度 = token 数 / 时间。", "Tokens never drop, but each step costs more: speed = tokens / time.",
          "at least one token per step means no loss"),
-        ("只有草稿模型比目标模型还大时才会变慢", "Only when the draft model is larger than the target",
+        ("草稿模型的参数比目标模型还多时", "When the draft model has more parameters than the target",
          "小草稿也可能得不偿失：n-gram 提议几乎不花时间，α 低时验证 k+1 个 token 的代价照样吃掉收益。",
          "Small drafts can lose too: n-gram drafting is nearly free, yet with a low α verifying k+1 tokens eats the gain.",
          "only a slow draft hurts")]),
