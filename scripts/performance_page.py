@@ -50,11 +50,55 @@ def demote(text: str) -> str:
     return "\n".join(out).strip() + "\n"
 
 
+PEER_TABLE = re.compile(r"^#+ Batch-(\d+) decode, (\d+) thread\(s\)")
+PRECISIONS = ("fp32", "bf16", "q4_1")
+
+
+def peer_ratios(report: str) -> list[tuple[str, str, dict[str, str]]]:
+    """From a `bench.llama_cpp_peer` report: (batch, threads, {precision: "labkit / llama.cpp" ratio}) per table."""
+    rows, current = [], None
+    for line in report.splitlines():
+        heading = PEER_TABLE.match(line)
+        if heading:
+            current = (heading.group(1), heading.group(2), {})
+            rows.append(current)
+        elif current and line.startswith("| labkit "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            precision = cells[0].removeprefix("labkit ")
+            if precision in PRECISIONS and cells[-1]:
+                current[2][precision] = cells[-1]
+    return [row for row in rows if row[2]]
+
+
+def headline(kinds: list[Path]) -> str:
+    """The summary the README points to: labkit ÷ llama.cpp at the same precision, per CPU kind, taken from
+    each kind's saved `bench.llama_cpp_peer` report (its full tables follow below)."""
+    lines = ["## Headline results", "",
+             "Decode tokens/s of labkit divided by llama.cpp's at the same precision, same weights and prompts, "
+             "greedy (above 1.00x labkit is faster). Each row comes from the `bench.llama_cpp_peer` report of that "
+             "CPU kind below, which has the command, the date, the rounds and the range.", "",
+             "| CPU | batch | threads | fp32 | bf16 | q4_1 |", "|---|---|---|---|---|---|"]
+    found = False
+    for kind in kinds:
+        report = kind / "llama_cpp_peer.md"
+        if not report.is_file():
+            continue
+        text = report.read_text(encoding="utf-8")
+        cpu = next((line.split("on: ", 1)[1] for line in text.splitlines() if line.startswith("measured ")), kind.name)
+        for batch, threads, ratios in peer_ratios(text):
+            found = True
+            lines.append(f"| {cpu} | {batch} | {threads} | " + " | ".join(ratios.get(p, "—") for p in PRECISIONS) + " |")
+    return "\n".join(lines) + "\n" if found else ""
+
+
 def page() -> str:
     parts = [INTRO]
     kinds = sorted(p for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
     if not kinds:
         parts.append("No saved reports yet: run `make bench`.\n")
+    summary = headline(kinds)
+    if summary:
+        parts.append(summary)
     for kind in kinds:
         reports = sorted(kind.glob("*.md"))
         first = reports[0].read_text(encoding="utf-8") if reports else ""
