@@ -107,10 +107,14 @@ HUB_ENV = LABKIT_HUB_DIR=$(HUB_DIR) LABKIT_HUB_PORT=$(HUB_PORT) LABKIT_HUB_INSTR
 # configurable-http-proxy from npm, pinned with its whole tree (hub/package-lock.json), in this checkout only.
 PROXY := build/hub/node_modules/.bin/configurable-http-proxy
 
+# The recipe lines are not echoed: HUB_FLAGS may hold LABKIT_HUB_ADMIN_TOKEN. `instructor` asks for the
+# instructor's password on the terminal the first time (or reads it from stdin); `start` refuses without one.
 hub: setup-hub hub-proxy
-	$(HUB_ENV) $(PY) -m labkit.hub add-learners $(LEARNERS)
-	$(HUB_ENV) $(PY) -m labkit.hub prepare
-	$(HUB_ENV) $(PY) -m labkit.hub start
+	@echo "python -m labkit.hub add-learners $(LEARNERS); instructor; prepare; start  (HUB_DIR=$(HUB_DIR))"
+	@$(HUB_ENV) $(PY) -m labkit.hub add-learners $(LEARNERS)
+	@$(HUB_ENV) $(PY) -m labkit.hub instructor
+	@$(HUB_ENV) $(PY) -m labkit.hub prepare
+	@$(HUB_ENV) $(PY) -m labkit.hub start
 
 hub-proxy: $(PROXY)
 
@@ -159,11 +163,14 @@ draft: setup
 
 # Voila 0.5.13 never sets the _xsrf cookie its own page-close beacon needs (voila-dashboards/voila#1458),
 # so a closed page's kernel would keep running: accept the beacon (loopback only; it names an
-# unguessable kernel id) and cull idle kernels as a backstop. tests/browser_util.py uses the same flags.
+# unguessable kernel id) and cull idle kernels as a backstop. The backstop is 900 s, far above the slowest
+# page measured under load (230 s from request to the browser's connection, on a 2-core machine at load
+# 20-60): a kernel whose page is still on its way is not culled before its viewer connects (cull_connected
+# stays False: a connected kernel is never culled). tests/browser_util.py reads these flags from here.
 # A dict trait takes key=value on the command line (traitlets 5; the {...} literal is deprecated);
 # jupyter_server only tests the value for truth.
 VOILA_FLAGS := --Voila.ip=127.0.0.1 --no-browser --Voila.tornado_settings=disable_check_xsrf=True \
-	--MappingKernelManager.cull_interval=10 --MappingKernelManager.cull_idle_timeout=60
+	--MappingKernelManager.cull_interval=30 --MappingKernelManager.cull_idle_timeout=900
 DASHBOARD := labs/dashboards/engine_room.ipynb
 
 # `jupyter trust` signs the notebook (it has no outputs; Voila runs it afresh), so Voila does not

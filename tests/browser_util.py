@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,19 +26,28 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost"}
 
-# How the dashboard is served (``make dashboard`` uses the same flags):
+# How the dashboard is served: the Makefile's VOILA_FLAGS, read from it (one place for ``make dashboard`` and
+# the tests; its comment says why each flag):
 # - Voila 0.5.13 shuts a page's kernel down with a beacon on ``beforeunload``, but never sets the
-#   ``_xsrf`` cookie that request needs, so it fails with 403 and the kernel lives on
-#   (voila-dashboards/voila#1458, open). The server listens on loopback only and the request names
-#   an unguessable kernel id, so the check is switched off for it to work.
-# - Culling is the backstop for pages that vanish without the beacon (a crashed tab): a kernel with
-#   no page connected is shut down after 60 s without activity.
-# - A dict trait takes ``key=value`` on the command line (the ``{...}`` literal is deprecated in
-#   traitlets 5); jupyter_server tests the value only for truth.
+#   ``_xsrf`` cookie that request needs (voila-dashboards/voila#1458, open), so the check is off for it.
+# - Culling is the backstop for pages that vanish without the beacon (a crashed tab): a kernel with no
+#   page connected is shut down after 900 s without activity, far above the slowest page load measured
+#   under load (230 s), so a page still on its way keeps its kernel.
 # - ``jupyter trust`` signs the notebook first (``trust_notebook``), so Voila does not warn that it is
 #   untrusted (it has no outputs to trust; Voila executes it afresh).
-VOILA_FLAGS = ["--Voila.ip=127.0.0.1", "--no-browser", "--Voila.tornado_settings=disable_check_xsrf=True",
-               "--MappingKernelManager.cull_interval=10", "--MappingKernelManager.cull_idle_timeout=60"]
+MAKEFILE = Path(__file__).resolve().parents[1] / "Makefile"
+
+
+def makefile_variable(name: str, makefile: Path = MAKEFILE) -> list[str]:
+    """The words of the Makefile's ``NAME := ...`` (continuation lines joined)."""
+    text = makefile.read_text(encoding="utf-8").replace("\\\n", " ")
+    found = re.search(rf"^{name}\s*:?=(.*)$", text, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"{makefile} defines no {name}")
+    return found.group(1).split()
+
+
+VOILA_FLAGS = makefile_variable("VOILA_FLAGS")
 
 
 def trust_notebook(path: Path, env: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ the next one.
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import os
 import pwd
@@ -79,9 +80,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 600) -> str:
+def cli(*args: str, env: dict[str, str], timeout: float = 600, stdin: str = "") -> str:
     done = subprocess.run([sys.executable, "-m", "labkit.hub", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, input=stdin)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -101,7 +102,16 @@ class Hub:
     learners: list[str]
     log: Path
     proc: subprocess.Popen
+    env: dict[str, str]
+    instructor_password: str
+    first_logins: list[tuple[str, int]]            # the instructor's, before anyone else's: (password, status)
     tokens: dict[str, str] = field(default_factory=dict)
+
+    def login(self, user: str, password: str) -> int:
+        with httpx.Client(base_url=self.url, timeout=60) as client:
+            client.get("/hub/login")
+            form = {"username": user, "password": password, "_xsrf": client.cookies.get("_xsrf", "")}
+            return client.post("/hub/login", data=form).status_code
 
     def api(self, method: str, path: str, token: str | None = None, **kwargs) -> httpx.Response:
         headers = {"Authorization": f"token {token or self.token}"}
@@ -191,13 +201,15 @@ def hub(machine, tmp_path_factory, shared_cache):
                LABKIT_HUB_CPUS="1")
     log = state / "hub.log"
     proc = None
+    password = secrets.token_urlsafe(12)
     try:
         cli("add-learners", *names, env=env)
+        cli("instructor", env=env, stdin=password + "\n")
         with open(log, "w") as out:
             proc = subprocess.Popen([sys.executable, "-m", "labkit.hub", "start"], env=env, cwd=REPO, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         hub = Hub(f"http://127.0.0.1:{env['LABKIT_HUB_PORT']}", env["LABKIT_HUB_ADMIN_TOKEN"], prefix + "i", names,
-                  log, proc)
+                  log, proc, env, password, [])
 
         def answers() -> bool:
             assert proc.poll() is None, hub.log_text()[-4000:]
@@ -207,6 +219,8 @@ def hub(machine, tmp_path_factory, shared_cache):
                 return False
 
         wait_until(answers, 60, "the hub behind its proxy", hub)
+        # before anyone else logs in: the instructor's name with a wrong password, then the right one
+        hub.first_logins += [(p, hub.login(hub.instructor, p)) for p in ("anything-first", password)]
         yield hub
         stop_hub(hub)
         left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120]
@@ -376,14 +390,17 @@ def class_at_work(hub):
 # ----------------------------------------------------------------------------- the tests
 
 @pytest.mark.slow
+def test_the_instructors_password_is_set_before_the_hub_starts_so_a_first_login_cannot_claim_it(hub):
+    assert hub.first_logins == [("anything-first", 403), (hub.instructor_password, 302)]
+    assert hub.login(hub.instructor, "anything-first") == 403          # the refused try set nothing either
+    password_file = Path(hub.env["LABKIT_HUB_DIR"]) / "instructor-password"
+    assert oct(password_file.stat().st_mode & 0o777) == "0o600" and password_file.stat().st_uid == 0
+
+
+@pytest.mark.slow
 def test_a_learner_on_the_class_list_sets_a_password_at_first_login_and_no_one_else_gets_in(hub):
     name = hub.learners[2]
-
-    def login(user: str, password: str) -> int:
-        with httpx.Client(base_url=hub.url, timeout=60) as client:
-            client.get("/hub/login")
-            form = {"username": user, "password": password, "_xsrf": client.cookies.get("_xsrf", "")}
-            return client.post("/hub/login", data=form).status_code
+    login = hub.login
 
     assert login(name, "first-password") == 302                 # first use: the password is set
     assert login(name, "another-password") == 403               # then only that password opens it
@@ -434,22 +451,78 @@ def test_a_learner_cannot_read_another_learners_work(hub, class_at_work):
 
 @pytest.mark.slow
 def test_the_class_view_shows_every_learner_to_the_instructor_and_refuses_a_learner(hub, class_at_work):
+    # a quiz question answered in the second learner's kernel, as its widget does, shows in the view
+    kernel, loop = class_at_work["kernels"][hub.learners[1]], class_at_work["loop"]
+    _, error = loop.run_until_complete(kernel.execute(
+        "from labkit.labs.lab01_kv_cache.quiz import quiz\nquiz().view().views[0].answer(0)"))
+    assert error is None
     url = f"{hub.url}/services/class-view/"
     page = httpx.get(url, headers={"Authorization": f"token {hub.user_token(hub.instructor)}"}, timeout=60)
     assert page.status_code == 200, page.text
-    assert "全班视图（3 位学习者）" in page.text
+    assert "全班视图（3 位学习者）" in page.text and "自报" in page.text
     table = page.text.split("labkit-class-table", 1)[1]
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", table)
-    rows = {cells[i]: cells[i:i + 5] for i in range(0, len(cells), 5)}
-    assert {name: rows[name][3] for name in hub.learners} == {      # each learner's lab 01 exercises, as they did them
-        hub.learners[0]: "通过 1/1（一次通过 1）", hub.learners[1]: "通过 1/1（一次通过 1）",
-        hub.learners[2]: "通过 0/1（一次通过 0）"}
+    rows = {cells[i]: cells[i:i + 6] for i in range(0, len(cells), 6)}
+    assert {name: rows[name][3] for name in hub.learners} == {      # each learner's lab 01 exercises, out of 2
+        hub.learners[0]: "通过 1/2（一次通过 1）", hub.learners[1]: "通过 1/2（一次通过 1）",
+        hub.learners[2]: "通过 0/2（一次通过 0）"}
+    assert "（已答 1）" in rows[hub.learners[1]][2] and rows[hub.learners[0]][2] == "—"
     assert hub.instructor not in page.text
     english = httpx.get(url + "?lang=en", headers={"Authorization": f"token {hub.user_token(hub.instructor)}"},
                         timeout=60)
-    assert "Class view (3 learners)" in english.text
+    assert "Class view (3 learners)" in english.text and "self-reported" in english.text
     refused = httpx.get(url, headers={"Authorization": f"token {hub.user_token(hub.learners[0])}"}, timeout=60)
     assert refused.status_code == 403
+
+
+@pytest.mark.slow
+def test_the_instructor_exports_the_class_resets_one_lab_and_pushes_an_update_without_a_restart(
+        hub, class_at_work, tmp_path):
+    from labkit.hub import class_tools
+
+    # the export and the push in this process (each command is a line around them); the reset as a command
+    class_tools.export_csv([pwd.getpwnam(n) for n in hub.learners], REPO / "labs", tmp_path / "class.csv")
+    rows = {(r["learner"], r["lab"]): r for r in csv.DictReader(open(tmp_path / "class.csv", encoding="utf-8"))}
+    assert [(rows[(n, "01")]["exercises_passed"], rows[(n, "01")]["exercises_total"]) for n in hub.learners] == [
+        ("1", "2"), ("1", "2"), ("0", "2")]
+    name = hub.learners[2]
+    work = Path(pwd.getpwnam(name).pw_dir) / "work"
+    said = cli("reset-lab", name, "01", env=hub.env)
+    assert f"reset: {work / LAB}" in said
+    backups = list((work / ".backup").iterdir())
+    assert len(backups) == 1 and backups[0].stat().st_uid == pwd.getpwnam(name).pw_uid    # done as the learner
+    (work / LAB).unlink()                                   # gone from their copy: the push brings it back
+    said = class_tools.push_update([pwd.getpwnam(name)], learner_python(), REPO / "labs")[name]
+    assert f"new: {work / LAB}" in said and (work / LAB).stat().st_uid == pwd.getpwnam(name).pw_uid
+    assert hub.api("GET", f"/users/{name}").json()["servers"][""]["ready"]       # their server kept running
+
+
+@pytest.mark.slow
+def test_a_hub_user_with_no_account_here_is_told_to_run_add_learners_and_leaves_no_cgroup(hub):
+    name = hub.learners[0][:-1] + "z"                      # on the hub (admin page or API), not on the machine
+    assert hub.api("POST", f"/users/{name}").status_code == 201
+    answer = hub.api("POST", f"/users/{name}/server")
+    assert answer.status_code == 409 and f"add-learners {name}" in answer.text, answer.text
+    assert not any(where.exists() for where in learner_dirs(name).values())
+    hub.api("DELETE", f"/users/{name}")
+
+
+@pytest.mark.slow
+def test_the_learners_load_the_c_kernels_the_set_up_built_and_compile_nothing(hub, class_at_work, shared_cache):
+    """Each learner's kernel got LABKIT_SHARED_CACHE and maps the library ``prepare`` built into it; no
+    learner has a kernels build of their own (nothing was compiled in their servers)."""
+    built = sorted((shared_cache / "kernels").glob("labkit-*.so"))
+    assert built, f"prepare built no C kernels into {shared_cache / 'kernels'}"
+    for name, pids in learner_kernel_pids(hub.learners).items():
+        home = Path(pwd.getpwnam(name).pw_dir)
+        assert not (home / ".cache" / "labkit" / "kernels").exists(), f"{name} compiled the kernels again"
+        for pid in pids:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"LABKIT_SHARED_CACHE={shared_cache}".encode() in environ
+            maps = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                    if "labkit-" in line and line.endswith(".so")}
+            assert maps <= {str(p) for p in built}, f"{name}'s kernel {pid} maps {maps}"
+            assert maps, f"{name}'s kernel {pid} loaded no C kernels"
 
 
 @pytest.mark.slow
@@ -484,6 +557,10 @@ def test_the_learners_kernels_map_the_one_shared_copy_of_the_weights(hub, class_
             rollup = smaps_rollup(pid)
             print(f"{name} kernel {pid}: RSS {rollup['Rss'] / 1024:.0f} MiB, PSS {rollup['Pss'] / 1024:.0f} MiB; "
                   f"weight pack RSS {m['Rss'] / 1024:.0f} MiB, PSS {m['Pss'] / 1024:.0f} MiB")
+    for name in hub.learners:                # the learner's JupyterLab server, counted in docs/hub.md's sizes
+        for pid in learners.user_pids(pwd.getpwnam(name).pw_uid):
+            if b"jupyterhub.singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                print(f"{name} JupyterLab server {pid}: PSS {smaps_rollup(pid)['Pss'] / 1024:.0f} MiB")
     maps = [m for kernels in mapped.values() for m in kernels]
     assert sum(m["Pss"] for m in maps) <= 1.01 * size_kb
     assert all(m["Anonymous"] < 0.01 * size_kb for m in maps)     # no kernel copied the weights it maps
@@ -559,15 +636,15 @@ def test_the_class_view_page_names_each_learner_their_server_and_their_results()
     from labkit.hub.class_view import Learner, page
 
     labs = [LabProgress("01", exercises_attempted=1, exercises_passed=1, exercises_first_try=1)]
-    html = page([Learner("ann", True, "2026-12-01T10:00:00.000Z", labs, "home on this machine"),
-                 Learner("bo", False, None, [LabProgress("01")], "none: server not running")])
+    html = page([Learner("ann", True, "2026-12-01T10:00:00.000Z", labs, "home on this machine", opened=frozenset({"01"})),
+                 Learner("bo", False, None, [LabProgress("01")], "none: server not running")], {"01": 2})
     assert "全班视图（2 位学习者）" in html and "运行中" in html and "未运行" in html
-    assert "2026-12-01 10:00:00" in html and "通过 1/1（一次通过 1）" in html
+    assert "2026-12-01 10:00:00" in html and "通过 1/2（一次通过 1）" in html
 
 
 def test_the_class_view_takes_only_regular_files_the_learner_owns(tmp_path):
     """It reads as root: a learner's link to someone else's file, or a named pipe, must not reach the page."""
-    from labkit.hub.class_view import copy_own_results
+    from labkit.hub.results import copy_own_results
 
     results = tmp_path / "home" / "work" / "results"
     results.mkdir(parents=True)

@@ -4,10 +4,12 @@
 
 What runs, and which file holds it::
 
-    python -m labkit.hub  add-learners | prepare | start            __main__.py (settings.py: LABKIT_HUB_*)
+    python -m labkit.hub  add-learners | instructor | prepare | start   __main__.py (settings.py: LABKIT_HUB_*)
+                          push-update | reset-lab | export-csv         class_tools.py (results.py)
         │
         jupyterhub (root) ─ configurable-http-proxy (npm, build/hub/)  config.py, hub/jupyterhub_config.py
-        ├─ authenticator: first-use password (default) or PAM          config.py
+        ├─ authenticator: first-use passwords for learners, the         config.py, instructor.py
+        │    instructor's set before the start (or PAM)
         ├─ spawner: LabkitSpawner, one process tree per learner,        spawner.py
         │    in a cgroup with the learner's memory and CPU limits       limits.py
         │    └─ as the learner: copy new course notebooks into ~/work   learner_server.py, workspace.py

@@ -1,10 +1,13 @@
 """The hub's set-up and start, as ``make hub`` runs them (each as root; settings from LABKIT_HUB_*)::
 
     python -m labkit.hub add-learners ann bo     # system users with private homes; the class list
+    python -m labkit.hub instructor              # the instructor's account; their password, asked once
     python -m labkit.hub remove-learners bo      # the account and its home (only accounts labkit made)
     python -m labkit.hub prepare                 # the class's one copy of the model, read-only
     python -m labkit.hub check                   # what this machine enforces per learner
     python -m labkit.hub start                   # JupyterHub with hub/jupyterhub_config.py
+
+and, while a class runs (class_tools.py): ``push-update``, ``reset-lab NAME LAB``, ``export-csv FILE``.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
-from labkit.hub import learners
+from labkit.hub import instructor, learners
 from labkit.hub.interpreter import learner_python, readable_by_all
 from labkit.hub.limits import LearnerCgroup, Limits
 from labkit.hub.settings import REPO, HubSettings, from_env
@@ -28,15 +32,75 @@ def need_root(what: str) -> None:
 
 def add_learners(s: HubSettings, names: list[str]) -> None:
     need_root("add-learners")
-    for name in [s.instructor, *names]:
+    for name in names:
         learners.check_name(name)
-    if learners.ensure_user(s.instructor):
-        print(f"instructor: account {s.instructor} created")
+        if name == s.instructor:
+            raise SystemExit(f"{name} is the instructor (LABKIT_HUB_INSTRUCTOR), not a learner")
     created = learners.add_learners(names, s.learners_file)
     for name in names:
         print(f"learner {name}: {'account created' if name in created else 'account exists'}")
     print(f"class list {s.learners_file}: {len(learners.read_learners(s.learners_file))} learners "
           "(a running hub reads it at its next start)")
+
+
+def setup_instructor(s: HubSettings, new_password: bool) -> None:
+    """The instructor's account (their own server runs as it), and their password: asked when there is none
+    (or with ``new_password``), kept when there is one."""
+    need_root("instructor")
+    if learners.ensure_user(s.instructor):
+        print(f"instructor: account {s.instructor} created")
+    if s.auth != "firstuse":
+        print(f"instructor {s.instructor}: logs in with the machine's password (LABKIT_HUB_AUTH={s.auth}; chpasswd)")
+        return
+    if not new_password:
+        try:
+            instructor.check_file(s.password_file)
+            print(f"instructor {s.instructor}: password kept ({s.password_file}; --new-password to change it)")
+            return
+        except ValueError:
+            pass
+    try:
+        instructor.set_password(s.password_file, instructor.ask_password())
+    except ValueError as exc:
+        raise SystemExit(f"instructor {s.instructor}: {exc}") from None
+    print(f"instructor {s.instructor}: password set ({s.password_file}, mode 600)")
+
+
+def class_accounts(s: HubSettings, names: list[str]):
+    """The accounts of ``names`` (default: the class list); SystemExit naming one that has none."""
+    accounts = []
+    for name in names or learners.read_learners(s.learners_file):
+        if (entry := learners.account(learners.check_name(name))) is None:
+            raise SystemExit(f"{name} has no account on this machine (python -m labkit.hub add-learners {name})")
+        accounts.append(entry)
+    return accounts
+
+
+def push_update(s: HubSettings, names: list[str]) -> None:
+    need_root("push-update")
+    # the class tools are imported where used: they load ipywidgets (the results' reader), which the hub's
+    # set-up commands do not need, and each of those would start a second slower
+    from labkit.hub import class_tools
+
+    for name, said in class_tools.push_update(class_accounts(s, names), learner_python(), s.course).items():
+        print(f"{name}: " + ("; ".join(said.strip().splitlines()) or "up to date"))
+
+
+def reset_lab(s: HubSettings, name: str, lab: str) -> None:
+    need_root("reset-lab")
+    from labkit.hub import class_tools  # see push_update
+
+    try:
+        print(class_tools.reset_lab(class_accounts(s, [name])[0], learner_python(), s.course, lab).strip())
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def export_csv(s: HubSettings, path: Path) -> None:
+    from labkit.hub import class_tools  # see push_update
+
+    rows = class_tools.export_csv(class_accounts(s, []), s.course, path)
+    print(f"{path}: {rows} rows (one per learner and lab; self-reported results, see docs/hub.md)")
 
 
 def remove_learners(s: HubSettings, names: list[str]) -> None:
@@ -73,6 +137,11 @@ def check(s: HubSettings) -> str:
 
 def start(s: HubSettings) -> None:
     need_root("start")
+    if s.auth == "firstuse":
+        try:
+            instructor.check_file(s.password_file)
+        except ValueError as exc:
+            raise SystemExit(f"the hub does not start without the instructor's password: {exc}") from None
     if not s.proxy.is_file():
         raise SystemExit(f"configurable-http-proxy is not at {s.proxy}: run `make hub-proxy` (npm installs it there)")
     print(check(s), file=sys.stderr)
@@ -96,8 +165,17 @@ def start(s: HubSettings) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m labkit.hub", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    add = sub.add_parser("add-learners", help="make learners' accounts (and the instructor's); add them to the class")
+    add = sub.add_parser("add-learners", help="make learners' accounts; add them to the class")
     add.add_argument("names", nargs="*")
+    teacher = sub.add_parser("instructor", help="make the instructor's account; set their password if none is set")
+    teacher.add_argument("--new-password", action="store_true", help="set the password again")
+    push = sub.add_parser("push-update", help="copy the course's new notebooks into learners' work dirs now")
+    push.add_argument("names", nargs="*", help="default: the class list")
+    reset = sub.add_parser("reset-lab", help="one learner's lab back to the course's version (theirs to .backup/)")
+    reset.add_argument("name")
+    reset.add_argument("lab", help="a name prefix, e.g. 01")
+    export = sub.add_parser("export-csv", help="every learner's results as CSV")
+    export.add_argument("path", type=Path)
     remove = sub.add_parser("remove-learners", help="delete learners' accounts and homes")
     remove.add_argument("names", nargs="+")
     prep = sub.add_parser("prepare", help="convert the model once into the shared cache")
@@ -108,6 +186,14 @@ def main(argv: list[str] | None = None) -> None:
     s = from_env()
     if args.command == "add-learners":
         add_learners(s, args.names)
+    elif args.command == "instructor":
+        setup_instructor(s, args.new_password)
+    elif args.command == "push-update":
+        push_update(s, args.names)
+    elif args.command == "reset-lab":
+        reset_lab(s, args.name, args.lab)
+    elif args.command == "export-csv":
+        export_csv(s, args.path)
     elif args.command == "remove-learners":
         remove_learners(s, args.names)
     elif args.command == "prepare":

@@ -5,9 +5,10 @@ only for a user the hub grants ``access:services!service=class-view``: the admin
 instructor. A learner is refused (403); they see their own progress in their own workspace
 (``dashboards/progress.ipynb``), and their home is theirs alone, so no learner reads another's work.
 
-Per learner (each user of the hub who is not an admin), the page shows whether their server runs and
-when they were last active, then the class table of `labkit.assess.progress.class_html` built from
-their results summaries, read by `read_progress`:
+Per learner (each user of the hub who is not an admin), the page shows whether their server runs (or is
+starting) and when they were last active, then one row per lab they opened (a results summary exists):
+quiz, exercises passed out of the lab's total (counted in the course's notebook), predictions, or
+"opened, nothing attempted". The summaries are read by `read_progress`:
 
 - from their home on this machine (``~/work/results/labNN.json``), with the service's rights (it runs
   as the hub's user, root, so it reads homes of mode 0700), taking only regular files the learner owns;
@@ -15,7 +16,9 @@ their results summaries, read by `read_progress`:
   running server's contents API, with the service's ``access:servers`` scope. A stopped server there
   shows no results until it runs again.
 
-The page reloads itself every 30 seconds. ``?lang=en`` shows it in English.
+The results are self-reported: files in the learner's own workspace, written by their kernel, which
+they can also edit. The page says so. The page reloads itself every 30 seconds. ``?lang=en`` shows it
+in English.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ import asyncio
 import html
 import json
 import os
-import pwd
 import signal
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +38,12 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import ioloop, web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from labkit.assess.progress import LABS, LabProgress, class_html, read_progress
-from labkit.hub.settings import RESULTS, WORK
+from labkit.assess.progress import LABS, LabProgress, read_progress
+from labkit.hub.results import copy_own_results, exercise_totals, local_account
+from labkit.hub.settings import REPO, RESULTS
 from labkit.i18n import set_language, t
 
 REFRESH_S = 30
-MAX_SUMMARY_BYTES = 4 * 2**20       # a lab's results summary is a few kB
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class Learner:
     last_activity: str | None
     labs: list[LabProgress]
     source: str                 # where the results came from, in words
+    starting: bool = False      # a spawn is pending
+    opened: frozenset[str] = frozenset()      # the labs with a results summary
+
+    def state(self) -> str:
+        if self.running:
+            return t("运行中", "running")
+        return t("启动中", "starting") if self.starting else t("未运行", "stopped")
 
 
 class Hub:
@@ -89,34 +97,10 @@ class Hub:
             (folder / f"lab{lab}.json").write_text(model["content"], encoding="utf-8")
 
 
-def local_account(name: str) -> pwd.struct_passwd | None:
-    """The learner's account when their home is on this machine."""
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        return None
-    return entry if Path(entry.pw_dir).is_dir() else None
-
-
-def copy_own_results(account: pwd.struct_passwd, folder: Path) -> None:
-    """Copy the learner's ``~/work/results/labNN.json`` into ``folder``: each only if it is a regular file
-    the learner owns, opened without following a link and without blocking. The service reads as root, so
-    a learner's link to a file of someone else, or a named pipe that would hang the page, is left out."""
-    results = Path(account.pw_dir) / WORK / RESULTS
-    for lab in LABS:
-        try:
-            fd = os.open(results / f"lab{lab}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_uid == account.pw_uid and info.st_size <= MAX_SUMMARY_BYTES:
-                (folder / f"lab{lab}.json").write_bytes(f.read(MAX_SUMMARY_BYTES))
-
-
 async def learner(hub: Hub, user: dict) -> Learner:
     server = (user.get("servers") or {}).get("")
     running = bool(server and server.get("ready"))
+    starting = bool(server and server.get("pending") == "spawn")
     account = local_account(user["name"])
     with tempfile.TemporaryDirectory() as tmp:
         if account is not None:
@@ -128,32 +112,78 @@ async def learner(hub: Hub, user: dict) -> Learner:
         else:
             source = t("服务器未运行，暂无", "none: server not running")
         labs = read_progress(tmp)
-    return Learner(user["name"], running, user.get("last_activity"), labs, source)
+        opened = frozenset(lab for lab in LABS if (Path(tmp) / f"lab{lab}.json").is_file())
+    return Learner(user["name"], running, user.get("last_activity"), labs, source, starting, opened)
 
 
-def page(learners: Sequence[Learner]) -> str:
-    cell = "border:1px solid #ccc;padding:3px 8px;text-align:left"
-    head = [t("学习者", "learner"), t("服务器", "server"), t("最近活动（UTC）", "last active (UTC)"),
-            t("结果来自", "results from")]
-    rows = "".join(
-        "<tr>" + "".join(f"<td style='{cell}'>{html.escape(v)}</td>" for v in (
-            x.name, t("运行中", "running") if x.running else t("未运行", "stopped"),
-            (x.last_activity or "—")[:19].replace("T", " "), x.source)) + "</tr>"
-        for x in learners)
-    header = "".join(f"<th style='{cell};background:#f3f3f3'>{html.escape(h)}</th>" for h in head)
+CELL = "border:1px solid #ccc;padding:3px 8px;text-align:left"
+
+
+def _table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    header = "".join(f"<th style='{CELL};background:#f3f3f3'>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td style='{CELL}'>{html.escape(v)}</td>" for v in row) + "</tr>"
+                   for row in rows)
+    return f"<table class='{cls}' style='border-collapse:collapse;font-size:90%;margin:4px 0 10px 0'>" \
+           f"<tr>{header}</tr>{body}</table>"
+
+
+def lab_cells(p: LabProgress, total: int | None) -> list[str]:
+    """quiz, exercises, predictions, note: one lab a learner opened."""
+    if not (p.quiz_answered or p.exercises_attempted or p.predictions):
+        return ["—", "—", "—", t("已打开，尚未作答", "opened, nothing attempted")]
+    quiz = (t(f"{p.quiz_first_right}/{p.quiz_size or p.quiz_answered}（已答 {p.quiz_answered}）",
+              f"{p.quiz_first_right}/{p.quiz_size or p.quiz_answered} (answered {p.quiz_answered})")
+            if p.quiz_answered else "—")
+    of = total if total is not None else p.exercises_attempted
+    exercises = (t(f"通过 {p.exercises_passed}/{of}（一次通过 {p.exercises_first_try}）",
+                   f"passed {p.exercises_passed}/{of} (first try {p.exercises_first_try})")
+                 if p.exercises_attempted else t(f"0/{of}，未尝试", f"0/{of}, none attempted"))
+    judged = p.judged_predictions
+    predictions = (t(f"{len(p.predictions)} 个，对 {p.predictions_right}/{len(judged)}",
+                     f"{len(p.predictions)} made, right {p.predictions_right}/{len(judged)}")
+                   if p.predictions else "—")
+    return [quiz, exercises, predictions, ""]
+
+
+def class_rows(learners: Sequence[Learner], totals: dict[str, int]) -> list[list[str]]:
+    """One row per learner and lab they opened; one row for a learner who opened none."""
+    rows = []
+    for x in learners:
+        opened = [p for p in x.labs if p.lab in x.opened]
+        rows += [[x.name, p.lab, *lab_cells(p, totals.get(p.lab))] for p in opened]
+        if not opened:
+            rows.append([x.name, "—", "—", "—", "—", t("还没有打开任何实验", "no lab opened yet")])
+    return rows
+
+
+def page(learners: Sequence[Learner], totals: dict[str, int]) -> str:
+    servers = [[x.name, x.state(), (x.last_activity or "—")[:19].replace("T", " "), x.source] for x in learners]
     title = t("labkit 全班进度", "labkit class progress")
+    heading = t(f"全班视图（{len(learners)} 位学习者）", f"Class view ({len(learners)} learners)")
+    note = t("这些结果是学习者自报的：它们是每位学习者工作区里的文件（work/results/labNN.json），由其内核写入，"
+             "学习者也能自己改写。请把它们当作进度参考，而不是经过核验的成绩。",
+             "These results are self-reported: files in each learner's workspace (work/results/labNN.json), "
+             "written by their kernel, which the learner can also edit. Read them as progress, not as verified "
+             "grades.")
     return (f"<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='{REFRESH_S}'>"
             f"<title>{html.escape(title)}</title></head><body style='font-family:sans-serif;margin:16px'>"
             f"<h3>{html.escape(title)}</h3>"
-            f"<table class='labkit-hub-learners' style='border-collapse:collapse;font-size:90%'><tr>{header}</tr>{rows}"
-            f"</table>{class_html([(x.name, x.labs) for x in learners])}"
+            + _table("labkit-hub-learners", [t("学习者", "learner"), t("服务器", "server"),
+                                             t("最近活动（UTC）", "last active (UTC)"), t("结果来自", "results from")],
+                     servers)
+            + f"<h4 style='margin:2px 0'>{html.escape(heading)}</h4>"
+            + _table("labkit-class-table", [t("学习者", "learner"), t("实验", "lab"),
+                                            t("测验（第一次就答对）", "quiz (first attempt)"), t("练习", "exercises"),
+                                            t("预测", "predictions"), t("说明", "note")],
+                     class_rows(learners, totals))
+            + f"<p class='labkit-self-reported' style='color:#444;font-size:90%'>{html.escape(note)}</p>"
             f"<div style='color:#666;font-size:85%'>{html.escape(t(f'每 {REFRESH_S} 秒自动刷新。', f'Reloads every {REFRESH_S} s.'))}"
             "</div></body></html>")
 
 
 class ClassViewHandler(HubOAuthenticated, web.RequestHandler):
-    def initialize(self, hub: Hub) -> None:
-        self.hub = hub
+    def initialize(self, hub: Hub, totals: dict[str, int]) -> None:
+        self.hub, self.totals = hub, totals
 
     @property
     def hub_scopes(self) -> set[str]:
@@ -166,15 +196,16 @@ class ClassViewHandler(HubOAuthenticated, web.RequestHandler):
         users = [u for u in await self.hub.users() if not u.get("admin") and u.get("kind", "user") == "user"]
         learners = await asyncio.gather(*(learner(self.hub, u) for u in sorted(users, key=lambda u: u["name"])))
         self.set_header("Cache-Control", "no-store")
-        self.finish(page(learners))
+        self.finish(page(learners, self.totals))
 
 
 def make_app() -> web.Application:
     prefix = os.environ["JUPYTERHUB_SERVICE_PREFIX"]
     hub = Hub(os.environ["JUPYTERHUB_API_URL"], os.environ["JUPYTERHUB_API_TOKEN"],
               os.environ.get("LABKIT_HUB_PUBLIC_URL", "http://127.0.0.1:8000"))
+    totals = exercise_totals(Path(os.environ.get("LABKIT_HUB_COURSE", "").strip() or REPO / "labs"))
     return web.Application([
-        (prefix, ClassViewHandler, {"hub": hub}),
+        (prefix, ClassViewHandler, {"hub": hub, "totals": totals}),
         (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
         (prefix + "oauth_callback", HubOAuthCallbackHandler),
     ], cookie_secret=os.urandom(32))

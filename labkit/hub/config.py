@@ -5,7 +5,8 @@ part               choice, and why
 =================  ============================================================================
 proxy              configurable-http-proxy from npm, installed into build/hub/ (make hub-proxy)
 authenticator      ``firstuse``: the class list's names; each learner sets a password at first
-                   login. ``pam``: the machine's own passwords. The instructor is the admin.
+                   login, the instructor's was set before the hub started (`instructor`).
+                   ``pam``: the machine's own passwords. The instructor is the admin.
 spawner            `LabkitSpawner` (local processes, cgroup limits); on a systemd host with
                    jupyterhub-systemdspawner installed, SystemdSpawner with the same course set-up
 idle culler        jupyterhub-idle-culler as a hub service: a server idle for
@@ -22,9 +23,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
-from jupyterhub.utils import random_port
+from firstuseauthenticator import FirstUseAuthenticator
+from jupyterhub.utils import maybe_future, random_port
+from traitlets import Unicode
 
+from labkit.hub.instructor import password_matches, set_password
 from labkit.hub.interpreter import learner_python
 from labkit.hub.learners import read_learners
 from labkit.hub.settings import HubSettings, from_env
@@ -35,6 +40,33 @@ CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:se
 # machine, else through their running server (on Kubernetes)
 CLASS_VIEW_SCOPES = ["list:users", "read:users", "read:servers", "access:servers"]
 ADMIN_SCOPES = ["admin:users", "admin:servers", "tokens"]
+
+
+class ClassAuthenticator(FirstUseAuthenticator):
+    """First-use passwords for the learners; the instructor's checked against their password file."""
+
+    instructor = Unicode("instructor", config=True, help="The instructor's name (the hub's admin).")
+    password_file = Unicode("", config=True, help="The instructor's password file (`set_password`).")
+
+    async def authenticate(self, handler, data):
+        name = self.normalize_username(data.get("username", ""))
+        if name == self.instructor:
+            if password_matches(Path(self.password_file), data.get("password", "")):
+                return name
+            self.log.warning(f"instructor {name}: wrong password from {handler.request.remote_ip}")
+            return None
+        return await maybe_future(super().authenticate(handler, data))
+
+    def reset_password(self, username: str, new_password: str) -> str:
+        """The change-password page: for the instructor, their password file (the first-use store is not read
+        for them)."""
+        if username != self.instructor:
+            return super().reset_password(username, new_password)
+        try:
+            set_password(Path(self.password_file), new_password)
+        except (OSError, ValueError) as exc:
+            return str(exc)
+        return "Your password has been changed successfully!"
 
 
 def configure(c, settings: HubSettings | None = None) -> None:
@@ -60,7 +92,9 @@ def configure_authenticator(c, s: HubSettings) -> None:
     c.Authenticator.allowed_users = set(read_learners(s.learners_file))
     c.Authenticator.admin_users = {s.instructor}
     if s.auth == "firstuse":
-        c.JupyterHub.authenticator_class = "firstuse"
+        c.JupyterHub.authenticator_class = ClassAuthenticator
+        c.ClassAuthenticator.instructor = s.instructor
+        c.ClassAuthenticator.password_file = str(s.password_file)
         c.FirstUseAuthenticator.dbm_path = str(s.hub_dir / "passwords.dbm")
         c.FirstUseAuthenticator.create_users = False       # only the class list (and the instructor) log in
         c.FirstUseAuthenticator.min_password_length = 8
@@ -86,6 +120,7 @@ def configure_spawner(c, s: HubSettings) -> None:
     c.LearnerCourse.shared_cache = str(s.shared_cache)
     c.LearnerCourse.threads = s.threads
     c.LearnerCourse.fast = s.fast
+    c.LearnerCourse.cull_kernels_s = s.cull_kernels_s
 
 
 def configure_services(c, s: HubSettings) -> None:
@@ -95,7 +130,7 @@ def configure_services(c, s: HubSettings) -> None:
          "command": [python, "-m", "jupyterhub_idle_culler", f"--timeout={s.cull_idle_s}"]},
         {"name": "class-view", "url": f"http://127.0.0.1:{random_port()}", "oauth_no_confirm": True,
          "command": [python, "-m", "labkit.hub.class_view"],
-         "environment": {"LABKIT_HUB_PUBLIC_URL": f"http://127.0.0.1:{s.port}"}},
+         "environment": {"LABKIT_HUB_PUBLIC_URL": f"http://127.0.0.1:{s.port}", "LABKIT_HUB_COURSE": str(s.course)}},
     ]
     roles = [{"name": "idle-culler", "scopes": CULLER_SCOPES, "services": ["idle-culler"]},
              {"name": "class-view", "scopes": CLASS_VIEW_SCOPES, "services": ["class-view"]}]

@@ -17,7 +17,8 @@ LABKIT_HUB_AUTH            firstuse                        ``firstuse`` (passwor
 LABKIT_HUB_MEM             2G                              memory limit per learner (kernels included)
 LABKIT_HUB_CPUS            1                               CPU limit per learner, in cores
 LABKIT_HUB_THREADS         1                               LABKIT_THREADS / OMP_NUM_THREADS of a learner
-LABKIT_HUB_CULL_IDLE       3600                            seconds idle before a learner's server stops
+LABKIT_HUB_CULL_IDLE       3600                            seconds idle before a learner's server stops (> 300)
+LABKIT_HUB_CULL_KERNELS    1200                            seconds idle before a kernel in a server stops (0: never)
 LABKIT_HUB_FAST            0                               1: every learner's labs run in fast mode
 LABKIT_HUB_ADMIN_TOKEN     (none)                          an API token with admin rights, for scripts
 LABKIT_HUB_PROXY           build/hub/node_modules/.bin/…   configurable-http-proxy (``make hub-proxy``)
@@ -37,6 +38,8 @@ PROXY = REPO / "build" / "hub" / "node_modules" / ".bin" / "configurable-http-pr
 WORK = "work"              # a learner's copy of the course, under their home (make lab's work/ rule)
 RESULTS = "results"        # their results summaries, under WORK (labkit.report.results)
 AUTHENTICATORS = ("firstuse", "pam")
+# jupyterhub-singleuser posts its last activity to the hub every 300 s (JUPYTERHUB_ACTIVITY_INTERVAL's default)
+ACTIVITY_INTERVAL_S = 300
 _BYTES = re.compile(r"^[0-9]+(\.[0-9]+)?[KMGT]?$")         # JupyterHub's ByteSpecification: 512M, 2G, 1.5G
 
 
@@ -53,6 +56,7 @@ class HubSettings:
     cpu_limit: float = 1.0
     threads: int = 1
     cull_idle_s: int = 3600
+    cull_kernels_s: int = 1200
     fast: bool = False
     admin_token: str = ""
     proxy: Path = PROXY
@@ -61,6 +65,11 @@ class HubSettings:
     def hub_dir(self) -> Path:
         """JupyterHub's own files: its database, cookie secret, first-use passwords."""
         return self.state_dir / "hub"
+
+    @property
+    def password_file(self) -> Path:
+        """The instructor's password, a bcrypt hash only root reads (``python -m labkit.hub instructor-password``)."""
+        return self.state_dir / "instructor-password"
 
     @property
     def learners_file(self) -> Path:
@@ -95,6 +104,14 @@ def from_env(environ: Mapping[str, str] | None = None) -> HubSettings:
     fast = get("LABKIT_HUB_FAST", "0")
     if fast not in ("0", "1"):
         raise ValueError(f"LABKIT_HUB_FAST must be 0 or 1, got {fast!r}")
+    cull_idle_s = int(_positive("LABKIT_HUB_CULL_IDLE", get("LABKIT_HUB_CULL_IDLE", "3600"), int))
+    if cull_idle_s <= ACTIVITY_INTERVAL_S:
+        raise ValueError(f"LABKIT_HUB_CULL_IDLE must be more than {ACTIVITY_INTERVAL_S} s, got {cull_idle_s}: a "
+                         f"learner's server reports its activity every {ACTIVITY_INTERVAL_S} s, so a shorter "
+                         "timeout stops servers that are in use")
+    cull_kernels = get("LABKIT_HUB_CULL_KERNELS", "1200")
+    if not cull_kernels.isdigit():
+        raise ValueError(f"LABKIT_HUB_CULL_KERNELS must be a whole number of seconds (0: never), got {cull_kernels!r}")
     return HubSettings(
         state_dir=state_dir,
         shared_cache=Path(get("LABKIT_HUB_SHARED", str(state_dir / "shared"))).absolute(),
@@ -106,7 +123,8 @@ def from_env(environ: Mapping[str, str] | None = None) -> HubSettings:
         mem_limit=mem_limit,
         cpu_limit=float(_positive("LABKIT_HUB_CPUS", get("LABKIT_HUB_CPUS", "1"), float)),
         threads=int(_positive("LABKIT_HUB_THREADS", get("LABKIT_HUB_THREADS", "1"), int)),
-        cull_idle_s=int(_positive("LABKIT_HUB_CULL_IDLE", get("LABKIT_HUB_CULL_IDLE", "3600"), int)),
+        cull_idle_s=cull_idle_s,
+        cull_kernels_s=int(cull_kernels),
         fast=fast == "1",
         admin_token=get("LABKIT_HUB_ADMIN_TOKEN"),
         proxy=Path(get("LABKIT_HUB_PROXY", str(PROXY))).absolute(),

@@ -21,11 +21,27 @@ import sys
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, Spawner
+from tornado import web
 from traitlets import Bool, Instance, Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from labkit.hub.limits import Enforcement, LearnerCgroup, Limits
 from labkit.hub.settings import REPO, RESULTS, WORK
+from labkit.i18n import t
+
+
+class NoAccount(web.HTTPError):
+    """A user of the hub with no account on this machine (added on the admin page only): the page they get
+    says what to do instead of a bare error (JupyterHub shows ``jupyterhub_message``)."""
+
+    def __init__(self, name: str):
+        super().__init__(409, f"{name} has no account on this machine: the instructor runs `sudo .venv/bin/python "
+                              f"-m labkit.hub add-learners {name}`")
+        self.jupyterhub_message = t(
+            f"{name} 在这台机器上还没有账户，无法启动服务器。请老师在服务器上运行："
+            f"sudo .venv/bin/python -m labkit.hub add-learners {name}，然后再登录。",
+            f"{name} has no account on this machine, so their server cannot start. The instructor runs, on the "
+            f"server: sudo .venv/bin/python -m labkit.hub add-learners {name}; then log in again.")
 
 
 class LearnerCourse(LoggingConfigurable):
@@ -36,6 +52,8 @@ class LearnerCourse(LoggingConfigurable):
     shared_cache = Unicode("", config=True, help="The class's shared model cache (LABKIT_SHARED_CACHE); '' for none.")
     threads = Integer(1, config=True, help="LABKIT_THREADS and OMP_NUM_THREADS of a learner's kernels.")
     fast = Bool(False, config=True, help="Run every lab in fast mode (LABKIT_FAST=1).")
+    cull_kernels_s = Integer(1200, config=True,
+                             help="A kernel idle this long (seconds) inside the learner's server stops; 0: never.")
     python = Unicode(sys.executable, config=True,
                      help="The interpreter of a learner's server (interpreter.learner_python: one every user can run).")
 
@@ -48,7 +66,10 @@ class LearnerCourse(LoggingConfigurable):
         return f"~/{WORK}"          # JupyterLab opens on the learner's copy of the course
 
     def learner_home(self) -> Path:
-        return Path(pwd.getpwnam(self.user.name).pw_dir)
+        try:
+            return Path(pwd.getpwnam(self.user.name).pw_dir)
+        except KeyError:
+            raise NoAccount(self.user.name) from None
 
     def course_env(self) -> dict[str, str]:
         work = self.learner_home() / WORK
@@ -71,7 +92,18 @@ class LearnerCourse(LoggingConfigurable):
         return [*super().get_args(),
                 # JupyterLab's settings as make lab sets them: no news pop-up over the figures, no update check
                 f"--LabApp.app_settings_dir={REPO / 'etc' / 'jupyterlab'}",
-                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                *kernel_culling(self.cull_kernels_s)]
+
+
+def kernel_culling(idle_s: int) -> list[str]:
+    """jupyter_server's own culler, inside a learner's server: a kernel with no execution for ``idle_s``
+    seconds stops, even with its notebook open in a tab (``cull_connected``): an open lab's kernel holds
+    300 MiB or more of the learner's memory. The notebook and its outputs stay; a run restarts the kernel."""
+    if idle_s <= 0:
+        return []
+    return [f"--MappingKernelManager.cull_idle_timeout={idle_s}", "--MappingKernelManager.cull_interval=60",
+            "--MappingKernelManager.cull_connected=True", "--MappingKernelManager.cull_busy=False"]
 
 
 class LabkitSpawner(LearnerCourse, LocalProcessSpawner):
@@ -83,6 +115,7 @@ class LabkitSpawner(LearnerCourse, LocalProcessSpawner):
         return Limits(memory_bytes=self.mem_limit or None, cpus=self.cpu_limit or None)
 
     async def start(self):
+        self.learner_home()                     # NoAccount, before anything is made for them
         self.cgroup = LearnerCgroup(self.user.name)
         enforcement: Enforcement = self.cgroup.apply(self.limits())
         message = f"learner {self.user.name}: {enforcement.describe(self.limits())}"
@@ -90,7 +123,11 @@ class LabkitSpawner(LearnerCourse, LocalProcessSpawner):
             self.log.warning(message)
         else:
             self.log.info(message)
-        return await super().start()
+        try:
+            return await super().start()
+        except BaseException:
+            self.end_cgroup()                   # a failed spawn leaves no cgroup behind
+            raise
 
     def make_preexec_fn(self, name):
         become_learner = super().make_preexec_fn(name)
@@ -105,7 +142,15 @@ class LabkitSpawner(LearnerCourse, LocalProcessSpawner):
 
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)
-        # kernels the server left running go with it (after a hub restart the cgroup is found by name)
+        self.end_cgroup()
+
+    def run_post_stop_hook(self):
+        # JupyterHub calls stop() only for a server still running; one that crashed comes here alone
+        self.end_cgroup()
+        return super().run_post_stop_hook()
+
+    def end_cgroup(self) -> None:
+        """Kill what is left in the learner's cgroup and remove it (after a hub restart it is found by name)."""
         cgroup = self.cgroup or LearnerCgroup(self.user.name)
         for problem in cgroup.end():
             self.log.warning(f"learner {self.user.name}: cgroup not removed: {problem}")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from labkit.model.cache_dir import cache_root
+from labkit.model.cache_dir import cache_root, shared_root
 from labkit.model.cpu_features import describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
@@ -138,6 +138,9 @@ def library_path(cc: str, runtime: str | None = None) -> Path:
     texts = [path.read_text(encoding="utf-8") for path in sorted(CSRC.glob("*.[ch]"))]
     key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu(),
                                     os.environ.get(MARCH_ENV, ""), runtime or "pool"]).encode()).hexdigest()[:16]
+    shared = shared_root()
+    if shared is not None and (shared / "kernels" / f"labkit-{key}.so").is_file():
+        return shared / "kernels" / f"labkit-{key}.so"     # built once by a class's set-up (shared_cache.prepare)
     return cache_root() / "kernels" / f"labkit-{key}.so"
 
 

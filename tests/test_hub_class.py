@@ -1,0 +1,345 @@
+"""The class hub's parts, without a hub: the instructor's password, the class view's rows, the instructor's
+tools (push, reset, export), the learner's server flags, cgroup v2 limits, the Makefile's hub and dashboard
+lines, and learners loading the C kernels a class's set-up built. Each runs in well under a second (the
+kernel test loads the library the suite builds anyway).
+
+The same paths run for real in tests/test_hub.py (a hub, its proxy, three learners).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from labkit.assess.progress import LabProgress
+from labkit.hub import class_tools, instructor
+from labkit.hub.class_view import Learner, class_rows, page
+from labkit.hub.limits import LearnerCgroup, Limits
+from labkit.hub.results import exercise_totals
+from labkit.hub.settings import from_env
+from labkit.hub.spawner import NoAccount, kernel_culling
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- the instructor's password
+
+@pytest.fixture(autouse=True)
+def quick_bcrypt(monkeypatch):
+    """bcrypt's cheapest cost (4 rounds, not 12) for hashes made in these tests: the same code, 256x faster."""
+    import bcrypt
+
+    gensalt = bcrypt.gensalt
+    monkeypatch.setattr(bcrypt, "gensalt", lambda rounds=4, prefix=b"2b": gensalt(4, prefix))
+
+def test_the_instructors_password_file_is_a_bcrypt_hash_only_its_owner_reads(tmp_path):
+    path = tmp_path / "instructor-password"
+    instructor.set_password(path, "correct horse")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and b"correct horse" not in path.read_bytes()
+    assert instructor.password_matches(path, "correct horse")
+    assert not instructor.password_matches(path, "correct hors")
+    path.chmod(0o644)                         # readable by others: refused, whatever the password
+    assert not instructor.password_matches(path, "correct horse")
+    with pytest.raises(ValueError, match="mode 644"):
+        instructor.check_file(path)
+
+
+def test_no_instructor_password_means_no_login_and_says_how_to_set_one(tmp_path):
+    assert not instructor.password_matches(tmp_path / "none", "")
+    with pytest.raises(ValueError, match="instructor-password"):
+        instructor.check_file(tmp_path / "none")
+    with pytest.raises(ValueError, match="at least 8"):
+        instructor.set_password(tmp_path / "short", "1234567")
+
+
+class _Request:
+    remote_ip = "192.0.2.7"
+
+
+class _Handler:
+    request = _Request()
+
+
+def test_the_instructors_name_is_never_first_use_and_learners_still_are(tmp_path):
+    """A first login under the instructor's name with any password is refused (the first-use store is not
+    consulted for them); a learner's first login still sets their password."""
+    import asyncio
+
+    from labkit.hub.config import ClassAuthenticator
+
+    auth = ClassAuthenticator(instructor="teacher", password_file=str(tmp_path / "instructor-password"),
+                              dbm_path=str(tmp_path / "passwords.dbm"), create_users=True)
+    login = lambda name, password: asyncio.run(auth.authenticate(_Handler(), {"username": name,  # noqa: E731
+                                                                              "password": password}))
+    assert login("teacher", "anything-at-all") is None            # no password set yet: nobody gets in
+    instructor.set_password(tmp_path / "instructor-password", "the right one")
+    assert login("teacher", "a wrong one!") is None
+    assert login("teacher", "the right one") == "teacher"
+    assert login("ann", "ann's first") == "ann" and login("ann", "someone else") is None
+    assert "success" in auth.reset_password("teacher", "a new password")
+    assert login("teacher", "a new password") == "teacher" and login("teacher", "the right one") is None
+
+
+# ----------------------------------------------------------------------------- settings
+
+@pytest.mark.parametrize("value", ["60", "300"])
+def test_an_idle_cull_at_or_below_the_activity_interval_is_refused(value):
+    with pytest.raises(ValueError, match="LABKIT_HUB_CULL_IDLE.*every 300 s"):
+        from_env({"LABKIT_HUB_CULL_IDLE": value})
+    assert from_env({"LABKIT_HUB_CULL_IDLE": "301"}).cull_idle_s == 301
+
+
+def test_kernels_idle_inside_a_learners_server_are_culled_by_default_even_with_their_tab_open():
+    s = from_env({})
+    assert s.cull_kernels_s == 1200 and s.password_file == Path("/srv/labkit/instructor-password")
+    assert kernel_culling(s.cull_kernels_s) == [
+        "--MappingKernelManager.cull_idle_timeout=1200", "--MappingKernelManager.cull_interval=60",
+        "--MappingKernelManager.cull_connected=True", "--MappingKernelManager.cull_busy=False"]
+    assert kernel_culling(0) == []
+    with pytest.raises(ValueError, match="LABKIT_HUB_CULL_KERNELS"):
+        from_env({"LABKIT_HUB_CULL_KERNELS": "-1"})
+
+
+def test_a_hub_user_without_an_account_gets_a_page_that_says_to_run_add_learners():
+    error = NoAccount("dan")
+    assert error.status_code == 409
+    assert "add-learners dan" in error.jupyterhub_message
+
+
+# ----------------------------------------------------------------------------- the class view
+
+def test_exercises_are_counted_out_of_each_labs_total_from_the_course():
+    totals = exercise_totals(REPO / "labs")
+    assert totals["01"] == 2 and set(totals) == {"01", "02", "03", "04", "05"}
+    assert all(n >= 2 for n in totals.values())
+
+
+def test_the_class_view_has_a_row_for_every_learner_and_every_lab_they_opened():
+    done = LabProgress("01", quiz_answered=1, quiz_first_right=1, quiz_size=10, exercises_attempted=1,
+                       exercises_passed=1, exercises_first_try=1)
+    learners = [Learner("ann", True, None, [done, LabProgress("02")], "home", opened=frozenset({"01", "02"})),
+                Learner("bo", False, None, [LabProgress("01")], "home", starting=True),
+                Learner("cy", False, None, [LabProgress("01")], "home")]
+    rows = class_rows(learners, {"01": 2, "02": 3})
+    assert rows == [["ann", "01", "1/10（已答 1）", "通过 1/2（一次通过 1）", "—", ""],
+                    ["ann", "02", "—", "—", "—", "已打开，尚未作答"],
+                    ["bo", "—", "—", "—", "—", "还没有打开任何实验"],
+                    ["cy", "—", "—", "—", "—", "还没有打开任何实验"]]
+    html = page(learners, {"01": 2, "02": 3})
+    assert "启动中" in html and "运行中" in html and "未运行" in html
+    assert "自报" in html and "labkit-self-reported" in html
+
+
+# ----------------------------------------------------------------------------- the instructor's tools
+
+def _notebook(path: Path, code: str) -> None:
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": [code]}], "metadata": {},
+                                "nbformat": 4, "nbformat_minor": 5}))
+
+
+@pytest.fixture
+def a_class(tmp_path):
+    """A course and one learner whose account is this process's user, with a home in tmp_path."""
+    course, home = tmp_path / "course", tmp_path / "ann"
+    course.mkdir()
+    home.mkdir()
+    _notebook(course / "01_kv.ipynb", 'ex1 = exercise("a")\nex2 = exercise("b")')
+    me = pwd.getpwuid(os.getuid())
+    account = pwd.struct_passwd(("ann", "x", me.pw_uid, me.pw_gid, "", str(home), "/bin/sh"))
+    return course, home, account
+
+
+def test_a_push_brings_new_notebooks_to_a_learner_now_and_keeps_their_copy(a_class):
+    import sys
+
+    course, home, account = a_class
+    said = class_tools.push_update([account], Path(sys.executable), course)
+    assert (home / "work" / "01_kv.ipynb").is_file() and "new:" in said["ann"]
+    (home / "work" / "01_kv.ipynb").write_text("my answers")
+    os.utime(home / "work" / "01_kv.ipynb", (1, 1))
+    _notebook(course / "02_next.ipynb", "pass")
+    class_tools.push_update([account], Path(sys.executable), course)
+    assert (home / "work" / "01_kv.ipynb").read_text() == "my answers"
+    assert (home / "work" / "02_next.ipynb").is_file()
+    assert "reset 01_kv" in (home / "work" / "course-updates.md").read_text()
+    class_tools.reset_lab(account, Path(sys.executable), course, "01")
+    assert (home / "work" / "01_kv.ipynb").read_text() != "my answers"
+    assert [p.read_text() for p in (home / "work" / ".backup").iterdir()] == ["my answers"]
+    with pytest.raises(RuntimeError, match="ann: workspace reset 09"):
+        class_tools.reset_lab(account, Path(sys.executable), course, "09")
+
+
+def test_the_export_has_a_row_per_learner_and_lab_with_the_labs_total(a_class, tmp_path):
+    course, home, account = a_class
+    results = home / "work" / "results"
+    results.mkdir(parents=True)
+    (results / "lab01.json").write_text(json.dumps({
+        "schema": "labkit-results/1", "lab": "01", "updated": "2026-12-07T04:00:00+00:00",
+        "exercises": {"a": {"passed": True, "passed_at_attempt": 1, "attempts": 1}}}))
+    assert class_tools.export_csv([account], course, tmp_path / "class.csv") == 5
+    rows = list(csv.DictReader(open(tmp_path / "class.csv", encoding="utf-8")))
+    assert [r["lab"] for r in rows] == ["01", "02", "03", "04", "05"]
+    assert {k: rows[0][k] for k in ("learner", "opened", "exercises_passed", "exercises_total")} == {
+        "learner": "ann", "opened": "1", "exercises_passed": "1", "exercises_total": "2"}
+    assert rows[1]["opened"] == "0"
+
+
+# ----------------------------------------------------------------------------- cgroup v2, the limits line
+
+def test_cgroup_v2_limits_are_written_as_microseconds_and_bytes(tmp_path):
+    """A v2 tree: the hub's cgroup and labkit-hub must delegate memory and cpu, then the learner's cgroup
+    gets ``memory.max`` in bytes and ``cpu.max`` as "QUOTA PERIOD" in microseconds."""
+    hub = tmp_path / "hub.service"
+    hub.mkdir()
+    (hub / "cgroup.subtree_control").write_text("")
+    where = hub / "labkit-hub" / "ann"
+    (hub / "labkit-hub").mkdir()
+    (hub / "labkit-hub" / "cgroup.subtree_control").write_text("")
+    enforcement = LearnerCgroup("ann", {"v2": where}).apply(Limits(memory_bytes=3 * 2**30, cpus=1.5))
+    assert (hub / "cgroup.subtree_control").read_text() == "+memory +cpu"
+    assert (where / "memory.max").read_text() == str(3 * 2**30)
+    assert (where / "cpu.max").read_text() == "150000 100000"            # 1.5 cores: 150 ms per 100 ms
+    LearnerCgroup("bo", {"v2": hub / "labkit-hub" / "bo"}).apply(Limits(cpus=1.0))
+    assert (hub / "labkit-hub" / "bo" / "cpu.max").read_text() == "100000 100000"
+    assert enforcement.describe(Limits(3 * 2**30, 1.5)) == (
+        f"memory limit 3.00 GiB enforced ({where / 'memory.max'}); CPU limit 1.5 cores enforced ({where / 'cpu.max'})")
+
+
+def test_the_limits_line_prints_gib_of_2_30_bytes_and_cores():
+    line = LearnerCgroup("x", {}).apply(Limits(2 * 2**30, 1.0)).describe(Limits(2 * 2**30, 1.0))
+    assert line.startswith("memory limit 2.00 GiB NOT enforced; CPU limit 1 cores NOT enforced")
+    assert LearnerCgroup("x", {}).apply(Limits(1536 * 2**20)).describe(Limits(1536 * 2**20)).startswith(
+        "memory limit 1.50 GiB")
+
+
+# ----------------------------------------------------------------------------- the Makefile
+
+def _recipe(target: str) -> list[str]:
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    body = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", text, re.MULTILINE).group(1)
+    return [line[1:] for line in body.splitlines()]
+
+
+def test_make_hub_echoes_no_line_that_carries_hub_flags_and_sets_the_instructors_password():
+    lines = _recipe("hub")
+    assert all(line.startswith("@") for line in lines if "HUB_ENV" in line or "HUB_FLAGS" in line)
+    commands = [re.search(r"labkit\.hub (\S+)", line).group(1) for line in lines if "$(PY) -m labkit.hub" in line]
+    assert commands == ["add-learners", "instructor", "prepare", "start"]
+
+
+def test_a_dashboards_kernel_outlives_the_slowest_page_load_measured():
+    """Culling is only for kernels with no page connected; one whose page took 230 s to arrive (measured at
+    load 20-60 on a 2-core machine) must still be there, with a margin: the timeout is at least 3x that."""
+    from tests.browser_util import VOILA_FLAGS
+
+    flags = dict(f.split("=", 1) for f in VOILA_FLAGS if f.startswith("--MappingKernelManager."))
+    assert int(flags["--MappingKernelManager.cull_idle_timeout"]) >= 3 * 230
+    assert flags.get("--MappingKernelManager.cull_connected", "False") == "False"
+
+
+# ----------------------------------------------------------------------------- the class's C kernels
+
+def test_a_learner_loads_the_kernels_the_class_set_up_built_and_compiles_nothing(tmp_path, monkeypatch):
+    """``prepare`` builds the library into the shared cache's kernels/ (same key: sources, compiler, CPU,
+    runtime); a learner's process with LABKIT_SHARED_CACHE loads it from there, read-only, and never builds."""
+    from labkit.model import native
+
+    if not native.available():
+        pytest.skip(f"no C kernels here: {native.why_unavailable()}")
+    cc, runtime = native.compiler(), native.openmp_runtime()
+    built = native.library_path(cc, runtime)
+    shared = tmp_path / "shared"
+    (shared / "kernels").mkdir(parents=True)
+    shutil.copy(built, shared / "kernels" / built.name)
+    (shared / "kernels").chmod(0o555)
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "own"))
+    monkeypatch.setenv("LABKIT_SHARED_CACHE", str(shared))
+
+    def no_build(*args):
+        raise AssertionError(f"compiled in a learner's process: {args}")
+
+    monkeypatch.setattr(native, "_build", no_build)
+    assert native.library_path(cc, runtime) == shared / "kernels" / built.name
+    assert native._load()                        # a fresh load, not the process's cached one
+    assert not (tmp_path / "own").exists()
+    monkeypatch.delenv("LABKIT_SHARED_CACHE")
+    assert native.library_path(cc, runtime) == tmp_path / "own" / "kernels" / built.name
+
+
+def test_the_hub_does_not_start_without_the_instructors_password(tmp_path, monkeypatch):
+    from labkit.hub.__main__ import main
+
+    if os.geteuid() != 0:
+        pytest.skip("start needs root before anything else")
+    monkeypatch.setenv("LABKIT_HUB_DIR", str(tmp_path))
+    with pytest.raises(SystemExit, match="without the instructor's password.*instructor-password"):
+        main(["start"])
+    instructor.set_password(tmp_path / "instructor-password", "set at set-up")
+    (tmp_path / "instructor-password").chmod(0o640)
+    with pytest.raises(SystemExit, match="mode 640"):
+        main(["start"])
+
+
+def test_add_learners_makes_no_account_for_the_instructor(monkeypatch, tmp_path):
+    """Only `instructor` makes the instructor's account: a live add-learners without LABKIT_HUB_INSTRUCTOR
+    makes no stray account, and a learner named like the instructor is refused."""
+    from labkit.hub import __main__ as cli
+    from labkit.hub import learners
+
+    made = []
+    monkeypatch.setattr(cli, "need_root", lambda what: None)
+    monkeypatch.setattr(learners, "ensure_user", lambda name: made.append(name) or True)
+    cli.add_learners(from_env({"LABKIT_HUB_DIR": str(tmp_path)}), ["ann"])
+    assert made == ["ann"]
+    with pytest.raises(SystemExit, match="instructor is the instructor"):
+        cli.add_learners(from_env({"LABKIT_HUB_DIR": str(tmp_path)}), ["instructor"])
+
+
+def test_a_failed_spawn_and_a_crashed_server_leave_no_cgroup(tmp_path, monkeypatch):
+    """The learner's cgroup is made before their server starts: a start that fails removes it, and so does
+    the post-stop hook JupyterHub runs for a server that died on its own (stop() is not called then)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from jupyterhub.spawner import LocalProcessSpawner
+
+    from labkit.hub import spawner as spawners
+
+    group = tmp_path / "hub" / "labkit-hub"
+    group.mkdir(parents=True)
+    for where in (group.parent, group):
+        (where / "cgroup.subtree_control").write_text("memory cpu")
+
+    class TmpCgroup(LearnerCgroup):
+        """A cgroup in a plain directory: rmdir of a real one drops its interface files, here they are removed."""
+
+        def __init__(self, name: str):
+            super().__init__(name, {"v2": group / name})
+
+        def end(self, wait_s: float = 5.0) -> list[str]:
+            shutil.rmtree(group / self.name, ignore_errors=True)
+            return []
+
+    monkeypatch.setattr(spawners, "LearnerCgroup", TmpCgroup)
+
+    async def fails(self):
+        assert (group / self.user.name / "memory.max").is_file()      # the limits were in place
+        raise RuntimeError("the server did not start")
+
+    monkeypatch.setattr(LocalProcessSpawner, "start", fails)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    spawner = spawners.LabkitSpawner(user=SimpleNamespace(name=me), mem_limit=2**30, cpu_limit=1.0)
+    with pytest.raises(RuntimeError, match="did not start"):
+        asyncio.run(spawner.start())
+    assert list(group.iterdir()) == [group / "cgroup.subtree_control"]
+    TmpCgroup(me).apply(Limits(2**30))                               # a server that then crashed
+    spawner.run_post_stop_hook()
+    assert not (group / me).exists()
