@@ -112,7 +112,8 @@ def test_the_vllm_auto_disable_sentence_is_cited_and_dated():
 def test_the_batch_section_does_not_call_verification_nearly_free_on_this_cpu():
     text = _markdown()
     assert "验证多几行几乎免费。批越大" not in text
-    assert "第 3 节已经量出它并不免费" in text
+    assert "第 3 节已经量出它并不免费" not in text          # an outcome: on another CPU section 3 may find it free
+    assert "第 3 节和 3.1 节已经量出（验证代价一列）" in text
 
 
 def test_a_real_paying_row_pairs_the_kept_rounds_and_stays_lossless():
