@@ -16,12 +16,19 @@ The rules, in order (the first that decides, decides; the rest add reasons or sh
     1. hardware    not NVIDIA → TensorRT-LLM is out; CPU / Apple → llama.cpp; AMD or mixed → vLLM
     2. quantisation NVFP4 needs Blackwell; FP8 (W8A8) needs Hopper/Ada/Blackwell. vLLM and TensorRT-LLM
                    both serve FP8 there (equal points); NVFP4 recipes are cited for TensorRT-LLM only
-    3. stable model + max throughput: only a comparison one party made on the same hardware ranks
-       engines (points to its winner); a figure with no second engine beside it is information (0)
+    3. stable model + max throughput: only a comparison one party made on the same hardware and a
+       comparable model ranks engines (points to its winner); a figure with no second engine beside it,
+       or one default-settings run of another kind of model (gpt-oss-120b, a mixture of experts), is
+       information (0)
     4. weekly new models, a small Python team → vLLM and SGLang (no build step, Python scheduler);
        vLLM also for broad hardware
-    5. strict TTFT at low concurrency → SGLang; multi-LoRA → vLLM and SGLang alike (both batch mixed adapters)
-    6. ties: the first engine of ``TIE_ORDER`` among those with the top score
+    5. strict TTFT: the low-concurrency comparison (concurrency 4) counts only for a low-concurrency
+       scenario; at high concurrency only the one cited high-concurrency comparison (BentoML, A100,
+       100 users) counts, on A100s; multi-LoRA → vLLM, SGLang and TensorRT-LLM alike (each serves
+       several adapters at once)
+    6. edge devices: llama.cpp (one binary, CUDA / HIP backends on NVIDIA or AMD too)
+    7. ties: the first engine of ``TIE_ORDER`` among those with the top score, said as "the evidence
+       here does not separate them"
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ CHURN = ("stable", "monthly", "weekly")
 QUANT = ("none", "fp8", "nvfp4", "int4")
 TEAMS = ("small-python", "platform", "nvidia-experts")
 OPERATIONS = ("cluster", "single-server", "edge")
+CONCURRENCY = ("low", "high")
 ENGINES = ("vLLM", "TensorRT-LLM", "SGLang", "llama.cpp")
 TIE_ORDER = ("vLLM", "SGLang", "TensorRT-LLM", "llama.cpp")     # broadest hardware coverage first
 NOISE = 0.10            # a single served run moves by about 10 % here: smaller gaps are "no difference"
@@ -51,11 +59,12 @@ class Scenario:
     multi_lora: bool = False
     team: str = "platform"
     operations: str = "cluster"          # where it runs: a GPU cluster, one server, or edge devices
+    concurrency: str = "low"             # requests in flight: low (a few) or high (bursty, many tenants)
 
     def __post_init__(self) -> None:
         for name, allowed in (("hardware", HARDWARE), ("latency_slo", LEVELS), ("throughput", LEVELS),
                               ("model_churn", CHURN), ("quantization", QUANT), ("team", TEAMS),
-                              ("operations", OPERATIONS)):
+                              ("operations", OPERATIONS), ("concurrency", CONCURRENCY)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -117,9 +126,11 @@ class Recommendation:
             return None
         names = "、".join(self.tied)
         order = " → ".join(TIE_ORDER)
-        return (f"{names} 同分（{self.scores[self.engine]}）：按固定顺序 {order}（硬件覆盖最广者优先）选 {self.engine}。",
-                f"{', '.join(self.tied)} tie at {self.scores[self.engine]}: the fixed order {order} (broadest hardware "
-                f"first) picks {self.engine}.")
+        return (f"{names} 同分（{self.scores[self.engine]}）：这里的证据分不出它们，在你的负载上测；列在首位的 {self.engine} "
+                f"只是按固定顺序 {order}（硬件覆盖最广者优先）。",
+                f"{', '.join(self.tied)} tie at {self.scores[self.engine]}: the evidence here does not separate them, so "
+                f"measure your workload; {self.engine} is listed first only by the fixed order {order} (broadest "
+                "hardware first).")
 
 
 def _r(zh: str, en: str, source: str, engine: str = "", weight: int = 0) -> Reason:
@@ -209,6 +220,10 @@ def _quantization(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("TensorRT-LLM 为 Hopper/Blackwell 的 FP8/FP4 提供现成配方（Model Optimizer 预量化检查点）。",
                           "TensorRT-LLM ships FP8/FP4 recipes for Hopper/Blackwell (Model Optimizer pre-quantized checkpoints).",
                           "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 3))
+    if fp4_ok:
+        reasons.append(_r("vLLM 同样服务 NVFP4：llm-compressor 量化的 W4A4 检查点在 Blackwell 上权重与激活都用 FP4（更早的 GPU 上仅权重）。",
+                          "vLLM serves NVFP4 too: W4A4 checkpoints quantized with llm-compressor run weights and activations "
+                          "in FP4 on Blackwell (weight-only on earlier GPUs).", "vLLM NVFP4", "vLLM", 3))
     if fp8_ok:
         reasons.append(_r("vLLM 同样服务 FP8：Ada/Hopper（新版文档含 Blackwell）上权重与激活都用 FP8（W8A8）——FP8 本身不区分这两个引擎。",
                           "vLLM serves FP8 too: weights and activations in FP8 (W8A8) on Ada/Hopper (Blackwell in newer "
@@ -229,11 +244,12 @@ def _max_throughput(s: Scenario, reasons: list[Reason]) -> None:
                           "(its own trtllm-bench); no other engine's figure for that model is cited, so it scores nothing.",
                           "TRT-LLM Llama-3.1-8B FP8 TP1 128/128 @ v0.17", "", 0))
     if s.hardware == "nvidia-hopper":
-        reasons.append(_r("同一块 H100、同一方、同一方法（默认设置，gpt-oss-120b）：vLLM 6,095 tok/s，TensorRT-LLM 2,140，"
-                          "SGLang 1,814——这里唯一能排名的吞吐对比；换了模型和负载可能翻转，先在自己的负载上测。",
-                          "Same H100, one party, one method (default settings, gpt-oss-120b): vLLM 6,095 tok/s, TensorRT-LLM "
-                          "2,140, SGLang 1,814: the one throughput comparison here that ranks engines; another model or "
-                          "workload may flip it, so measure your own first.", "gpt-oss-120b H100 total tok/s", "vLLM", 3))
+        reasons.append(_r("参考（不加分）：同一块 H100、同一方、同一方法，但只是一次默认参数的 MoE 模型（gpt-oss-120b）测量："
+                          "vLLM 6,095 tok/s，TensorRT-LLM 2,140，SGLang 1,814。默认参数、单个模型，排不出稠密模型调优后的名次。",
+                          "For reference (no points): same H100, one party, one method, but a single default-settings run of "
+                          "a mixture-of-experts model (gpt-oss-120b): vLLM 6,095 tok/s, TensorRT-LLM 2,140, SGLang 1,814. "
+                          "Default flags on one model do not rank tuned dense-model serving.",
+                          "gpt-oss-120b H100 total tok/s", "", 0))
         reasons.append(_r("vLLM v0.6.0 博客附录（H100）：ShareGPT 与解码为主的负载上 vLLM 最高（70B 只略高于 TensorRT-LLM），"
                           "预填充为主时更低——排名随负载变。", "vLLM v0.6.0 blog appendix (H100): vLLM highest on ShareGPT and "
                           "decode-heavy loads (70B only marginally above TensorRT-LLM), lower on prefill-heavy: the ranking "
@@ -264,7 +280,14 @@ def _churn(s: Scenario, reasons: list[Reason]) -> None:
 
 
 def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
-    if s.latency_slo == "high" and s.nvidia:
+    if s.latency_slo == "high" and s.nvidia and s.concurrency == "high":
+        reasons.append(_r("高并发下的 TTFT：这里只有 BentoML 在单卡 A100-80GB、100 个并发用户下的一组对比（Llama-3-8B，vLLM 的 TTFT 最好）；"
+                          "低并发（并发 4）的对比说明不了突发的多租户流量。",
+                          "TTFT under high concurrency: the only comparison cited is BentoML's on one A100-80GB with 100 "
+                          "concurrent users (Llama-3-8B; vLLM had the best TTFT); the low-concurrency one (concurrency 4) "
+                          "says nothing about bursty multi-tenant traffic.", "BentoML Llama-3-8B A100-80GB", "vLLM",
+                          2 if s.hardware == "nvidia-ampere" else 0))
+    if s.latency_slo == "high" and s.nvidia and s.concurrency == "low":
         reasons.append(_r("低并发下 TTFT：Qwen3-8B、H100、并发 4，SGLang 27.7 ms，TensorRT-LLM 51.6 ms，vLLM 64.0 ms（单次测量）。",
                           "TTFT at low concurrency: Qwen3-8B on an H100 at concurrency 4, SGLang 27.7 ms, TensorRT-LLM 51.6 ms, "
                           "vLLM 64.0 ms (one measurement).", "qwen3-8b H100 concurrency 4 TTFT", "SGLang", 3))
@@ -278,6 +301,10 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
         reasons.append(_r("多 LoRA：vLLM 同样在一个批里混合不同的适配器（--max-loras 是一批里最多的适配器数）。",
                           "Multi-LoRA: vLLM also mixes different adapters in one batch (--max-loras is the most adapters per "
                           "batch).", "vLLM mixed LoRA batch", "vLLM", 2))
+        if s.nvidia:
+            reasons.append(_r("多 LoRA：TensorRT-LLM 的 PyTorch 后端同时加载多个适配器，每个请求用自己的适配器（LoRARequest）。",
+                              "Multi-LoRA: TensorRT-LLM's PyTorch backend loads several adapters at once, each request with "
+                              "its own (LoRARequest).", "TRT-LLM multiple LoRA adapters", "TensorRT-LLM", 2))
     if s.structured_output:
         reasons.append(_r("结构化输出：本实验没有核实各引擎的约束解码实现，这一项不加分；请在自己的 JSON schema 上测。",
                           "Structured output: this lab has not checked each engine's constrained decoding, so it scores "
@@ -290,9 +317,11 @@ def _latency_and_features(s: Scenario, reasons: list[Reason]) -> None:
                           "Small Python team: SGLang's scheduler is Python too.", "SGLang launch without a build step",
                           "SGLang", 2))
     if s.operations == "edge":
-        reasons.append(_r("边缘设备：llama.cpp 是没有依赖的 C/C++ 程序，一个二进制加一个 GGUF 文件即可部署。",
-                          "Edge devices: llama.cpp is plain C/C++ without dependencies; one binary and one GGUF file deploy.",
-                          "llama.cpp hardware and quantization", "llama.cpp", 2))
+        reasons.append(_r("边缘设备：llama.cpp 是没有依赖的 C/C++ 程序，一个二进制加一个 GGUF 文件即可部署"
+                          + ("；它也有 CUDA / HIP 后端，GPU 边缘盒子同样能用。" if s.nvidia or s.hardware == "amd" else "。"),
+                          "Edge devices: llama.cpp is plain C/C++ without dependencies; one binary and one GGUF file deploy"
+                          + ("; it has CUDA / HIP backends too, so a GPU edge box runs it." if s.nvidia or s.hardware == "amd"
+                             else "."), "llama.cpp hardware and quantization", "llama.cpp", 2))
     if s.team == "nvidia-experts" and s.nvidia:
         reasons.append(_r("熟悉 NVIDIA 工具链的团队能承担量化与调参的工程成本。", "A team fluent in NVIDIA's toolchain can "
                           "carry the quantization and tuning work.", "TensorRT-LLM FP8 / FP4 quantization", "TensorRT-LLM", 2))
@@ -308,7 +337,7 @@ def recommend(s: Scenario, measured: Measured | None = None) -> Recommendation:
     _max_throughput(s, reasons)
     _churn(s, reasons)
     _latency_and_features(s, reasons)
-    if s.nvidia or s.hardware in ("amd", "mixed-amd-nvidia"):
+    if (s.nvidia or s.hardware in ("amd", "mixed-amd-nvidia")) and s.operations != "edge":
         excluded.setdefault("llama.cpp", "built for one machine, not for a batched GPU service")
     scores = {e: sum(r.weight for r in reasons if r.engine == e) for e in ENGINES if e not in excluded}
     top = max(scores.values())
@@ -334,6 +363,9 @@ SCENARIOS: dict[str, Scenario] = {
     "AMD MI300X, stable model": Scenario(hardware="amd", throughput="high"),
     "MacBook (Apple silicon), NVFP4 checkpoint": Scenario(hardware="apple", throughput="low", quantization="nvfp4"),
     "Intel Xeon CPU server": Scenario(hardware="cpu", throughput="medium", team="platform"),
+    "NVIDIA edge box (Jetson-class), one app": Scenario(hardware="nvidia-ampere", operations="edge", throughput="low"),
+    "bursty multi-tenant API on H100s, many LoRA adapters": Scenario(
+        hardware="nvidia-hopper", latency_slo="high", concurrency="high", multi_lora=True, throughput="high"),
 }
 
 # The named scenarios as a learner reads them (Chinese first); the English key stays the identifier.
@@ -349,4 +381,6 @@ SCENARIO_NAMES_ZH: dict[str, str] = {
     "AMD MI300X, stable model": "AMD MI300X、稳定的模型",
     "MacBook (Apple silicon), NVFP4 checkpoint": "MacBook（Apple 芯片）、NVFP4 检查点",
     "Intel Xeon CPU server": "Intel Xeon CPU 服务器",
+    "NVIDIA edge box (Jetson-class), one app": "NVIDIA 边缘盒子（Jetson 一类）、单个应用",
+    "bursty multi-tenant API on H100s, many LoRA adapters": "H100 上突发的多租户 API、很多 LoRA 适配器",
 }

@@ -61,25 +61,96 @@ def ranking(rows: list[AblationRow], workload: str) -> list[str]:
     return [g.variant for g in sorted(gains(rows, workload), key=lambda g: -g.throughput_x)]
 
 
+def clear_order(gains_: list[Gain]) -> list[list[Gain]]:
+    """The gains whose verdicts are clear, from the largest to the smallest, grouped: a gain whose round
+    range overlaps the next one's cannot be told apart from it and shares its group."""
+    clear = sorted((g for g in gains_ if g.verdict is not None and g.verdict.clear), key=lambda g: -g.throughput_x)
+    groups: list[list[Gain]] = []
+    for g in clear:
+        if groups and g.verdict.ratio_max >= min(x.verdict.ratio_min for x in groups[-1]):
+            groups[-1].append(g)
+        else:
+            groups.append([g])
+    return groups
+
+
+def _ranked_text(groups: list[list[Gain]]) -> tuple[str, str]:
+    def one(g: Gain, zh: bool) -> str:
+        v = g.verdict
+        return f"{g.zh if zh else g.en} {g.throughput_x:.2f}×（{v.ratio_min:.2f}–{v.ratio_max:.2f}）" if zh else \
+            f"{g.en} {g.throughput_x:.2f}x ({v.ratio_min:.2f}-{v.ratio_max:.2f})"
+    return (" > ".join(" ≈ ".join(one(g, True) for g in grp) for grp in groups),
+            " > ".join(" ≈ ".join(one(g, False) for g in grp) for grp in groups))
+
+
+def ranking_sentences_from_gains(by_workload: dict[str, list[Gain]]) -> list[str]:
+    """Per workload, a ranking of the switches whose verdicts are clear (overlapping round ranges joined
+    by ≈), or a plain "not ranked" when fewer than two are clear; then the switches clear on both
+    workloads that point opposite ways. Nothing is ranked from bare point estimates."""
+    lines = []
+    for w, gs in by_workload.items():
+        groups = clear_order(gs)
+        n_clear = sum(len(g) for g in groups)
+        unsure = len(gs) - n_clear
+        if n_clear < 2:
+            lines.append(t(f"{w} 负载：{len(gs)} 个开关里只有 {n_clear} 个的结论是清楚的（其余在噪声之内或测量时机器正忙）：本次不排序。",
+                           f"{w} workload: only {n_clear} of {len(gs)} switches have a clear verdict (the rest are within "
+                           "noise or measured while busy): no ranking this time."))
+            continue
+        zh, en = _ranked_text(groups)
+        tail_zh = f"；另有 {unsure} 个结论不清楚，不参与排序" if unsure else ""
+        tail_en = f"; {unsure} more are not clear and are left out" if unsure else ""
+        lines.append(t(f"{w} 负载，结论清楚的开关（每 CPU 秒吞吐 ÷ 基线，括号里是各轮范围；范围重叠的用 ≈ 连接）：{zh}{tail_zh}。",
+                       f"{w} workload, switches with a clear verdict (tokens per CPU second over the baseline, round range "
+                       f"in brackets; overlapping ranges joined by ≈): {en}{tail_en}."))
+    names = list(by_workload)
+    if len(names) == 2:
+        a, b = (({g.variant: g for g in by_workload[w] if g.verdict is not None and g.verdict.clear}) for w in names)
+        flips = [v for v in a if v in b and {a[v].verdict.direction, b[v].verdict.direction} == {"greater", "less"}]
+        if flips:
+            parts_zh = "；".join(f"{a[v].zh}（{names[0]} 上 {a[v].throughput_x:.2f}×，{names[1]} 上 {b[v].throughput_x:.2f}×）"
+                                for v in flips)
+            parts_en = "; ".join(f"{a[v].en} ({names[0]} {a[v].throughput_x:.2f}x, {names[1]} {b[v].throughput_x:.2f}x)"
+                                 for v in flips)
+            lines.append(t(f"同一个开关在两个负载上方向相反，而且两边都清楚：{parts_zh}。",
+                           f"The same switch points opposite ways on the two workloads, clearly on both: {parts_en}."))
+        else:
+            lines.append(t("本次没有哪个开关在两个负载上都有清楚、方向相反的结论：排序是否随负载变，这次量不出来。",
+                           "No switch has clear, opposite verdicts on the two workloads this time: whether the ranking "
+                           "moves with the workload is not shown by this run."))
+    return lines
+
+
 def ranking_sentence(rows: list[AblationRow], a: str, b: str) -> str:
-    """Whether the two workloads rank the optimisations differently, and which one moved most."""
-    ra, rb = ranking(rows, a), ranking(rows, b)
-    common = [v for v in ra if v in rb]
-    if not common:
-        return t("两个负载没有共同的已测变体。", "The two workloads share no measured variant.")
-    moved = max(common, key=lambda v: abs(ra.index(v) - rb.index(v)))
-    shift = abs(ra.index(moved) - rb.index(moved))
-    if ra == rb:
-        return t(f"这次两个负载的排序相同（首位都是 {ra[0]}）：本次测量没有显出差别，噪声也可能掩盖了它；再跑一次或加大负载。",
-                 f"This time both workloads rank the variants the same (both led by {ra[0]}): this run shows no "
-                 "difference, or noise hid it; run again or enlarge the workload.")
-    move_zh = f"变化最大的是 {moved}（第 {ra.index(moved) + 1} 位 → 第 {rb.index(moved) + 1} 位，移动 {shift} 位）"
-    move_en = f"{moved} moved most (rank {ra.index(moved) + 1} → {rb.index(moved) + 1}, {shift} places)"
-    if ra[0] == rb[0]:
-        return t(f"两个负载的首位相同（都是 {ra[0]}），后面的排序不同：{move_zh}。",
-                 f"Both workloads are led by {ra[0]}, but the rest rank differently: {move_en}.")
-    return t(f"两个负载的排序不同：{a} 的首位是 {ra[0]}，{b} 的首位是 {rb[0]}；{move_zh}。",
-             f"The two workloads rank the variants differently: {a} is led by {ra[0]}, {b} by {rb[0]}; {move_en}.")
+    """The rankings of the two workloads from clear verdicts only (``ranking_sentences_from_gains``)."""
+    return " ".join(ranking_sentences_from_gains({a: gains(rows, a), b: gains(rows, b)}))
+
+
+def lab04_draft_on_chat(summary: dict | None) -> str:
+    """What lab 04 recorded for the 2-layer draft model on open chat (its training domain), from the
+    learner's results/lab04.json; says so when lab 04 has not recorded it."""
+    from dataclasses import fields
+
+    entry = ((summary or {}).get("verdicts") or {}).get(LAB04_DRAFT_CHAT)
+    if not isinstance(entry, dict):
+        return t("实验 04 的结果里还没有“2 层草稿模型在开放对话上”这一行：做完实验 04 第 4 节后再运行本格。",
+                 "Lab 04's results hold no row for the 2-layer draft on open chat yet: run lab 04's section 4, then this cell.")
+    names = {f.name for f in fields(Verdict)}
+    kw = {k: v for k, v in entry.items() if k in names}
+    claim = entry.get("claim")
+    kw["claim"] = (claim.get("zh", ""), claim.get("en", "")) if isinstance(claim, dict) else tuple(claim or ("", ""))
+    kw["reasons"] = tuple(kw.get("reasons") or ())
+    v = Verdict(**kw)
+    return v.sentence(
+        greater=("实验 04 里，2 层草稿模型在它的训练领域（开放对话）上比普通解码快：{ratio}",
+                 "In lab 04 the 2-layer draft decoded its own domain (open chat) faster than plain decoding: {ratio}"),
+        less=("实验 04 里，2 层草稿模型连在它的训练领域（开放对话）上也比普通解码慢：{ratio}",
+              "In lab 04 the 2-layer draft was slower than plain decoding even on its own domain (open chat): {ratio}"),
+        same=("实验 04 里，2 层草稿模型在它的训练领域（开放对话）上与普通解码差不多：{ratio}",
+              "In lab 04 the 2-layer draft was about as fast as plain decoding on its own domain (open chat): {ratio}"))
+
+
+LAB04_DRAFT_CHAT = "speedup/chat/draft k=4"
 
 
 def plain_table(rows: list[AblationRow], workload: str) -> list[dict]:

@@ -224,7 +224,12 @@ class Mechanism:
 
     @property
     def vllm_citation(self) -> Citation | None:
-        return find(self.vllm_claim) if self.vllm_claim else None
+        """The first vLLM row (``vllm_citations`` has them all)."""
+        return self.vllm_citations[0] if self.vllm_claim else None
+
+    @property
+    def vllm_citations(self) -> tuple[Citation, ...]:
+        return tuple(find(c) for c in self.vllm_claim.split("; ")) if self.vllm_claim else ()
 
 
 _REMOVED = "TRT-LLM TensorRT engine backend"
@@ -263,16 +268,25 @@ TRTLLM_MECHANISM: tuple[Mechanism, ...] = (
               "context and generation sequences in one batch; packed inputs, no padding",
               "TRT-LLM in-flight batching input layout",
               "保留：调度概念文档仍适用于 PyTorch 后端（1.4 文档）", "kept: the scheduling concepts still apply (1.4 docs)",
-              "TRT-LLM legacy docs still relevant"),
+              "TRT-LLM legacy docs still relevant",
+              "同样：连续批处理（continuous batching），请求每一步都可加入或离开批（v0.7.3 文档首页）",
+              "the same: continuous batching of incoming requests, joining and leaving the batch every step (v0.7.3 docs index)",
+              "vLLM continuous batching and PagedAttention"),
     Mechanism("分页 KV（paged KV cache）", "paged KV cache",
               "构建选项 --paged_kv_cache", "build option --paged_kv_cache", "TRT-LLM multiple profiles and timing cache",
               "保留：KV 缓存管理与复用（1.4 文档）", "kept: KV cache management and reuse (1.4 docs)",
-              "TRT-LLM legacy docs still relevant"),
+              "TRT-LLM legacy docs still relevant",
+              "同样：PagedAttention 把 KV 存在固定大小的块里（分页 KV 就出自 vLLM；v0.7.3 文档首页）",
+              "the same: PagedAttention keeps KV in fixed-size blocks (paged KV comes from vLLM; v0.7.3 docs index)",
+              "vLLM continuous batching and PagedAttention"),
     Mechanism("FP8 / NVFP4（Model Optimizer）", "FP8 / NVFP4 via Model Optimizer",
               "Hopper/Ada：FP8、INT8、INT4；Ampere 无 FP8（0.18 支持矩阵）", "Hopper/Ada: FP8, INT8, INT4; no FP8 on Ampere (0.18 matrix)",
               "TensorRT-LLM precision by architecture",
               "FP8 与 FP4：Blackwell 与 Hopper，用 Model Optimizer 预量化的检查点", "FP8 and FP4 on Blackwell and Hopper, "
-              "from checkpoints pre-quantized with Model Optimizer", "TensorRT-LLM FP8 / FP4 quantization"),
+              "from checkpoints pre-quantized with Model Optimizer", "TensorRT-LLM FP8 / FP4 quantization",
+              "同样有 FP8 与 NVFP4：FP8 W8A8（Ada/Hopper；Ampere 仅权重）；llm-compressor 量化的 NVFP4 W4A4（Blackwell 之前仅权重）",
+              "FP8 and NVFP4 too: FP8 W8A8 (Ada/Hopper; weight-only on Ampere); NVFP4 W4A4 from llm-compressor "
+              "(weight-only before Blackwell)", "vLLM FP8 W8A8; vLLM NVFP4"),
     Mechanism("torch.compile", "torch.compile",
               "—", "—", "",
               "用 torch.compile 做轻量的纵向融合，并做分段 CUDA 图（注意力留在 eager）（1.4.0rc1）",
@@ -334,16 +348,28 @@ FEATURES: tuple[Feature, ...] = (
             Fact("分离式服务（disaggregated serving）的概念文档保留给 PyTorch 后端（TensorRT 后端移除说明页）",
                  "the disaggregated-serving concept pages are kept for the PyTorch backend (TensorRT-backend removal page)",
                  "TRT-LLM legacy docs still relevant")),
-    Feature("投机解码（speculative decoding）", "speculative decoding", "vLLM",
-            Fact("低负载（QPS 1，Llama3-70B，4×H100）：草稿模型 1.5 倍（ShareGPT），n-gram 2.8 倍（CNN/DM）",
-                 "at low load (QPS 1, Llama3-70B, 4x H100): draft model 1.5x (ShareGPT), n-gram 2.8x (CNN/DM)",
-                 "vLLM spec decode low QPS")),
+    Feature("投机解码（speculative decoding）：今天的方法", "speculative decoding: methods today", "vLLM",
+            Fact("EAGLE（含 EAGLE-3）、MTP（多 token 预测）、草稿模型、并行草稿模型（PARD）、MLP、n-gram、后缀解码（suffix decoding）"
+                 "（v0.19.0 文档）",
+                 "EAGLE (EAGLE-3 included), MTP (multi-token prediction), draft model, parallel draft model (PARD), MLP, "
+                 "n-gram, suffix decoding (v0.19.0 docs)", "vLLM speculative decoding methods")),
+    Feature("投机解码（speculative decoding）：今天的方法", "speculative decoding: methods today", "TensorRT-LLM",
+            Fact("EAGLE 3、MTP（DeepSeek V3/R1）、草稿-目标（draft/target）、n-gram、用户自带的提议者（PyTorch 后端文档）",
+                 "EAGLE 3, MTP (DeepSeek V3/R1), draft/target, n-gram, a user-provided drafter (PyTorch backend docs)",
+                 "TRT-LLM speculative decoding methods")),
+    Feature("投机解码（speculative decoding）：历史测量（2024 年，V0）", "speculative decoding: a 2024 measurement (V0)", "vLLM",
+            Fact("2024 年 10 月的博客（V0 时代）：低负载（QPS 1，Llama3-70B，4×H100）草稿模型 1.5 倍（ShareGPT），n-gram 2.8 倍（CNN/DM）",
+                 "the October 2024 blog (V0 era): at low load (QPS 1, Llama3-70B, 4x H100) draft model 1.5x (ShareGPT), "
+                 "n-gram 2.8x (CNN/DM)", "vLLM spec decode low QPS")),
     Feature("投机解码（speculative decoding）", "speculative decoding", "SGLang",
             Fact("EAGLE-2 / EAGLE-3：Llama-3.1-8B、单卡 H100、MT-bench 上 158.34 → 244.10 / 373.25 tok/s",
                  "EAGLE-2 / EAGLE-3: Llama-3.1-8B on one H100, MT-bench, 158.34 → 244.10 / 373.25 tok/s",
                  "SGLang Llama-3.1-8B 1xH100 MT-bench")),
-    Feature("投机解码（speculative decoding）", "speculative decoding", "TensorRT-LLM",
-            Fact("投机解码的概念文档保留给 PyTorch 后端（TensorRT 后端移除说明页）",
-                 "the speculative-decoding concept pages are kept for the PyTorch backend (TensorRT-backend removal page)",
-                 "TRT-LLM legacy docs still relevant")),
+    Feature("多 LoRA（multi-LoRA）", "multi-LoRA", "TensorRT-LLM",
+            Fact("PyTorch 后端同时加载多个 LoRA 适配器，每个请求用自己的适配器（LoRARequest；LoraConfig 的 max_loras）",
+                 "the PyTorch backend loads several LoRA adapters at once, each request with its own (LoRARequest; "
+                 "LoraConfig max_loras)", "TRT-LLM multiple LoRA adapters")),
+    Feature("多 LoRA（multi-LoRA）", "multi-LoRA", "vLLM",
+            Fact("一个批里混合不同的适配器（--max-loras 是一批里最多的适配器数）",
+                 "different adapters mixed in one batch (--max-loras is the most adapters per batch)", "vLLM mixed LoRA batch")),
 )

@@ -65,16 +65,18 @@ def trtllm_mechanism_table() -> Table:
         engine_cite, torch_cite = m.citations
         rows.append([t(m.aspect_zh, m.aspect_en), t(m.engine_zh, m.engine_en), t(m.pytorch_zh, m.pytorch_en),
                      t(m.vllm_zh, m.vllm_en),
-                     "; ".join(c.source for c in (engine_cite, torch_cite, m.vllm_citation) if c is not None)])
+                     "; ".join(c.source for c in (engine_cite, torch_cite, *m.vllm_citations) if c is not None)])
     return Table([t("机制", "mechanism"), t("TensorRT 后端（引擎）", "TensorRT backend (engine)"),
                   t("PyTorch 后端", "PyTorch backend"), t("vLLM V1（对照）", "vLLM V1 (for comparison)"),
                   t("出处（文档版本）", "source (documentation version)")], rows,
                  caption=t("TensorRT-LLM 的做法：每一项注明文档版本；最后一列是 vLLM V1 对同一件事的做法",
                            "TensorRT-LLM in its own terms, each with its documentation version; the last column is what "
                            "vLLM V1 does about the same thing"),
-                 notes=[t("提前构建、自动调优和插件是 TensorRT 后端独有的；CUDA 图补齐与 torch.compile 两家都做。",
+                 notes=[t("提前构建、自动调优和插件是 TensorRT 后端独有的；CUDA 图补齐、torch.compile、连续（飞行中）批处理、"
+                          "分页 KV 和 FP8 / NVFP4 两家都做。",
                           "The ahead-of-time build, auto-tuning and plugins are the TensorRT backend's own; CUDA-graph "
-                          "padding and torch.compile are done by both engines.")])
+                          "padding, torch.compile, continuous (in-flight) batching, paged KV and FP8 / NVFP4 are done by both "
+                          "engines.")])
 
 
 def features_table() -> Table:
@@ -338,6 +340,7 @@ def advisor_widget(initial: adv.Scenario | None = None, measured: adv.Measured |
         "quantization": W.Dropdown(options=adv.QUANT, value=s.quantization, description=t("量化", "quantization")),
         "team": W.Dropdown(options=adv.TEAMS, value=s.team, description=t("团队", "team")),
         "operations": W.Dropdown(options=adv.OPERATIONS, value=s.operations, description=t("运维", "operations")),
+        "concurrency": W.Dropdown(options=adv.CONCURRENCY, value=s.concurrency, description=t("并发", "concurrency")),
         "structured_output": W.Checkbox(value=s.structured_output, description=t("结构化输出", "structured output")),
         "multi_lora": W.Checkbox(value=s.multi_lora, description="multi-LoRA"),
     }
@@ -361,7 +364,7 @@ def scenarios_table(measured: adv.Measured | None = None) -> Table:
         top = [r for r in rec.reasons if r.engine == rec.engine and r.weight > 0][:2]
         tie = rec.tie_note()
         rows.append([t(f"{adv.SCENARIO_NAMES_ZH[name]}（{name}）", name), rec.engine, rec.runner_up or "—",
-                     " / ".join(t(r.text_zh, r.text_en)[:60] for r in top) or (t(*tie) if tie else "—")])
+                     " / ".join(t(r.text_zh, r.text_en) for r in top) + (" " + t(*tie) if tie else "") or "—"])
     return Table([t("场景", "scenario"), t("推荐", "recommendation"), t("次选", "runner-up"), t("主要理由", "key reasons")],
                  rows, caption=t("命名场景与建议", "Named scenarios and their recommendation"),
                  notes=[t(f"同分时按固定顺序 {' → '.join(adv.TIE_ORDER)} 选（硬件覆盖最广者优先）。",
@@ -370,9 +373,15 @@ def scenarios_table(measured: adv.Measured | None = None) -> Table:
 
 def summary_table(rows: list[AblationRow], workloads: list[str], points: list[LoadPoint]) -> Table:
     body = []
+    from labkit.labs.lab05_engine_choice.compare import clear_order
+
     for w in workloads:
-        best = max(gains(rows, w), key=lambda g: g.throughput_x)
-        body.append([t(f"负载 {w} 上收益最大的开关", f"biggest gain on workload {w}"), f"{t(best.zh, best.en)}: {best.throughput_x:.2f}×",
+        top = (clear_order(gains(rows, w)) or [[]])[0]
+        top = [g for g in top if g.verdict.direction == "greater"]
+        value = ("；".join(f"{t(g.zh, g.en)}: {g.throughput_x:.2f}×" for g in top) if top else
+                 t("本次没有结论清楚的收益（在噪声之内或机器正忙）", "no clear gain this time (within noise or machine busy)"))
+        body.append([t(f"负载 {w} 上收益最大的开关（只看结论清楚的；分不出高下的并列）",
+                       f"biggest gain on workload {w} (clear verdicts only; ties listed together)"), value,
                      t("本次实测（每 CPU 秒输出 token）", "measured here (output tokens per CPU s)")])
     hi = points[-1]
     body.append([t(f"并发 {hi.concurrency} 时 KV 使用峰值 / 主机时间占比", f"peak KV usage / host share at concurrency {hi.concurrency}"),
