@@ -10,7 +10,9 @@ it reads executed notebooks and Markdown as they are and renders every output th
 staged in build/book/src (the tracked labs/ are never written): book/conf.py, an index made from the
 README, docs/*.md, and the executed labs. Plotly figures are rendered as HTML against plotly.js served with
 the site, so they draw offline; an ipywidgets output (live only in JupyterLab) is replaced by a note
-saying so.
+saying so. Formulas are typeset by a copy of MathJax served with the site too (taken once from the npm
+registry with `npm pack`, kept under build/book/vendor, never committed), so a classroom without internet
+sees the formulas, not raw LaTeX. The front page and the docs index are Chinese first.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -34,6 +37,54 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_NOTE = ("▶ 此处是交互部件（ipywidgets），只在 JupyterLab 里运行：`make lab` 打开本实验即可操作。"
                " (An interactive widget: it runs in JupyterLab only; `make lab` opens this lab.)")
+MATHJAX_VERSION = "3.2.2"
+VENDOR = BUILD / "vendor"
+# What the site needs of MathJax: the TeX-to-HTML bundle and the fonts it loads relative to itself.
+MATHJAX_FILES = ("es5/tex-chtml.js", "es5/output/chtml/fonts/woff-v2/")
+DOC_TITLES_ZH = {
+    "engine": ("引擎", "引擎的结构：调度器、分页 KV、模型执行、投机解码、C 内核与线程"),
+    "performance": ("性能", "各 CPU 上的基准数字：与 llama.cpp、transformers 的对照，比值与测量方法"),
+    "serving": ("服务与压测", "`labkit serve`（兼容 OpenAI 的服务器）与 `labkit bench`（压测客户端）"),
+    "assessment": ("评测", "测验、练习与进度：怎么判分、为什么这样设计"),
+    "instructors": ("教师指南", "给一个班上课：准备、分发、收集进度"),
+    "hub": ("一台服务器上的一个班", "JupyterHub：每个学员一个内核、资源限制与部署"),
+    "mutation": ("变异测试", "测试能否抓住我们会犯的错：变异测试的记录"),
+}
+
+
+def mathjax(vendor: Path = VENDOR) -> Path:
+    """A MathJax 3 copy (``es5/``) for the site, fetched once with ``npm pack`` into ``vendor`` and reused."""
+    root = vendor / f"mathjax-{MATHJAX_VERSION}"
+    if (root / MATHJAX_FILES[0]).exists():
+        return root / "es5"
+    vendor.mkdir(parents=True, exist_ok=True)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SystemExit("the course site ships MathJax so formulas render offline: install npm (apt-get install npm), "
+                         f"or unpack mathjax@{MATHJAX_VERSION} from the npm registry into {root}")
+    out = subprocess.run([npm, "pack", f"mathjax@{MATHJAX_VERSION}", "--silent", "--pack-destination", str(vendor)],
+                         capture_output=True, text=True, timeout=300)
+    tgz = vendor / f"mathjax-{MATHJAX_VERSION}.tgz"
+    if out.returncode != 0 or not tgz.exists():
+        raise SystemExit(f"npm pack mathjax@{MATHJAX_VERSION} failed: {out.stderr[-2000:]}")
+    with tarfile.open(tgz) as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and any(
+            m.name == f"package/{f}" or (f.endswith("/") and m.name.startswith(f"package/{f}")) for f in MATHJAX_FILES)]
+        for m in members:
+            m.name = m.name.removeprefix("package/")
+        tar.extractall(root, members=members, filter="data")
+    tgz.unlink()
+    return root / "es5"
+
+
+def docs_index() -> str:
+    """The docs' index page, Chinese first: each page's Chinese name and what it holds."""
+    rows = "\n".join(f"- [{zh}（{Path(REPO / 'docs' / f'{d}.md').read_text(encoding='utf-8').splitlines()[0].lstrip('# ')}）]"
+                     f"({d}.md)：{what}" for d, (zh, what) in DOC_TITLES_ZH.items() if d in DOCS)
+    return ("# 文档（Documentation）\n\n面向想了解引擎内部、运行课程或复现数字的读者。各页目前以英文写成，"
+            "下面是每页的中文概要。\n\n" + rows + "\n\n```{toctree}\n:hidden:\n\n" + "\n".join(DOCS) + "\n```\n")
+
+
 LIVE_NOTE = ("```{note}\n这是实验的静态版本：图表和表格来自快速模式（LABKIT_FAST=1）的一次真实运行；"
              "交互部件、预测和练习只在 JupyterLab 中可用（`make lab`）。\n"
              "This is the lab as executed once in fast mode: figures and tables are real; the widgets, "
@@ -101,6 +152,10 @@ def stage(executed: Path) -> list[Path]:
     (SRC / "labs").mkdir()
     (SRC / "docs").mkdir()
     shutil.copy(REPO / "book" / "conf.py", SRC / "conf.py")
+    shutil.copytree(mathjax(), SRC / "_static" / "mathjax")
+    with open(SRC / "conf.py", "a", encoding="utf-8") as conf:
+        conf.write('\n# MathJax served with the site (scripts/build_book.py copies it): formulas render offline\n'
+                   'mathjax_path = "mathjax/tex-chtml.js"\n')
     import plotly
 
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", SRC / "_static" / "plotly.min.js")
@@ -135,8 +190,15 @@ def stage(executed: Path) -> list[Path]:
                     "要亲手运行、操作交互部件、做练习，请在自己的电脑上 `make lab`。\n\n" + text +
                     "\n\n```{toctree}\n:hidden:\n:caption: 实验 Labs\n\n" +
                     "\n".join(f"labs/{p.stem}" for p in LABS) + "\n```\n\n```{toctree}\n:hidden:\n:caption: "
-                    "文档 Docs\n\n" + "\n".join(f"docs/{d}" for d in DOCS) + "\n```\n")
+                    "文档 Docs\n\ndocs/index\n```\n")
+        elif name.startswith("docs/"):
+            zh, what = DOC_TITLES_ZH.get(Path(name).stem, ("", ""))
+            if zh:                       # a Chinese summary right under the page's title
+                note = f"```{{note}}\n中文概要（{zh}）：{what}。本页正文目前为英文。\n```\n"
+                title, _, body = text.partition("\n") if text.startswith("# ") else ("", "", text)
+                text = f"{title}\n\n{note}\n{body}" if title else f"{note}\n{body}"
         (SRC / name).write_text(text, encoding="utf-8")
+    (SRC / "docs" / "index.md").write_text(docs_index(), encoding="utf-8")
     return staged_labs
 
 
@@ -171,7 +233,14 @@ def check(staged_labs: list[Path]) -> list[str]:
             problems.append(f"{page.name}: {figures} figure(s) in the notebook, {shown} on the page")
         if figures == 0:
             problems.append(f"{page.name}: no figure at all (the executed notebook kept none)")
+        problems += offline_problems(html, page.name)
     return problems
+
+
+def offline_problems(html: str, name: str) -> list[str]:
+    """A page must load no script from another host (MathJax and plotly.js are served with the site)."""
+    remote = re.findall(r'<script[^>]+src="(https?://[^"]+)"', html)
+    return [f"{name}: loads {src} from the network (the site must work offline)" for src in remote]
 
 
 def browser_check() -> str:

@@ -73,3 +73,27 @@ def test_user_facing_pages_carry_no_tracker_issue_numbers():
     pages = [REPO / "README.md", *[REPO / "docs" / f"{d}.md" for d in book.DOCS]]
     found = [f"{p.name}: {m.group(0)}" for p in pages for m in re.finditer(r"\bissues? \d+", p.read_text(encoding="utf-8"))]
     assert not found, found
+
+
+def test_the_site_serves_mathjax_itself_and_puts_chinese_first(tmp_path, monkeypatch):
+    fake = tmp_path / "mathjax" / "es5"
+    (fake / "output").mkdir(parents=True)
+    (fake / "tex-chtml.js").write_text("// MathJax")
+    monkeypatch.setattr(book, "mathjax", lambda vendor=None: fake)
+    monkeypatch.setattr(book, "SRC", tmp_path / "src")
+    book.stage(REPO / "labs")                              # the tracked labs stand in for executed copies
+    src = tmp_path / "src"
+    assert 'mathjax_path = "mathjax/tex-chtml.js"' in (src / "conf.py").read_text(encoding="utf-8")
+    assert (src / "_static" / "mathjax" / "tex-chtml.js").exists()
+    index = (src / "index.md").read_text(encoding="utf-8")
+    assert index.startswith("本站是") and "docs/index" in index
+    docs = (src / "docs" / "index.md").read_text(encoding="utf-8")
+    assert docs.startswith("# 文档") and all(f"({d}.md)" in docs for d in book.DOCS)
+    engine = (src / "docs" / "engine.md").read_text(encoding="utf-8")
+    assert engine.startswith("# ") and "中文概要（引擎）" in engine.split("\n", 4)[3]
+
+
+def test_a_page_that_loads_a_script_from_the_network_fails_the_offline_check():
+    page = '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>'
+    assert book.offline_problems(page, "x.html") and "offline" in book.offline_problems(page, "x.html")[0]
+    assert book.offline_problems('<script src="../_static/mathjax/tex-chtml.js"></script>', "x.html") == []
