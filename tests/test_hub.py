@@ -358,6 +358,15 @@ def class_at_work(hub):
         server = hub.api("GET", f"/users/{name}").json()["servers"].get("")
         return bool(server and server["ready"])
 
+    def pending() -> set[str]:
+        return {n for n in hub.learners if hub.api("GET", f"/users/{n}").json()["servers"].get("", {}).get("pending")}
+
+    # the class view while the servers start: a learner pending before and after the page was pending during it
+    before = pending()
+    view = httpx.get(f"{hub.url}/services/class-view/", timeout=60,
+                     headers={"Authorization": f"token {hub.user_token(hub.instructor)}"}).text
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", view.split("labkit-hub-learners", 1)[1].split("</table>", 1)[0])
+    starting = {"pending": before & pending(), "shown": {cells[i]: cells[i + 1] for i in range(0, len(cells), 4)}}
     wait_until(lambda: all(ready(n) for n in hub.learners), 120, "the learners' servers", hub)
     spawned_s = time.monotonic() - start
     kernels = {name: Kernel(hub, name) for name in hub.learners}
@@ -381,7 +390,7 @@ def class_at_work(hub):
     runs = loop.run_until_complete(everyone())
     print(f"servers ready in {spawned_s:.1f} s; " + "; ".join(f"{r.name}: {r.cells} cells in {r.wall_s:.1f} s"
                                                                for r in runs))
-    yield {"runs": runs, "kernels": kernels, "loop": loop}
+    yield {"runs": runs, "kernels": kernels, "loop": loop, "starting": starting}
     for kernel in kernels.values():
         loop.run_until_complete(kernel.close())
     loop.close()
@@ -473,6 +482,15 @@ def test_the_class_view_shows_every_learner_to_the_instructor_and_refuses_a_lear
     assert "Class view (3 learners)" in english.text and "self-reported" in english.text
     refused = httpx.get(url, headers={"Authorization": f"token {hub.user_token(hub.learners[0])}"}, timeout=60)
     assert refused.status_code == 403
+
+
+@pytest.mark.slow
+def test_the_class_view_says_starting_while_a_learners_spawn_is_pending(hub, class_at_work):
+    starting = class_at_work["starting"]
+    if not starting["pending"]:
+        pytest.skip("every server was up before the class view answered: nothing was pending to show")
+    assert {name: starting["shown"][name] for name in starting["pending"]} == {
+        name: "启动中" for name in starting["pending"]}
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pwd
 import re
 import shutil
 import stat
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -343,3 +344,20 @@ def test_a_failed_spawn_and_a_crashed_server_leave_no_cgroup(tmp_path, monkeypat
     TmpCgroup(me).apply(Limits(2**30))                               # a server that then crashed
     spawner.run_post_stop_hook()
     assert not (group / me).exists()
+
+
+def test_the_tljh_snippet_in_docs_sets_real_spawner_options_and_labkits_server_command():
+    """What this machine can check of the TLJH page (no systemd here, so no TLJH): its config snippet runs,
+    sets only configurable Spawner traits, and starts learners with labkit's server command."""
+    from jupyterhub.spawner import Spawner
+    from traitlets.config import Config
+
+    page = (REPO / "docs" / "hub.md").read_text(encoding="utf-8").split("## On an existing TLJH", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", page, re.DOTALL).group(1)
+    c = Config()
+    exec(textwrap.dedent(snippet), {"c": c})
+    for name in c.Spawner:
+        assert Spawner.class_traits(config=True).get(name) is not None, f"Spawner.{name} is not an option"
+    assert c.Spawner.cmd[1:] == ["-m", "labkit.hub.learner_server"]
+    assert {"LABKIT_COURSE", "LABKIT_SHARED_CACHE"} <= set(c.Spawner.environment)
+    assert set(c.Spawner.args) <= set(kernel_culling(1200))

@@ -113,8 +113,10 @@ def configure_spawner(c, s: HubSettings) -> None:
     c.Spawner.default_url = "/lab"
     c.Spawner.mem_limit = s.mem_limit
     c.Spawner.cpu_limit = s.cpu_limit
-    c.Spawner.start_timeout = 120           # JupyterLab's first start on a busy 2-core machine
-    c.Spawner.http_timeout = 90
+    # JupyterLab's start on a busy 2-core machine: with 8 learners opening lab 01 at once (load 20-60) a server
+    # took more than 90 s to answer, and the hub gave up on a spawn that would have succeeded
+    c.Spawner.start_timeout = 300
+    c.Spawner.http_timeout = 240
     c.LearnerCourse.python = str(learner_python())
     c.LearnerCourse.course = str(s.course)
     c.LearnerCourse.shared_cache = str(s.shared_cache)
