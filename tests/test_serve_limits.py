@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -206,7 +208,7 @@ def test_a_5_mb_prompt_within_a_raised_limit_is_tokenised_without_stalling_a_run
     prompt = {"prompt": text} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
     body = json.dumps({"model": "sim", **prompt}).encode()
     gaps, answers = longest_gaps_beside(slow_encoding_server, lambda: post_raw(slow_encoding_server, path, body))
-    for status, error in answers:                                   # tokenised: 5,000,0xx tokens
+    for status, error in answers:           # 5,000,000 characters: more than 4095 tokens hold, never tokenised
         assert status == 400 and "max_model_len" in error["message"], error
     assert min(gaps) < MAX_GAP_S, gaps
 
@@ -263,3 +265,95 @@ def test_a_stream_nobody_reads_is_aborted_after_the_stall_timeout_and_ends_with_
     assert generated < 32 * 4000 / 2 and aborted_after_s < 10, (generated, aborted_after_s)
     events = sse_data(line.strip().decode() for line in reply.split(b"\n"))      # between HTTP chunk sizes
     assert finish_reasons(events) == dict.fromkeys(range(32), "abort") and events[-1] == "[DONE]"
+
+
+# ------------------------------------------------------------------------------ the real tokenizer
+
+class RealTokenizerInputs:
+    """The simulated engine's inputs, tokenising with SmolLM2's real tokenizer (the simulated model's
+    bytes are too cheap to stall anything). What reaches the engine is checked by its own rules."""
+
+    def __init__(self, inputs, tokenizer):
+        self._inputs, self._tokenizer = inputs, tokenizer
+
+    def encode(self, prompt, chat: bool = False):
+        if isinstance(prompt, str):
+            return self._tokenizer.encode(prompt)
+        return self._inputs.encode(prompt, chat=chat)
+
+    def __getattr__(self, name):
+        return getattr(self._inputs, name)
+
+
+class RealTokenizerEngine:
+    """The simulated engine with SmolLM2's tokenizer: what the server templates, bounds and tokenises."""
+
+    def __init__(self, engine, tokenizer):
+        self._engine, self.tokenizer = engine, tokenizer
+        self.inputs = RealTokenizerInputs(engine.inputs, tokenizer)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from labkit.model.loader import resolve_model_dir
+    from labkit.model.tokenizer import Tokenizer
+
+    return Tokenizer(resolve_model_dir(None, progress=False))
+
+
+@pytest.fixture
+def real_tokenizer_server(smollm2_tokenizer):
+    llm = sim_llm(num_blocks=128, max_num_seqs=8)                       # max_model_len 4096
+    llm.engine.inputs.vocab_size = smollm2_tokenizer.vocab_size          # the simulated model takes any id
+    engine = PacedEngine(RealTokenizerEngine(llm.engine, smollm2_tokenizer), steps_per_s=100)
+    with BackgroundServer(ServedModel(engine, "sim")) as server:
+        yield server
+
+
+def test_the_character_bound_comes_from_the_longest_vocabulary_entry_and_holds_for_it(smollm2_tokenizer):
+    from labkit.serve.prompt import longest_token_bytes
+
+    longest = longest_token_bytes(smollm2_tokenizer)
+    decoded = [smollm2_tokenizer.decode([i], skip_special_tokens=False) for i in range(smollm2_tokenizer.vocab_size)]
+    assert longest == max(len(text.encode()) for text in decoded)                # every entry, one by one
+    piece = max(decoded, key=lambda text: len(text.encode()))
+    assert len(smollm2_tokenizer.encode(piece)) == 1 and len(piece) == longest   # reached: that many characters
+    serving_md = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    assert re.findall(r"stands for at most\s+(\d+) bytes", serving_md) == [str(longest)]        # what the docs say
+
+
+def test_a_prompt_just_under_the_body_limit_is_refused_unread_without_stalling_a_stream(real_tokenizer_server):
+    limit = default_max_body_bytes(4096)
+    text = "a quick brown fox. " * ((limit - 300) // 19)           # every word a token: the worst case
+    body = json.dumps({"model": "sim", "prompt": text, "max_tokens": 1}).encode()
+    assert limit - 400 < len(body) <= limit
+    gaps, answers = longest_gaps_beside(real_tokenizer_server,
+                                        lambda: post_raw(real_tokenizer_server, "/v1/completions", body))
+    for status, error in answers:
+        assert status == 400 and error["param"] == "prompt" and "max_model_len" in error["message"], error
+    assert min(gaps) < MAX_GAP_S, gaps
+
+
+def test_30000_messages_are_refused_before_templating_without_stalling_a_stream(real_tokenizer_server):
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"} for i in range(30_000)]
+    body = json.dumps({"model": "sim", "messages": messages, "max_tokens": 1}, separators=(",", ":")).encode()
+    assert len(body) <= default_max_body_bytes(4096)
+    gaps, answers = longest_gaps_beside(real_tokenizer_server,
+                                        lambda: post_raw(real_tokenizer_server, "/v1/chat/completions", body))
+    for status, error in answers:
+        assert status == 400 and error["param"] == "messages" and "30000 messages" in error["message"], error
+    assert min(gaps) < MAX_GAP_S, gaps
+
+
+def test_the_longest_prompt_that_could_fit_is_tokenised_without_stalling_a_stream(real_tokenizer_server):
+    max_chars = real_tokenizer_server.app.state.prompts.max_chars          # 4095 tokens x the longest entry
+    text = ("a quick brown fox. " * (max_chars // 19 + 1))[:max_chars]     # tokenised: ~80,000 tokens
+    body = json.dumps({"model": "sim", "prompt": text, "max_tokens": 1}).encode()
+    gaps, answers = longest_gaps_beside(real_tokenizer_server,
+                                        lambda: post_raw(real_tokenizer_server, "/v1/completions", body))
+    for status, error in answers:                                  # tokenised, then too long for the context
+        assert status == 400 and "tokens but max_model_len is 4096" in error["message"], error
+    assert min(gaps) < MAX_GAP_S, gaps

@@ -59,10 +59,12 @@ def validation_error(errors: list[dict]) -> APIError:
     param = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
     if not param:
         return APIError(400, f"request body: {err.get('msg')}")
+    if err.get("type") == "string_unicode":
+        return APIError(400, f"{param} is not valid Unicode text (it holds a lone surrogate)", param)
     got = f" (got {err['input']!r})" if "input" in err and err.get("type") != "missing" else ""
     return APIError(400, f"{param}: {err.get('msg')}{got}", param)
 
 
 def _is_type_name(part: str) -> bool:
     return part in ("str", "int", "float", "bool", "none", "list[int]", "list[str]", "list[TextPart]",
-                    "StreamOptions") or part.startswith(("list[", "function-"))
+                    "StreamOptions") or part.startswith(("list[", "function-", "constrained-"))

@@ -189,6 +189,22 @@ class RequestBody:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+def unparsable_body(body: bytes) -> str:
+    """Why a body that ``json.loads`` refused is not JSON: its UTF-8, its nesting, or its syntax."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (f"the request body is not valid UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}); "
+                "JSON must be UTF-8")
+    try:
+        json.loads(text)
+    except RecursionError:
+        return "the request body is JSON nested too deeply to parse; an OpenAI request needs only a few levels"
+    except ValueError as exc:
+        return f"the request body is not valid JSON: {exc}"
+    return "the request body could not be parsed as JSON"
+
+
 def _header(scope, name: bytes) -> bytes | None:
     return next((value for key, value in scope.get("headers", ()) if key.lower() == name), None)
 

@@ -9,13 +9,27 @@ run several servers in one process. Two kinds of values:
   running / waiting requests, KV-cache usage, and the engine's own cumulative counters
   (prefix-cache queries and hits, preemptions, speculative drafts and accepted tokens).
 
-Times come from the engine's clock: on ``--model sim`` they are simulated seconds.
+Times come from the engine's clock: on ``--model sim`` they are simulated seconds (the cost model's
+time, not the wall clock a client sees); docs/serving.md says so too.
+
+vLLM's names that exist here (under ``labkit:`` instead of ``vllm:``): ``num_requests_running``,
+``num_requests_waiting``, ``kv_cache_usage_perc``, ``prefix_cache_queries``, ``prefix_cache_hits``,
+``num_preemptions``, ``spec_decode_num_drafts``, ``spec_decode_num_draft_tokens``,
+``spec_decode_num_accepted_tokens``, ``request_success``, ``prompt_tokens``, ``generation_tokens``,
+``time_to_first_token_seconds``, ``inter_token_latency_seconds``, ``e2e_request_latency_seconds``
+(``VLLM_NAMES``); the rest of vLLM's (queue time, prefill and decode time, per-request token histograms,
+LoRA, ...) are not exported.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+VLLM_NAMES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries",
+              "prefix_cache_hits", "num_preemptions", "spec_decode_num_drafts", "spec_decode_num_draft_tokens",
+              "spec_decode_num_accepted_tokens", "request_success", "prompt_tokens", "generation_tokens",
+              "time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds")
 
 # Buckets as vLLM's (seconds), trimmed to what a CPU engine reaches.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -80,9 +94,10 @@ class ServerMetrics:
         self.model_name = model_name
 
     def observe_finished(self, timings, token_times: list[float], reason: str) -> None:
-        """Called by the engine loop for every finished sequence (aborted ones count no success)."""
-        if reason != "abort":
-            self._success.labels(self.model_name, reason).inc()
+        """Called by the engine loop for every finished sequence, aborted ones included: as in vLLM,
+        ``request_success_total`` counts every finished request under its ``finished_reason`` (stop,
+        length, abort, error), so a client's completed requests are the stop + length ones."""
+        self._success.labels(self.model_name, reason).inc()
         if timings.ttft_s is not None:
             self.ttft.observe(timings.ttft_s)
         if timings.e2e_s is not None:

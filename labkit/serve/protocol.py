@@ -1,7 +1,11 @@
 """The OpenAI request bodies labkit serve accepts, and their translation into ``SamplingParams``.
 
 Field names and defaults follow the OpenAI API as vLLM's server accepts it (vLLM's extras
-``top_k`` and ``ignore_eos`` included). Types are strict: ``"max_tokens": "5"`` is a 400, not a 5.
+``top_k`` and ``ignore_eos`` included). ``null`` means "unset" wherever OpenAI declares a field
+nullable: ``"temperature": null`` is the default temperature, as a client that forwards its unset
+options as ``None`` expects. Types are otherwise strict: ``"max_tokens": "5"`` and ``"n": true`` are a 400,
+not a 5 or a 1; an integer written as a float (``5.0``, JSON has one number type) is that integer,
+``5.5`` is a 400 naming the field.
 Fields of the OpenAI API that labkit does not implement (``UNSUPPORTED``) are refused with a 400
 naming them unless they carry their neutral value (``"presence_penalty": 0`` changes nothing);
 other unknown fields are ignored, as vLLM does. Range checks live in ``SamplingParams``, except the
@@ -11,15 +15,29 @@ written into ``/openapi.json`` (``_documented``) so that the document says what 
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from labkit.sampling_params import SamplingParams
 
 MAX_STOP_STRINGS = 4          # OpenAI's limit
 MAX_STOP_CHARS = 64           # streaming holds back len(longest stop) - 1 characters: keep that short
 MAX_TOKENS_LIMIT = 1 << 31    # SamplingParams' bound
+MAX_SEED = (1 << 63) - 1      # SamplingParams' bound
+
+
+def _integral(value):
+    """``5.0`` -> ``5``; anything else (``5.5``, ``True``, ``"5"``) is left to the strict int check."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def integer(**bounds):
+    """An integer field: strict (no bool, no string), but an integral float is its integer. The bounds
+    sit on the int itself, so that the document states them (``maximum``, not pydantic's ``le``)."""
+    return Annotated[Annotated[int, Field(**bounds)], BeforeValidator(_integral)]
 
 # Field -> the values that mean "not used". Anything else is a feature labkit serve does not have.
 UNSUPPORTED: dict[str, tuple] = {
@@ -68,7 +86,7 @@ def invalid_unicode_field(value, path: str = "") -> str | None:
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-    include_usage: bool = False
+    include_usage: Union[bool, None] = False
 
 
 def _documented(**bounds) -> dict:
@@ -76,20 +94,30 @@ def _documented(**bounds) -> dict:
     return {"json_schema_extra": bounds}
 
 
+# A stop string as the document states it (``stop_strings`` checks it, with its own message).
+StopString = Annotated[str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_STOP_CHARS})]
+# stream_options without stream: true is a 400 (``include_usage``), as in OpenAI's and vLLM's API.
+_STREAM_OPTIONS_NEED_STREAM = {
+    "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+    "then": {"required": ["stream"], "properties": {"stream": {"const": True}}}}
+
+
 class _SamplingFields(BaseModel):
     # extra="allow": unknown fields are kept (not used) so that UNSUPPORTED ones can be refused.
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_STREAM_OPTIONS_NEED_STREAM)
 
     model: str
-    temperature: float = Field(1.0, **_documented(minimum=0, maximum=100))
-    top_p: float = Field(1.0, **_documented(exclusiveMinimum=0, maximum=1))
-    top_k: int = Field(0, le=MAX_TOKENS_LIMIT, **_documented(minimum=-1))
-    n: int = Field(1, **_documented(minimum=1, maximum=64))
-    seed: Union[int, None] = Field(None, lt=1 << 63, **_documented(minimum=0))
-    stop: Union[str, list[str], None] = None
-    stream: bool = False
+    # None (JSON null) is "unset": the default written beside it (``_or``).
+    temperature: Union[float, None] = Field(1.0, **_documented(minimum=0, maximum=100))
+    top_p: Union[float, None] = Field(1.0, **_documented(exclusiveMinimum=0, maximum=1))
+    top_k: Union[integer(le=MAX_TOKENS_LIMIT), None] = Field(0, **_documented(minimum=-1))
+    n: Union[integer(), None] = Field(1, **_documented(minimum=1, maximum=64))
+    seed: Union[integer(le=MAX_SEED), None] = Field(None, **_documented(minimum=0))
+    stop: Union[StopString, Annotated[list[StopString], Field(json_schema_extra={"maxItems": MAX_STOP_STRINGS})],
+                None] = None
+    stream: Union[bool, None] = False
     stream_options: Union[StreamOptions, None] = None
-    ignore_eos: bool = False
+    ignore_eos: Union[bool, None] = False
 
     def stop_strings(self) -> list[str]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -106,21 +134,32 @@ class _SamplingFields(BaseModel):
     def include_usage(self) -> bool:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
-        return self.stream_options is not None and self.stream_options.include_usage
+        return self.stream_options is not None and bool(self.stream_options.include_usage)
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """Raises ValueError naming the field (from ``SamplingParams``' own checks)."""
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                              max_tokens=max_tokens, seed=self.seed, n=self.n, ignore_eos=self.ignore_eos)
+        return SamplingParams(temperature=_or(self.temperature, 1.0), top_p=_or(self.top_p, 1.0),
+                              top_k=_or(self.top_k, 0), max_tokens=max_tokens, seed=self.seed, n=_or(self.n, 1),
+                              ignore_eos=bool(self.ignore_eos))
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 class CompletionRequest(_SamplingFields):
     """``POST /v1/completions``. ``max_tokens`` defaults to 16, as in OpenAI's and vLLM's API."""
 
-    prompt: Union[str, list[int]]
-    max_tokens: int = Field(16, ge=1, le=MAX_TOKENS_LIMIT)
-    echo: Literal[False] = False            # not supported: say so rather than ignore it
+    # The string's bound for the document only: pydantic's own length check would refuse a lone surrogate with
+    # a vaguer message than ``invalid_unicode_field``'s.
+    prompt: Union[Annotated[str, Field(json_schema_extra={"minLength": 1})],
+                  Annotated[list[integer(ge=0)], Field(min_length=1)]]
+    max_tokens: Union[integer(ge=1, le=MAX_TOKENS_LIMIT), None] = 16
+    echo: Union[Literal[False], None] = False   # not supported: say so rather than ignore it
     logprobs: None = None
+
+    def requested_max_tokens(self) -> int:
+        return _or(self.max_tokens, 16)
 
 
 class TextPart(BaseModel):
@@ -145,9 +184,9 @@ class ChatCompletionRequest(_SamplingFields):
     (vLLM's default); ``max_completion_tokens`` is the newer name for the same limit."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Union[int, None] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
-    max_completion_tokens: Union[int, None] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
-    logprobs: Literal[False] = False        # not supported: say so rather than ignore it
+    max_tokens: Union[integer(ge=1, le=MAX_TOKENS_LIMIT), None] = None
+    max_completion_tokens: Union[integer(ge=1, le=MAX_TOKENS_LIMIT), None] = None
+    logprobs: Union[Literal[False], None] = False   # not supported: say so rather than ignore it
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
