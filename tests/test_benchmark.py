@@ -10,6 +10,7 @@ import threading
 
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
@@ -24,6 +25,7 @@ from labkit.i18n import get_language, set_language
 from labkit.labs.lab05_engine_choice import external
 from labkit.labs.lab05_engine_choice.ablation import Workload
 from labkit.serve import BackgroundServer, ServedModel
+from labkit.serve.limits import ServeLimits
 from tests.serve_util import PacedEngine, running, scrape, serving, sim_llm, strict_openai_server, wait_until
 
 pytestmark = pytest.mark.timeout(180)     # a stuck run fails its test with every thread's stack
@@ -434,3 +436,79 @@ def test_bench_against_labkit_serve_whose_engine_fails_counts_every_open_stream_
     assert (reported(out, "Successful requests"), reported(out, "Failed requests")) == ("0", "4")
     saved = json.loads((tmp_path / "r.json").read_text())
     assert "device lost" in saved["first_error"] and sum(saved["failures"].values()) == 4
+
+
+# ------------------------------------------------------------------------------ every way a stream ends
+
+TEXT = {"choices": [{"index": 0, "text": "a", "finish_reason": None}]}
+LENGTH = {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]}
+USAGE_2 = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+INCOMPLETE_KIND = "incomplete (no finish_reason, usage or [DONE])"
+
+
+@pytest.mark.parametrize("parts, kind", [
+    (sse(TEXT, LENGTH, USAGE_2, "[DONE]"), None),                       # every mark of an end
+    (sse(TEXT, LENGTH), None),                                          # finish_reason alone
+    (sse(TEXT, USAGE_2), None),                                         # usage alone
+    (sse(TEXT, "[DONE]"), None),                                        # [DONE] alone
+    (sse(TEXT, TEXT), INCOMPLETE_KIND),                                 # text, then a clean close
+    (sse(ROLE_ONLY), INCOMPLETE_KIND),                                  # the role, then a clean close
+    (sse(TEXT) + [httpx.ReadError("reset")], "ReadError"),              # cut: a transport error
+    (sse(TEXT, {"choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}, "[DONE]"),
+     "finish_reason 'abort'"),
+], ids=["complete", "finish-reason-only", "usage-only", "done-only", "incomplete-text", "incomplete-role",
+        "read-error", "abort"])
+def test_each_ending_of_a_stream_is_its_own_outcome_and_failures_are_counted_by_kind(parts, kind):
+    (record,), duration = run_raw([(200, parts)], "completions")
+    assert record.success == (kind is None), record.error
+    m = compute_metrics([record], duration)
+    assert (m.completed, m.failed, m.incomplete) == (int(kind is None), int(kind is not None),
+                                                     int(kind == INCOMPLETE_KIND))
+    result = BenchResult({"request_rate": math.inf}, m, [record])
+    assert result.failures == ({} if kind is None else {kind: 1})
+
+
+def test_an_incomplete_stream_is_reported_against_success_in_the_summary():
+    records, duration = run_raw([(200, sse(TEXT, LENGTH, USAGE_2, "[DONE]")), (200, sse(TEXT, TEXT))], "completions")
+    m = compute_metrics(records, duration)
+    result = BenchResult({"request_rate": math.inf}, m, records)
+    out = format_report(m, result.settings, result.first_error, failures=result.failures)
+    assert (reported(out, "Successful requests"), reported(out, "Failed requests")) == ("1", "1")
+    assert reported(out, "  of which incomplete streams") == "1"
+    assert reported(out, f"Failed: {INCOMPLETE_KIND}") == "1" and "First error: incomplete:" in out
+
+
+class SlowServer(httpx.AsyncBaseTransport):
+    """Each reply takes ``seconds`` of real time before its complete stream."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(self.seconds)
+        return httpx.Response(200, stream=RawStream(FakeClock(), sse(TEXT, LENGTH, USAGE_2, "[DONE]")),
+                              headers={"content-type": "text/event-stream"})
+
+
+def test_a_time_bounded_run_counts_neither_unsent_nor_cut_requests_as_failures(capsys):
+    # 2 requests a second, each answered after 0.3 s, for 1 s: some complete, one is in flight at the end
+    # (cut), the rest were never sent.
+    shape = LoadShape(request_rate=2.0, burstiness=1e6, max_concurrency=None)        # a gap of ~0.5 s each
+    outcome = asyncio.run(run_load(Target("http://fake", "m", "completions"), [BenchRequest("p", 2)] * 20, shape,
+                                   max_duration_s=1.0, progress=False, transport=SlowServer(0.3)))
+    m = compute_metrics(outcome.records, outcome.duration_s)
+    assert m.failed == 0 and m.completed >= 1 and m.not_sent >= 15 and m.completed + m.cut + m.not_sent == 20
+    result = BenchResult({"request_rate": 2.0}, m, outcome.records)
+    assert result.failures == {} and result.first_error is None
+    out = format_report(m, result.settings, result.first_error, failures=result.failures)
+    assert reported(out, "Failed requests") == "0" and reported(out, "Not sent before --max-duration") == str(m.not_sent)
+
+
+def test_the_client_lets_go_of_an_idle_connection_before_uvicorn_closes_it():
+    from labkit.benchmark.runner import KEEPALIVE_EXPIRY_S
+    from labkit.serve.server import make_server
+
+    app = FastAPI()
+    app.state.engine_loop = None
+    assert KEEPALIVE_EXPIRY_S < make_server(app, ServeLimits(), "warning").config.timeout_keep_alive    # labkit
+    assert KEEPALIVE_EXPIRY_S < uvicorn.Config(FastAPI()).timeout_keep_alive      # vLLM's server too

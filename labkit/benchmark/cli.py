@@ -66,12 +66,16 @@ def run_bench(args: argparse.Namespace) -> BenchResult:
 
 def format_report(metrics: BenchMetrics, settings: dict, first_error: str | None = None,
                   server_metrics: str | None = None, failures: dict[str, int] | None = None) -> str:
-    rows = [("Successful requests", metrics.completed), ("Failed requests", metrics.failed),
-            ("Benchmark duration (s)", metrics.duration_s), ("Total input tokens", metrics.total_input_tokens),
-            ("Total generated tokens", metrics.total_output_tokens),
-            ("Request throughput (req/s)", metrics.request_throughput),
-            ("Output token throughput (tok/s)", metrics.output_throughput),
-            ("Total token throughput (tok/s)", metrics.total_token_throughput)]
+    rows = [("Successful requests", metrics.completed), ("Failed requests", metrics.failed)]
+    if metrics.incomplete:
+        rows.append(("  of which incomplete streams", metrics.incomplete))
+    if metrics.cut or metrics.not_sent:
+        rows += [("Cut at --max-duration (in flight)", metrics.cut), ("Not sent before --max-duration", metrics.not_sent)]
+    rows += [("Benchmark duration (s)", metrics.duration_s), ("Total input tokens", metrics.total_input_tokens),
+             ("Total generated tokens", metrics.total_output_tokens),
+             ("Request throughput (req/s)", metrics.request_throughput),
+             ("Output token throughput (tok/s)", metrics.output_throughput),
+             ("Total token throughput (tok/s)", metrics.total_token_throughput)]
     if metrics.goodput is not None:
         rows.append(("Request goodput (req/s)", metrics.goodput))
     lines = [" Serving Benchmark Result ".center(56, "="),

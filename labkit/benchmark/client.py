@@ -5,7 +5,9 @@ Every request streams (``stream: true``) and asks for the usage chunk
 sends no usage is counted one token per text chunk.
 
 A request succeeds as in ``vllm bench serve``: HTTP 200 and a stream that ends normally after at
-least one valid chunk (or ``data: [DONE]``), whatever text it carried. A reply that ends at once
+least one valid chunk (or ``data: [DONE]``), whatever text it carried. A stream that ends with none of
+the marks of an end — no ``finish_reason``, no usage, no ``[DONE]`` — is *incomplete*: the connection
+closed cleanly mid-answer (a proxy, a crashed worker), and it counts against success as its own kind. A reply that ends at once
 with the end-of-sequence token is a success with the server's count of output tokens (0, or 1 where
 the server counts that token, as ``transformers serve`` does); its TTFT is the time to its first
 chunk, and it has no TPOT and no ITL gaps. A request fails on an HTTP error, a transport error, a
@@ -70,6 +72,7 @@ class Target:
 
 
 FAILED_FINISH_REASONS = ("abort", "error")     # the server ended the stream; the request did not complete
+INCOMPLETE = "incomplete: the stream ended without a finish_reason, a usage chunk or [DONE]"
 
 
 class MalformedChunk(ValueError):
@@ -116,6 +119,8 @@ def failure_kind(error: str) -> str:
         return "finish_reason " + error.split("finish_reason ", 1)[1].split(" ", 1)[0]
     if error.startswith("with ignore_eos"):
         return "fewer output tokens than asked (ignore_eos)"
+    if error.startswith("incomplete:"):
+        return "incomplete (no finish_reason, usage or [DONE])"
     return error.split(":", 1)[0][:80] or "failed"
 
 
@@ -143,6 +148,7 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
     text_chunks = 0
     finish_reason: str | None = None
     counted = False                     # the server sent usage
+    done = False                        # data: [DONE] arrived
     try:
         async with client.stream("POST", target.url(), json=target.body(req), headers=target.headers()) as resp:
             if resp.status_code != 200:
@@ -155,6 +161,7 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
                 now = clock()
                 if data == "[DONE]":
                     first = now if first is None else first
+                    done = True
                     continue
                 chunk = _parse_chunk(data)
                 first = now if first is None else first
@@ -179,7 +186,8 @@ async def send(client: httpx.AsyncClient, target: Target, req: BenchRequest,
         if text_chunks == 0:            # an empty completion (e.g. EOS at once): TTFT = its first chunk
             record.ttft_s = first - st
         record.output_tokens = record.output_tokens or text_chunks
-        record.error = shortfall(record, finish_reason, counted, target, req)
+        ended = done or counted or finish_reason is not None
+        record.error = shortfall(record, finish_reason, counted, target, req) if ended else INCOMPLETE
         record.success = not record.error
     except (httpx.HTTPError, MalformedChunk) as exc:
         record.error = str(exc) if isinstance(exc, MalformedChunk) else f"{type(exc).__name__}: {exc}"

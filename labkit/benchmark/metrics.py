@@ -7,6 +7,10 @@ Per request, from the client's clock (``st`` = when the request was sent):
 - E2EL = end of the stream − st
 - TPOT = (E2EL − TTFT) / (output tokens − 1), for requests with more than one output token
 
+A request that a time-bounded run (``--max-duration``) never sent, or cancelled in flight, is neither
+completed nor failed: it is counted apart (``not_sent``, ``cut``). ``failed`` counts the requests the
+server had its full chance to answer; ``incomplete`` of them ended without any mark of an end.
+
 A request succeeds if the stream ends normally, whatever text it carried (client.send): an empty
 completion (end-of-sequence at once) counts as completed with 0 output tokens, enters TTFT and
 E2EL, and adds nothing to TPOT or ITL.
@@ -42,6 +46,8 @@ class RequestRecord:
     output_tokens: int = 0
     text: str = ""
     error: str = ""
+    sent: bool = True                 # False: a time-bounded run ended before this request went out
+    cut: bool = False                 # in flight when a time-bounded run ended (cancelled, not failed)
 
     @property
     def tpot_s(self) -> float | None:
@@ -75,6 +81,9 @@ class BenchMetrics:
     tpot: Summary
     itl: Summary
     e2el: Summary
+    incomplete: int = 0                   # of the failed: streams that ended without finish_reason/usage/[DONE]
+    not_sent: int = 0                     # never sent: the run reached --max-duration first (not failures)
+    cut: int = 0                          # in flight at --max-duration, cancelled (not failures)
 
 
 def summarize(values_s: list[float]) -> Summary:
@@ -93,6 +102,7 @@ def meets(record: RequestRecord, slo_ms: dict[str, float]) -> bool:
 def compute_metrics(records: list[RequestRecord], duration_s: float,
                     slo_ms: dict[str, float] | None = None) -> BenchMetrics:
     ok = [r for r in records if r.success]
+    judged = [r for r in records if r.sent and not r.cut]      # what the server had a full chance to answer
     slo_ms = slo_ms or {}
     unknown = set(slo_ms) - set(SLO_NAMES)
     if unknown:
@@ -102,13 +112,15 @@ def compute_metrics(records: list[RequestRecord], duration_s: float,
     per_s = 1.0 / duration_s if duration_s > 0 else 0.0
     good = sum(meets(r, slo_ms) for r in ok) * per_s if slo_ms else None
     return BenchMetrics(
-        completed=len(ok), failed=len(records) - len(ok), duration_s=duration_s,
+        completed=len(ok), failed=len(judged) - len(ok), duration_s=duration_s,
         total_input_tokens=inputs, total_output_tokens=outputs, request_throughput=len(ok) * per_s,
         output_throughput=outputs * per_s, total_token_throughput=(inputs + outputs) * per_s, goodput=good,
         ttft=summarize([r.ttft_s for r in ok]),
         tpot=summarize([r.tpot_s for r in ok if r.tpot_s is not None]),
         itl=summarize([gap for r in ok for gap in r.itl_s]),
-        e2el=summarize([r.e2el_s for r in ok]))
+        e2el=summarize([r.e2el_s for r in ok]),
+        incomplete=sum(not r.success and r.error.startswith("incomplete:") for r in judged),
+        not_sent=sum(not r.sent for r in records), cut=sum(r.sent and r.cut for r in records))
 
 
 def parse_goodput(items: list[str] | None) -> dict[str, float]:

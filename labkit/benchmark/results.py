@@ -34,12 +34,13 @@ class BenchResult:
     @property
     def first_error(self) -> str | None:
         """Why the first failed request failed (a run of 0 completed says why here)."""
-        return next((r.error or "failed" for r in self.requests if not r.success), None)
+        return next((r.error or "failed" for r in self.requests if not r.success and r.sent and not r.cut), None)
 
     @property
     def failures(self) -> dict[str, int]:
         """Failed requests by kind of failure, most frequent first ({"finish_reason 'abort'": 31})."""
-        kinds = Counter(failure_kind(r.error or "failed") for r in self.requests if not r.success)
+        kinds = Counter(failure_kind(r.error or "failed") for r in self.requests
+                        if not r.success and r.sent and not r.cut)
         return dict(kinds.most_common())
 
     @property

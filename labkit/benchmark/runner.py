@@ -9,7 +9,11 @@ burstiness 1 is a Poisson process (exponential gaps); below 1 arrivals come in b
 evenly. ``request_rate = inf`` sends everything at once. ``max_concurrency`` caps requests in flight
 (the rest wait client-side). The run is bounded: ``num_prompts`` requests, each at most
 ``request_timeout_s``, the whole run at most ``max_duration_s`` (then what is in flight is cancelled
-and counted as failed).
+and counted as cut, what was not sent as not sent; neither is a failure).
+
+Pooled connections are dropped after ``KEEPALIVE_EXPIRY_S`` idle, sooner than servers close them
+(uvicorn after 5 s, so vLLM and labkit serve): a request sent on a connection the server is closing at
+that moment is lost with a ``ReadError`` and no response, which would count as a failure of the server.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import numpy as np
 from labkit.benchmark.client import Target, send
 from labkit.benchmark.metrics import RequestRecord
 from labkit.benchmark.workload import BenchRequest
+
+KEEPALIVE_EXPIRY_S = 2.0      # < uvicorn's timeout_keep_alive (5 s): the client lets go of a connection first
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,8 @@ async def run_load(target: Target, workload: list[BenchRequest], shape: LoadShap
 
     gate = asyncio.Semaphore(shape.max_concurrency or len(workload))
     bar = tqdm(total=len(workload), disable=not progress, desc="bench", unit="req")
-    limits = httpx.Limits(max_connections=shape.max_concurrency or len(workload), max_keepalive_connections=None)
+    limits = httpx.Limits(max_connections=shape.max_concurrency or len(workload), max_keepalive_connections=None,
+                          keepalive_expiry=KEEPALIVE_EXPIRY_S)
     async with httpx.AsyncClient(timeout=httpx.Timeout(request_timeout_s), limits=limits,
                                  transport=transport) as client:
         t0 = clock()
@@ -84,7 +91,7 @@ async def run_load(target: Target, workload: list[BenchRequest], shape: LoadShap
         except asyncio.TimeoutError:
             pass
         records = [_outcome(task, req) for task, req in zip(tasks, workload)]
-        records += [RequestRecord(error="not sent before max_duration") for _ in workload[len(tasks):]]
+        records += [RequestRecord(error="not sent before max_duration", sent=False) for _ in workload[len(tasks):]]
         duration = clock() - t0
     bar.close()
     return RunOutcome(records, duration)
@@ -108,4 +115,4 @@ def _outcome(task: asyncio.Future, req: BenchRequest) -> RequestRecord:
     if task.done() and not task.cancelled():
         return task.result()
     task.cancel()
-    return RequestRecord(error="cancelled at max_duration")
+    return RequestRecord(error="cancelled at max_duration", cut=True)
