@@ -27,7 +27,7 @@ JUPYTER_LAB := -m jupyter lab --ServerApp.root_dir=$(WORK) --LabApp.app_settings
 	--LabApp.workspaces_dir=$(LAB_WORKSPACES) \
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate --ServerApp.log_level=WARN $(ROOT_FLAGS) $(LAB_FLAGS)
 
-.PHONY: setup setup-test setup-hub lab workspace reset-lab test test-fast book bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv hub hub-proxy hub-proxy-for-tests
+.PHONY: setup setup-test setup-hub lab workspace reset-lab test test-fast book record bench bench-quick bench-gpu mutation draft dashboard serve strip-outputs clean-venv hub hub-proxy hub-proxy-for-tests
 
 # A learner's set-up: torch, the base dependencies (the engine, widgets, JupyterLab, Voila, the server) and the
 # model. Nothing for tests, the course site or a hub: `make test` adds those (setup-test).
@@ -132,6 +132,12 @@ hub-proxy-for-tests:
 # The course as a static site in build/book/html: the five labs executed in fast mode, and the docs.
 book: setup-test
 	$(PY) scripts/build_book.py
+
+# Record a bundle: run the labs headless, every measuring section's record into
+# data/lab-runs/<cpu kind>/<fast|full>/ (FULL=1 for full mode; LABS="01 02" for some labs), and copy the
+# bundles other machines left in ../shared/lab-runs/ (a folder there without records is skipped, said why).
+record: setup-test
+	$(PY) scripts/record_labs.py $(if $(FULL),--full) $(if $(LABS),--labs $(LABS)) --accept-shared
 
 test-fast: setup-test
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow and not browser"

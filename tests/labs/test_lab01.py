@@ -72,11 +72,16 @@ def test_once_measures_on_first_call_only():
 
 def test_preemption_recomputes_exactly_the_dropped_tokens_and_keeps_the_output(llm):
     prompts = [kv.text_prompt(llm, 16, i) for i in range(2)]   # 16 + 3 tokens: 2 blocks each, 4 in all
-    kept, dropped = preemption.compare_pools(prompts, max_tokens=3, small_blocks=3)
+    kept, dropped, frugal = preemption.compare_pools(prompts, max_tokens=3, small_blocks=3)
     assert (kept.num_blocks, kept.num_preemptions, kept.tokens_recomputed) == (4, 0, 0)
     assert dropped.num_preemptions >= 1
     assert dropped.tokens_recomputed == dropped.tokens_lost > 0
     assert dropped.outputs == kept.outputs
+    # the remedy, measured: the same small pool admitting one request at a time recomputes nothing, in more steps
+    assert (frugal.num_blocks, frugal.max_num_seqs, frugal.num_preemptions, frugal.tokens_recomputed) == (3, 1, 0, 0)
+    assert frugal.outputs == kept.outputs and frugal.num_steps > kept.num_steps
+    again = preemption.pools_from_record(preemption.record_pools((kept, dropped, frugal)))
+    assert [r.tokens_recomputed for r in again] == [0, dropped.tokens_recomputed, 0]
 
 
 # ----------------------------------------------------------------------------- fragmentation

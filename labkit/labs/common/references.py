@@ -50,7 +50,11 @@ def percentages(citation: Citation) -> list[float]:
 
 
 def cite_line(claim_contains: str, zh: str) -> str:
-    """A cited row as a learner reads it, Chinese first with the row's English claim in parentheses:
-    ``cite_line("Default block size", "默认块大小")`` → '默认块大小（Default block size and rationale）：16 tokens; … —— Kwon …'."""
+    """A cited row as a learner reads it, in the current language (``labkit.set_language``): Chinese
+    (the default) first with the row's English claim in parentheses,
+    ``cite_line("Default block size", "默认块大小")`` → '默认块大小（Default block size and rationale）：16 tokens; … —— Kwon …';
+    in English the row's claim alone: 'Default block size and rationale: 16 tokens; … —— Kwon …'."""
+    from labkit.i18n import t
+
     c = cite(claim_contains)
-    return f"{zh}（{c.claim}）：{c.value} —— {c.source}"
+    return t(f"{zh}（{c.claim}）：{c.value} —— {c.source}", f"{c.claim}: {c.value} —— {c.source}")

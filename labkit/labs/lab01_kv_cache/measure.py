@@ -330,3 +330,49 @@ def kv_budget(shapes: list[KVShape], memory_bytes: int) -> list[KVBudgetRow]:
         room = max(0.0, memory_bytes - weights)
         rows.append(KVBudgetRow(s.name, s.bytes_per_token, weights or None, int(room // s.bytes_per_token)))
     return rows
+
+
+# ----------------------------------------------------------------------- the sections' records
+#
+# Sections 1.1 and 1.2 return records (labkit.labs.common.records): the per-token costs both ways
+# (the raw rounds), the outputs' agreement and the verdicts. What the learner reads about the run
+# is rendered from the record alone (views.growing_narration, views.contexts_narration).
+
+LAB = "01"
+GROWING, CONTEXTS = "1.1-growing", "1.2-contexts"
+
+
+def _comparison_entry(c: CacheComparison) -> dict:
+    return {"prompt_len": c.prompt_len, "same_output": c.same_output,
+            "cache": [[x.context_len, x.tokens_processed, x.seconds, x.wall_seconds] for x in c.cache],
+            "recompute": [[x.context_len, x.tokens_processed, x.seconds, x.wall_seconds] for x in c.recompute],
+            "conditions": None if c.conditions is None else {
+                "threads": c.conditions.threads, "clock": c.conditions.clock, "load_before": c.conditions.load_before,
+                "load_after": c.conditions.load_after, "num_cpus": c.conditions.num_cpus}}
+
+
+def _comparison_from_entry(e: dict) -> CacheComparison:
+    costs = {mode: tuple(TokenCost(mode, int(n), int(tok), float(s), float(w)) for n, tok, s, w in e[mode])
+             for mode in ("cache", "recompute")}
+    same = bool(e["same_output"])
+    return CacheComparison(int(e["prompt_len"]), costs["cache"], costs["recompute"], (0,), (0,) if same else (1,),
+                           None if e.get("conditions") is None else Conditions(**e["conditions"]))
+
+
+def record_comparisons(section: str, comparisons: list[CacheComparison], *, total: bool):
+    """A record of cache-vs-recompute comparisons: ``total=True`` (section 1.1, one growing answer)
+    judges the whole answer's CPU time, the statistic its token count is compared with; ``False``
+    (section 1.2, fixed contexts) the fastest new token at each context."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    loads = [c.conditions.load for c in comparisons if c.conditions is not None and c.conditions.load is not None]
+    return SectionRecord(
+        lab=LAB, section=section, context=RunContext.current(load=max(loads) if loads else None),
+        rounds={"comparisons": [_comparison_entry(c) for c in comparisons]},
+        values={"total": total, "token_ratio": [c.token_ratio() for c in comparisons]},
+        verdicts={f"context_{c.prompt_len}": c.time_verdict(total=total) for c in comparisons})
+
+
+def comparisons_from_record(rec) -> list[CacheComparison]:
+    """The comparisons again, from the record alone (outputs are kept only as "same or not")."""
+    return [_comparison_from_entry(e) for e in rec.rounds["comparisons"]]

@@ -65,7 +65,8 @@ def cache_vs_recompute_figure(comparisons: list[CacheComparison]) -> go.Figure:
 
 
 def cumulative_figure(comparison: CacheComparison) -> go.Figure:
-    """Running totals while one answer grows: tokens processed (left) and seconds (right)."""
+    """Running totals while one answer grows: tokens processed (left) and seconds (right); the title
+    states the totals' ratios, the time one marked by its verdict (the sentence's)."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     for mode in ("cache", "recompute"):
         costs = getattr(comparison, mode)
@@ -75,8 +76,7 @@ def cumulative_figure(comparison: CacheComparison) -> go.Figure:
         for col, y in ((1, tokens), (2, seconds)):
             fig.add_trace(go.Scatter(x=n, y=y, mode="lines+markers", name=_mode_name(mode),
                                      line=dict(color=MODE_COLORS[mode]), showlegend=col == 1), row=1, col=col)
-    style(fig, t(f"生成一个回答的累计代价（提示 {comparison.prompt_len} 个 token，本机实测）",
-                 f"Running cost of one answer (prompt of {comparison.prompt_len} tokens, measured here)"))
+    style(fig, cumulative_title(comparison))
     return axis_titles(fig, [(t("已生成的 token 数", "tokens generated"), t("累计处理的 token 数", "tokens processed so far")),
                              (t("已生成的 token 数", "tokens generated"), t("累计 CPU 时间（秒，单线程）", "CPU time so far (s, one thread)"))])
 
@@ -130,23 +130,37 @@ def breakdown_figure(breakdowns: list[tuple[str, PoolBreakdown]]) -> go.Figure:
     return fig
 
 
-def preemption_figure(kept: PoolRun, dropped: PoolRun) -> go.Figure:
-    """Work (tokens computed, the recomputed part on top) and time for the same requests."""
+def pool_run_name(run: PoolRun, index: int) -> str:
+    """The three runs of section 5: the pool that holds everything, the small one, the small one frugally."""
+    if index == 0:
+        return t(f"池够大（{run.num_blocks} 块）", f"pool fits all ({run.num_blocks} blocks)")
+    if index == 1:
+        return t(f"池太小（{run.num_blocks} 块）", f"pool too small ({run.num_blocks} blocks)")
+    return t(f"同一个小池，最多同时 {run.max_num_seqs} 个请求", f"same small pool, at most {run.max_num_seqs} at once")
+
+
+def preemption_figure(*runs: PoolRun) -> go.Figure:
+    """Work (tokens computed, the recomputed part on top) and engine steps for the same requests: exact
+    counts (a time bar would mix recomputation, smaller batches and the machine's other programs)."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.15)
-    names = [t(f"池够大（{kept.num_blocks} 块）", f"pool fits all ({kept.num_blocks} blocks)"),
-             t(f"池太小（{dropped.num_blocks} 块）", f"pool too small ({dropped.num_blocks} blocks)")]
-    runs = (kept, dropped)
+    names = [pool_run_name(r, i) for i, r in enumerate(runs)]
     fig.add_trace(go.Bar(x=names, y=[r.tokens_needed for r in runs], name=t("必需的计算", "work needed"),
                          marker_color=COLORS["used"]), row=1, col=1)
     fig.add_trace(go.Bar(x=names, y=[r.tokens_recomputed for r in runs], name=t("抢占后重算", "recomputed after preemption"),
                          marker_color=COLORS["internal_frag"]), row=1, col=1)
-    fig.add_trace(go.Bar(x=names, y=[r.seconds for r in runs], name=t("总步耗时", "total step time"),
+    fig.add_trace(go.Bar(x=names, y=[r.num_steps for r in runs], name=t("引擎步数", "engine steps"),
                          marker_color=COLORS["ink"], showlegend=False), row=1, col=2)
     fig.update_layout(barmode="stack")
-    style(fig, t("丢掉 KV 缓存的代价：同样的请求、同样的输出（本机实测）",
-                 "The price of dropping KV blocks: same requests, same output (measured here)"))
+    style(fig, preemption_title(runs))
     return axis_titles(fig, [("", t("模型处理的 token 数", "tokens the model processed")),
-                             ("", t("时间（秒）", "time (s)"))])
+                             ("", t("引擎步数（计数）", "engine steps (counted)"))])
+
+
+def preemption_title(runs) -> str:
+    dropped = runs[1]
+    return t(f"池太小时多算了 {dropped.tokens_recomputed:,} 个 token（{dropped.num_preemptions} 次抢占）：同样的请求、同样的输出（计数）",
+             f"The small pool recomputed {dropped.tokens_recomputed:,} tokens ({dropped.num_preemptions} preemptions): "
+             "same requests, same output (counted)")
 
 
 # ----------------------------------------------------------------------------------- sentences
@@ -193,8 +207,11 @@ def time_comparison(measured, conditions: Conditions | None = None, subject: str
               f"programs on this machine (load {load}). Close them and rerun the measuring cell"))
 
 
-def comparison_lines(c: CacheComparison) -> list[str]:
-    """What cell 1.1 prints: both totals, the token count ratio (exact) and the time ratio (measured)."""
+def comparison_lines(c: CacheComparison, verdict=None) -> list[str]:
+    """What cell 1.1 prints: both totals, the token count ratio of the totals (exact) and the CPU time
+    ratio of the same totals (measured; ``verdict``: ``c.time_verdict(total=True)`` or the record's).
+    One statistic for both ratios: the whole answer, never a per-token minimum beside a total."""
+    verdict = verdict or c.time_verdict(total=True)
     lines = [t(f"有缓存：共处理 {c.total_tokens('cache'):,} 个 token，CPU 时间 {c.total_seconds('cache'):.2f} 秒",
                f"with the cache: {c.total_tokens('cache'):,} tokens processed, {c.total_seconds('cache'):.2f} s of CPU time"),
              t(f"无缓存：共处理 {c.total_tokens('recompute'):,} 个 token，CPU 时间 {c.total_seconds('recompute'):.2f} 秒",
@@ -202,25 +219,72 @@ def comparison_lines(c: CacheComparison) -> list[str]:
              t(f"两种方式生成的 token 完全相同：{c.same_output}", f"both produced the same tokens: {c.same_output}"),
              t(f"无缓存处理的 token 数是有缓存的 {c.token_ratio():.1f} 倍（计数，不受机器忙闲影响）。",
                f"Without the cache the model processed {c.token_ratio():.1f} × as many tokens (a count: load cannot change it)."),
-             time_comparison(c.time_verdict(), c.conditions,
-                             t("不用缓存时，每个新 token（第 2 个起）的 CPU 时间", "CPU time per new token (from the 2nd) without the cache"))]
+             time_comparison(verdict, c.conditions,
+                             t("不用缓存时，整个回答的 CPU 时间", "the whole answer's CPU time without the cache"))]
     return lines + [conditions_note(c.conditions)]
 
 
 # ----------------------------------------------------------------------------------- tables
 
-def context_table(comparisons: list[CacheComparison]) -> Table:
-    """Per context length: tokens and the fastest CPU milliseconds per new token (tokens 2..N), both ways."""
+CACHE_MARKS = dict(greater=("", ""), same=("（持平）", " (level)"), less=("（反了：被干扰）", " (reversed: disturbed)"))
+
+
+def _cache_mark(v) -> str:
+    """The table's and title's mark for a recompute ÷ cache verdict; a reversed one is flagged whatever its confidence."""
+    if v.direction == "less":
+        return t(*CACHE_MARKS["less"])
+    return v.mark(**CACHE_MARKS)
+
+
+def cumulative_title(c: CacheComparison, verdict=None) -> str:
+    """Section 1.1's figure title: both totals' ratios, the time one with its verdict's mark."""
+    v = verdict or c.time_verdict(total=True)
+    return t(f"生成一个回答的累计代价（提示 {c.prompt_len} 个 token）：token 数 {c.token_ratio():.1f}×，"
+             f"CPU 时间 {c.total_time_ratio():.2f}×{_cache_mark(v)}（无缓存 ÷ 有缓存，本机实测）",
+             f"Running cost of one answer (prompt of {c.prompt_len} tokens): tokens {c.token_ratio():.1f}×, CPU time "
+             f"{c.total_time_ratio():.2f}×{_cache_mark(v)} (no cache ÷ cache, measured here)")
+
+
+def growing_narration(rec):
+    """Section 1.1 rendered from its record alone (``measure.record_comparisons``)."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab01_kv_cache.measure import comparisons_from_record
+
+    (c,) = comparisons_from_record(rec)
+    v = rec.verdict(f"context_{c.prompt_len}")
+    rows = ((t("有缓存", "with cache"), c.total_tokens("cache"), c.total_seconds("cache")),
+            (t("无缓存", "no cache"), c.total_tokens("recompute"), c.total_seconds("recompute")))
+    return Narration(tuple(comparison_lines(c, v)), rows, cumulative_title(c, v),
+                     {"recompute_costs_more_time": f"{v.direction}|{v.confidence}"})
+
+
+def contexts_narration(rec):
+    """Section 1.2 rendered from its record alone."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab01_kv_cache.measure import comparisons_from_record
+
+    comparisons = comparisons_from_record(rec)
+    verdicts = [rec.verdict(f"context_{c.prompt_len}") for c in comparisons]
+    table = context_table(comparisons, verdicts)
+    return Narration(tuple(table.notes), tuple(tuple(r) for r in table.rows), table.caption,
+                     {f"recompute_costs_more_time/context_{c.prompt_len}": f"{v.direction}|{v.confidence}"
+                      for c, v in zip(comparisons, verdicts)})
+
+
+def context_table(comparisons: list[CacheComparison], verdicts=None) -> Table:
+    """Per context length: tokens and the fastest CPU milliseconds per new token (tokens 2..N), both ways;
+    ``verdicts`` (default: each comparison's ``time_verdict()``) mark the ratio column."""
     rows = []
-    for c in comparisons:
+    verdicts = verdicts or [c.time_verdict() for c in comparisons]
+    for c, v in zip(comparisons, verdicts):
         cache, recompute = after_first(c.cache), after_first(c.recompute)
         ratio = c.time_ratio()
-        flag = t("（反了：被干扰）", " (reversed: disturbed)") if c.time_verdict().direction == "less" else ""
+        flag = _cache_mark(v)
         rows.append([c.prompt_len, cache[0].tokens_processed, recompute[0].tokens_processed,
                      1000 * best_seconds(cache), 1000 * best_seconds(recompute), f"{ratio:.2f}{flag}",
                      t("是", "yes") if c.same_output else t("否", "no")])
     notes = [conditions_note(comparisons[0].conditions)] if comparisons and comparisons[0].conditions else []
-    if any(c.time_verdict().direction == "less" for c in comparisons):
+    if any(v.direction == "less" for v in verdicts):
         notes.append(t("有一行重算用的 CPU 时间少于缓存：重算做的计算更多，这说明那次测量被机器上的其他程序干扰了；关掉它们后重新运行测量格。",
                        "A row where recomputing beat the cache: it does more work, so that measurement was disturbed "
                        "by other programs; close them and rerun the measuring cell."))
@@ -266,13 +330,47 @@ def fragmentation_table(reports: list[FragmentationReport]) -> Table:
                  caption=t("KV 池各部分占比（各步平均，本次运行实测）", "KV pool split (mean over steps, measured in this run)"))
 
 
-def preemption_table(kept: PoolRun, dropped: PoolRun) -> Table:
-    rows = [[r.num_blocks, r.num_preemptions, r.tokens_lost, r.tokens_needed, r.tokens_processed,
-             r.tokens_recomputed, r.seconds] for r in (kept, dropped)]
-    return Table([t("KV 块数", "KV blocks"), t("抢占次数", "preemptions"), t("丢弃的 K/V 条目", "K/V entries dropped"),
+def preemption_table(*runs: PoolRun) -> Table:
+    rows = [[pool_run_name(r, i), r.num_blocks, r.max_num_seqs, r.num_preemptions, r.tokens_lost, r.tokens_needed,
+             r.tokens_processed, r.tokens_recomputed, r.num_steps] for i, r in enumerate(runs)]
+    return Table([t("设置", "setting"), t("KV 块数", "KV blocks"), t("最多同时运行", "max running"),
+                  t("抢占次数", "preemptions"), t("丢弃的 K/V 条目", "K/V entries dropped"),
                   t("必需的 token", "tokens needed"), t("实际处理的 token", "tokens processed"),
-                  t("重算的 token", "tokens recomputed"), t("总步耗时（秒）", "total step time (s)")], rows,
-                 caption=t("同样的请求，两种池大小（本机实测）", "Same requests, two pool sizes (measured here)"))
+                  t("重算的 token", "tokens recomputed"), t("引擎步数", "engine steps")], rows,
+                 caption=t("同样的请求：池够大、池太小、同一个小池少接纳几个（引擎计数，每台机器都一样）",
+                           "Same requests: a pool that fits all, a small pool, the same small pool admitting fewer "
+                           "(engine counts, the same on every machine)"))
+
+
+def preemption_lines(runs) -> list[str]:
+    """Section 5's sentences, from the counts alone."""
+    kept, dropped, *rest = runs
+    lines = [t(f"池太小：抢占 {dropped.num_preemptions} 次，丢掉 {dropped.tokens_lost:,} 个 K/V 条目，模型多算了 "
+               f"{dropped.tokens_recomputed:,} 个 token（必需的 {dropped.tokens_needed:,} 个之外，多了 "
+               f"{100 * dropped.tokens_recomputed / dropped.tokens_needed:.0f}%）。",
+               f"Small pool: {dropped.num_preemptions} preemption(s), {dropped.tokens_lost:,} K/V entries dropped, "
+               f"{dropped.tokens_recomputed:,} tokens recomputed ({100 * dropped.tokens_recomputed / dropped.tokens_needed:.0f}% "
+               f"on top of the {dropped.tokens_needed:,} needed).")]
+    for frugal in rest:
+        lines.append(t(f"同一个小池、最多同时 {frugal.max_num_seqs} 个请求：抢占 {frugal.num_preemptions} 次，重算 "
+                       f"{frugal.tokens_recomputed:,} 个 token；代价是每步批里的请求更少，用了 {frugal.num_steps} 步"
+                       f"（池够大时 {kept.num_steps} 步，池太小时 {dropped.num_steps} 步）。",
+                       f"Same small pool, at most {frugal.max_num_seqs} at once: {frugal.num_preemptions} preemption(s), "
+                       f"{frugal.tokens_recomputed:,} tokens recomputed; the price is fewer requests per step: "
+                       f"{frugal.num_steps} steps (pool that fits all: {kept.num_steps}, small pool: {dropped.num_steps})."))
+    return lines
+
+
+def preemption_narration(rec):
+    """Section 5 rendered from its record alone (``preemption.record_pools``)."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab01_kv_cache.preemption import pools_from_record
+
+    runs = pools_from_record(rec)
+    return Narration(tuple(preemption_lines(runs)), tuple(tuple(r) for r in preemption_table(*runs).rows),
+                     preemption_title(runs),
+                     {"preemption_recomputes": "yes" if runs[1].tokens_recomputed > 0 else "no",
+                      **({"frugal_recomputes": "yes" if runs[2].tokens_recomputed > 0 else "no"} if len(runs) > 2 else {})})
 
 
 def summary_table(comparison: CacheComparison, facts: KVTensorFacts, report: FragmentationReport) -> Table:

@@ -180,3 +180,34 @@ def block_size_attention(block_sizes: list[int], num_seqs: int, context_len: int
             for B in (block_sizes if r % 2 == 0 else block_sizes[::-1]):
                 best[B] = min(best[B], _seconds(lambda: paged_step(cases[B], backend, SHAPE["num_layers"])))
     return best
+
+
+# ----------------------------------------------------------------------------- the section's record
+
+SECTION = "7-indirection"
+
+
+def record_indirection(costs: list[IndirectionCost]):
+    """Section 7 as a record (``labkit.labs.common.records``): per context the fastest rounds, the
+    output difference, the kernel and the paged ÷ dense verdict. Everything section 7 prints is
+    rendered from it (``views.indirection_narration``)."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    loads = [x for c in costs if c.verdict is not None for x in (c.verdict.load_before, c.verdict.load_after)
+             if x is not None]
+    return SectionRecord(
+        lab=LAB, section=SECTION, context=RunContext.current(load=max(loads) if loads else None),
+        rounds={}, values={"costs": [{"context_len": c.context_len, "block_size": c.block_size, "num_seqs": c.num_seqs,
+                                      "paged_s": c.paged_s, "dense_s": c.dense_s, "max_abs_diff": c.max_abs_diff,
+                                      "kernel": c.kernel} for c in costs]},
+        verdicts={f"context_{c.context_len}": c.verdict for c in costs if c.verdict is not None})
+
+
+def costs_from_record(rec) -> list[IndirectionCost]:
+    """The section's measurements again, from its record alone."""
+    out = []
+    for c in rec.values["costs"]:
+        key = f"context_{c['context_len']}"
+        out.append(IndirectionCost(c["context_len"], c["block_size"], c["num_seqs"], c["paged_s"], c["dense_s"],
+                                   c["max_abs_diff"], rec.verdict(key) if key in rec.verdicts else None, c["kernel"]))
+    return out

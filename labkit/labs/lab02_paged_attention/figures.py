@@ -140,7 +140,8 @@ def indirection_figure(costs: list[IndirectionCost]) -> go.Figure:
                             name=t(f"分页 K/V：引擎的注意力（{kernel}）", f"paged K/V: the engine's attention ({kernel})"),
                             marker_color=COLORS["prefill"], text=[f"{c.overhead:+.0f}%" for c in costs],
                             textposition="outside")])
-    style(fig, t(f"间接寻址的代价：{costs[0].num_seqs} 个序列的一个解码步（所有层，本机 CPU）",
-                 f"The price of indirection: one decode step of {costs[0].num_seqs} sequences (all layers, this CPU)"),
+    from labkit.labs.lab02_paged_attention.views import indirection_title
+
+    style(fig, indirection_title(costs),
           t("上下文长度（token）", "context length (tokens)"), t("毫秒/解码步", "ms per decode step"))
     return fig

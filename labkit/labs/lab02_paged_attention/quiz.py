@@ -73,8 +73,10 @@ ROWS = [
          "paging wastes nothing"),
         ("分页让注意力读得更快，所以同样的显存里吞吐更高，浪费本身不变",
          "Paging makes attention read faster, so throughput rises in the same memory; the waste is unchanged",
-         "正相反：分页注意力因为要查块表反而更慢（第 7 节）；吞吐变高是因为浪费少了、同时能放下更多请求。",
-         "The opposite: paged attention is slower, it looks up the block table (section 7); throughput rises because "
+         "不对：分页是内存管理，注意力反而多了一步按块表寻址、从分散的块里取数据（论文的 CUDA 内核因此慢 20–26%；"
+         "本机量出的结果见第 7 节）；吞吐变高是因为浪费少了、同时能放下更多请求。",
+         "No: paging manages memory; attention gains a step, looking up the block table and reading scattered blocks (the "
+         "paper's CUDA kernel is 20–26 % slower for it; section 7 shows what this CPU measured); throughput rises because "
          "less waste fits more requests at once.",
          "paging speeds up attention")]),
     Row("pa-chained-hash", ("前缀缓存里，为什么一个块的键要把父块的键串进去：hash((父块的键, 本块的 token))？",
@@ -138,15 +140,16 @@ ROWS = [
          "所有运行中的请求都在等块时会死锁，所以必须抢占一个。",
          "If every running request waited for a block they would deadlock; one must be preempted.",
          "waiting is always safe")]),
-    Row("pa-indirection", ("分页注意力比读连续 K/V 的注意力慢，代价从哪里来？",
-                           "Paged attention is slower than attention over contiguous K/V. Where does the cost come from?"), [
+    Row("pa-indirection", ("和读连续 K/V 的注意力相比，分页注意力多做了什么？它可能付出的代价从哪里来？",
+                           "Compared with attention over contiguous K/V, what extra does paged attention do? Where does "
+                           "any cost it pays come from?"), [
         ("每个位置先查块表算出槽位，再从分散的块里收集 K/V",
          "Each position is looked up in the block table and K/V are gathered from scattered blocks",
-         "对：论文的 CUDA 内核比 FasterTransformer 慢 20–26%（图 18a）；这台机器上慢多少，看第 7 节同一内核两边对比的测量——"
-         "它可能在论文的范围之内，也可能在外，取决于内核和机器。",
-         "Right: the paper's CUDA kernel is 20–26 % slower than FasterTransformer's (Fig. 18a); how much slower it is on this "
-         "machine is section 7's measurement with the same kernel on both sides, inside or outside the paper's range "
-         "depending on kernel and machine.", ""),
+         "对：论文的 CUDA 内核比 FasterTransformer 慢 20–26%（图 18a）；这台机器上是否更慢、慢多少，看第 7 节同一内核两边对比的测量——"
+         "它可能在论文的范围之内，也可能在外，甚至测不出差别，取决于内核和机器。",
+         "Right: the paper's CUDA kernel is 20–26 % slower than FasterTransformer's (Fig. 18a); whether and how much slower it "
+         "is on this machine is section 7's measurement with the same kernel on both sides, inside or outside the paper's "
+         "range or not measurably different, depending on kernel and machine.", ""),
         ("分页布局下注意力要多算浮点运算：每个块都要单独做一次 softmax 再合并",
          "Paging adds floating-point work: every block gets its own softmax, merged afterwards",
          "注意力本身的运算量一样，多出来的是寻址和搬数据。",

@@ -224,17 +224,48 @@ def block_size_table(points: list[BlockSizePoint]) -> Table:
                  caption=t("块大小的权衡（同一次运行里测得）", "The block-size trade-off (measured in one run)"))
 
 
+# One set of words for section 7's outcome: the sentence, the table mark and the figure title use them.
+INDIRECTION_MARKS = dict(greater=("（分页更慢）", " (paged slower)"), less=("（分页更快）", " (paged faster)"),
+                         same=("（持平）", " (level)"))
+
+
+def indirection_mark(cost: IndirectionCost) -> str:
+    return cost.verdict.mark(**INDIRECTION_MARKS) if cost.verdict else ""
+
+
+def indirection_title(costs: list[IndirectionCost]) -> str:
+    """The figure's title, stating what the last context measured (the same verdict the sentence renders)."""
+    last = costs[-1]
+    found = (t(f"：上下文 {last.context_len} 时分页 ÷ 连续 = {last.paged_s / last.dense_s:.2f}×{indirection_mark(last)}",
+               f": paged ÷ dense = {last.paged_s / last.dense_s:.2f}× at context {last.context_len}{indirection_mark(last)}")
+             if last.verdict else "")
+    return t(f"间接寻址：{last.num_seqs} 个序列的一个解码步（所有层，本机 CPU）",
+             f"Indirection: one decode step of {last.num_seqs} sequences (all layers, this CPU)") + found
+
+
+def indirection_narration(rec):
+    """Section 7 rendered from its record alone (``attention_cost.record_indirection``)."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab02_paged_attention.attention_cost import costs_from_record
+
+    costs = costs_from_record(rec)
+    table = indirection_table(costs)
+    claims = {f"paging_cost/context_{c.context_len}": f"{c.verdict.direction}|{c.verdict.confidence}"
+              for c in costs if c.verdict is not None}
+    return Narration(tuple(indirection_lines(costs)), tuple(tuple(r) for r in table.rows), indirection_title(costs),
+                     claims)
+
+
 def indirection_table(costs: list[IndirectionCost]) -> Table:
     rows = [[c.num_seqs, c.context_len, c.block_size, 1000 * c.dense_s, 1000 * c.paged_s,
-             f"{c.overhead:+.1f}" + (c.verdict.mark(same=("（持平）", " (level)")) if c.verdict else ""),
-             f"{c.max_abs_diff:.1e}"] for c in costs]
+             f"{c.overhead:+.1f}" + indirection_mark(c), f"{c.max_abs_diff:.1e}"] for c in costs]
     c = cite("PagedAttention kernel overhead")
     kernel = costs[0].kernel if costs else SDPA
     return Table([t("序列数", "sequences"), t("上下文", "context"), t("块大小", "block size"),
                   t(f"连续（{kernel}）毫秒/步", f"dense ({kernel}) ms/step"), t(f"分页（{kernel}）毫秒/步", f"paged ({kernel}) ms/step"),
                   t("分页 ÷ 连续 − 1（%）", "paged ÷ dense − 1 (%)"), t("输出最大差", "max output difference")], rows,
-                 caption=t("间接寻址的代价：同样的 K/V，一个线程，CPU 时间，交替多轮取最快（本机 CPU 实测）",
-                           "The price of indirection: same K/V, one thread, CPU time, interleaved rounds, fastest kept "
+                 caption=t("间接寻址：同样的 K/V，一个线程，CPU 时间，交替多轮取最快（本机 CPU 实测）",
+                           "Indirection: same K/V, one thread, CPU time, interleaved rounds, fastest kept "
                            "(measured on this CPU)"),
                  notes=[t(f"论文：{c.value}（{c.source}，CUDA 内核对 FasterTransformer）。",
                           f"Paper: {c.value} ({c.source}, CUDA kernel vs FasterTransformer).")])

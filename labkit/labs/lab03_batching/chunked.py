@@ -78,3 +78,52 @@ def compare_chunking(long_len: int, budget: int, num_decoders: int = 4, decode_t
     return (long_prompt_run(whole, t("不分块（no chunking）", "no chunking"), long_len, num_decoders, decode_tokens),
             long_prompt_run(chunked, t(f"分块预填充，预算 {budget}（chunked, budget {budget}）", f"chunked, budget {budget}"),
                             long_len, num_decoders, decode_tokens))
+
+
+def chunking_rounds(long_len: int, budget: int, num_decoders: int = 4, decode_tokens: int = 24,
+                    rounds: int = 2) -> list[tuple[ChunkedRun, ChunkedRun]]:
+    """``compare_chunking`` ``rounds`` times on the same two engines, the order alternating (no
+    chunking first, then chunked first, ...), so that a conclusion can be judged by its spread:
+    these are wall-clock times, and another program on the machine lengthens them."""
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    engines = (chunk_engine(False, max(1024, long_len + num_decoders), long_len, num_decoders),
+               chunk_engine(True, budget, long_len, num_decoders))
+    labels = (t("不分块（no chunking）", "no chunking"),
+              t(f"分块预填充，预算 {budget}（chunked, budget {budget}）", f"chunked, budget {budget}"))
+    out = []
+    for r in range(rounds):
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        runs = {i: long_prompt_run(engines[i], labels[i], long_len, num_decoders, decode_tokens) for i in order}
+        out.append((runs[0], runs[1]))
+    return out
+
+
+SECTION = "6-chunked"
+
+
+def record_chunking(pairs: list[tuple[ChunkedRun, ChunkedRun]]):
+    """Section 6 as a record: every round's runs, and two verdicts from the per-round ratios (wall
+    clock, so the load decides whether they can be trusted): the decoders' ITL P99 without ÷ with
+    chunking, and the long prompt's TTFT with ÷ without chunking (its price)."""
+    from dataclasses import asdict
+
+    from labkit.labs.common.measure import cores, machine_load, verdict_from_ratios
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    load = machine_load()
+    clock = "wall clock (time.perf_counter)"
+    itl = verdict_from_ratios([w.itl_p99_s / c.itl_p99_s for w, c in pairs], load=load, cores=cores(), clock=clock,
+                              id="chunked_itl_p99", claim=("不分块 ÷ 分块，解码者的 ITL P99", "decoders' ITL P99, no chunking ÷ chunked"))
+    ttft = verdict_from_ratios([c.long_ttft_s / w.long_ttft_s for w, c in pairs], load=load, cores=cores(), clock=clock,
+                               id="chunked_ttft", claim=("分块 ÷ 不分块，长提示的 TTFT", "long prompt's TTFT, chunked ÷ no chunking"))
+    return SectionRecord(lab="03", section=SECTION, context=RunContext.current(load=load),
+                         rounds={"pairs": [[asdict(w), asdict(c)] for w, c in pairs]},
+                         verdicts={"itl_p99": itl, "ttft": ttft})
+
+
+def pairs_from_record(rec) -> list[tuple[ChunkedRun, ChunkedRun]]:
+    def run(d):
+        return ChunkedRun(d["label"], d["max_num_batched_tokens"], d["chunked"], tuple(d["decoder_itl_s"]),
+                          d["long_ttft_s"], d["max_step_tokens"])
+    return [(run(w), run(c)) for w, c in rec.rounds["pairs"]]

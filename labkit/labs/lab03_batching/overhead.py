@@ -1,7 +1,7 @@
 """Misreading 3: "continuous batching is free". The scheduler decides every step, on the CPU.
 
 ``scheduler_overhead`` fills a simulated engine with ``n`` running requests and times steady decode
-steps: the engine reports the scheduler's CPU time per step (``StepStats.scheduler_s``: scheduling
+steps: the engine reports the scheduler's CPU time per step (``StepStats.host_s``: scheduling
 plus applying the step's results) and the simulated accelerator time (``model_s``); ``other_s`` is the
 rest of the step's wall time on this CPU (the simulated runner's host work, stats and events). Of
 ``other_s``, ``runner_s`` is the simulated runner's own work (a stand-in for the model, not engine
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from labkit import host_clock
 from labkit.config import EngineConfig
@@ -48,7 +48,7 @@ PROMPT_LEN = 8
 @dataclass(frozen=True)
 class OverheadRow:
     num_running: int
-    scheduler_s: float      # host time outside the forward pass (StepStats.scheduler_s), measured
+    scheduler_s: float      # host time outside the forward pass (StepStats.host_s), measured
     model_s: float          # simulated accelerator time of the same step
     other_s: float          # rest of the step's wall time on this CPU
     simulated: bool = True
@@ -130,9 +130,9 @@ def measure_overhead(num_running: int, config_overrides: dict | None = None, ste
             last, runner = engine.metrics.last, engine.runner
             prepare_s = getattr(runner, "last_prepare_s", 0.0)
             stand_in_s = getattr(runner, "last_host_s", 0.0) - prepare_s
-            rows.append(OverheadRow(num_running, last.scheduler_s, last.model_s, max(0.0, wall - last.scheduler_s),
+            rows.append(OverheadRow(num_running, last.host_s, last.model_s, max(0.0, wall - last.host_s),
                                     schedule_s=last.schedule_s, sample_s=last.sample_s, runner_s=stand_in_s,
-                                    prepare_s=prepare_s, wait_s=max(0.0, last.step_s - last.scheduler_s)))
+                                    prepare_s=prepare_s, wait_s=max(0.0, last.step_s - last.host_s)))
     fastest = min(rows, key=lambda r: r.engine_host_s)
     hosts = [r.engine_host_s for r in rows]
     return replace(fastest, model_s=percentile([r.model_s for r in rows], 50),
@@ -350,6 +350,7 @@ class RemedyRun:
     rows: dict[str, OverheadRow]
     steps: dict[str, list[float]]        # per rung: each round's median virtual step (seconds)
     load: float | None
+    host_means: dict[str, list[float]] = field(default_factory=dict)   # per rung: each round's mean engine host s
 
     def step_ratio(self, rung: str, base: str = RUNGS[0][0]) -> list[float]:
         """Per round: this rung's virtual step over the base rung's (below 1: a shorter step)."""
@@ -372,7 +373,7 @@ def remedies(num_running: int, profile: str, steps: int = 6, rounds: int = 2,
         load = now if load is None else max(load, now or 0.0)
     best = {name: min(rows, key=lambda r: r.engine_host_s) for name, rows in tries.items()}
     return RemedyRun(profile, num_running, best, {name: [r.step_s for r in rows] for name, rows in tries.items()},
-                     load)
+                     load, {name: [r.engine_host_mean_s for r in rows] for name, rows in tries.items()})
 
 
 # ------------------------------------------------------------------------------ the real model

@@ -38,19 +38,32 @@ def _ms(s: float) -> str:
 
 # ------------------------------------------------------------------------------ host line vs each profile's step
 
-def host_vs_step_table(rows: list[OverheadRow], context_len: int) -> Table:
-    """Per concurrency: the engine's host path (measured) beside each profile's step (simulated)."""
+def longer_side(values: list[float], step: float) -> str:
+    """Which side is longer, judged on every round's host time: a round-by-round disagreement is said."""
+    if all(v > step for v in values):
+        return t("主机", "host")
+    if all(v <= step for v in values):
+        return t("加速器", "accelerator")
+    return t("各轮不一", "rounds disagree")
+
+
+def host_vs_step_table(rows: list[OverheadRow], context_len: int,
+                       round_rows: list[list[OverheadRow]] | None = None) -> Table:
+    """Per concurrency: the engine's host path (measured; the fastest round) beside each profile's step
+    (simulated); "longer side" is judged on every round (``round_rows``; default: the rows alone)."""
     body = []
-    for r in rows:
+    round_rows = round_rows or [rows]
+    for i, r in enumerate(rows):
+        values = [rr[i].engine_host_s for rr in round_rows]
         line = [f"{r.num_running:,}", _us(r.engine_host_s), f"{1e6 * r.engine_host_s / r.num_running:.2f}"]
         for model, hw in PROFILES.values():
             step = model_step_s(r.num_running, model, hw, context_len)
-            line += [_ms(step), t("主机", "host") if r.engine_host_s > step else t("加速器", "accelerator")]
+            line += [_ms(step), longer_side(values, step)]
         body.append(line)
-    head = [t("运行中请求", "running requests"), t("主机路径 µs/步（实测）", "host path µs/step (measured)"),
+    head = [t("运行中请求", "running requests"), t("主机路径 µs/步（实测，最快一轮）", "host path µs/step (measured, fastest round)"),
             t("µs/请求", "µs per request")]
     for name in PROFILES:
-        head += [t(f"{name} 步（毫秒，模拟）", f"{name} step (ms, simulated)"), t("更长的一方", "longer side")]
+        head += [t(f"{name} 步（毫秒，模拟）", f"{name} step (ms, simulated)"), t("更长的一方（每一轮）", "longer side (every round)")]
     return Table(head, body, caption=t(
         f"同一并发下：主机路径（调度 + 输入准备 + 采样 + 写回 + 统计，本机实测）vs 加速器一步（成本模型，上下文 {context_len} token）",
         f"At the same concurrency: the host path (deciding + input prep + sampling + update + stats, measured here) "
@@ -85,9 +98,28 @@ def crossover_text(c: MeasuredCrossover) -> str:
              f"about {c.n:,.0f} running requests (interpolated between the measured {c.below:,} and {c.above:,})")
 
 
-def crossover_lines(rows: list[OverheadRow], context_len: int) -> list[str]:
-    """Where the measured host path reaches each profile's step: read from the table's rows (the
-    "longer side" column), never from the fitted line; the fit is printed with how far it strays."""
+def rounds_crossover_text(crossovers: list[MeasuredCrossover]) -> str:
+    """The crossover read from every round: said once when the rounds agree on where it lies (the same
+    measured points around it), else the disagreement, round by round."""
+    brackets = {(c.below, c.above) for c in crossovers}
+    if len(brackets) == 1:
+        c = crossovers[0]
+        if c.n is None or c.below is None or len(crossovers) == 1:
+            return crossover_text(c)
+        lo, hi = min(x.n for x in crossovers), max(x.n for x in crossovers)
+        span = f"{lo:,.0f}" if round(lo) == round(hi) else f"{lo:,.0f}–{hi:,.0f}"
+        return t(f"约 {span} 个运行中请求（每一轮都在实测的 {c.below:,} 和 {c.above:,} 之间，线性插值）",
+                 f"about {span} running requests (every round between the measured {c.below:,} and {c.above:,}, interpolated)")
+    parts = "；".join(crossover_text(c) for c in crossovers)
+    parts_en = "; ".join(crossover_text(c) for c in crossovers)
+    return t(f"各轮不一致（{parts}），这次测量定不下交点", f"the rounds disagree ({parts_en}); this measurement cannot place it")
+
+
+def crossover_lines(rows: list[OverheadRow], context_len: int,
+                    round_rows: list[list[OverheadRow]] | None = None) -> list[str]:
+    """Where the measured host path reaches each profile's step: read from every round's measured rows
+    (the statistic the table's "longer side" column and the verdicts use), never from the fitted line;
+    the fit is printed with how far it strays."""
     a, b = fit_linear(rows, value=lambda r: r.engine_host_s)
     n_worst, dev = fit_deviation(rows, (a, b))
     out = [t(f"主机路径拟合（截距不为负，仅作图中参考）：{1e3 * a:.3f} ms + {1e6 * b:.2f} µs × 运行中请求数；"
@@ -96,8 +128,9 @@ def crossover_lines(rows: list[OverheadRow], context_len: int) -> list[str]:
              f"running requests; it strays {dev:+.0%} from the measurement at {n_worst:,} requests, so the crossover is "
              "read from the measured points, not the line")]
     for name, (model, hw) in PROFILES.items():
-        c = measured_crossover(rows, model, hw, context_len)
-        out.append(t(f"{name}：主机路径追上加速器步：", f"{name}: the host path reaches the accelerator step: ") + crossover_text(c))
+        cs = [measured_crossover(rr, model, hw, context_len) for rr in (round_rows or [rows])]
+        out.append(t(f"{name}：主机路径追上加速器步：", f"{name}: the host path reaches the accelerator step: ")
+                   + rounds_crossover_text(cs))
     return out
 
 
@@ -123,15 +156,39 @@ def host_vs_step_sentence(verdict: Verdict, profile: str, num_running: int) -> s
 
 # ------------------------------------------------------------------------------ the remedies
 
+def step_over_bound(run: RemedyRun, rung: str) -> list[float]:
+    """Per round: that round's median virtual step over max(that round's mean host time, the accelerator
+    step): one statistic, round by round (a median step of one round over the mean host time of another
+    is no ratio at all). The host time here is the engine's; the simulated runner's own work (the
+    model's stand-in) is on the virtual clock too, so a value above 1 is not all engine overhead."""
+    model_s = run.rows[rung].model_s
+    hosts = run.host_means.get(rung) or [run.rows[rung].engine_host_mean_s or run.rows[rung].engine_host_s] * len(run.steps[rung])
+    return [step / max(host, model_s) for step, host in zip(run.steps[rung], hosts)]
+
+
+def rung_confidence(run: RemedyRun, rung: str) -> str:
+    """"机器正忙" when the load was above the cores or the rung's step moved by more than ``measure``'s
+    spread limit between rounds; else "各轮一致" (the numbers of a quiet run)."""
+    from labkit.labs.common.measure import DEFAULT_MAX_SPREAD
+
+    steps = run.steps[rung]
+    spread = max(steps) / min(steps) if steps and min(steps) > 0 else 1.0
+    if (run.load is not None and run.load > cores()) or spread > DEFAULT_MAX_SPREAD:
+        return t(f"机器正忙（各轮相差 {spread:.1f} 倍）", f"machine busy (rounds {spread:.1f}× apart)")
+    return t(f"各轮相差 {spread:.2f} 倍", f"rounds {spread:.2f}× apart")
+
+
 def remedies_table(runs: list[RemedyRun], anchors: dict[str, str]) -> Table:
     body = []
     for run in runs:
         for name, r in run.rows.items():
             step = rung_step_s(run, name)
-            bound = max(r.engine_host_mean_s or r.engine_host_s, r.model_s)
+            ratios = step_over_bound(run, name)
             body.append([run.profile, f"{run.num_running:,}", rung_name(name), _us(r.engine_host_s),
                          f"{1e6 * r.engine_host_s / run.num_running:.2f}", f"{1e6 * r.engine_host_mean_s / run.num_running:.2f}",
-                         _ms(r.model_s), f"{_ms(step)}（{_rounds_ms(run.steps[name])}）", f"{step / bound:.2f}",
+                         _ms(r.model_s), f"{_ms(step)}（{_rounds_ms(run.steps[name])}）",
+                         f"{statistics.median(ratios):.2f}（{' / '.join(f'{x:.2f}' for x in ratios)}）",
+                         rung_confidence(run, name),
                          f"{min(1.0, r.model_s / step):.0%}", f"{run.num_running / step:,.0f}", anchors.get(name, "")])
     return Table([t("模型 / 硬件", "model / hardware"), t("运行中请求", "running"), t("开关（逐级叠加）", "rung (cumulative)"),
                   t("主机 µs/步（最快一步，实测）", "host µs/step (fastest step, measured)"),
@@ -139,7 +196,8 @@ def remedies_table(runs: list[RemedyRun], anchors: dict[str, str]) -> Table:
                   t("µs/请求（均值，含 GC：推动虚拟时钟的是它）", "µs/request (mean, GC incl.: what drives the clock)"),
                   t("加速器毫秒（模拟）", "accelerator ms (sim)"),
                   t("一步毫秒（虚拟时钟，各轮中位的中位；括号里是每轮）", "step ms (virtual clock, median of the rounds' medians; each round)"),
-                  t("步 ÷ max(主机均值, 加速器)", "step / max(host mean, accel)"),
+                  t("步 ÷ max(主机均值, 加速器)（逐轮相除的中位；括号里是每轮）", "step / max(host mean, accel) (median of the per-round ratios; each round)"),
+                  t("把握", "confidence"),
                   t("加速器忙碌", "accelerator busy"), t("吞吐 token/s（模拟）", "tokens/s (simulated)"),
                   t("已发表的对照", "published anchor")], body,
                  caption=t("逐个打开补救办法：主机时间在本机实测，加速器时间来自成本模型，一步的长短由虚拟时钟记录（所有主机工作都推动它）",
@@ -217,3 +275,43 @@ def real_async_sentence(real: RealAsync) -> str:
         same=("真实模型上异步调度的吞吐和同步一样（{ratio}）：CPU 上一步的模型计算远长于主机工作，能藏起来的很少",
               "on the real model async scheduling gives the synchronous throughput ({ratio}x): a CPU forward is far longer than "
               "the host work, so there is little to hide")) + " " + same_tokens
+
+
+# ------------------------------------------------------------------------------ section 7's record
+
+SECTION = "7-host-sweep"
+
+
+def record_host_sweep(sweep):
+    """Section 7 as a record: every round's rows, the load, the context and one verdict per profile."""
+    from dataclasses import asdict
+
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    return SectionRecord(
+        lab="03", section=SECTION, context=RunContext.current(load=sweep.load),
+        rounds={"rows": [[asdict(r) for r in rows] for rows in sweep.rounds]},
+        values={"context_len": sweep.context_len, "load": sweep.load},
+        verdicts={profile: host_vs_step_verdict(sweep.rounds, profile, sweep.context_len, sweep.load)
+                  for profile in PROFILES})
+
+
+def sweep_from_record(rec):
+    from labkit.labs.lab03_batching.overhead import HostSweep
+
+    rounds = [[OverheadRow(**r) for r in rows] for rows in rec.rounds["rows"]]
+    best = [min((rr[i] for rr in rounds), key=lambda row: row.engine_host_s) for i in range(len(rounds[0]))]
+    return HostSweep(best, rounds, rec.values["load"], rec.values["context_len"])
+
+
+def host_sweep_narration(rec):
+    """Section 7 rendered from its record alone: the table, the crossover lines and the verdicts' sentences."""
+    from labkit.labs.common.records import Narration
+
+    sweep = sweep_from_record(rec)
+    top = sweep.rows[-1].num_running
+    sentences = crossover_lines(sweep.rows, sweep.context_len, sweep.rounds)
+    sentences += ["· " + host_vs_step_sentence(rec.verdict(p), p, top) for p in PROFILES]
+    table = host_vs_step_table(sweep.rows, sweep.context_len, sweep.rounds)
+    return Narration(tuple(sentences), tuple(tuple(r) for r in table.rows), table.caption,
+                     {f"host_longer/{p}": f"{rec.verdict(p).direction}|{rec.verdict(p).confidence}" for p in PROFILES})

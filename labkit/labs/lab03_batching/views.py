@@ -278,8 +278,47 @@ def chunked_table(runs: tuple[ChunkedRun, ...]) -> Table:
     return Table([t("配置", "setting"), t("token 预算", "token budget"), t("最大一步 token 数", "largest step (tokens)"),
                   t("解码者 ITL P50（毫秒）", "decoders' ITL P50 (ms)"), "ITL P99 (ms)", "ITL max (ms)",
                   t("长提示的 TTFT（毫秒）", "long prompt's TTFT (ms)")], rows,
-                 caption=t("分块预填充：一个长提示在别人解码时到达（真实模型，本机实测）",
-                           "Chunked prefill: a long prompt arrives while others decode (real model, measured here)"))
+                 caption=t("分块预填充：一个长提示在别人解码时到达（真实模型，本机实测，墙钟时间，第一轮）",
+                           "Chunked prefill: a long prompt arrives while others decode (real model, measured here, wall "
+                           "clock, first round)"))
+
+
+CHUNK_MARKS = {"itl_p99": dict(greater=("（分块压低了尾延迟）", " (chunking cut the tail)"),
+                               less=("（分块反而更高）", " (chunking came out higher)"), same=("（持平）", " (level)")),
+               "ttft": dict(greater=("（分块的代价：TTFT 更长）", " (chunking's price: longer TTFT)"),
+                            less=("（分块的 TTFT 反而更短）", " (chunked TTFT came out shorter)"),
+                            same=("（TTFT 持平：没量出代价）", " (TTFT level: no price measured)"))}
+
+
+def chunked_lines(rec) -> list[str]:
+    """Section 6's conclusions, from its record's two verdicts (wall clock, rounds alternated)."""
+    itl, ttft = rec.verdict("itl_p99"), rec.verdict("ttft")
+    return [itl.sentence(greater=("不分块时解码者的 ITL P99 是分块时的 {ratio}：分块压低了长提示造成的尾延迟",
+                                  "without chunking the decoders' ITL P99 is {ratio} the chunked one: chunking cuts the tail"),
+                         less=("不分块时解码者的 ITL P99 只有分块时的 {ratio}：这次分块没有压低尾延迟",
+                               "without chunking the decoders' ITL P99 is only {ratio} the chunked one: chunking did not cut the tail"),
+                         same=("两种配置下解码者的 ITL P99 一样（{ratio}）", "the decoders' ITL P99 is the same either way ({ratio})")),
+            ttft.sentence(greater=("分块的代价：长提示的 TTFT 是不分块时的 {ratio}", "chunking's price: the long prompt's TTFT is {ratio} the unchunked one"),
+                          less=("长提示的 TTFT 分块时反而更短（{ratio}）", "the long prompt's TTFT came out shorter with chunking ({ratio})"),
+                          same=("长提示的 TTFT 分块与不分块一样（{ratio}）：这次没有量出分块的代价",
+                                "the long prompt's TTFT is the same either way ({ratio}): no price of chunking measured this time"))]
+
+
+def chunked_narration(rec):
+    """Section 6 rendered from its record alone (``chunked.record_chunking``)."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab03_batching.chunked import pairs_from_record
+
+    pairs = pairs_from_record(rec)
+    table = chunked_table(pairs[0])
+    itl, ttft = rec.verdict("itl_p99"), rec.verdict("ttft")
+    title = t(f"分块预填充：ITL P99 {itl.ratio:.2f}×{itl.mark(**CHUNK_MARKS['itl_p99'])}，长提示 TTFT {ttft.ratio:.2f}×"
+              f"{ttft.mark(**CHUNK_MARKS['ttft'])}",
+              f"Chunked prefill: ITL P99 {itl.ratio:.2f}×{itl.mark(**CHUNK_MARKS['itl_p99'])}, long prompt's TTFT "
+              f"{ttft.ratio:.2f}×{ttft.mark(**CHUNK_MARKS['ttft'])}")
+    return Narration(tuple(chunked_lines(rec)), tuple(tuple(r) for r in table.rows), title,
+                     {"chunking_cuts_itl": f"{itl.direction}|{itl.confidence}",
+                      "chunking_costs_ttft": f"{ttft.direction}|{ttft.confidence}"})
 
 
 # ------------------------------------------------------------------------------ scheduler overhead

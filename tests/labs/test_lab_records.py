@@ -1,0 +1,305 @@
+"""Labs 01-03 narrate from records: counterfactual records (each verdict falling each way: greater,
+less, same, within noise, machine busy) render a sentence, a table and a figure title that agree,
+no static text of the lab states an outcome a record can reverse, and every recorded bundle in the
+repo (and in ../shared/lab-runs when present) renders. Pure rendering: no model runs here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from labkit import i18n
+from labkit.labs.common import records as R
+from labkit.labs.common.measure import verdict_from_ratios
+from labkit.labs.lab01_kv_cache import measure as kv
+from labkit.labs.lab01_kv_cache import preemption
+from labkit.labs.lab01_kv_cache import views as v01
+from labkit.labs.lab02_paged_attention import attention_cost
+from labkit.labs.lab02_paged_attention import views as v02
+from labkit.labs.lab03_batching import chunked, overhead, overhead_view
+from labkit.labs.lab03_batching import views as v03
+
+REPO = Path(__file__).resolve().parents[2]
+QUIET, BUSY = 0.3, 9.0          # loads on 2 cores
+CORES = 2
+
+# Per-round ratios for each way a verdict can fall (margin 0.05; lab 01 uses 0.1).
+OUTCOMES = {"greater": [1.5, 1.6, 1.55], "less": [0.6, 0.62, 0.61], "same": [1.0, 1.01, 0.99],
+            "noise": [0.8, 1.3, 1.1], "busy": [1.5, 1.6, 1.55]}
+
+
+@pytest.fixture(autouse=True)
+def chinese():
+    i18n.set_language("zh")
+    yield
+    i18n.set_language("zh")
+
+
+def roundtrip(rec: R.SectionRecord) -> R.SectionRecord:
+    return R.SectionRecord.from_json(rec.to_json())
+
+
+def expected(outcome: str) -> tuple[str, str]:
+    return {"greater": ("greater", "clear"), "less": ("less", "clear"), "same": ("same", "clear"),
+            "noise": (None, "within noise"), "busy": ("greater", "machine busy")}[outcome]
+
+
+# ----------------------------------------------------------------------------- lab 01
+
+def growing(outcome: str) -> R.SectionRecord:
+    ratios = OUTCOMES[outcome]
+    load = BUSY if outcome == "busy" else QUIET
+    cond = kv.Conditions(1, "CPU time (time.process_time)", load, load, CORES)
+    cache = tuple(kv.TokenCost("cache", 8 + i, 8 if i == 0 else 1, 0.01) for i in range(4))
+    recompute = (kv.TokenCost("recompute", 8, 8, 0.01),) + tuple(
+        kv.TokenCost("recompute", 8 + i, 8 + i, 0.01 * r) for i, r in enumerate(ratios, 1))
+    c = kv.CacheComparison(8, cache, recompute, (1, 2, 3, 4), (1, 2, 3, 4), cond)
+    return roundtrip(kv.record_comparisons(kv.GROWING, [c], total=True))
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab01_growing_sentence_table_and_title_agree(outcome):
+    rec = growing(outcome)
+    n = v01.growing_narration(rec)
+    v = rec.verdict("context_8")
+    direction, confidence = expected(outcome)
+    assert v.confidence == confidence and (direction is None or v.direction == direction)
+    assert n.claims == {"recompute_costs_more_time": f"{v.direction}|{v.confidence}"}
+    text = n.text
+    # one statistic for both ratios: the totals, in the sentence, the rows and the title alike
+    c = kv.comparisons_from_record(rec)[0]
+    total = f"{c.total_time_ratio():.2f}×"
+    assert total in n.title and total in text and f"{c.token_ratio():.1f}" in n.title
+    assert n.rows[1][2] / n.rows[0][2] == pytest.approx(c.total_time_ratio())
+    assert ("反而更少" in text) == (v.direction == "less")
+    assert ("反了" in n.title) == (v.direction == "less")
+    assert ("机器正忙" in text) == (confidence == "machine busy")
+    assert ("噪声之内" in text) == (confidence == "within noise")
+    assert v01._cache_mark(v) in n.title
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab01_contexts_table_marks_follow_the_records_verdicts(outcome):
+    rec = growing(outcome)
+    rec = roundtrip(R.SectionRecord(lab="01", section=kv.CONTEXTS, context=rec.context, rounds=rec.rounds,
+                                    values={"total": False}, verdicts={
+                                        "context_8": kv.comparisons_from_record(rec)[0].time_verdict()}))
+    n = v01.contexts_narration(rec)
+    v = rec.verdict("context_8")
+    assert n.claims == {"recompute_costs_more_time/context_8": f"{v.direction}|{v.confidence}"}
+    assert str(n.rows[0][5]).endswith(v01._cache_mark(v))
+    assert any("被机器上的其他程序干扰" in x for x in n.sentences) == (v.direction == "less")
+
+
+@pytest.mark.parametrize("recomputed", [True, False])
+def test_lab01_preemption_is_told_from_counts_and_measures_the_remedy(recomputed):
+    kept = preemption.PoolRun(8, 0, 0, 100, 100, 9.9, ((1,),), 20, 32)
+    dropped = preemption.PoolRun(4, 2 if recomputed else 0, 30 if recomputed else 0, 130 if recomputed else 100, 100,
+                                 9.9, ((1,),), 25, 32)
+    frugal = preemption.PoolRun(4, 0, 0, 100, 100, 9.9, ((1,),), 40, 2)
+    rec = roundtrip(preemption.record_pools((kept, dropped, frugal)))
+    n = v01.preemption_narration(rec)
+    assert n.claims["preemption_recomputes"] == ("yes" if recomputed else "no")
+    assert f"多算了 {dropped.tokens_recomputed:,} 个 token" in n.text and f"多算了 {dropped.tokens_recomputed:,} 个 token" in n.title
+    assert [row[7] for row in n.rows] == [0, dropped.tokens_recomputed, 0]
+    assert "40 步" in n.text and "秒" not in n.text and "9.9" not in " ".join(map(str, n.rows))   # counts, no wall clock
+
+
+# ----------------------------------------------------------------------------- lab 02
+
+def indirection(outcome: str) -> R.SectionRecord:
+    ratios = OUTCOMES[outcome]
+    load = BUSY if outcome == "busy" else QUIET
+    v = verdict_from_ratios(ratios, ratio=min(ratios), load=load, cores=CORES, id="indirection/context_512")
+    cost = attention_cost.IndirectionCost(512, 16, 8, 1e-3 * min(ratios), 1e-3, 1e-7, v, attention_cost.KERNEL)
+    return roundtrip(attention_cost.record_indirection([cost]))
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab02_indirection_sentence_table_and_title_agree(outcome):
+    rec = indirection(outcome)
+    n = v02.indirection_narration(rec)
+    v = rec.verdict("context_512")
+    direction, confidence = expected(outcome)
+    assert v.confidence == confidence and (direction is None or v.direction == direction)
+    mark = v.mark(**v02.INDIRECTION_MARKS)
+    assert n.rows[0][5].endswith(mark) and n.title.endswith(mark)
+    sentence = n.sentences[1]
+    if confidence == "clear":
+        word = {"greater": "比连续的慢", "less": "反而比连续的快", "same": "一样快"}[v.direction]
+        assert word in sentence and word.strip("反而") in mark.replace("分页更慢", "比连续的慢").replace(
+            "分页更快", "比连续的快").replace("持平", "一样快")
+    else:
+        assert {"within noise": "噪声之内", "machine busy": "机器正忙"}[confidence] in sentence + mark
+
+
+# ----------------------------------------------------------------------------- lab 03
+
+def chunking(outcome: str) -> R.SectionRecord:
+    ratios = OUTCOMES[outcome]
+    pairs = []
+    for r in ratios:
+        whole = chunked.ChunkedRun("不分块", 1024, False, (0.01, 0.01, 0.01 * r), 0.1, 516)
+        chunk = chunked.ChunkedRun("分块", 64, True, (0.01, 0.01, 0.01), 0.1 * r, 64)
+        pairs.append((whole, chunk))
+    load = BUSY if outcome == "busy" else QUIET
+    rec = chunked.record_chunking(pairs)
+    verdicts = {k: verdict_from_ratios(ratios, load=load, cores=CORES, id=k) for k in ("itl_p99", "ttft")}
+    return roundtrip(rec.replace(verdicts=verdicts))
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab03_chunked_sentences_and_title_agree_and_a_level_ttft_is_no_price(outcome):
+    rec = chunking(outcome)
+    n = v03.chunked_narration(rec)
+    ttft = rec.verdict("ttft")
+    assert ttft.mark(**v03.CHUNK_MARKS["ttft"]) in n.title
+    price = "分块的代价：长提示的 TTFT"
+    assert (price in n.sentences[1] and "噪声" not in n.sentences[1] and "正忙" not in n.sentences[1]) == (
+        ttft.direction == "greater" and ttft.clear)
+    if ttft.direction == "same":
+        assert "没有量出分块的代价" in n.sentences[1] or not ttft.clear
+
+
+def host_rows(per_request_us: dict[int, float]) -> list:
+    return [overhead.OverheadRow(n, 1e-6 * us * n, 0.0, 0.0) for n, us in per_request_us.items()]
+
+
+@pytest.mark.parametrize("second_round", [{1: 1.0, 64: 1.0, 4096: 100.0}, {1: 1.0, 64: 1.0, 4096: 0.1}])
+def test_lab03_crossover_longer_side_and_verdict_read_every_round(second_round):
+    first = host_rows({1: 1.0, 64: 1.0, 4096: 100.0})
+    sweep = overhead.HostSweep([min(a, b, key=lambda r: r.engine_host_s) for a, b in zip(first, host_rows(second_round))],
+                               [first, host_rows(second_round)], QUIET, 12)
+    rec = roundtrip(overhead_view.record_host_sweep(sweep))
+    n = overhead_view.host_sweep_narration(rec)
+    agree = second_round[4096] == 100.0
+    top_small = n.rows[-1][4]
+    assert (top_small == "主机") == agree and (top_small == "各轮不一") == (not agree)
+    small_line = next(x for x in n.sentences if x.startswith("SmolLM2"))
+    assert ("各轮不一致" in small_line) == (not agree)
+    v = rec.verdict("SmolLM2-135M / H100")
+    assert (v.direction == "greater" and v.clear) == agree
+
+
+def test_lab03_remedy_ratio_is_per_round_and_flags_a_disturbed_rung():
+    rows, steps, hosts = {}, {}, {}
+    for i, (name, _) in enumerate(overhead.RUNGS):
+        rows[name] = overhead.OverheadRow(64, 1e-3, 2e-3, 0.0, engine_host_mean_s=10e-3, step_s=12e-3)
+        steps[name] = [12e-3, 40e-3, 12.5e-3] if i == 1 else [12e-3, 12.2e-3, 12.1e-3]
+        hosts[name] = [10e-3, 38e-3, 10.5e-3] if i == 1 else [10e-3, 10.2e-3, 10.1e-3]
+    run = overhead.RemedyRun("SmolLM2-135M / H100", 64, rows, steps, QUIET, hosts)
+    ratios = overhead_view.step_over_bound(run, overhead.RUNGS[1][0])
+    assert max(ratios) < 1.3                  # a busy round's step over the same round's host: no impossible 2.5
+    table = overhead_view.remedies_table([run], {})
+    marks = [row[9] for row in table.rows]
+    assert "机器正忙" in marks[1] and all("机器正忙" not in m for i, m in enumerate(marks) if i != 1)
+
+
+# ----------------------------------------------------------------------------- static text
+
+def static_text(lab: str) -> str:
+    """Every markdown cell of the lab, and its quiz module's text."""
+    nb = next((REPO / "labs").glob(f"{lab}_*.ipynb"))
+    cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+    md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    quiz = next((REPO / "labkit" / "labs").glob(f"lab{lab}_*")) / "quiz.py"
+    return md + "\n" + quiz.read_text(encoding="utf-8")
+
+
+# Outcome claims a lab's static text must not make: (lab, pattern, claim id prefix, values under which
+# the claim would be true). Each claim is decided by the record field its narration reports; the
+# counterfactual records above make every value occur, so a pattern found in static text fails.
+OUTCOME_CLAIMS = [
+    ("02", r"分页注意力[^。；\n]{0,12}(反而)?更慢（第 7 节）", "paging_cost", {"greater|clear"}),
+    ("02", r"paged attention is slower, it looks up", "paging_cost", {"greater|clear"}),
+    ("02", r"分页注意力比读连续 K/V 的注意力慢", "paging_cost", {"greater|clear"}),
+    ("02", r"间接寻址让注意力慢了多少", "paging_cost", {"greater|clear"}),
+    ("02", r"本机慢多少", "paging_cost", {"greater|clear"}),
+    ("01", r"代价是算力和时间", "recompute_costs_more_time", {"greater|clear"}),
+    ("03", r"解码者的尾延迟被压平", "chunking_cuts_itl", {"greater|clear"}),
+    ("03", r"代价是长提示的 TTFT", "chunking_costs_ttft", {"greater|clear"}),
+]
+
+
+def all_counterfactual_claims() -> dict[str, set[str]]:
+    claims: dict[str, set[str]] = {}
+    narrations = ([v01.growing_narration(growing(o)) for o in OUTCOMES]
+                  + [v02.indirection_narration(indirection(o)) for o in OUTCOMES]
+                  + [v03.chunked_narration(chunking(o)) for o in OUTCOMES])
+    for n in narrations:
+        for key, value in n.claims.items():
+            claims.setdefault(key.split("/")[0], set()).add(value)
+    return claims
+
+
+def test_no_static_text_states_an_outcome_a_record_can_reverse():
+    claims = all_counterfactual_claims()
+    bad = []
+    for lab, pattern, claim, true_under in OUTCOME_CLAIMS:
+        seen = claims.get(claim, set())
+        assert seen - true_under, f"no counterfactual record reverses {claim}: the test would prove nothing"
+        if re.search(pattern, static_text(lab)):
+            bad.append((lab, pattern))
+    assert not bad, f"static text states an outcome a record can reverse: {bad}"
+
+
+@pytest.mark.parametrize("lab", ["01", "03"])
+def test_cited_lines_are_printed_in_the_readers_language(lab):
+    nb = next((REPO / "labs").glob(f"{lab}_*.ipynb"))
+    code = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text(encoding="utf-8"))["cells"]
+                     if c["cell_type"] == "code")
+    assert "{c.claim}" not in code, "a cited row's English claim printed as the line: use cite_line"
+
+
+def test_cite_line_switches_language():
+    from labkit.labs.common.references import cite_line
+
+    zh = cite_line("vLLM KV memory waste", "vLLM 的 KV 显存浪费")
+    assert zh.startswith("vLLM 的 KV 显存浪费（vLLM KV memory waste）：")
+    i18n.set_language("en")
+    assert cite_line("vLLM KV memory waste", "vLLM 的 KV 显存浪费").startswith("vLLM KV memory waste: ")
+
+
+# ----------------------------------------------------------------------------- recorded bundles
+
+NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.CONTEXTS): v01.contexts_narration,
+             ("01", preemption.SECTION): v01.preemption_narration,
+             ("02", attention_cost.SECTION): v02.indirection_narration,
+             ("03", chunked.SECTION): v03.chunked_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration}
+
+REPO_BUNDLES = R.find_bundles(REPO / "data" / "lab-runs")
+SHARED = REPO.parent / "shared" / "lab-runs"
+SHARED_BUNDLES = R.find_bundles(SHARED)
+
+
+def render_bundle(path: Path) -> int:
+    rendered = 0
+    for lab, sections in R.load_bundle(path).items():
+        for section, rec in sections.items():
+            narrate = NARRATORS.get((lab, section))
+            if narrate is None:           # another lab's sections are rendered by that lab's tests
+                continue
+            for language in ("zh", "en"):
+                i18n.set_language(language)
+                n = narrate(rec)
+                assert n.sentences and n.title, (lab, section)
+            rendered += 1
+    return rendered
+
+
+@pytest.mark.parametrize("name", sorted(REPO_BUNDLES) or ["none"])
+def test_every_repo_bundle_renders(name):
+    if name == "none":
+        pytest.skip("no recorded bundle under data/lab-runs/ (make record writes one)")
+    assert render_bundle(REPO_BUNDLES[name]) > 0
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_BUNDLES) or ["none"])
+def test_every_shared_bundle_renders(name):
+    if name == "none":
+        why = "absent" if not SHARED.is_dir() else "holds no records (only saved notebooks)"
+        pytest.skip(f"../shared/lab-runs/ {why}")
+    render_bundle(SHARED_BUNDLES[name])
