@@ -93,8 +93,10 @@ def ranking_sentences_from_gains(by_workload: dict[str, list[Gain]]) -> list[str
         n_clear = sum(len(g) for g in groups)
         unsure = len(gs) - n_clear
         if n_clear < 2:
-            lines.append(t(f"{w} 负载：{len(gs)} 个开关里只有 {n_clear} 个的结论是清楚的（其余在噪声之内或测量时机器正忙）：本次不排序。",
-                           f"{w} workload: only {n_clear} of {len(gs)} switches have a clear verdict (the rest are within "
+            some_zh = f"只有 {n_clear} 个" if n_clear else "没有一个"
+            some_en = f"only {n_clear}" if n_clear else "none"
+            lines.append(t(f"{w} 负载：{len(gs)} 个开关里{some_zh}的结论是清楚的（其余在噪声之内或测量时机器正忙）：本次不排序。",
+                           f"{w} workload: {some_en} of {len(gs)} switches have a clear verdict (the rest are within "
                            "noise or measured while busy): no ranking this time."))
             continue
         zh, en = _ranked_text(groups)
