@@ -16,6 +16,7 @@ import re
 import shutil
 import stat
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,35 @@ def test_the_tljh_snippet_in_docs_sets_real_spawner_options_and_labkits_server_c
     assert c.Spawner.cmd[1:] == ["-m", "labkit.hub.learner_server"]
     assert {"LABKIT_COURSE", "LABKIT_SHARED_CACHE"} <= set(c.Spawner.environment)
     assert set(c.Spawner.args) <= set(kernel_culling(1200))
+
+
+@pytest.mark.skipif(os.environ.get("LABKIT_DASHBOARD_DELAY_TEST") != "1",
+                    reason="waits 80 s on purpose: LABKIT_DASHBOARD_DELAY_TEST=1 runs it")
+def test_a_dashboard_page_whose_viewer_connects_late_still_has_its_kernel(tmp_path):
+    """Voila with the Makefile's flags: a page is rendered (its kernel started), then nobody connects for
+    80 s, past the 60 s after which the old flags culled it (a page that took 157-230 s to reach its viewer
+    under load met "Kernel does not exist"). The kernel must still be there."""
+    import sys
+    import urllib.request
+
+    from tests.browser_util import VOILA_FLAGS, free_port, start_server
+
+    notebook = tmp_path / "page.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                                               "execution_count": None, "source": ["print('page')"]}],
+                                    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                "language": "python"}},
+                                    "nbformat": 4, "nbformat_minor": 5}))
+    port = free_port()
+    server = start_server("voila", [sys.executable, "-m", "voila", notebook.name, f"--port={port}", *VOILA_FLAGS],
+                          f"http://127.0.0.1:{port}/", tmp_path / "voila.log", dict(os.environ), tmp_path,
+                          probe_url=f"http://127.0.0.1:{port}/api/nothing")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=120) as answer:
+            kernel = re.search(r'"kernelId":\s*"([0-9a-f-]{36})"', answer.read().decode()).group(1)
+        time.sleep(80)                                  # the viewer's browser is slow to connect
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/kernels/{kernel}", timeout=30) as answer:
+            assert answer.status == 200
+        assert "Culling 'idle' kernel" not in server.log()
+    finally:
+        server.stop()
