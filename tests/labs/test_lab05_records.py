@@ -80,3 +80,14 @@ def test_the_summary_names_a_biggest_gain_only_when_it_is_clear(monkeypatch, rou
     monkeypatch.setattr(views, "gains", lambda rows, w: gs)
     table = views.summary_table([], ["chat"], [LoadPoint(4, 0.5, 0.0, 1.0, 0.01, 1.0, 10.0)])
     assert shown in table.rows[0][1] and "静态" not in table.rows[0][1]
+
+
+@pytest.mark.parametrize("rounds, busy, words", [((0.6, 0.7), False, "各轮一致"), ((0.6, 0.7), True, "看不出"),
+                                                 ((0.98, 1.01), False, "各轮都与基线持平"), ((0.8, 1.1), False, "看不出")])
+def test_the_cpu_advice_reads_the_verdicts_of_the_measured_gains(rounds, busy, words):
+    from labkit.labs.lab05_engine_choice import advisor
+
+    gs = [_gain("static", "调度：连续 → 静态批处理", rounds, busy), _gain("contiguous", "KV：分页 → 连续预留", rounds, busy)]
+    rec = advisor.recommend(advisor.Scenario(hardware="cpu"), advisor.Measured.from_gains("chat", gs))
+    text = " ".join(r.text_zh for r in rec.reasons if r.source.startswith("measured:"))
+    assert words in text, text

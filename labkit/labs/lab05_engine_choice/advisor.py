@@ -96,10 +96,12 @@ class Measured:
 
     workload: str
     gains: dict[str, float]
+    verdicts: dict = field(default_factory=dict)     # variant -> its Verdict (the rounds decide the direction)
 
     @classmethod
     def from_gains(cls, workload: str, gains) -> Measured:
-        return cls(workload, {g.variant: g.throughput_x for g in gains})
+        return cls(workload, {g.variant: g.throughput_x for g in gains},
+                   {g.variant: g.verdict for g in gains if g.verdict is not None})
 
 
 @dataclass
@@ -174,7 +176,20 @@ def _measured_on_cpu(s: Scenario, measured: Measured | None, reasons: list[Reaso
     numbers_zh = "、".join(f"{zh} {x:.2f}×" for _, zh, _, x in parts)
     numbers_en = ", ".join(f"{en} {x:.2f}x" for _, _, en, x in parts)
     worse = [x for *_, x in parts if x <= 1 - NOISE]
-    if len(worse) == len(parts):
+    verdicts = [measured.verdicts.get(name) for name, *_ in parts]
+    if measured.verdicts and not all(v is not None and v.clear for v in verdicts):
+        zh, en = ("至少一个数的各轮不在同一边（在噪声之内或测量时机器正忙）：这次看不出批处理类优化在这台 CPU 上的得失",
+                  "at least one of them is not clear round by round (within noise or measured while busy): this run "
+                  "does not show what they are worth on this CPU")
+    elif measured.verdicts and all(v.direction == "less" for v in verdicts):
+        zh, en = "去掉连续批处理或分页，吞吐就掉（各轮一致）：批处理类优化在这台 CPU 上也有收益", \
+            "taking continuous batching or paging away costs throughput in every round: they pay on this CPU too"
+    elif measured.verdicts and all(v.direction == "same" for v in verdicts):
+        zh, en = "各轮都与基线持平：这台 CPU 上看不出批处理类优化的收益", \
+            "level with the baseline in every round: no visible gain from them on this CPU"
+    elif measured.verdicts:
+        zh, en = "两个开关方向不一，看单独的数", "the two switches point different ways; read each number"
+    elif len(worse) == len(parts):
         zh, en = "去掉连续批处理或分页，吞吐就掉：批处理类优化在这台 CPU 上也有收益", \
             "taking continuous batching or paging away costs throughput: they pay on this CPU too"
     elif not worse and all(abs(x - 1) < NOISE for *_, x in parts):
