@@ -177,3 +177,31 @@ def test_every_recorded_bundle_renders_section_3_1():
             n = paying.render_regime(rec)
             assert n.sentences and n.title and n.claims["nearly_free_target"] in (*rec.values, "none")
     i18n.set_language("zh")
+
+
+def test_sections_saved_as_records_render_exactly_as_the_rows_they_came_from(tmp_path):
+    """The k sweep, the matrix and the batch sizes saved and read back (JSON, as from another machine)
+    give the same tables, figure titles and sentences as the live rows."""
+    from labkit.labs.common.records import load_record, save_record
+    from labkit.labs.lab04_speculative import records
+
+    busy = dict(load=8.0, cores=2)
+    sweep = [replace(_row(v, s, (v, v + 0.02), k=k, rounds_speed=(s, s + 0.1)), verdict=verdict_from_ratios([s, s + 0.1], **busy),
+                     verify_verdict=verdict_from_ratios([v, v + 0.02])) for k, s, v in ((1, 1.5, 1.05), (4, 2.2, 1.3))]
+    matrix = [replace(_row(1.2, s, (1.2,), method=m, workload=w, rounds_speed=(s, s * 1.02)),
+                      verdict=verdict_from_ratios([s, s * 1.02])) for m, w, s in
+              (("ngram", "code", 3.06), ("draft", "chat", 0.9), ("draft", "code", 0.6))]
+    batches = [sweeps.BatchRow(b, replace(_row(1.1, s, (1.1,), rounds_speed=(s, s)), verdict=verdict_from_ratios([s, s])),
+                               p, p * 1.2, (p, p * 1.05)) for b, s, p in ((1, 1.5, 0.06), (8, 0.84, 0.08))]
+    saved = [save_record(records.rows_record(records.SWEEP, sweep, QUIET), tmp_path),
+             save_record(records.rows_record(records.MATRIX, matrix, QUIET), tmp_path),
+             save_record(records.batch_record(batches, QUIET), tmp_path)]
+    s2, m2 = (records.rows_from_record(load_record(p)) for p in saved[:2])
+    b2 = records.batch_from_record(load_record(saved[2]))
+    assert s2 == sweep and m2 == matrix and b2 == batches
+    opt = sweeps.read_sweep(sweep)
+    assert views.sweep_verdict(sweeps.read_sweep(s2), s2) == views.sweep_verdict(opt, sweep)
+    assert views.matrix_verdict(m2) == views.matrix_verdict(matrix)
+    assert views.batch_verdict(b2) == views.batch_verdict(batches) and views.batch_title(b2) == views.batch_title(batches)
+    assert (views.summary_table(opt, s2, m2, b2)._repr_html_() == views.summary_table(opt, sweep, matrix, batches)._repr_html_())
+    assert views.sweep_figure(s2).layout.title.text == views.sweep_figure(sweep).layout.title.text
