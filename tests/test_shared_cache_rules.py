@@ -6,6 +6,7 @@ for: the rule is about the modes, not the weights)."""
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -40,6 +41,8 @@ def prepared(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shared_cache, "ensure_default_converted", converted)
     monkeypatch.setattr(shared_cache, "read_model_config", lambda path: None)
+    # On disk: nothing may try to mount (as root it would really mount a tmpfs).
+    monkeypatch.setattr(shared_cache, "_huge_tmpfs", lambda where: pytest.fail("in_memory=False mounted"))
     # The fp32 pack is already there (written before, by an owner with a loose umask): it is kept, not rewritten.
     pack = weight_pack.write_pack({"w": torch.zeros(4)}, root / "packs" / weight_pack.pack_name(model_dir, torch.float32))
     pack.chmod(0o666)
@@ -109,3 +112,175 @@ def test_describe_names_where_the_weights_come_from(tmp_path, monkeypatch):
     monkeypatch.setenv(shared_cache.ENV, str(tmp_path))
     assert shared_cache.describe() == (f"shared weights from {tmp_path / 'packs'} in the file's page cache "
                                        "(4 KiB pages)")
+
+
+# ------------------------------------------------------------------------------ the huge-page tmpfs
+
+MOUNTS = ("/dev/sda1 / ext4 rw,relatime 0 0\n"
+          "tmpfs /srv/class/packs tmpfs rw,nosuid,huge=always,mode=755 0 0\n"
+          "odd /srv/four tmpfs rw,four\n"            # four fields: still a mount with options
+          "cut /srv/three tmpfs\n")                  # three fields: no options to read
+
+
+class FakeMountsPath(type(Path())):
+    def read_text(self, *args, **kwargs):
+        return MOUNTS if str(self) == "/proc/mounts" else super().read_text(*args, **kwargs)
+
+
+def test_mount_options_are_the_fourth_field_of_the_line_whose_mount_point_is_the_path(monkeypatch):
+    monkeypatch.setattr(shared_cache, "Path", FakeMountsPath)
+    assert shared_cache._mount_options(Path("/srv/class/packs")) == "rw,nosuid,huge=always,mode=755"
+    assert shared_cache._mount_options(Path("/srv/four")) == "rw,four"
+    assert shared_cache._mount_options(Path("/srv/three")) == ""
+    assert shared_cache._mount_options(Path("/srv/class")) == ""           # not a mount point
+    assert shared_cache._mount_options(Path("/")) == "rw,relatime"
+
+
+def test_describe_says_a_huge_page_tmpfs_when_the_packs_mount_has_huge_pages(tmp_path, monkeypatch):
+    monkeypatch.setenv(shared_cache.ENV, str(tmp_path))
+    seen = []
+    monkeypatch.setattr(shared_cache, "_mount_options", lambda where: seen.append(where) or "rw,huge=within_size")
+    assert shared_cache.describe() == f"shared weights from {tmp_path / 'packs'} in a huge-page tmpfs"
+    assert seen == [tmp_path / "packs"]
+    monkeypatch.setattr(shared_cache, "_mount_options", lambda where: "rw,size=1g")
+    assert shared_cache.describe().endswith("in the file's page cache (4 KiB pages)")
+
+
+class MountCalls:
+    def __init__(self, returncode: int = 0):
+        self.calls, self.returncode = [], returncode
+
+    def __call__(self, args, **kwargs):
+        self.calls.append((args, kwargs))
+        return type("Done", (), {"returncode": self.returncode})()
+
+
+def huge_env(monkeypatch, euid=0, mount="/bin/mount", is_mount=False, options="", returncode=0) -> MountCalls:
+    calls = MountCalls(returncode)
+    monkeypatch.setattr(shared_cache.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(shared_cache.shutil, "which", lambda name: mount if name == "mount" else None)
+    monkeypatch.setattr(shared_cache.os.path, "ismount", lambda where: is_mount)
+    monkeypatch.setattr(shared_cache, "_mount_options", lambda where: options)
+    monkeypatch.setattr(shared_cache.subprocess, "run", calls)
+    return calls
+
+
+def test_only_root_with_a_mount_command_mounts_the_huge_page_tmpfs(tmp_path, monkeypatch):
+    where = tmp_path / "a" / "packs"
+    calls = huge_env(monkeypatch, euid=1000)
+    assert shared_cache._huge_tmpfs(where) is False and calls.calls == [] and not where.exists()
+    calls = huge_env(monkeypatch, mount=None)
+    assert shared_cache._huge_tmpfs(where) is False and calls.calls == [] and not where.exists()
+    calls = huge_env(monkeypatch)
+    assert shared_cache._huge_tmpfs(where) is True and where.is_dir()
+    assert calls.calls == [(["mount", "-t", "tmpfs", "-o", "huge=always,mode=0755", "tmpfs", str(where)],
+                            {"capture_output": True, "text": True})]
+    calls = huge_env(monkeypatch, returncode=32)
+    assert shared_cache._huge_tmpfs(where) is False
+
+
+def test_an_existing_mount_is_used_as_it_is_and_counts_only_with_huge_pages(tmp_path, monkeypatch):
+    calls = huge_env(monkeypatch, is_mount=True, options="rw,huge=always")
+    assert shared_cache._huge_tmpfs(tmp_path) is True and calls.calls == []
+    calls = huge_env(monkeypatch, is_mount=True, options="rw,size=4g")
+    assert shared_cache._huge_tmpfs(tmp_path) is False and calls.calls == []
+
+
+# ------------------------------------------------------------------------------ prepare's defaults and tuning
+
+def test_prepare_by_default_converts_with_progress_in_memory_both_dtypes_and_tunes(tmp_path, monkeypatch):
+    root = tmp_path / "not" / "yet" / "class"          # parents made too
+    seen = {}
+
+    def converted(progress=True, root=None):
+        seen["progress"], seen["root"] = progress, root
+        (root / "models" / "m").mkdir(parents=True)
+        return root / "models" / "m"
+
+    monkeypatch.setattr(shared_cache, "ensure_default_converted", converted)
+    monkeypatch.setattr(shared_cache, "read_model_config", lambda path: None)
+    monkeypatch.setattr(shared_cache, "_huge_tmpfs", lambda where: seen.setdefault("huge", where) and False)
+    monkeypatch.setattr(shared_cache, "_tune_into", lambda *args: seen.setdefault("tuned", args))
+    for dtype in (torch.float32, torch.bfloat16):      # already written: not rebuilt
+        weight_pack.write_pack({"w": torch.zeros(1)}, root / "packs" / weight_pack.pack_name(root / "models" / "m", dtype))
+    assert shared_cache.prepare(root) == root / "packs"
+    assert seen["progress"] is True and seen["root"] == root and seen["huge"] == root / "packs"
+    assert seen["tuned"] == (root, root / "models" / "m", None, (torch.float32, torch.bfloat16))
+
+
+def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores_both(tmp_path, monkeypatch):
+    from labkit.model import linear_forms
+
+    during = []
+
+    class Net:
+        def __init__(self, cfg, dtype, device):
+            self.dtype = dtype
+
+        def tune(self):
+            during.append((self.dtype, shared_cache.os.environ.get("LABKIT_CACHE"), torch.get_num_threads()))
+
+    packs_used = []
+    monkeypatch.setattr(shared_cache, "LlamaModel", Net)
+    monkeypatch.setattr(shared_cache, "use_pack", lambda net, path: packs_used.append(path))
+    monkeypatch.setattr(linear_forms, "forget", lambda: during.append("forgot"))
+    monkeypatch.setenv("LABKIT_THREADS", "3")
+    threads = torch.get_num_threads()
+    model_dir = tmp_path / "models" / "m"
+    for saved in (None, "/home/learner/.cache/labkit"):
+        during.clear()
+        packs_used.clear()
+        if saved is None:
+            monkeypatch.delenv("LABKIT_CACHE", raising=False)
+        else:
+            monkeypatch.setenv("LABKIT_CACHE", saved)
+        shared_cache._tune_into(tmp_path, model_dir, None, (torch.float32, torch.bfloat16))
+        assert during == [(torch.float32, str(tmp_path), 3), (torch.bfloat16, str(tmp_path), 3), "forgot"]
+        assert packs_used == [tmp_path / "packs" / "m-float32.lkw", tmp_path / "packs" / "m-bfloat16.lkw"]
+        assert shared_cache.os.environ.get("LABKIT_CACHE") == saved and torch.get_num_threads() == threads
+
+
+def tiny_hf_dir(where: Path) -> Path:
+    """A two-layer Llama in Hugging Face's layout, split over two safetensors files (random weights)."""
+    from safetensors.torch import save_file
+
+    cfg = {"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": True}
+    where.mkdir(parents=True)
+    (where / "config.json").write_text(json.dumps(cfg))
+    g = torch.Generator().manual_seed(3)
+    shapes = {"model.embed_tokens.weight": (32, 16), "model.norm.weight": (16,)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (16,), p + "post_attention_layernorm.weight": (16,),
+                       p + "self_attn.q_proj.weight": (16, 16), p + "self_attn.k_proj.weight": (8, 16),
+                       p + "self_attn.v_proj.weight": (8, 16), p + "self_attn.o_proj.weight": (16, 16),
+                       p + "mlp.gate_proj.weight": (32, 16), p + "mlp.up_proj.weight": (32, 16),
+                       p + "mlp.down_proj.weight": (16, 32)})
+    tensors = {name: torch.randn(shape, generator=g) for name, shape in shapes.items()}
+    names = sorted(tensors)
+    save_file({n: tensors[n] for n in names[:9]}, str(where / "model-00001.safetensors"))
+    save_file({n: tensors[n] for n in names[9:]}, str(where / "model-00002.safetensors"))
+    return where
+
+
+def test_prepare_writes_one_pack_per_dtype_holding_the_models_converted_weights(tmp_path, monkeypatch):
+    from labkit.model.config import ModelConfig
+    from labkit.model.llama import LlamaModel
+    from labkit.model.loader import LazyTensors
+
+    root = tmp_path / "class"
+    model_dir = tiny_hf_dir(root / "models" / "tiny")
+    monkeypatch.setattr(shared_cache, "ensure_default_converted", lambda progress=True, root=None: model_dir)
+    packs = shared_cache.prepare(root, progress=False, in_memory=False, dtypes=(torch.float32, torch.bfloat16),
+                                 tune=False)
+    assert sorted(p.name for p in packs.iterdir()) == ["README", "tiny-bfloat16.lkw", "tiny-float32.lkw"]
+    cfg = ModelConfig.from_hf(json.loads((model_dir / "config.json").read_text()))
+    for dtype in (torch.float32, torch.bfloat16):
+        expected = LlamaModel(cfg, dtype=dtype, device="cpu")
+        expected.load_hf_state_dict(LazyTensors(sorted(model_dir.glob("*.safetensors"))))
+        mapped = weight_pack.map_pack(packs / weight_pack.pack_name(model_dir, dtype))
+        assert list(mapped) == list(weight_pack.model_tensors(expected))
+        for name, p in expected.named_parameters():
+            assert mapped[name].dtype == dtype and torch.equal(mapped[name], p.detach()), name
+        assert mode(packs / weight_pack.pack_name(model_dir, dtype)) == 0o444
