@@ -142,6 +142,11 @@ PHILOSOPHY: dict[str, tuple[Fact, ...]] = {
         Fact("FP8：Ada/Hopper（新版文档含 Blackwell）上权重与激活都用 FP8（W8A8）；Ampere 上以仅权重 FP8（W8A16）运行",
              "FP8: weights and activations (W8A8) on Ada/Hopper (Blackwell in newer docs); weight-only FP8 (W8A16) on Ampere",
              "vLLM FP8 W8A8"),
+        Fact("NVFP4：llm-compressor 量化的 W4A4 检查点（Blackwell 之前的 GPU 上仅权重）",
+             "NVFP4: W4A4 checkpoints quantized with llm-compressor (weight-only on GPUs before Blackwell)", "vLLM NVFP4"),
+        Fact("用 PagedAttention（分页 KV，出自 vLLM 的论文）管理 KV，并对新来的请求做连续批处理：文档首页列出的两项",
+             "PagedAttention (paged KV, from vLLM's own paper) manages the KV cache, and incoming requests are batched "
+             "continuously: two items its docs' front page lists", "vLLM continuous batching and PagedAttention"),
     ),
     "TensorRT-LLM": (
         Fact("只支持 NVIDIA GPU（Blackwell、Hopper、Ada、Ampere），Linux", "NVIDIA GPUs only (Blackwell, Hopper, Ada, "
