@@ -16,17 +16,54 @@ that proposes the wrong token ids: these tests can.
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit.events import SpecVerified
+from labkit.model.loader import resolve_model_dir
 from labkit.request import Request
 from labkit.spec_decode.draft_model import DEFAULT_DRAFT, DraftModelProposer, draft_from_target_layers, save_draft
 from labkit.traces import load_prompts
 
 ACCEPTANCE_FLOOR = 0.30          # measured 0.413 (38 / 92); see the module docstring
 K = 2
+
+
+def tiny_target_dir(where) -> str:
+    """A two-layer Llama with random weights and the default model's tokenizer: drafting rules hold for any
+    target, and this one loads in a second (a mutant's tests load it afresh)."""
+    vocab, hidden = 49152, 32
+    cfg = {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4, "tie_word_embeddings": True,
+           "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 1,
+           "eos_token_id": 2}
+    (where / "config.json").write_text(json.dumps(cfg))
+    g = torch.Generator().manual_seed(0)
+    h, kv = hidden, hidden // 2
+    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                       p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (kv, h),
+                       p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, h),
+                       p + "mlp.gate_proj.weight": (2 * h, h), p + "mlp.up_proj.weight": (2 * h, h),
+                       p + "mlp.down_proj.weight": (h, 2 * h)})
+    save_file({n: torch.randn(shape, generator=g) for n, shape in shapes.items()}, str(where / "model.safetensors"))
+    source = resolve_model_dir(None, progress=False)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (source / name).is_file():
+            shutil.copy(source / name, where / name)
+    return str(where)
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    return LLM(model=tiny_target_dir(tmp_path_factory.mktemp("tiny-target")), progress=False)
 
 
 def proposer_for(llm, path, k: int = 3) -> DraftModelProposer:
