@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from labkit.kv import slots
 from labkit.outputs import StepOutputs
 from labkit.request import Request
 
@@ -84,9 +85,9 @@ class SchedulerOutput:
         kinds         DECODE   DECODE   PREFILL
 
     ``num_spec``: the verification rows (row -> how many of its tokens are drafts). Columns, not an
-    object per row: a step of 256 decode rows appends to seven lists, and the runner's persistent
-    batch reads them as they are. ``row(i)`` and ``scheduled`` give rows as ``ScheduledRequest``
-    objects for whoever reads them one by one."""
+    object per row: a step of 256 decode rows extends seven lists, and the runner's persistent
+    batch reads them as they are. Every write (``add_row``, ``add_decode_rows``) leaves the columns whole.
+    ``row(i)`` and ``scheduled`` give rows as ``ScheduledRequest`` objects for whoever reads them one by one."""
 
     block_size: int = 1          # of the layout the tables address (the KV manager's meta_block_size)
     request_ids: list[str] = field(default_factory=list)
@@ -113,7 +114,7 @@ class SchedulerOutput:
     # -- writing (the scheduler) -----------------------------------------------------------------
     def add_row(self, request_id: str, token_ids: Sequence[int], start: int, block_table: Sequence[int],
                 kind: StepKind, num_logits: int, num_spec: int = 0) -> None:
-        self._pad_decode_rows()
+        """One row, every column."""
         if num_spec:
             self.num_spec[len(self.request_ids)] = num_spec
         self.request_ids.append(request_id)
@@ -124,23 +125,22 @@ class SchedulerOutput:
         self.num_logits.append(num_logits)
         self.kinds.append(kind)
 
-    def decode_columns(self):
-        """The ``append`` of each column a steady decode row writes (request id, start, token, block
-        table), looked up once per step rather than once per row: the scheduler writes the row of most
-        steps with four appends and no call. The three columns decode rows share (one token, one logits
-        row, ``DECODE``) are filled in bulk by the next ``add_row`` or by ``close``."""
-        return self.request_ids.append, self.starts.append, self.token_ids.append, self.block_tables.append
-
-    def _pad_decode_rows(self) -> None:
-        """The shared columns of the decode rows added since the last other row."""
-        if (gap := len(self.request_ids) - len(self.kinds)) > 0:
-            self.num_tokens += [1] * gap
-            self.num_logits += [1] * gap
-            self.kinds += [DECODE] * gap
+    def add_decode_rows(self, request_ids: list[str], starts: list[int], token_ids: list[int],
+                        block_tables: list[Sequence[int]]) -> None:
+        """Steady decode rows in bulk, every column: row i is ``add_row(request_ids[i], (token_ids[i],),
+        starts[i], block_tables[i], DECODE, 1)``. The fast scheduler gathers a run of them in plain lists
+        and writes them here in one go (seven ``extend`` calls instead of seven appends per row)."""
+        n = len(request_ids)
+        self.request_ids += request_ids
+        self.starts += starts
+        self.num_tokens += [1] * n
+        self.token_ids += token_ids
+        self.block_tables += block_tables
+        self.num_logits += [1] * n
+        self.kinds += [DECODE] * n
 
     def close(self, num_scheduled_tokens: int) -> None:
-        """The scheduler is done writing: every column is complete."""
-        self._pad_decode_rows()
+        """The scheduler is done writing."""
         self.num_scheduled_tokens = num_scheduled_tokens
 
     # -- reading --------------------------------------------------------------------------------
@@ -159,9 +159,9 @@ class SchedulerOutput:
         return [rid for rid, k in zip(self.request_ids, self.num_logits) for _ in range(k)]
 
     def slot_mapping(self, i: int) -> list[int]:
-        """Where row i's tokens' K/V go: ``table[p // bs] * bs + p % bs`` (the KV manager's ``slot``)."""
-        table, bs, start = self.block_tables[i], self.block_size, self.starts[i]
-        return [table[p // bs] * bs + p % bs for p in range(start, start + self.num_tokens[i])]
+        """Where row i's tokens' K/V go (``kv.slots.slot_mapping``)."""
+        start = self.starts[i]
+        return slots.slot_mapping(self.block_tables[i], start, start + self.num_tokens[i], self.block_size)
 
     def row(self, i: int, offset: int | None = None) -> ScheduledRequest:
         if offset is None:

@@ -137,7 +137,7 @@ class ShadowRunner(SimRunner):
         for s in sched.scheduled:
             req = self.requests[s.request_id]
             assert s.num_new_tokens >= 1 and PLACEHOLDER not in s.token_ids, s
-            assert s.start == req.num_computed_tokens + req.num_inflight_tokens - s.num_new_tokens, s
+            assert s.start == req.num_scheduled_end - s.num_new_tokens, s
             known = req.num_tokens_with_spec
             assert tuple(s.token_ids[:max(0, known - s.start)]) == tuple(req.token_slice(s.start, min(s.end, known))), s
             planned_before = req.num_tokens_planned - (1 if s.num_logits else 0)

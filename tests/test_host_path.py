@@ -12,6 +12,7 @@ every random trace (``tests/sim_oracle.py``, ``ShadowRunner._check_decision``).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,7 @@ from labkit import LLM, EngineConfig, SamplingParams, SpecConfig, outputs, sched
 from labkit import events as ev
 from labkit.kv.contiguous import ContiguousKVManager
 from labkit.kv.kv_cache_manager import KVCacheManager
+from labkit.kv.slots import slot, slot_mapping, slot_mapping_rows
 from labkit.model.input_batch import InputBatch, build_from_lists
 from labkit.outputs import StepOutput, StepOutputs
 from labkit.request import Request
@@ -116,13 +118,22 @@ def test_tokens_appended_are_built_only_for_their_subscribers(monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
-def test_one_token_slot_is_slot_mapping(layout):
+def test_a_kv_managers_slot_mapping_is_the_slot_formula_over_its_block_table(layout):
     kv = KVCacheManager(32, 4) if layout == "paged" else ContiguousKVManager(128, 4, "max_tokens", 64)
     for i, rid in enumerate("abc"):
         assert kv.allocate_slots(rid, 0, 9 + 4 * i, num_reserve_tokens=20) is not None
     for i, rid in enumerate("abc"):
-        for p in range(9 + 4 * i):
-            assert kv.slot(rid, p) == kv.slot_mapping(rid, p, p + 1)[0]
+        end = 9 + 4 * i
+        assert kv.slot_mapping(rid, 0, end) == [slot(kv.block_table(rid), p, kv.meta_block_size) for p in range(end)]
+        assert kv.slot_mapping(rid, 3, end) == slot_mapping(kv.block_table(rid), 3, end, kv.meta_block_size)
+
+
+def test_the_vectorised_slot_formula_gives_each_tokens_slot():
+    tables = [[7, 2, 9], [4, 0, 0], [1, 5, 3]]
+    rows, positions = [0, 0, 1, 2, 2, 0], [0, 5, 3, 8, 11, 11]
+    got = slot_mapping_rows(np.array(tables, dtype=np.int32), np.array(rows), np.array(positions), 4)
+    assert got.dtype == np.int64
+    assert got.tolist() == [slot(tables[r], p, 4) for r, p in zip(rows, positions)] == [28, 9, 19, 12, 15, 39]
 
 
 class CountingRow(ScheduledRequest):

@@ -124,10 +124,13 @@ class TraceRun:
     max_scheduled: int
 
 
-def run_trace(trace: TraceSpec, max_steps: int = 5_000) -> TraceRun:
-    """Step the trace to the end, checking the KV invariants after every step and abort."""
+def run_trace(trace: TraceSpec, max_steps: int = 5_000, prepare=None) -> TraceRun:
+    """Step the trace to the end, checking the KV invariants after every step and abort. ``prepare``:
+    called with the engine before the first request (e.g. to swap in another scheduler)."""
     llm = shadow_llm(trace.config)
     engine = llm.engine
+    if prepare is not None:
+        prepare(engine)
     arrivals = sorted(trace.requests, key=lambda r: r.arrival_step)
     aborts = sorted((r for r in trace.requests if r.abort_step is not None), key=lambda r: r.abort_step)
     step = max_running = max_scheduled = 0
@@ -189,8 +192,8 @@ def assert_parallel_sampling_complete(engine, trace: TraceSpec) -> None:
         assert len(children) == expected
 
 
-def check_trace(trace: TraceSpec) -> TraceRun:
-    run = run_trace(trace)
+def check_trace(trace: TraceSpec, prepare=None) -> TraceRun:
+    run = run_trace(trace, prepare=prepare)
     engine = run.llm.engine
     assert all(req.is_finished for req in engine.requests.values())
     assert_pool_empty(engine)

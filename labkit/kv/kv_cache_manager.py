@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from itertools import repeat
 
+from labkit.kv import slots
 from labkit.kv.block_pool import BlockPool
 from labkit.kv.snapshot import BlockMapSnapshot, KVLayout, KVWaste
 
@@ -197,13 +198,8 @@ class KVCacheManager:
         return self.block_tables[request_id]
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
-        table, bs = self.block_tables[request_id], self.block_size
-        return [table[p // bs] * bs + p % bs for p in range(start, end)]
-
-    def slot(self, request_id: str, position: int) -> int:
-        """The K/V slot of one token (a decode step's only one): ``slot_mapping(rid, p, p + 1)[0]``."""
-        bs = self.block_size
-        return self.block_tables[request_id][position // bs] * bs + position % bs
+        """The K/V slots of the request's tokens ``start:end`` (``kv.slots``)."""
+        return slots.slot_mapping(self.block_tables[request_id], start, end, self.block_size)
 
     # -- what observers see --------------------------------------------------------------------
     def usage(self) -> float:

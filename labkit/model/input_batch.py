@@ -17,7 +17,7 @@ Each step it writes only what changed: a row for a request seen for the first ti
 after a preemption: ``SchedulerOutput.admitted``), and the tail of a
 table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
 ``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
-``block_tables = block_table[rows]``, ``slot = block_table[row, pos // bs] * bs + pos % bs``, in numpy
+``block_tables = block_table[rows]``, slots by ``kv.slots.slot_mapping_rows`` (the one slot formula), in numpy
 on the host. The decision's own columns (starts, token ids) become arrays in one C loop each. Both
 builders read the same ``SchedulerOutput`` and give the same values (``tests/sim_oracle.py`` writes and
 reads its shadow KV cache through whichever builder the engine uses).
@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from labkit.attention.metadata import AttentionMetadata
+from labkit.kv.slots import slot, slot_mapping_rows
 from labkit.scheduler_output import SchedulerOutput
 
 
@@ -49,7 +50,7 @@ class ModelInput:
 
 def prepare_input(decision: SchedulerOutput) -> ModelInput:
     """Flatten the step's rows: row i's tokens sit at positions ``starts[i]`` on, their K/V go to
-    ``table[p // bs] * bs + p % bs``, and a row that wants k logits rows gets its last k tokens'."""
+    ``kv.slots.slot``, and a row that wants k logits rows gets its last k tokens'."""
     inp = ModelInput(list(decision.token_ids), [], [], list(decision.num_tokens), [], list(decision.block_tables), [], [])
     positions, slots, logits_indices, bs = inp.positions, inp.slot_mapping, inp.logits_indices, decision.block_size
     offset = 0
@@ -60,7 +61,7 @@ def prepare_input(decision: SchedulerOutput) -> ModelInput:
         inp.logits_rows.append((len(logits_indices), num_logits))
         if num_new == 1:                 # a decode row, most rows of most steps: no ranges to build
             positions.append(start)
-            slots.append(table[start // bs] * bs + start % bs)
+            slots.append(slot(table, start, bs))
             if num_logits:
                 logits_indices.append(offset)
         else:
@@ -215,7 +216,7 @@ class InputBatch:
             starts_loc[1:] = np.cumsum(query_lens)
         self.seen_end[self._rows] = seq
         bs, dev = self.block_size, self.device
-        slot_mapping = self.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs
+        slot_mapping = slot_mapping_rows(self.block_table, token_rows, positions, bs)
         meta = AttentionMetadata(query_start_loc=_tensor(starts_loc, dev), seq_lens=_tensor(seq.astype(np.int32), dev),
                                  block_tables=_tensor(self.block_table[self._rows, :width], dev),
                                  slot_mapping=_tensor(slot_mapping, dev), block_size=bs,

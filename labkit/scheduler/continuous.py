@@ -123,16 +123,23 @@ class ContinuousScheduler:
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        """Running requests first, in the order they were admitted. Each asks for the tokens it knows (or
-        has in flight) but has not computed (nor has in flight): a prefill chunk, one decode token, or
-        its last token and the drafts to verify, within the budget and ``max_model_len``. When the pool
-        cannot give a row its blocks, the newest running request is preempted (perhaps this one)."""
+        """Running requests first, in the order they were admitted: the first loop of
+        ``ReferenceScheduler.schedule`` (``scheduler/reference.py``, the rule in one path), with a shortcut
+        for the row of most steps. Each request asks for the tokens it knows (or has in flight) but has
+        not computed (nor has in flight), within the budget and ``max_model_len``; when the pool cannot
+        give a row its blocks, the newest running request is preempted (perhaps this one).
+
+        Steady decode rows (one token, a slot left in the last block) skip the allocation call and
+        ``_add_row``: they gather in four plain lists and reach ``out`` in one ``add_decode_rows``, before
+        any other row and at the end, so the decision's columns are whole at every write. The decision is
+        the reference's, row for row (``tests/test_scheduler_reference.py``)."""
         running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
-        add_id, add_start, add_token, add_table = out.decode_columns()
+        ids, starts, tokens, tables = [], [], [], []      # steady decode rows not yet written to out
+        add_id, add_start, add_token, add_table = ids.append, starts.append, tokens.append, tables.append
         for req in running:                   # preemption pops from the end: the loop stops before those
             if budget <= 0:
                 break
-            start = req.num_computed_tokens + req.num_inflight_tokens
+            start = req.num_computed_tokens + req.num_inflight_tokens     # num_scheduled_end, inlined (hot)
             known, placeholders = req.all_token_ids, req.num_output_placeholders
             num_planned = len(known) + placeholders              # known, or to be appended by a step in flight
             if placeholders and len(req.output_token_ids) + placeholders >= req.max_output_tokens:
@@ -143,9 +150,9 @@ class ContinuousScheduler:
             num_left = num_planned - start    # known or in flight, not computed nor in flight
             if (num_left == 1 and not req.spec_token_ids and (placeholders or req.output_token_ids)
                     and (table := decode_table(req.request_id, start)) is not None):
-                # Steady decode, most rows of most steps: the last output token, for the next one, with a
-                # slot left in its last block. Async: that token may be the one the step in flight is
-                # sampling (a placeholder, filled in before launch).
+                # Steady decode: the last output token, for the next one, with a slot left in its last block.
+                # Async: that token may be the one the step in flight is sampling (a placeholder, filled in
+                # before launch).
                 req.num_inflight_tokens += 1
                 req.num_output_placeholders = placeholders + 1
                 add_id(req.request_id)
@@ -159,8 +166,14 @@ class ContinuousScheduler:
             table = self._allocate_or_preempt(req, start, num_new, out)
             if table is None:
                 break                         # req itself was preempted (it was the newest)
+            if ids:                           # the decode rows before this one, in order
+                out.add_decode_rows(ids, starts, tokens, tables)
+                for column in (ids, starts, tokens, tables):
+                    column.clear()
             self._add_row(out, req, start, num_new, table)
             budget -= num_new
+        if ids:
+            out.add_decode_rows(ids, starts, tokens, tables)
         return budget
 
     def _add_row(self, out: SchedulerOutput, req: Request, start: int, num_new: int, table) -> None:
@@ -236,22 +249,28 @@ class ContinuousScheduler:
                                             num_reserve_tokens=min(req.max_total_tokens, self.max_model_len))
             if blocks is None:
                 break
-            self.waiting.popleft()
-            self.kv.record_prefix_lookup(req.num_tokens, num_cached)
-            req.num_computed_tokens = num_cached
-            req.status = RequestStatus.RUNNING
-            if req.first_scheduled_time is None:      # a preempted request keeps its first stamp
-                req.first_scheduled_time = now
-            self.running.append(req)
-            out.admitted.append(req.request_id)
+            self._admit(req, num_cached, num_new, blocks, now, out)
             num_seqs += 1 + req.num_forks_pending
-            if blocks:
-                out.new_blocks.setdefault(req.request_id, []).extend(blocks)
-            if num_cached:
-                out.prefix_hits[req.request_id] = num_cached
-            self._add_row(out, req, num_cached, num_new, self.kv.block_table(req.request_id))
             budget -= num_new
         return budget
+
+    def _admit(self, req: Request, num_cached: int, num_new: int, blocks: list[int], now: float,
+               out: SchedulerOutput) -> None:
+        """Move the first waiting request to running, its first row tokens ``num_cached:num_cached + num_new``
+        (``blocks``: the ones just allocated for it; ``num_cached``: its prefix-cache hit)."""
+        self.waiting.popleft()
+        self.kv.record_prefix_lookup(req.num_tokens, num_cached)
+        req.num_computed_tokens = num_cached
+        req.status = RequestStatus.RUNNING
+        if req.first_scheduled_time is None:      # a preempted request keeps its first stamp
+            req.first_scheduled_time = now
+        self.running.append(req)
+        out.admitted.append(req.request_id)
+        if blocks:
+            out.new_blocks.setdefault(req.request_id, []).extend(blocks)
+        if num_cached:
+            out.prefix_hits[req.request_id] = num_cached
+        self._add_row(out, req, num_cached, num_new, self.kv.block_table(req.request_id))
 
     # -- one step: apply what the model produced ----------------------------------------------
     def update_from_output(self, out: SchedulerOutput, sampled: SampledTokens, now: float,

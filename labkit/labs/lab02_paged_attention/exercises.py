@@ -175,7 +175,7 @@ def slot_mapping_exercise() -> Exercise:
                     "order (a list, tuple or tensor of ints). block_tables[s] is sequence s's block table."},
         checks=checks,
         reference="labkit.labs.lab02_paged_attention.solutions:slot_mapping",
-        engine=["labkit.kv.kv_cache_manager:KVCacheManager.slot_mapping", "labkit.kv.kv_cache_manager:KVCacheManager.slot",
+        engine=["labkit.kv.slots", "labkit.kv.kv_cache_manager:KVCacheManager.slot_mapping",
                 "labkit.labs.lab02_paged_attention.analogy:address_rows"],
         diagnose=lambda expected, got, _c: 1 if _as_int_list(got) is not None and len(_as_int_list(got)) == len(expected) else None,
         lab="02",
