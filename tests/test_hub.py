@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -349,11 +350,6 @@ class LabRun:
 def class_at_work(hub):
     """Every learner's server spawned through the hub API; lab 01 run in each, all at once. The kernels stay
     open (the lab is open) for the tests that follow."""
-    start = time.monotonic()
-    for name in hub.learners:
-        answer = hub.api("POST", f"/users/{name}/server")
-        assert answer.status_code in (201, 202), answer.text
-
     def ready(name: str) -> bool:
         server = hub.api("GET", f"/users/{name}").json()["servers"].get("")
         return bool(server and server["ready"])
@@ -361,12 +357,19 @@ def class_at_work(hub):
     def pending() -> set[str]:
         return {n for n in hub.learners if hub.api("GET", f"/users/{n}").json()["servers"].get("", {}).get("pending")}
 
-    # the class view while the servers start: a learner pending before and after the page was pending during it
-    before = pending()
-    view = httpx.get(f"{hub.url}/services/class-view/", timeout=60,
-                     headers={"Authorization": f"token {hub.user_token(hub.instructor)}"}).text
-    cells = re.findall(r"<td[^>]*>([^<]*)</td>", view.split("labkit-hub-learners", 1)[1].split("</table>", 1)[0])
-    starting = {"pending": before & pending(), "shown": {cells[i]: cells[i + 1] for i in range(0, len(cells), 4)}}
+    token = hub.user_token(hub.instructor)
+    start = time.monotonic()
+    with ThreadPoolExecutor(len(hub.learners)) as pool:         # the three spawns at once, as a class arrives
+        posts = [pool.submit(hub.api, "POST", f"/users/{name}/server") for name in hub.learners]
+        while not (before := pending()) and time.monotonic() < start + 10:
+            time.sleep(0.1)
+        # the class view while the servers start: a learner pending before and after the page was pending during it
+        view = httpx.get(f"{hub.url}/services/class-view/", headers={"Authorization": f"token {token}"}, timeout=60)
+        starting = {"pending": before & pending()}
+        for post in posts:
+            assert post.result().status_code in (201, 202), post.result().text
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", view.text.split("labkit-hub-learners", 1)[1].split("</table>", 1)[0])
+    starting["shown"] = {cells[i]: cells[i + 1] for i in range(0, len(cells), 4)}
     wait_until(lambda: all(ready(n) for n in hub.learners), 120, "the learners' servers", hub)
     spawned_s = time.monotonic() - start
     kernels = {name: Kernel(hub, name) for name in hub.learners}
@@ -498,14 +501,14 @@ def test_the_instructor_exports_the_class_resets_one_lab_and_pushes_an_update_wi
         hub, class_at_work, tmp_path):
     from labkit.hub import class_tools
 
-    # the export and the push in this process (each command is a line around them); the reset as a command
+    # in this process, as root (each command is a line around these: tests/test_hub_class.py runs them)
     class_tools.export_csv([pwd.getpwnam(n) for n in hub.learners], REPO / "labs", tmp_path / "class.csv")
     rows = {(r["learner"], r["lab"]): r for r in csv.DictReader(open(tmp_path / "class.csv", encoding="utf-8"))}
     assert [(rows[(n, "01")]["exercises_passed"], rows[(n, "01")]["exercises_total"]) for n in hub.learners] == [
         ("1", "2"), ("1", "2"), ("0", "2")]
     name = hub.learners[2]
     work = Path(pwd.getpwnam(name).pw_dir) / "work"
-    said = cli("reset-lab", name, "01", env=hub.env)
+    said = class_tools.reset_lab(pwd.getpwnam(name), learner_python(), REPO / "labs", "01")
     assert f"reset: {work / LAB}" in said
     backups = list((work / ".backup").iterdir())
     assert len(backups) == 1 and backups[0].stat().st_uid == pwd.getpwnam(name).pw_uid    # done as the learner

@@ -394,3 +394,26 @@ def test_a_dashboard_page_whose_viewer_connects_late_still_has_its_kernel(tmp_pa
         assert "Culling 'idle' kernel" not in server.log()
     finally:
         server.stop()
+
+
+def test_the_instructors_commands_push_reset_and_export_for_the_class_list(a_class, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from labkit.hub import __main__ as cli
+    from labkit.hub import learners
+
+    course, home, account = a_class
+    monkeypatch.setattr(cli, "need_root", lambda what: None)
+    monkeypatch.setattr(cli, "learner_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(learners, "account", lambda name: account if name == "ann" else None)
+    monkeypatch.setenv("LABKIT_HUB_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LABKIT_HUB_COURSE", str(course))
+    learners.write_learners(tmp_path / "state" / "learners.txt", ["ann"])
+    cli.main(["push-update"])
+    assert f"ann: new: {home / 'work' / '01_kv.ipynb'}" in capsys.readouterr().out
+    cli.main(["reset-lab", "ann", "01"])
+    assert f"reset: {home / 'work' / '01_kv.ipynb'}" in capsys.readouterr().out
+    cli.main(["export-csv", str(tmp_path / "class.csv")])
+    assert "5 rows" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="bo has no account on this machine"):
+        cli.main(["reset-lab", "bo", "01"])
