@@ -46,6 +46,19 @@ def run_lab(path: Path, env: dict[str, str], workdir: Path, timeout_s: int) -> s
     return None
 
 
+def write_manifest(path: Path, run: dict) -> None:
+    """``bundle.json``: every recording run into this bundle (a later run of some labs adds to it), and
+    per lab the latest run's outcome."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {}
+    data = {"cpu": run["cpu"], "kind": run["kind"], "mode": run["mode"], "cores": run["cores"],
+            "labs": {**old.get("labs", {}), **run["labs"]}, "runs": [*old.get("runs", []), run],
+            "busy": any(r.get("busy") for r in [*old.get("runs", []), run])}
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
 def accept_shared(shared: Path, out: Path) -> list[str]:
     from labkit.labs.common.records import MODES, find_bundles, load_bundle
 
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     manifest["load_after"] = machine_load()
     manifest["busy"] = max(x or 0.0 for x in (manifest["load_before"], manifest["load_after"])) > manifest["cores"]
-    (bundle / "bundle.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_manifest(bundle / "bundle.json", manifest)
     if args.accept_shared:
         for note in accept_shared(REPO.parent / "shared" / "lab-runs", args.out):
             print(note)

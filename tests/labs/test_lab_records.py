@@ -303,3 +303,29 @@ def test_every_shared_bundle_renders(name):
         why = "absent" if not SHARED.is_dir() else "holds no records (only saved notebooks)"
         pytest.skip(f"../shared/lab-runs/ {why}")
     render_bundle(SHARED_BUNDLES[name])
+
+
+def test_a_simulated_serving_run_charges_host_work_in_cpu_time_not_the_wall_clock():
+    """Lab 03 §4: the simulator's clock moves by the engine's host work too; read on the wall clock, a
+    busy machine stretched every simulated step (static batching's throughput once stalled at 0.42/s
+    for three rates). A simulated replay reads the host in process CPU time; an injected clock stays."""
+    import time
+
+    from labkit import host_clock
+    from labkit.events import StepEnd
+    from labkit.labs.common.measure import clock_override
+    from labkit.labs.lab03_batching import online
+    from labkit.traces import TraceRequest
+
+    trace = [TraceRequest(0.1 * i, 16, 4) for i in range(3)]
+    seen = []
+    llm = online.sim_server("continuous", max_num_seqs=4)
+    llm.engine.hooks.subscribe(lambda e: seen.append(host_clock.now), StepEnd)
+    online.serve_trace(llm, trace, 10.0, online.SLO(2.0, 0.1), "x")
+    assert seen and all(now is time.process_time for now in seen) and host_clock.now is time.perf_counter
+    injected = seen.clear() or (lambda: 0.0)
+    with clock_override(injected):
+        llm = online.sim_server("continuous", max_num_seqs=4)
+        llm.engine.hooks.subscribe(lambda e: seen.append(host_clock.now), StepEnd)
+        online.serve_trace(llm, trace, 10.0, online.SLO(2.0, 0.1), "x")
+    assert seen and all(now is injected for now in seen)

@@ -14,8 +14,11 @@ model, the virtual clock for the simulated one.
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from labkit import host_clock
 from labkit.config import EngineConfig
 from labkit.events import RequestFinished
 from labkit.metrics import percentile
@@ -69,7 +72,8 @@ def serve_trace(llm, trace: list[TraceRequest], rate: float, slo: SLO, label: st
     handler = finished.append
     engine.hooks.subscribe(handler, RequestFinished)
     try:
-        result = replay(engine, trace)
+        with _host_cpu_time(engine.simulated):
+            result = replay(engine, trace)
     finally:
         engine.hooks.unsubscribe(handler)
     s = result.stats
@@ -80,6 +84,23 @@ def serve_trace(llm, trace: list[TraceRequest], rate: float, slo: SLO, label: st
     return ServingResult(label, rate, len(timings), s["elapsed_s"], percentile(ttft, 50), percentile(ttft, 99),
                          percentile(tpot, 50), percentile(tpot, 99), s["itl_p50_s"], s["itl_p99_s"], good,
                          s["num_output_tokens"], engine.simulated)
+
+
+@contextmanager
+def _host_cpu_time(simulated: bool):
+    """The simulator's virtual clock moves by the engine's host work as well as the modelled
+    accelerator step (``labkit.sim.engine``). Timed on the wall clock, another program on a busy
+    machine would stretch every simulated step: a busy run then serves a different simulation.
+    So a simulated replay reads the host work in this process's CPU time (an injected clock, e.g. a
+    test's, is left alone). The real model keeps the wall clock: its latencies are wall time."""
+    if not simulated or host_clock.now is not time.perf_counter:
+        yield
+        return
+    host_clock.use(time.process_time)
+    try:
+        yield
+    finally:
+        host_clock.use(None)
 
 
 def rate_sweep(make_llm, trace_at_rate, rates: list[float], slo: SLO,
