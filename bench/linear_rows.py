@@ -190,16 +190,20 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
     notes.append(f"labkit linear() / the faster of {' and '.join(FORMULATIONS)} at each T: at most "
                  f"{vs_best[worst]:.2f}x (T = {worst}); target: <= {TARGET_VS_BEST}x at every T")
     if dtype == torch.bfloat16 and linear_forms.bf16_uses_kernel(threads):
-        notes.append("labkit linear() uses labkit's C kernel (AVX512_BF16 dot products, row-invariant) for bf16 T "
-                     "in 1..16: it beat PyTorch's bf16 form in the one-time probe on this CPU (ms per sweep, "
-                     "kernel / PyTorch, by rows: " + _bf16_probe_note(threads) + ")")
+        kind = ("AVX512_BF16 dot products" if native.bf16_kind() == "dot" else
+                "bf16 weights widened to fp32 in registers")
+        timed = linear_forms.bf16_timings(threads)
+        notes.append(f"labkit linear() uses labkit's C kernel ({kind}, row-invariant) for bf16 at every T: "
+                     f"{linear_forms.bf16_report(threads)}" +
+                     (f" (one-time probe, ms per sweep, kernel / PyTorch, by rows: {_bf16_probe_note(threads)})"
+                      if timed else ""))
     elif dtype == torch.bfloat16:
         paired = sorted({tuple(w.shape) for w in weights if torch_ops._one_row_needs_pair(w)})
         multi = "(W @ xᵀ)ᵀ (AMX)" if has_amx() else "F.linear (no AMX)"
         notes.append(f"labkit linear() uses {multi} for bf16 T in 2..16; one row goes through F.linear, except for "
                      f"shapes whose one-row result differs from the multi-row one on this CPU (computed as two "
                      f"copies): {', '.join(map(str, paired)) or 'none'}; labkit's C kernel: "
-                     f"{'not faster here' if native.has_bf16() else 'no bf16 product in this build'}")
+                     f"{'not faster here' if native.has_bf16() else 'not built here'}")
     else:
         notes.append(f"labkit linear() for float32, chosen by the probe on this CPU ({threads} thread(s)), "
                      f"by weight shape and rows: {linear_forms.describe(threads)}")

@@ -48,7 +48,7 @@ def _skip_reason(form: str) -> str | None:
         return None
     if kind == "bf16":
         if name == lf.Bf16Form.NATIVE:
-            return None if native.has_bf16() else "no bf16 C kernel on this CPU (no AVX512_BF16)"
+            return None if native.has_bf16() else f"no bf16 C kernel here: {native.why_unavailable()}"
         why = lf.bf16_torch_refused()
         return None if why is None else f"the gate does not offer PyTorch's bf16 product on this CPU: {why}"
     offered = quant.int4_offered(576, 576, 32)

@@ -460,6 +460,7 @@ from labkit.model import native
 from labkit.model.ops import native_ops
 assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
 assert native.available(), native.why_unavailable()
+assert native.isa_level() == "avx2" and native.bf16_kind() == "widened", (native.isa_level(), native.bf16_kind())
 assert native_ops._native_norm_lanes(torch.float32, 576, 1e-5) and native_ops._native_norm_lanes(torch.bfloat16, 576, 1e-5)
 assert native.has_silu_mul() and native_ops._native_swiglu_exact(torch.float32, 1536)
 g = torch.Generator().manual_seed(0)
@@ -475,14 +476,18 @@ print("avx2 ok")
 
 @pytest.mark.skipif(native.compiler() is None or platform.machine() not in ("x86_64", "AMD64"),
                     reason="needs a C compiler on x86-64")
-def test_the_kernels_build_and_give_pytorchs_bits_for_an_avx2_cpu(tmp_path):
+def test_the_kernels_build_and_give_pytorchs_bits_for_an_avx2_cpu():
     """The AVX2 code paths (8-lane vectors, the 8-lane exp, PyTorch's AVX2 int4 form), built with
-    -march=x86-64-v3 and checked against PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2): an AVX-512
+    LABKIT_ISA=avx2 (-march=x86-64-v3) and checked against PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2): an AVX-512
     machine runs both. A missing header there once failed the whole build on AVX2 CPUs, leaving them
     without any C kernel."""
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("this CPU has no AVX2")
-    env = {**os.environ, native.MARCH_ENV: "x86-64-v3", "ATEN_CPU_CAPABILITY": "avx2", "LABKIT_CACHE": str(tmp_path)}
+    if "avx2" not in native.cpu_flags() or "fma" not in native.cpu_flags():
+        pytest.skip("this CPU has no AVX2 with FMA")
+    # LABKIT_ISA=avx2 builds into the cache once per source version, the library tests/test_isa_levels.py loads
+    env = {**os.environ, native.ISA_ENV: "avx2", "ATEN_CPU_CAPABILITY": "avx2"}
+    env.pop(native.MARCH_ENV, None)
     out = subprocess.run([sys.executable, "-c", AVX2_CHECK], env=env, capture_output=True, text=True, timeout=600,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0 and "avx2 ok" in out.stdout, out.stderr[-2000:]

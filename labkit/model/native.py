@@ -12,12 +12,14 @@ hold up the scheduler). The build is keyed by a hash of the source, the compiler
 flags and the CPU line, so a changed source, compiler or CPU builds anew and a stale library is never
 loaded. Where there is no compiler, or the build fails, `available()` is False, `why_unavailable()` says
 why, and labkit keeps to PyTorch's forms (``labkit.model.tuning.forms`` only offers this one when it
-builds). ``LABKIT_NATIVE=0`` switches it off.
+builds). ``LABKIT_NATIVE=0`` switches it off. ``LABKIT_ISA=generic|avx2|avx512|avx512bf16`` builds (and
+loads, a library per level) the kernels for that instruction-set level instead of this CPU's own, so an
+AVX-512 machine runs what an AVX2-only laptop runs (`ISA_LEVELS`).
 
-What it computes: ``x @ wᵀ`` for fp32 ``x [T, K]`` and ``w [N, K]`` (and for bf16 on CPUs with
-AVX512_BF16, through their bf16 dot-product instruction), with one summation order for every output
-whatever T is (the source's header comment has the order), so a row gets the same bits alone or among
-16 (tests/test_native_kernel.py).
+What it computes: ``x @ wᵀ`` for fp32 ``x [T, K]`` and ``w [N, K]``, and for bf16 (on CPUs with
+AVX512_BF16 through their bf16 dot-product instruction, elsewhere with the weights widened to fp32 in
+registers: `bf16_kind`), with one summation order for every output whatever T is (the source's header
+comment has the order), so a row gets the same bits alone or among 16 (tests/test_native_kernel.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -36,12 +39,12 @@ from pathlib import Path
 import torch
 
 from labkit.model.cache_dir import cache_root, shared_root
-from labkit.model.cpu_features import describe_cpu
+from labkit.model.cpu_features import cpu_flags, describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c",
            "int4_rows.c", "threads.c")   # one library
-VERSION = 8                 # labkit_linear_rows_version() in the source
+VERSION = 9                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
 # -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
 FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-pthread", "-std=gnu11", "-Wno-psabi",
@@ -50,6 +53,19 @@ ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())   # tried in turn: x86 
 # LABKIT_NATIVE_MARCH=x86-64-v3 (say) builds for that instruction set instead of this CPU's own: how the
 # tests check the AVX2 code paths on an AVX-512 machine (with ATEN_CPU_CAPABILITY=avx2 for PyTorch's side).
 MARCH_ENV = "LABKIT_NATIVE_MARCH"
+# LABKIT_ISA=LEVEL builds for one of these instruction-set levels (x86-64; on other CPUs only "generic", the
+# compiler's own vectors): {level: (compiler flags, the /proc/cpuinfo flags the CPU must have)}. The build
+# reports the level it got (`isa_level`), and every tuning choice is cached per level (tuning/cache.py).
+ISA_ENV = "LABKIT_ISA"
+_V3 = ("avx2", "fma", "bmi2", "f16c")
+_V4 = (*_V3, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+ISA_LEVELS = {
+    "generic": (("-march=x86-64",), ()),
+    "avx2": (("-march=x86-64-v3",), _V3),
+    "avx512": (("-march=x86-64-v4",), _V4),
+    "avx512bf16": (("-march=x86-64-v4", "-mavx512bf16"), (*_V4, "avx512_bf16")),
+}
+ISA_NAMES = ("generic", "avx2", "avx512", "avx512bf16")      # labkit_isa_level() 0..3
 BUILD_TIMEOUT_S = 120
 
 _state: dict[str, object] = {}
@@ -111,12 +127,36 @@ def _compile(cc: str, arch: tuple, tmp: str, runtime: str | None) -> subprocess.
                                "-lm"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
 
 
+def forced_isa() -> str | None:
+    """The level ``LABKIT_ISA`` asks for (None: this CPU's own); a RuntimeError names a level that is not
+    one of `ISA_LEVELS` or that this CPU cannot run (it would fault on the first instruction it lacks)."""
+    level = os.environ.get(ISA_ENV, "").strip().lower()
+    if not level or level == "native":
+        return None
+    if level not in ISA_LEVELS:
+        raise RuntimeError(f"{ISA_ENV}={level!r}: choose one of native, {', '.join(ISA_NAMES)}")
+    if level != "generic" and platform.machine() not in ("x86_64", "AMD64"):
+        raise RuntimeError(f"{ISA_ENV}={level} is an x86-64 level; this CPU is {platform.machine()} (only generic)")
+    missing = [flag for flag in ISA_LEVELS[level][1] if flag not in cpu_flags()]
+    if missing:
+        raise RuntimeError(f"{ISA_ENV}={level} needs {', '.join(missing)}, which this CPU does not have")
+    return level
+
+
+def _arch_choices() -> tuple:
+    """The -march flags to try in turn: ``LABKIT_ISA``'s level, ``LABKIT_NATIVE_MARCH``, or this CPU's own."""
+    level = forced_isa()
+    if level is not None:
+        return (ISA_LEVELS[level][0],) if platform.machine() in ("x86_64", "AMD64") else ((),)
+    march = os.environ.get(MARCH_ENV)
+    return ((f"-march={march}",),) if march else ARCH_FLAGS
+
+
 def _build(cc: str, target: Path, runtime: str | None) -> None:
     """Compile the source into ``target`` (written to a temporary name, then renamed)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
-    march = os.environ.get(MARCH_ENV)
-    for arch in ((f"-march={march}",),) if march else ARCH_FLAGS:
+    for arch in _arch_choices():
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
@@ -137,7 +177,8 @@ def library_path(cc: str, runtime: str | None = None) -> Path:
     """Where the build for these sources, compiler, flags, CPU and OpenMP runtime lives in the cache."""
     texts = [path.read_text(encoding="utf-8") for path in sorted(CSRC.glob("*.[ch]"))]
     key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu(),
-                                    os.environ.get(MARCH_ENV, ""), runtime or "pool"]).encode()).hexdigest()[:16]
+                                    os.environ.get(MARCH_ENV, ""), runtime or "pool",
+                                    " ".join(" ".join(a) for a in _arch_choices())]).encode()).hexdigest()[:16]
     shared = shared_root()
     if shared is not None and (shared / "kernels" / f"labkit-{key}.so").is_file():
         return shared / "kernels" / f"labkit-{key}.so"     # built once by a class's set-up (shared_cache.prepare)
@@ -179,7 +220,7 @@ def prototypes(sources: dict[str, str] | None = None) -> dict[str, tuple]:
 
 def bind(lib) -> None:
     """Give every entry point of ``lib`` the signature of its C definition (one compiled out for this
-    instruction set, such as the bf16 product without AVX512_BF16, is not there to bind)."""
+    instruction set is not there to bind)."""
     for name, (restype, argtypes) in prototypes().items():
         try:
             fn = getattr(lib, name)
@@ -212,9 +253,9 @@ def _load() -> dict:
     if lib.labkit_linear_rows_version() != VERSION:
         raise RuntimeError(f"{path} is version {lib.labkit_linear_rows_version()}, expected {VERSION}")
     bind(lib)
-    kernels: dict = {torch.float32: lib.labkit_linear_rows_f32}
-    if lib.labkit_linear_rows_has_bf16():
-        kernels[torch.bfloat16] = lib.labkit_linear_rows_bf16
+    kernels: dict = {torch.float32: lib.labkit_linear_rows_f32, torch.bfloat16: lib.labkit_linear_rows_bf16}
+    _state["bf16_kind"] = lib.labkit_linear_rows_has_bf16()
+    _state["isa"] = ISA_NAMES[lib.labkit_isa_level()]
     for dtype, suffix in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         kernels[("attention", dtype)] = getattr(lib, f"labkit_decode_attention_{suffix}")
         kernels[("rope_write_kv", dtype)] = getattr(lib, f"labkit_rope_write_kv_{suffix}")
@@ -271,8 +312,20 @@ def available() -> bool:
 
 
 def has_bf16() -> bool:
-    """Whether the build has the bf16 product (CPUs with AVX512_BF16's dot-product instruction)."""
+    """Whether the build has the bf16 product: every build since the widened form (`bf16_kind`)."""
     return available() and torch.bfloat16 in _kernel()
+
+
+def bf16_kind() -> str | None:
+    """How this build's bf16 product multiplies: ``"dot"`` (AVX512_BF16's dot-product instruction) or
+    ``"widened"`` (bf16 weights widened to fp32 in registers, the fp32 kernel's order), None without a build."""
+    return {1: "dot", 2: "widened"}.get(int(_state.get("bf16_kind", 0))) if available() else None
+
+
+def isa_level() -> str | None:
+    """The instruction-set level the loaded build targets (one of `ISA_NAMES`; ``LABKIT_ISA`` forces one),
+    None without a build."""
+    return str(_state["isa"]) if available() else None
 
 
 def why_unavailable() -> str | None:
@@ -356,21 +409,20 @@ def sequential_rows() -> int:
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weightᵀ`` for CPU tensors x [T, K] and weight [N, K] -> [T, N], row-invariant; float32, or
-    bfloat16 where `has_bf16`."""
+    """``x @ weightᵀ`` for CPU tensors x [T, K] and weight [N, K] -> [T, N], row-invariant; float32 or
+    bfloat16 (`bf16_kind` says how)."""
     kernels = _ready()
     if (x.dtype != weight.dtype or x.dtype not in (torch.float32, torch.bfloat16)
             or x.device.type != "cpu" or weight.device.type != "cpu"):
         raise ValueError(f"linear_rows takes float32 or bfloat16 CPU tensors of one dtype, got x {x.dtype} on "
                          f"{x.device}, weight {weight.dtype} on {weight.device}")
-    if x.dtype not in kernels:
-        raise ValueError("linear_rows in bfloat16 needs a CPU with AVX512_BF16 (this build has no bf16 product)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"linear_rows needs x [T, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
     x = x.contiguous()
     weight = weight.contiguous()
     y = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype)
-    kernels[x.dtype](x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.shape[0], weight.shape[0], x.shape[1])
+    if kernels[x.dtype](x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.shape[0], weight.shape[0], x.shape[1]):
+        raise MemoryError("linear_rows could not allocate its scratch memory")
     return y
 
 

@@ -24,7 +24,7 @@
 #include "simd.h"
 
 void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T, int64_t N, int64_t K);
-void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K);
+int labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K);
 void labkit_rms_norm(const void *x, const void *w, void *out, int64_t T, int64_t n, float eps, int64_t W, int bf);
 void labkit_add_rms_norm(const void *x, const void *delta, void *sum, const void *w, void *out, int64_t T, int64_t n,
                          float eps, int64_t W, int bf);
@@ -55,12 +55,8 @@ struct products {
 static int product(const struct products *p, int i, const void *x, void *y, int64_t T, int64_t N, int64_t K, int bf) {
     if (p->int4)
         return labkit_int4_rows_f32(x, p->w[i], p->sz[i], y, T, N, K, p->group, p->block) != 0;
-#if defined(__AVX512BF16__)
-    if (bf) {
-        labkit_linear_rows_bf16(x, p->w[i], y, T, N, K);
-        return 0;
-    }
-#endif
+    if (bf)
+        return labkit_linear_rows_bf16(x, p->w[i], y, T, N, K) != 0;
     labkit_linear_rows_f32(x, p->w[i], y, T, N, K);
     return 0;
 }
@@ -149,10 +145,6 @@ int labkit_decode_layer(const void *x, void *out, const void *ln1, const void *w
                         void *v_pool, const int64_t *context_slots, int64_t slot_stride, const int64_t *lens,
                         int64_t R, int64_t h, int64_t H, int64_t Hkv, int64_t D, int64_t I, float eps,
                         int64_t lanes, float scale, int bf) {
-#if !defined(__AVX512BF16__)
-    if (bf)
-        return 2;               /* no bf16 product in this build: Python never asks */
-#endif
     const struct products w = {{w_qkv, w_o, w_gate_up, w_down}, {0, 0, 0, 0}, 0, 0, 0};
     return layer(x, out, ln1, &w, ln2, cos, sin, positions, new_slots, k_pool, v_pool, context_slots, slot_stride,
                  lens, R, h, H, Hkv, D, I, eps, lanes, scale, bf);

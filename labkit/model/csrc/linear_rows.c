@@ -16,11 +16,18 @@
  *   s      = the lanes added as a fixed tree (l and l + L/2, then l and l + L/4, ..., then l and l + 1)
  *   s      = fma(x[t][k], w[n][k], s)         for k = KL .. K - 1                   (the tail, in order)
  *
- * bf16 (on CPUs with AVX512_BF16 only; elsewhere labkit keeps PyTorch's bf16 forms) runs the same tiles
- * and the same tree, 32 elements a step through the CPU's bf16 dot product (vdpbf16ps: fp32 lane l adds
- * x[2l]·w[2l] + x[2l+1]·w[2l+1]), the tail in fp32, the sum rounded to bf16 (to nearest, ties to even)
- * as PyTorch rounds a bf16 product's fp32 sum. One code path serves both: `bf` is a constant at every
- * call, so each entry point compiles to its own loop.
+ * bf16 runs the same tiles and the same tree, the sum rounded to bf16 (to nearest, ties to even) as
+ * PyTorch rounds a bf16 product's fp32 sum, in one of two ways fixed by the build's instruction set:
+ *
+ *   BF16_DOT  (CPUs with AVX512_BF16) 32 elements a step through the CPU's bf16 dot product (vdpbf16ps:
+ *             fp32 lane l adds x[2l]·w[2l] + x[2l+1]·w[2l+1]), the tail in fp32;
+ *   BF16_WIDE (every other CPU) the input rows widened to fp32 once per call, each weight vector widened
+ *             in registers (its 16 bits shifted into the top of an fp32: exact), then exactly the fp32
+ *             order above. So a row's bf16 output is the fp32 kernel's output for the widened operands,
+ *             rounded to bf16, bit for bit; and the product reads half the weight bytes fp32 reads.
+ *
+ * One code path serves all three: `bf` is a constant at every call, so each entry point compiles to its
+ * own loop.
  *
  * The tiles below only decide how many accumulators are live at once (4 weight rows x 4, 2 or 1 input
  * rows); they never change an output's order. So a row gets the same bits alone or in a batch of 16
@@ -32,37 +39,58 @@
 #include "simd.h"
 #include "threads.h"
 
+#include <stdlib.h>
+
 #if defined(__AVX512BF16__)
 #define HAS_BF16 1
 #else
 #define HAS_BF16 0
 #endif
 
-/* Elements a vector step covers: LANES fp32, or twice as many bf16 in the same 64 bytes. */
-static inline int64_t step_of(const int bf) { return bf ? 2 * LANES : LANES; }
+/* What `bf` says about the operands: fp32 x, w and y; bf16 x, w and y through the bf16 dot product; or
+ * fp32 x (the bf16 input widened once per call), bf16 w widened in registers, bf16 y. */
+enum { F32 = 0, BF16_DOT = 1, BF16_WIDE = 2 };
 
-/* Element i of an fp32 or bf16 array, as a pointer, a vector's worth of raw bits, or one fp32 value. */
-static inline const void *at(const void *base, int64_t i, const int bf) {
-    return (const char *)base + i * (bf ? (int64_t)sizeof(bf16) : (int64_t)sizeof(float));
+/* Elements a vector step covers: LANES fp32, or for the dot product twice as many bf16 in 64 bytes. */
+static inline int64_t step_of(const int bf) { return bf == BF16_DOT ? 2 * LANES : LANES; }
+
+/* Element i of an input (x) or weight (w) array, as a pointer, a vector, or one fp32 value. */
+static inline const void *at_x(const void *base, int64_t i, const int bf) {
+    return (const char *)base + i * (bf == BF16_DOT ? (int64_t)sizeof(bf16) : (int64_t)sizeof(float));
 }
 
-static inline vec load_raw(const void *base, int64_t i, const int bf) { return LOAD((const float *)at(base, i, bf)); }
+static inline const void *at_w(const void *base, int64_t i, const int bf) {
+    return (const char *)base + i * (bf != F32 ? (int64_t)sizeof(bf16) : (int64_t)sizeof(float));
+}
 
-static inline float element(const void *base, int64_t i, const int bf) {
-    return bf ? widen(((const bf16 *)base)[i]) : ((const float *)base)[i];
+static inline vec load_x(const void *base, int64_t i, const int bf) { return LOAD((const float *)at_x(base, i, bf)); }
+
+/* A weight vector: raw bits for the dot product, widened bf16, or fp32. */
+static inline vec load_w(const void *base, int64_t i, const int bf) {
+    if (bf == BF16_WIDE)
+        return load_widen((const bf16 *)at_w(base, i, bf));
+    return LOAD((const float *)at_w(base, i, bf));
+}
+
+static inline float element_x(const void *base, int64_t i, const int bf) {
+    return bf == BF16_DOT ? widen(((const bf16 *)base)[i]) : ((const float *)base)[i];
+}
+
+static inline float element_w(const void *base, int64_t i, const int bf) {
+    return bf != F32 ? widen(((const bf16 *)base)[i]) : ((const float *)base)[i];
 }
 
 static inline void put(void *base, int64_t i, float s, const int bf) {
-    if (bf)
+    if (bf != F32)
         ((bf16 *)base)[i] = narrow(s);
     else
         ((float *)base)[i] = s;
 }
 
-/* acc += x · w, lane by lane: a fused multiply-add, or for bf16 the pairwise dot product. */
+/* acc += x · w, lane by lane: a fused multiply-add, or for BF16_DOT the pairwise dot product. */
 static inline vec mac(vec acc, vec x, vec w, const int bf) {
 #if HAS_BF16
-    if (bf)
+    if (bf == BF16_DOT)
         return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 #endif
     (void)bf;
@@ -71,7 +99,7 @@ static inline vec mac(vec acc, vec x, vec w, const int bf) {
 
 static inline float tail(const void *x, const void *w, int64_t k, int64_t K, float s, const int bf) {
     for (; k < K; k++)
-        s = element(x, k, bf) * element(w, k, bf) + s;
+        s = element_x(x, k, bf) * element_w(w, k, bf) + s;
     return s;
 }
 
@@ -85,14 +113,14 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
                                                        int64_t n, int64_t N, int64_t K, const int R,
                                                        const int prefetch, const int bf) {
     const int64_t S = step_of(bf), KS = K - K % S;
-    const void *w0 = at(w, n * K, bf), *w1 = at(w, (n + 1) * K, bf), *w2 = at(w, (n + 2) * K, bf),
-               *w3 = at(w, (n + 3) * K, bf);
+    const void *w0 = at_w(w, n * K, bf), *w1 = at_w(w, (n + 1) * K, bf), *w2 = at_w(w, (n + 2) * K, bf),
+               *w3 = at_w(w, (n + 3) * K, bf);
     vec acc[MAX_R][4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < 4; j++)
             acc[i][j] = ZERO();
     for (int64_t k = 0; k < KS; k += S) {
-        vec a = load_raw(w0, k, bf), b = load_raw(w1, k, bf), c = load_raw(w2, k, bf), d = load_raw(w3, k, bf);
+        vec a = load_w(w0, k, bf), b = load_w(w1, k, bf), c = load_w(w2, k, bf), d = load_w(w3, k, bf);
         if (R > 1) {
             IN_REGISTER(a);
             IN_REGISTER(b);
@@ -100,11 +128,11 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
             IN_REGISTER(d);
         }
         if (prefetch) {
-            __builtin_prefetch(at(w0, 4 * K + k, bf)), __builtin_prefetch(at(w1, 4 * K + k, bf));
-            __builtin_prefetch(at(w2, 4 * K + k, bf)), __builtin_prefetch(at(w3, 4 * K + k, bf));
+            __builtin_prefetch(at_w(w0, 4 * K + k, bf)), __builtin_prefetch(at_w(w1, 4 * K + k, bf));
+            __builtin_prefetch(at_w(w2, 4 * K + k, bf)), __builtin_prefetch(at_w(w3, 4 * K + k, bf));
         }
         for (int i = 0; i < R; i++) {
-            vec v = load_raw(x, (t + i) * K + k, bf);
+            vec v = load_x(x, (t + i) * K + k, bf);
             if (R > 1)
                 IN_REGISTER(v);
             acc[i][0] = mac(acc[i][0], v, a, bf);
@@ -114,7 +142,7 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
         }
     }
     for (int i = 0; i < R; i++) {
-        const void *xr = at(x, (t + i) * K, bf);
+        const void *xr = at_x(x, (t + i) * K, bf);
         float s[4];
         reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s);
         put(y, (t + i) * N + n, tail(xr, w0, KS, K, s[0], bf), bf);
@@ -128,12 +156,12 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
 static inline __attribute__((always_inline)) void single(const void *x, const void *w, void *y, int64_t T,
                                                          int64_t n, int64_t N, int64_t K, const int bf) {
     const int64_t S = step_of(bf), KS = K - K % S;
-    const void *wn = at(w, n * K, bf);
+    const void *wn = at_w(w, n * K, bf);
     for (int64_t t = 0; t < T; t++) {
-        const void *xr = at(x, t * K, bf);
+        const void *xr = at_x(x, t * K, bf);
         vec acc = ZERO();
         for (int64_t k = 0; k < KS; k += S)
-            acc = mac(acc, load_raw(xr, k, bf), load_raw(wn, k, bf), bf);
+            acc = mac(acc, load_x(xr, k, bf), load_w(wn, k, bf), bf);
         put(y, t * N + n, tail(xr, wn, KS, K, reduce(acc), bf), bf);
     }
 }
@@ -145,24 +173,24 @@ static inline __attribute__((always_inline)) void row_pair(const void *x, const 
                                                            int64_t n, int64_t m, int64_t N, int64_t K,
                                                            const int R, const int bf) {
     const int64_t S = step_of(bf), KS = K - K % S;
-    const void *wn = at(w, n * K, bf), *wm = at(w, m * K, bf);
+    const void *wn = at_w(w, n * K, bf), *wm = at_w(w, m * K, bf);
     vec acc[MAX_R][2];
     for (int i = 0; i < R; i++)
         acc[i][0] = acc[i][1] = ZERO();
     for (int64_t k = 0; k < KS; k += S) {
-        vec a = load_raw(wn, k, bf), b = load_raw(wm, k, bf);
+        vec a = load_w(wn, k, bf), b = load_w(wm, k, bf);
         if (R > 1) {
             IN_REGISTER(a);
             IN_REGISTER(b);
         }
         for (int i = 0; i < R; i++) {
-            vec v = load_raw(x, (t + i) * K + k, bf);
+            vec v = load_x(x, (t + i) * K + k, bf);
             acc[i][0] = mac(acc[i][0], v, a, bf);
             acc[i][1] = mac(acc[i][1], v, b, bf);
         }
     }
     for (int i = 0; i < R; i++) {
-        const void *xr = at(x, (t + i) * K, bf);
+        const void *xr = at_x(x, (t + i) * K, bf);
         put(y, (t + i) * N + n, tail(xr, wn, KS, K, reduce(acc[i][0]), bf), bf);
         put(y, (t + i) * N + m, tail(xr, wm, KS, K, reduce(acc[i][1]), bf), bf);
     }
@@ -242,16 +270,50 @@ void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T,
 #if HAS_BF16
 static void rows_part_bf16(void *c, int64_t lo, int64_t hi) {
     const struct rows_job *j = c;
-    linear_rows(j->x, j->w, j->y, j->T, lo, hi, j->N, j->K, 1);
+    linear_rows(j->x, j->w, j->y, j->T, lo, hi, j->N, j->K, BF16_DOT);
 }
-
-void labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K) {
-    struct rows_job j = {x, w, y, T, N, K};
-    parallel_parts(rows_part_bf16, &j, N, 4, T * K);
+#else
+static void rows_part_bf16(void *c, int64_t lo, int64_t hi) {
+    const struct rows_job *j = c;
+    linear_rows(j->x, j->w, j->y, j->T, lo, hi, j->N, j->K, BF16_WIDE);
 }
 #endif
 
-int labkit_linear_rows_has_bf16(void) { return HAS_BF16; }
+/* Returns 0, or 1 when the widened input's scratch memory could not be had (nothing written then). */
+int labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K) {
+#if HAS_BF16
+    struct rows_job j = {x, w, y, T, N, K};
+    parallel_parts(rows_part_bf16, &j, N, 4, T * K);
+    return 0;
+#else
+    float *xf = malloc((size_t)(T * K > 0 ? T * K : 1) * sizeof(float));
+    if (!xf)
+        return 1;
+    for (int64_t i = 0; i < T * K; i++)
+        xf[i] = widen(x[i]);
+    struct rows_job j = {xf, w, y, T, N, K};
+    parallel_parts(rows_part_bf16, &j, N, 4, T * K);
+    free(xf);
+    return 0;
+#endif
+}
+
+/* Which bf16 product this build has: BF16_DOT (1, AVX512_BF16) or BF16_WIDE (2, every other CPU). */
+int labkit_linear_rows_has_bf16(void) { return HAS_BF16 ? BF16_DOT : BF16_WIDE; }
+
+/* The instruction-set level the build targets (the loader's LABKIT_ISA names): 0 the generic vectors
+ * (no AVX2), 1 AVX2 with FMA, 2 AVX-512 (F), 3 AVX-512 with AVX512_BF16. */
+int labkit_isa_level(void) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    return 3;
+#elif defined(__AVX512F__)
+    return 2;
+#elif defined(__AVX2__) && defined(__FMA__)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 /* A version number the loader checks, so that a stale build in the cache is never used. */
-int labkit_linear_rows_version(void) { return 8; }
+int labkit_linear_rows_version(void) { return 9; }

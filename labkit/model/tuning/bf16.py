@@ -4,8 +4,9 @@ A row must get the same bits at every row count (speculative verification, a dec
 with a prefill, the tail a prefix-cache hit recomputes; tests/test_form_invariance.py), so there is one
 form for all of them, never a mix:
 
-- labkit's C kernel (`Bf16Form.NATIVE`), row-invariant by construction, where it builds with a bf16 dot
-  product;
+- labkit's C kernel (`Bf16Form.NATIVE`), row-invariant by construction, wherever the kernels build: with
+  AVX512_BF16 through its dot-product instruction, elsewhere with the weights widened to fp32 in registers
+  (``native.bf16_kind``), so it reads half the bytes of the fp32 product on every CPU;
 - PyTorch's product (`Bf16Form.TORCH`, ``ops.torch_ops._bf16_torch``), where the gate (`bf16_torch_refused`,
   `labkit.model.invariance`) finds that this CPU gives a row the same bits at every row count and position
   (refused where, as on a Xeon with AMX, oneDNN gives tail rows other bits);
@@ -145,8 +146,8 @@ def _gate() -> str | None:
 
 def bf16_offered(threads: int | None = None) -> list[Bf16Form]:
     """The bf16 product forms this CPU offers, each giving a row the same bits at every row count: the
-    C kernel (where it builds with a bf16 dot product) and PyTorch's form where `bf16_torch_refused` finds
-    no difference."""
+    C kernel (wherever it builds, at the instruction-set level it was built for) and PyTorch's form where
+    `bf16_torch_refused` finds no difference."""
     offered = [Bf16Form.NATIVE] if native.has_bf16() else []
     return offered + ([Bf16Form.TORCH] if bf16_torch_refused(threads) is None else [])
 

@@ -29,7 +29,7 @@ from labkit.model import native
 from labkit.model.cache_dir import cache_root, shared_root
 from labkit.model.cpu_features import describe_cpu
 
-VERSION = 6                              # part of `machine_key`: bump when a form, a gate or an entry changes
+VERSION = 7                              # part of `machine_key`: bump when a form, a gate or an entry changes
 PROVISIONAL = " | timed while busy"      # key + this -> True: the value under key was timed while busy
 _lock = threading.RLock()                # one probe at a time in a process: probes time the same cores
 T = TypeVar("T")
@@ -41,8 +41,8 @@ def cache_path() -> Path:
 
 def machine_key(threads: int, subject: str) -> str:
     """The key of a choice about ``subject`` ("float32", "bfloat16", ...) on this CPU, torch version and
-    thread count, with or without labkit's C kernel."""
-    kernel = "C kernel" if native.available() else "no C kernel"
+    thread count, with or without labkit's C kernel (and its instruction-set level: ``LABKIT_ISA``)."""
+    kernel = f"C kernel {native.isa_level()}" if native.available() else "no C kernel"
     return " | ".join((describe_cpu(), f"torch {torch.__version__}", f"{threads} thread(s)", subject, kernel,
                        f"forms v{VERSION}"))
 
@@ -50,7 +50,7 @@ def machine_key(threads: int, subject: str) -> str:
 def kernel_key(subject: str) -> str:
     """The key of a choice about labkit's C kernel alone on this CPU: its build version counts, not torch's
     or the thread count."""
-    return " | ".join((describe_cpu(), f"C kernel v{native.VERSION}", subject))
+    return " | ".join((describe_cpu(), f"C kernel v{native.VERSION} {native.isa_level()}", subject))
 
 
 def read() -> dict:

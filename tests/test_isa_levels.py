@@ -1,0 +1,107 @@
+"""labkit's C kernels at every instruction-set level this CPU can run, forced with ``LABKIT_ISA``: the
+generic vectors (what a CPU without AVX2 runs, and aarch64), AVX2 with FMA (most laptops), AVX-512 without
+AVX512_BF16 (Intel before Cooper Lake, AMD before Zen 4) and AVX-512 with it. At each level, in one child
+process (one library per level, built once per source version in the cache, then only loaded):
+
+- the level the build reports is the one asked for, and its bf16 product is the widened one below
+  AVX512_BF16 and the dot-product one with it;
+- fp32 and bf16 products give a row the same bits at every row count 1..16, at every position, in both
+  walks and at 1, 2 and 3 threads; and the linear-form gate's own check (`invariance.linear_difference`)
+  finds no difference;
+- the widened bf16 product is the fp32 kernel's product of the widened operands rounded to bf16, bit for
+  bit (its documented order), and every product is within the tolerance tests/test_native_kernel.py
+  documents against PyTorch's ``F.linear`` (fp32: at most twice its error against float64, plus one ulp
+  of the largest value; bf16: within one bf16 step of PyTorch's bf16 product).
+
+A level this CPU lacks is refused by the loader with its reason, which the child checks too."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.model import native
+
+LEVEL_CHECK = r"""
+import sys
+import torch
+import torch.nn.functional as F
+from labkit.model import invariance, native
+from labkit.model.cpu_features import cpu_flags
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+for level in sys.argv[1:]:
+    import os
+    os.environ[native.ISA_ENV] = level
+    native._kernel.cache_clear()
+    needs = [f for f in native.ISA_LEVELS[level][1] if f not in cpu_flags()]
+    if needs:
+        assert not native.available() and "does not have" in native.why_unavailable(), native.why_unavailable()
+        print(level, "refused:", native.why_unavailable())
+        continue
+    assert native.available(), (level, native.why_unavailable())
+    assert native.isa_level() == level, (level, native.isa_level())
+    assert native.bf16_kind() == ("dot" if level == "avx512bf16" else "widened"), native.bf16_kind()
+    for n, k in ((1027, 100), (9, 7), (64, 577)):
+        w, x = rand(n, k, seed=n), rand(16, k, seed=k)
+        for dtype in (torch.float32, torch.bfloat16):
+            wd, xd = w.to(dtype), x.to(dtype)
+            full = native.linear_rows(xd, wd)
+            for walk in (0, 16):
+                native.set_sequential_rows(walk)
+                for threads in (1, 2, 3):
+                    native.use_threads(threads)
+                    for t in (range(1, 17) if threads == 1 else (1, 2, 5, 16)):
+                        assert torch.equal(native.linear_rows(xd[:t], wd), full[:t]), (level, n, k, dtype, walk, threads, t)
+                        assert torch.equal(native.linear_rows(xd[t - 1:t], wd), full[t - 1:t]), (level, n, k, dtype, t)
+                    native.use_threads(None)
+            native.set_sequential_rows(0)
+            exact = xd.double() @ wd.double().t()
+            ref = F.linear(xd, wd)
+            if dtype == torch.float32:
+                err, ref_err = (full.double() - exact).abs().max().item(), (ref.double() - exact).abs().max().item()
+                assert err <= 2 * ref_err + exact.abs().max().item() * 2.0 ** -23, (level, n, k, err, ref_err)
+            else:
+                assert ((full.double() - ref.double()).abs() <= ref.double().abs() * 2.0 ** -7 + 1e-30).all(), (level, n, k)
+                if native.bf16_kind() == "widened":
+                    assert torch.equal(full, native.linear_rows(xd.float(), wd.float()).bfloat16()), (level, n, k)
+    for dtype in (torch.float32, torch.bfloat16):
+        why = invariance.linear_difference(native.linear_rows, (64, 577), dtype)
+        assert why is None, (level, dtype, why)
+    print(level, "ok", native.bf16_kind())
+"""
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler: labkit keeps to PyTorch's forms")
+def test_every_isa_level_this_cpu_runs_gives_row_and_thread_invariant_products(tmp_path):
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    levels = list(native.ISA_NAMES) if x86 else ["generic"]
+    env = {**os.environ}
+    env.pop(native.ISA_ENV, None)
+    env.pop(native.MARCH_ENV, None)
+    out = subprocess.run([sys.executable, "-c", LEVEL_CHECK, *levels], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-3000:]
+    ran = [line.split()[0] for line in out.stdout.splitlines() if line.split()[1:2] == ["ok"]]
+    assert "generic" in ran and (not x86 or "avx2" in ran or "avx2" not in native.cpu_flags()), out.stdout
+    if native.isa_level() is not None:
+        assert native.isa_level() in ran, out.stdout          # this CPU's own level is among those checked
+
+
+def test_a_level_the_loader_does_not_know_or_this_cpu_lacks_is_refused_with_its_reason(monkeypatch):
+    monkeypatch.setenv(native.ISA_ENV, "avx1024")
+    with pytest.raises(RuntimeError, match="LABKIT_ISA='avx1024': choose one of native, generic, avx2"):
+        native.forced_isa()
+    monkeypatch.setenv(native.ISA_ENV, "avx512bf16")
+    monkeypatch.setattr(native, "cpu_flags", lambda: frozenset({"avx2", "fma", "bmi2", "f16c"}))
+    with pytest.raises(RuntimeError, match="needs avx512f"):
+        native.forced_isa()
+    monkeypatch.setenv(native.ISA_ENV, "native")
+    assert native.forced_isa() is None
