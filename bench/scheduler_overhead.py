@@ -54,7 +54,7 @@ ACCELERATOR_S = 0.005
 SIZES = {"full": [1, 16, 64, 256, 1024, 4096], "quick": [1, 64, 256, 1024], "tiny": [1, 64]}
 HEADERS = ["running requests", "engine host µs/step (best)", "µs per request", "median µs/step",
            "of it: deciding", "sampling", "update and bookkeeping", "stats and events",
-           "scheduler µs/step (StepStats.scheduler_s)", "sim runner µs (not counted)",
+           "scheduler µs/step (StepStats.host_s)", "sim runner µs (not counted)",
            "garbage collector µs/step (mean)", "accelerator ms/step (simulated)", "host share of a 5 ms step"]
 
 

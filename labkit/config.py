@@ -88,7 +88,7 @@ class EngineConfig:
     compile: bool = False
     # Overlap scheduling (vLLM's --async-scheduling, SGLang's overlap scheduler): while step N's forward
     # runs, the host decides step N+1 with placeholders for the tokens N is producing; N's tokens are
-    # applied one step late. Same tokens as the synchronous engine (labkit/engine.py, _step).
+    # applied one step late. Same tokens as the synchronous engine (labkit/engine.py, LLMEngine.step).
     async_scheduling: bool = False
     # Build the runner's inputs from preallocated per-request columns updated only where a request
     # changed (vLLM's InputBatch, labkit/model/input_batch.py) instead of from lists every step.

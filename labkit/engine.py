@@ -10,9 +10,16 @@ State flows one way through a step::
     proposer.propose(...)           drafts for the next step (speculative decoding)
     events                          observers get immutable events once the state is consistent
 
-With ``EngineConfig(async_scheduling=True)`` the same step body (``_step``) runs overlapped: the forward
+With ``EngineConfig(async_scheduling=True)`` a step runs overlapped (``_step_overlapped``): the forward
 runs on the executor's worker thread while the host plans the next step, and each call applies the
-previous step's tokens. The synchronous engine is that body without overlap.
+previous step's tokens. Both timelines share every phase; only their order differs (``_step_sync``).
+
+Threads (the rule, stated here once): ``add_request``, ``step``, ``abort``, ``release``, ``open_stream``
+and ``stats`` hold ``engine.lock`` (re-entrant: a hook running inside a step may abort a request), and so
+do ``LLM.generate`` and ``LLM.stream`` around their steps. Several threads may call them on one engine; a
+step runs alone. ``get_request`` and ``has_unfinished_requests`` read one value without the lock; a
+``Request`` they hand out changes with every step, so another thread reads its fields under
+``engine.lock``.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import events as ev
-from labkit import host_clock
+from labkit import host_clock, step_report
 from labkit.config import EngineConfig
 from labkit.executor import InlineExecutor
 from labkit.input_processor import InputProcessor
@@ -35,7 +42,7 @@ from labkit.outputs import StepOutput
 from labkit.request import Request, RequestStatus
 from labkit.sample.sampler import Sampler
 from labkit.sampling_params import SamplingParams
-from labkit.scheduler_output import IDLE, PREFILL, SampledTokens, SchedulerOutput, StepUpdate
+from labkit.scheduler_output import PREFILL, SampledTokens, SchedulerOutput, StepUpdate
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,7 @@ class LLMEngine:
         self._reserved_ids: set[str] = set()      # children's ids, taken from the moment n > 1 is asked
         self._streams: dict[str, deque[StepOutput]] = {}
         self._events: list = []
-        # Every public entry point holds this lock: several threads may call generate / stream /
-        # step / abort on one engine (or a widget's driver thread steps while a cell generates).
-        # Re-entrant, because a hook running inside step() may abort a request.
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()     # who holds it: this module's docstring
         self.executor = InlineExecutor() if executor is None else executor
         self._in_flight: InFlight | None = None
         # Async on a worker thread: the worker samples too (forward, then sampling, as a GPU engine samples
@@ -162,50 +166,70 @@ class LLMEngine:
 
     # ------------------------------------------------------------------------------ one step
     def step(self) -> list[StepOutput]:
-        with self.lock:
-            return self._step()
-
-    def _step(self) -> list[StepOutput]:
-        """One body for both engines: the synchronous engine is the asynchronous one without overlap::
+        """One engine step (overlapped with the next one's forward when ``async_scheduling``)::
 
             sync    host   | schedule N | launch N, await N | sample N | update N | propose | events |
-            async   host   | schedule N+1 | await N | sample N | launch N+1 | update N | events |
+            async   host   | schedule N+1 | await N | sample N | launch N+1 | update N | propose | events |
                     device |<------ forward N ------>|            |<------ forward N+1 ......
 
-        Sync launches the step it planned and awaits it in the same call (the inline executor computes
-        it at launch): nothing stays in flight between calls. Async keeps step N in flight while it plans
-        N+1 and returns N's outputs a call late; decode rows of N+1 whose token N is still producing
-        carry a placeholder, filled in from N's sampled tokens just before N+1 launches. With a worker
-        thread (the real model) the worker samples N right after its forward ("sample N" moves to the
-        device side); the simulator samples on the host, as drawn. Each host phase is timed
-        (``HostTimer``) for ``StepStats``; the forward and the wait for it are not host phases.
-        """
-        overlap = self.config.async_scheduling
-        timer = host_clock.HostTimer(on_phase=self._host_elapsed if overlap else None)
+        Each host phase is timed (``HostTimer``) for ``StepStats``; the forward and the wait for it are
+        not host phases."""
+        with self.lock:
+            return self._step_overlapped() if self.config.async_scheduling else self._step_sync()
+
+    def _step_sync(self) -> list[StepOutput]:
+        """Launch the step just planned and await it in the same call (the inline executor computes it at
+        launch): nothing stays in flight between calls."""
+        timer = host_clock.HostTimer()
+        decision = self._schedule(timer)
+        self._launch(decision)
+        done, sampled, failed, model_s, _ = self._await_and_sample(timer)
+        outputs = self._update_and_propose(done, sampled, failed, timer)
+        self._end_step(decision, model_s, timer)
+        return outputs
+
+    def _step_overlapped(self) -> list[StepOutput]:
+        """Keep step N in flight while N+1 is planned; return N's outputs a call late. Decode rows of N+1
+        whose token N is still producing carry a placeholder, filled in from N's sampled tokens just
+        before N+1 launches. With a worker thread (the real model) the worker samples N right after its
+        forward ("sample N" moves to the device side); the simulator samples on the host, as drawn."""
+        timer = host_clock.HostTimer(on_phase=self._host_elapsed)
+        decision = self._schedule(timer)
+        done, sampled, failed, model_s, wait_s = self._await_and_sample(timer)
+        decision.fill_placeholders(sampled)
+        self._launch(decision)
+        outputs = self._update_and_propose(done, sampled, failed, timer)
+        self._end_step(decision, model_s, timer, wait_s=wait_s)
+        return outputs
+
+    def _schedule(self, timer: host_clock.HostTimer) -> SchedulerOutput:
         with timer.phase("schedule"):
             decision = self.scheduler.schedule(self.clock())
             self._forget_drafts(decision.preempted)
-        if not overlap:
-            self._launch(decision)
+        return decision
+
+    def _await_and_sample(self, timer: host_clock.HostTimer) -> tuple:
+        """The step in flight, if any, awaited and sampled: (it, its tokens, rows that failed, model
+        seconds, seconds the host waited)."""
         done, self._in_flight = self._in_flight, None
-        sampled, failed, model_s, wait_s = SampledTokens(), {}, 0.0, 0.0
-        if done is not None:
-            result, wait_s = self._await_forward(done.result)
-            model_s = self.runner.last_model_s
-            with timer.phase("sample"):
-                sampled = result if self._sample_on_worker else self.sampler.sample(done.decision, result)
-                failed = self.sampler.take_failed()      # read before the next launch samples again
-                self._forget_retired()
-        if overlap:
-            decision.fill_placeholders(sampled)
-            self._launch(decision)
+        if done is None:
+            return None, SampledTokens(), {}, 0.0, 0.0
+        result, wait_s = self._await_forward(done.result)
+        model_s = self.runner.last_model_s
+        with timer.phase("sample"):
+            sampled = result if self._sample_on_worker else self.sampler.sample(done.decision, result)
+            failed = self.sampler.take_failed()      # read before the next launch samples again
+            self._forget_retired()
+        return done, sampled, failed, model_s, wait_s
+
+    def _update_and_propose(self, done: InFlight | None, sampled: SampledTokens, failed: dict[str, str],
+                            timer: host_clock.HostTimer) -> list[StepOutput]:
         with timer.phase("update"):
             outputs = [] if done is None else self._update(done.decision, sampled, failed)
         if self.proposer is not None:
             with timer.phase("propose"):
                 self._propose()
         self.step_count += 1
-        self._end_step(decision, model_s, timer, wait_s=wait_s if overlap else None)
         return outputs
 
     def _launch(self, decision: SchedulerOutput) -> None:
@@ -306,65 +330,19 @@ class LLMEngine:
     # ------------------------------------------------------------------------------ observing
     def _end_step(self, decision: SchedulerOutput, model_s: float, timer: host_clock.HostTimer,
                   wait_s: float | None = None) -> None:
-        """``timer``: the step's host phases. wait_s (async): how long the host waited for the forward;
-        the step took host + wait (sync: host + model)."""
-        stats = self._step_stats(decision, model_s, timer.seconds, wait_s)
+        """Stats, metrics and the step's events (``step_report``). ``timer``: the step's host phases.
+        wait_s (async): how long the host waited for the forward; the step took host + wait (sync: host
+        + model)."""
+        stats = step_report.step_stats(self.step_count, decision, self.scheduler, self.kv, self.config,
+                                       timer.seconds, model_s, wait_s, self.simulated)
         decode_only = decision.num_rows > 0 and PREFILL not in decision.kinds
         self.metrics.record_step(stats, decode_only)
         if self.hooks.active:
-            self._events[:0] = self._scheduling_events(decision)
+            self._events[:0] = step_report.scheduling_events(decision, self.step_count)
             if self.hooks.wants(ev.StepEnd):
-                self._events.append(ev.StepEnd(self.step_count, stats, self.kv.snapshot(self._computed()),
-                                               self._batch(decision)))
+                snapshot = self.kv.snapshot(step_report.num_computed(self.scheduler))
+                self._events.append(ev.StepEnd(self.step_count, stats, snapshot, step_report.batch_entries(decision)))
         self._flush_events()
-
-    def _computed(self) -> dict[str, int]:
-        return {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
-
-    def _step_stats(self, decision: SchedulerOutput, model_s: float, host: dict[str, float],
-                    wait_s: float | None) -> ev.StepStats:
-        """``host``: seconds per host phase. ``scheduler_s`` is all of them: the host's whole step but the
-        forward pass (and, async, the wait for it)."""
-        scheduler_s = host["schedule"] + host["sample"] + host["update"] + host["propose"]
-        waste = self.kv.waste(self._computed(), self._next_waiting_need())
-        cfg = self.config
-        return ev.StepStats(
-            step=self.step_count, num_requests_running=len(self.scheduler.running),
-            num_requests_waiting=len(self.scheduler.waiting), num_scheduled_tokens=decision.num_scheduled_tokens,
-            kv_cache_usage_perc=100.0 * self.kv.usage(), kv_waste_perc=100.0 * waste.waste,
-            kv_reserved_unused_perc=100.0 * waste.reserved_unused,
-            kv_internal_frag_perc=100.0 * waste.internal, kv_external_frag_perc=100.0 * waste.external,
-            batch_occupancy_perc=100.0 * decision.num_rows / cfg.max_num_seqs,
-            token_budget_perc=100.0 * decision.num_scheduled_tokens / cfg.max_num_batched_tokens,
-            num_preemptions=self.scheduler.num_preemptions, scheduler_s=scheduler_s, model_s=model_s,
-            step_s=scheduler_s + (model_s if wait_s is None else wait_s), simulated=self.simulated,
-            schedule_s=host["schedule"], sample_s=host["sample"], propose_s=host["propose"])
-
-    def _next_waiting_need(self) -> int:
-        if not self.scheduler.waiting:
-            return 0
-        req = self.scheduler.waiting[0]
-        return min(req.max_total_tokens, self.max_model_len)
-
-    def _scheduling_events(self, decision: SchedulerOutput) -> list:
-        events: list = []
-        for rid, lost in decision.lost_tokens.items():
-            events.append(ev.Preempted(rid, lost))
-            events.append(ev.BlocksFreed(rid, tuple(decision.freed_blocks.get(rid, ()))))
-        for rid, n in decision.prefix_hits.items():
-            events.append(ev.PrefixHit(rid, n))
-        for rid, blocks in decision.new_blocks.items():
-            events.append(ev.BlocksAllocated(rid, tuple(blocks)))
-        step = self.step_count
-        events += [ev.RequestScheduled(rid, step, n, kind)
-                   for rid, n, kind in zip(decision.request_ids, decision.num_tokens, decision.kinds)]
-        return events
-
-    def _batch(self, decision: SchedulerOutput) -> tuple[ev.BatchEntry, ...]:
-        entries = [ev.BatchEntry(rid, i, n, kind)
-                   for i, (rid, n, kind) in enumerate(zip(decision.request_ids, decision.num_tokens, decision.kinds))]
-        entries += [ev.BatchEntry(rid, len(entries) + i, 0, IDLE) for i, rid in enumerate(decision.idle)]
-        return tuple(entries)
 
     def _emit_now(self, event) -> None:
         if self.hooks.active:
@@ -377,6 +355,10 @@ class LLMEngine:
                 self.hooks.emit(event)
 
     def stats(self) -> dict:
+        with self.lock:
+            return self._stats()
+
+    def _stats(self) -> dict:
         d = self.metrics.as_dict()
         d.update(num_requests_running=len(self.scheduler.running),
                  num_requests_waiting=len(self.scheduler.waiting),

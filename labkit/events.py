@@ -47,14 +47,14 @@ class StepStats:
     batch_occupancy_perc: float
     token_budget_perc: float
     num_preemptions: int
-    scheduler_s: float             # all host (CPU) time of the step outside the forward pass
+    host_s: float                  # the step's host (CPU) time outside the forward pass: the four below
     model_s: float
     step_s: float
     simulated: bool = False
-    schedule_s: float = 0.0        # of scheduler_s: deciding (scheduler.schedule())
-    sample_s: float = 0.0          # of scheduler_s: sampling and verification; the rest is update,
+    schedule_s: float = 0.0        # of host_s: deciding (scheduler.schedule())
+    sample_s: float = 0.0          # of host_s: sampling and verification; the rest is update,
                                    # bookkeeping and proposing
-    propose_s: float = 0.0         # of scheduler_s: the proposer drafting for the next step (0 without one)
+    propose_s: float = 0.0         # of host_s: the proposer drafting for the next step (0 without one)
 
 
 # ----------------------------------------------------------------------------- events

@@ -25,7 +25,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 _MEANED = ("kv_cache_usage_perc", "kv_waste_perc", "kv_reserved_unused_perc", "kv_internal_frag_perc",
-           "kv_external_frag_perc", "batch_occupancy_perc", "token_budget_perc", "scheduler_s", "model_s",
+           "kv_external_frag_perc", "batch_occupancy_perc", "token_budget_perc", "host_s", "model_s",
            "step_s")
 
 

@@ -19,7 +19,7 @@ def stats(external_perc: float = 0.0, running: int = 0) -> StepStats:
     return StepStats(step=0, num_requests_running=running, num_requests_waiting=0, num_scheduled_tokens=0,
                      kv_cache_usage_perc=0.0, kv_waste_perc=0.0, kv_reserved_unused_perc=0.0,
                      kv_internal_frag_perc=0.0, kv_external_frag_perc=external_perc, batch_occupancy_perc=0.0,
-                     token_budget_perc=0.0, num_preemptions=0, scheduler_s=0.0, model_s=0.0, step_s=0.0)
+                     token_budget_perc=0.0, num_preemptions=0, host_s=0.0, model_s=0.0, step_s=0.0)
 
 
 def paged(owner, filled, block_size: int = 4) -> BlockMapSnapshot:

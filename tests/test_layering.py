@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "labkit"
 TORCH_FREE = ["labkit.request", "labkit.scheduler", "labkit.scheduler.continuous", "labkit.scheduler.static",
-              "labkit.scheduler_output", "labkit.kv", "labkit.kv.block_pool", "labkit.kv.kv_cache_manager",
+              "labkit.scheduler.reference", "labkit.scheduler_output", "labkit.step_report", "labkit.kv", "labkit.kv.slots", "labkit.kv.block_pool", "labkit.kv.kv_cache_manager",
               "labkit.kv.contiguous", "labkit.kv.breakdown", "labkit.kv.snapshot", "labkit.events", "labkit.metrics",
               "labkit.traces", "labkit.outputs", "labkit.config", "labkit.sampling_params", "labkit.input_processor"]
 # The model's stack, top to bottom; a layer never imports one above it.

@@ -23,7 +23,7 @@ def stats(**values) -> StepStats:
     base = dict(step=0, num_requests_running=0, num_requests_waiting=0, num_scheduled_tokens=0,
                 kv_cache_usage_perc=0.0, kv_waste_perc=0.0, kv_reserved_unused_perc=0.0, kv_internal_frag_perc=0.0,
                 kv_external_frag_perc=0.0, batch_occupancy_perc=0.0, token_budget_perc=0.0, num_preemptions=0,
-                scheduler_s=0.0, model_s=0.0, step_s=0.0)
+                host_s=0.0, model_s=0.0, step_s=0.0)
     return StepStats(**{**base, **values})
 
 

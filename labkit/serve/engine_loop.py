@@ -3,10 +3,12 @@
     handler (asyncio) ── Submit / Abort / Snapshot ──► command queue ──► engine loop thread
     handler's own asyncio.Queue ◄── call_soon_threadsafe(Accepted | Rejected | SequenceDelta) ──┘
 
-``LLMEngine`` is not thread-safe, so only this thread calls ``add_request``, ``step``, ``abort``,
-``get_request`` and ``stats``. While requests are pending the loop drains the queue between steps;
-when nothing is pending it blocks on the queue (no busy spinning). Prompts arrive as token ids:
-handlers tokenise off this thread (app.py), so a long prompt never delays anyone's next token.
+Only this thread calls ``add_request``, ``step``, ``abort``, ``get_request`` and ``stats``. The engine
+could take calls from several threads (its rule: ``labkit/engine.py``), but each would wait on its lock
+for a whole step; here a handler never waits on the engine. While requests are pending the loop drains
+the queue between steps; when nothing is pending it blocks on the queue (no busy spinning). Prompts
+arrive as token ids: handlers tokenise off this thread (app.py), so a long prompt never delays anyone's
+next token.
 
 Failures, from the narrowest:
 

@@ -146,7 +146,7 @@ class SimEngine(LLMEngine):
         outputs = super().step()
         wall = host_clock.now() - t0
         stats = self.metrics.last
-        host = stats.scheduler_s if stats is not None else wall
+        host = stats.host_s if stats is not None else wall
         rest = max(0.0, wall - host - self.runner.last_host_s)
         self.unreported_host_s += rest + self.runner.last_prepare_s
         if self.config.async_scheduling:

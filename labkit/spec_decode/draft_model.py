@@ -37,16 +37,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.attention.metadata import AttentionMetadata
 from labkit.config import EngineConfig, SpecConfig
 from labkit.kv.kv_cache_manager import KVCacheManager
 from labkit.kv.paged_kv import PagedKVCache
 from labkit.model.config import ModelConfig
+from labkit.model.input_batch import build_from_lists
 from labkit.model.llama import LlamaLayer, LlamaModel
 from labkit.model.loader import load_model
 from labkit.model.quant import quantized_copy
 from labkit.request import Request
 from labkit.sample.sampler import Sampler, to_probs
+from labkit.scheduler_output import DECODE, PREFILL, SchedulerOutput
 from labkit.spec_decode.proposer import Proposal, draft_budget
 
 DRAFT_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
@@ -267,23 +268,17 @@ class DraftModelProposer:
                 for rid, tokens in drafts.items()}
 
     def _forward(self, slots: list[_Slot]) -> torch.Tensor:
-        """One ragged forward of the draft; logits of each slot's last token."""
-        ids, positions, slot_mapping, query_lens, seq_lens, tables, last = [], [], [], [], [], [], []
+        """One ragged forward of the draft; logits of each slot's last token. Its inputs come from the
+        target's input builder (``build_from_lists``), one row per slot, over the draft's own KV manager."""
+        step = SchedulerOutput(self.kv.block_size)
         for s in slots:
-            rid, end = s.request.request_id, s.start + len(s.token_ids)
-            ids += s.token_ids
-            positions += range(s.start, end)
-            slot_mapping += self.kv.slot_mapping(rid, s.start, end)
-            query_lens.append(len(s.token_ids))
-            seq_lens.append(end)
-            tables.append(self.kv.block_table(rid))
-            last.append(len(ids) - 1)
-        dev = self.device
-        meta = AttentionMetadata.build(query_lens, seq_lens, tables, slot_mapping, self.kv.block_size, device=dev)
+            rid = s.request.request_id
+            kind = DECODE if len(s.token_ids) == 1 else PREFILL
+            step.add_row(rid, s.token_ids, s.start, self.kv.block_table(rid), kind, num_logits=1)
+        inp = build_from_lists(step, self.kv.block_size, self.device)
         self.stats.num_forwards += 1
-        return self.model(torch.tensor(ids, device=dev), torch.tensor(positions, device=dev),
-                          self.kv_cache.layer_caches(self.kv.block_size), meta,
-                          torch.tensor(last, dtype=torch.long, device=dev), self.backend)
+        return self.model(inp.input_ids, inp.positions, self.kv_cache.layer_caches(self.kv.block_size), inp.metadata,
+                          inp.logits_indices, self.backend)
 
     def _to_full_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]

@@ -171,7 +171,7 @@ class StepTotals:
     def on_step(self, event: StepEnd) -> None:
         s = event.stats
         self.steps += 1
-        self.host_s += s.scheduler_s
+        self.host_s += s.host_s
         self.model_s += s.model_s
         self.peak_kv_perc = max(self.peak_kv_perc, s.kv_cache_usage_perc)
         self.preemptions = max(self.preemptions, s.num_preemptions)
