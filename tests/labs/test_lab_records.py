@@ -196,6 +196,12 @@ def test_lab03_remedy_ratio_is_per_round_and_flags_a_disturbed_rung():
     table = overhead_view.remedies_table([run], {})
     marks = [row[9] for row in table.rows]
     assert "机器正忙" in marks[1] and all("机器正忙" not in m for i, m in enumerate(marks) if i != 1)
+    rec = roundtrip(overhead_view.record_remedies([run]))
+    n = overhead_view.remedies_narration(rec)
+    assert n.rows == tuple(tuple(r) for r in table.rows)
+    v = rec.verdict("SmolLM2-135M / H100")
+    assert n.claims == {"async_shortens/SmolLM2-135M / H100": f"{v.direction}|{v.confidence}"}
+    assert "12.10" in n.text            # the async rung's rounds, as the table's step column shows them
 
 
 # ----------------------------------------------------------------------------- static text
@@ -221,6 +227,8 @@ OUTCOME_CLAIMS = [
     ("01", r"代价是算力和时间", "recompute_costs_more_time", {"greater|clear"}),
     ("03", r"解码者的尾延迟被压平", "chunking_cuts_itl", {"greater|clear"}),
     ("03", r"代价是长提示的 TTFT", "chunking_costs_ttft", {"greater|clear"}),
+    ("03", r"（第 6 节实测）", "chunking_costs_ttft", {"greater|clear"}),
+    ("03", r"首 token 晚一些", "chunking_costs_ttft", {"greater|clear"}),
 ]
 
 
@@ -268,7 +276,8 @@ def test_cite_line_switches_language():
 NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.CONTEXTS): v01.contexts_narration,
              ("01", preemption.SECTION): v01.preemption_narration,
              ("02", attention_cost.SECTION): v02.indirection_narration,
-             ("03", chunked.SECTION): v03.chunked_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration}
+             ("03", chunked.SECTION): v03.chunked_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration,
+             ("03", overhead_view.REMEDIES): overhead_view.remedies_narration}
 
 REPO_BUNDLES = R.find_bundles(REPO / "data" / "lab-runs")
 SHARED = REPO.parent / "shared" / "lab-runs"

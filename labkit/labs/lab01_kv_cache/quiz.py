@@ -117,9 +117,9 @@ ROWS = [
                               "Short of memory, the scheduler preempts a running request and frees its KV blocks. What next?"), [
         ("它重新排队；再调度时，提示和已生成的 token 全部重新预填充，输出不变",
          "It queues again; when rescheduled, its prompt and generated tokens are prefilled again; output unchanged",
-         "对：KV 缓存不是别处数据的副本，丢了只能重算（本实验量出了多算的 token 数和时间）。",
+         "对：KV 缓存不是别处数据的副本，丢了只能重算（第 5 节数出了多算的 token）。",
          "Right: the KV cache is not a copy of data kept elsewhere; dropped, it must be recomputed "
-         "(this lab measured the extra tokens and time).", ""),
+         "(section 5 counts the extra tokens).", ""),
         ("像 CPU 缓存未命中一样：下次用到时从主存把它的 K/V 重新读回来，几乎没有代价",
          "Like a CPU cache miss: the next use reads its K/V back from main memory, at almost no cost",
          "这正是本实验要纠正的误解：K/V 没有别处可读，只能用模型重算。",

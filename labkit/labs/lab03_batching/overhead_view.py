@@ -315,3 +315,39 @@ def host_sweep_narration(rec):
     table = host_vs_step_table(sweep.rows, sweep.context_len, sweep.rounds)
     return Narration(tuple(sentences), tuple(tuple(r) for r in table.rows), table.caption,
                      {f"host_longer/{p}": f"{rec.verdict(p).direction}|{rec.verdict(p).confidence}" for p in PROFILES})
+
+
+REMEDIES = "7.1-remedies"
+
+
+def record_remedies(runs: list[RemedyRun]):
+    """Section 7.1 as a record: every rung's best row, each round's virtual step and mean host time,
+    the load, and the async verdict per profile."""
+    from dataclasses import asdict
+
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    loads = [r.load for r in runs if r.load is not None]
+    return SectionRecord(
+        lab="03", section=REMEDIES, context=RunContext.current(load=max(loads) if loads else None),
+        rounds={"runs": [{"profile": r.profile, "num_running": r.num_running, "load": r.load,
+                          "rows": {k: asdict(v) for k, v in r.rows.items()}, "steps": r.steps,
+                          "host_means": r.host_means} for r in runs]},
+        verdicts={r.profile: async_verdict(r, r.load) for r in runs})
+
+
+def remedies_from_record(rec) -> list[RemedyRun]:
+    return [RemedyRun(r["profile"], r["num_running"], {k: OverheadRow(**v) for k, v in r["rows"].items()},
+                      r["steps"], r["load"], r.get("host_means") or {}) for r in rec.rounds["runs"]]
+
+
+def remedies_narration(rec, anchors: dict[str, str] | None = None):
+    """Section 7.1 rendered from its record alone: the table and one async sentence per profile."""
+    from labkit.labs.common.records import Narration
+
+    runs = remedies_from_record(rec)
+    table = remedies_table(runs, anchors or {})
+    sentences = tuple("· " + async_sentence(rec.verdict(r.profile), r) for r in runs)
+    return Narration(sentences, tuple(tuple(x) for x in table.rows), table.caption,
+                     {f"async_shortens/{r.profile}": f"{rec.verdict(r.profile).direction}|{rec.verdict(r.profile).confidence}"
+                      for r in runs})

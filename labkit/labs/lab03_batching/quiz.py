@@ -62,8 +62,9 @@ ROWS = [
                        "On an offline trace, continuous batching's throughput gain has a ceiling (if every step cost the same). Which?"), [
         ("静态步数 ÷ 连续步数；连续步数不少于最长请求的长度",
          "Static steps / continuous steps, which are at least the longest request's length",
-         "对：真实设备上满批的一步更贵一些，所以实测倍数低于这个上限。",
-         "Right: on a real device a fuller step costs a bit more, so the measured ratio stays under it.", ""),
+         "对：这个上限只在每步耗时相同时成立；真实设备上满批的一步更贵一些，实测倍数一般在它之下（测量噪声也可能让它超出，第 3 节的表会标出这样的行）。",
+         "Right: the ceiling holds only if every step costs the same; on a real device a fuller step costs a bit more, so "
+         "a measured ratio is usually below it (noise can push one above; section 3's table marks such rows).", ""),
         ("max_num_seqs 倍：每个槽位每一步都能一直有活干", "max_num_seqs times: every slot is always busy",
          "静态批处理也用满 max_num_seqs 个槽位开始；差别只在空转的槽位。",
          "Static batching also starts with max_num_seqs slots; the difference is only the idle ones.",
@@ -103,15 +104,18 @@ ROWS = [
                        "A long prompt arrives while others decode. What does chunked prefill mainly improve, and at what cost?"), [
         ("解码者的 ITL 尾延迟（P99）变小；长提示自己的 TTFT 变长一些",
          "The decoders' ITL tail (P99) shrinks; the long prompt's own TTFT grows a little",
-         "对：每步 token 数有上限，没有哪一步长到拖住所有人（第 6 节实测）。",
-         "Right: no step grows long enough to stall everyone (section 6 measures it).", ""),
+         "对：每步 token 数有上限，没有哪一步长到拖住所有人；长提示则要多走几步才出首 token。这台机器上两者各变了多少"
+         "（也可能在噪声之内），看第 6 节由测量生成的结论。",
+         "Right: the token budget keeps every step short enough not to stall everyone; the long prompt takes a few more "
+         "steps to its first token. How much each changed on this machine (perhaps within noise) is section 6's "
+         "measured conclusion.", ""),
         ("总计算量减少一半：每一块只需关注它前面的一小段提示", "The total compute halves: each chunk attends only to a short stretch before it",
          "要算的 token 一个不少，只是分到了几步里。", "Every token is still computed, only spread over several steps.",
          "chunking saves compute"),
         ("长提示的 TTFT 变短，而正在解码的请求完全不受影响，两边都赚",
          "The long prompt's TTFT shrinks and the decoding requests are not affected at all: both sides win",
-         "正相反：长提示分几步算完，首 token 晚一些；换来的是解码者不被一大步拖住。",
-         "The opposite: the prompt takes several steps, so its first token comes later; in exchange decoders are not stalled.",
+         "不对：长提示分几步算完，首 token 要多等几步；换来的是解码者不被一大步拖住。",
+         "No: the prompt takes several steps, so its first token waits a few more steps; in exchange decoders are not stalled.",
          "chunking is a free win"),
         ("整体吞吐翻倍：分块后每步的 token 数变少，所以每步都更快更省",
          "Overall throughput doubles: steps carry fewer tokens, so each is quicker and cheaper",
