@@ -91,3 +91,15 @@ def test_the_cpu_advice_reads_the_verdicts_of_the_measured_gains(rounds, busy, w
     rec = advisor.recommend(advisor.Scenario(hardware="cpu"), advisor.Measured.from_gains("chat", gs))
     text = " ".join(r.text_zh for r in rec.reasons if r.source.startswith("measured:"))
     assert words in text, text
+
+
+def test_the_ranking_renders_the_same_from_a_saved_record(tmp_path, monkeypatch):
+    from labkit.labs.common.records import RunContext, load_record, save_record
+
+    by_w = {"chat": [_gain("prefix", "+ 前缀缓存", (1.16, 1.2)), _gain("draft", "+ 投机解码：草稿模型", (0.7, 0.75))],
+            "copy": [_gain("prefix", "+ 前缀缓存", (0.8, 0.84)), _gain("draft", "+ 投机解码：草稿模型", (0.9, 1.2))]}
+    monkeypatch.setattr(compare, "gains", lambda rows, w: by_w[w])
+    ctx = RunContext(cpu="Test CPU", isa="AVX2", threads=1, cores=2, load=0.2, mode="fast")
+    path = save_record(compare.gains_record([], ["chat", "copy"], ctx), tmp_path)
+    again = compare.ranking_from_record(load_record(path))
+    assert again == " ".join(compare.ranking_sentences_from_gains(by_w)) and "方向相反" in again

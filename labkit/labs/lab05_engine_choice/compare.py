@@ -194,3 +194,36 @@ def gain_sentence(name: str, gain: Verdict | float | None) -> str:
         same=(f"{name} 的每 CPU 秒吞吐是基线的 {{ratio}}：与基线持平", f"{name} yields {{ratio}} the baseline's tokens per CPU second: level with it"),
         less=(f"{name} 的每 CPU 秒吞吐是基线的 {{ratio}}——在这个负载上它是负收益（付出代价而没有换来吞吐）",
               f"{name} yields {{ratio}} the baseline's tokens per CPU second: on this workload it costs more than it buys"))
+
+
+# ----------------------------------------------------------------------------- section 2 as a record
+
+ABLATION_SECTION = "2-ablation"
+
+
+def gains_record(rows: list[AblationRow], workloads: list[str], context=None):
+    """Section 2's gains per workload (each with its verdict and rounds) as a section record
+    (``labkit.labs.common.records``): the ranking sentences render from it alone (``gains_from_record``)."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    by_w = {w: gains(rows, w) for w in workloads}
+    return SectionRecord(
+        lab="05", section=ABLATION_SECTION, context=context or RunContext.current(),
+        rounds={f"{w}/{g.variant}": [g.verdict.ratio_min, g.verdict.ratio_max] for w, gs in by_w.items() for g in gs
+                if g.verdict is not None},
+        values={w: [{"variant": g.variant, "zh": g.zh, "en": g.en, "throughput_x": g.throughput_x,
+                     "ttft_p99_x": g.ttft_p99_x, "memory_x": g.memory_x} for g in gs] for w, gs in by_w.items()},
+        verdicts={f"{w}/{g.variant}": g.verdict for w, gs in by_w.items() for g in gs if g.verdict is not None})
+
+
+def gains_from_record(rec) -> dict[str, list[Gain]]:
+    out = {}
+    for w, items in rec.values.items():
+        out[w] = [Gain(d["variant"], d["zh"], d["en"], d["throughput_x"], d["ttft_p99_x"], d["memory_x"],
+                       rec.verdict(f"{w}/{d['variant']}") if f"{w}/{d['variant']}" in rec.verdicts else None)
+                  for d in items]
+    return out
+
+
+def ranking_from_record(rec) -> str:
+    return " ".join(ranking_sentences_from_gains(gains_from_record(rec)))
