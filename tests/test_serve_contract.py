@@ -180,3 +180,18 @@ def test_the_docs_numbers_are_the_running_defaults():
     longest, = {int(n) for n in re.findall(r"stands for at most\s+(\d+) bytes", SERVING_MD)}
     chars = (DEFAULT_MAX_MODEL_LEN - 1) * longest
     assert f"({DEFAULT_MAX_MODEL_LEN} − 1) × {longest} = {chars:,} characters" in SERVING_MD
+
+
+def test_text_or_messages_that_cannot_fit_are_refused_by_the_bounds_before_tokenising(sim_server):
+    prompts = httpx.get(sim_server.base_url + "/openapi.json", timeout=10).json()["components"]["schemas"]
+    longest = prompts["CompletionRequest"]["properties"]["prompt"]["anyOf"][0]["maxLength"]        # 127 x 3 bytes
+    most = prompts["ChatCompletionRequest"]["properties"]["messages"]["maxItems"]
+    assert (longest, most) == (127 * 3, 127)
+    for path, body, param, says in (
+            ("/v1/completions", {"prompt": "x" * (longest + 1)}, "prompt", f"{longest + 1} characters"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * longest}]}, "messages",
+             "characters (with the chat template)"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": ""}] * (most + 1)}, "messages",
+             f"{most + 1} messages")):
+        error = post(sim_server, path, body).json()["error"]
+        assert error["param"] == param and says in error["message"] and "max_model_len" in error["message"], error

@@ -165,54 +165,6 @@ def test_a_running_stream_never_waits_more_than_0_2_s_while_a_5_mb_body_arrives_
     assert min(gaps) < MAX_GAP_S, gaps
 
 
-class SlowInputs:
-    """An engine's inputs whose tokeniser takes ``ENCODE_S`` on a prompt of a megabyte or more, as a
-    real one can (the simulated model's encodes 5 MB in under 0.1 s, too fast for a stall to show)."""
-
-    ENCODE_S = 1.0
-
-    def __init__(self, inputs):
-        self._inputs = inputs
-
-    def encode(self, prompt, **kwargs):
-        if len(prompt) >= 1 << 20:
-            time.sleep(self.ENCODE_S)
-        return self._inputs.encode(prompt, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._inputs, name)
-
-
-class SlowEncoding:
-    """An engine with ``SlowInputs``; everything else is the engine's."""
-
-    def __init__(self, engine):
-        self._engine, self.inputs = engine, SlowInputs(engine.inputs)
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-
-@pytest.fixture
-def slow_encoding_server():
-    llm = sim_llm(num_blocks=128, max_num_seqs=8)
-    engine = PacedEngine(SlowEncoding(llm.engine), steps_per_s=100)
-    with BackgroundServer(ServedModel(engine, "sim"), limits=ServeLimits(max_body_bytes=8 * FIVE_MB)) as server:
-        yield server
-
-
-@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_a_5_mb_prompt_within_a_raised_limit_is_tokenised_without_stalling_a_running_stream(
-        slow_encoding_server, path):
-    text = "z" * FIVE_MB
-    prompt = {"prompt": text} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
-    body = json.dumps({"model": "sim", **prompt}).encode()
-    gaps, answers = longest_gaps_beside(slow_encoding_server, lambda: post_raw(slow_encoding_server, path, body))
-    for status, error in answers:           # 5,000,000 characters: more than 4095 tokens hold, never tokenised
-        assert status == 400 and "max_model_len" in error["message"], error
-    assert min(gaps) < MAX_GAP_S, gaps
-
-
 def test_the_body_limit_is_a_serve_option():
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
