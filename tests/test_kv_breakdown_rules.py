@@ -88,11 +88,12 @@ def emit_step(bus: EventBus, snap: BlockMapSnapshot, st: StepStats, step: int = 
 def test_the_recorder_averages_each_steps_shares_over_the_steps_it_saw():
     bus = EventBus()
     rec = BreakdownRecorder(engine_with(bus))
+    bus.emit(Preempted("a", 4))                           # not a step: not counted, not even looked at
     # Step 1: 8 slots, 4 used, 4 free. Step 2: 8 slots, 8 used.
     emit_step(bus, paged(["a", None], [4, 0]), stats(running=1))
+    assert rec.breakdown() == PoolBreakdown(used=50.0, reserved_later=0.0, internal=0.0, external=0.0, free=50.0)
     emit_step(bus, paged(["a", "b"], [4, 4]), stats(running=3), step=1)
-    bus.emit(Preempted("a", 4))                           # not a step: not counted
-    assert rec.num_steps == 2 and rec.running_sum == 4
+    assert rec.num_steps == 2 and rec.running_sum == 4 and bus.errors == []
     assert rec.breakdown() == PoolBreakdown(used=75.0, reserved_later=0.0, internal=0.0, external=0.0, free=25.0)
     rec.detach()
     emit_step(bus, paged(["a", "b"], [0, 0]), stats())

@@ -10,7 +10,10 @@ byte is enough); a pack of another model, another shape or another dtype is refu
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import stat
+import warnings
 
 import pytest
 import torch
@@ -149,3 +152,45 @@ def test_pack_for_finds_the_class_pack_only_for_a_cpu_engine_with_a_shared_cache
     assert weight_pack.pack_for(model_dir, torch.float32, torch.device("cpu")) == pack
     assert weight_pack.pack_for(model_dir, torch.bfloat16, torch.device("cpu")) is None
     assert weight_pack.pack_for(model_dir, torch.float32, torch.device("meta")) is None
+
+
+# ------------------------------------------------------------------------------ which file a tensor maps
+
+def test_mapped_from_names_the_file_whatever_its_path_holds(tmp_path):
+    spaced = tmp_path / "a class" / "two  spaces"                 # /proc/self/maps separates fields by spaces
+    path = weight_pack.write_pack({"a": torch.ones(64)}, spaced / "p.lkw")
+    assert weight_pack.mapped_from(weight_pack.map_pack(path)["a"]) == str(path)
+    odd = tmp_path / os.fsdecode(b"not-utf8-\xff")                 # a name that is not UTF-8 is still named
+    path = weight_pack.write_pack({"a": torch.ones(64)}, odd / "p.lkw")
+    assert weight_pack.mapped_from(weight_pack.map_pack(path)["a"]) == str(path).replace("\udcff", "\ufffd")
+
+
+def test_mapped_from_counts_a_mappings_first_and_last_byte_as_its_own(tmp_path):
+    path = tmp_path / "raw.bin"
+    path.write_bytes(bytes(8192))
+    with open(path, "rb") as f:
+        region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raw = torch.frombuffer(region, dtype=torch.uint8)
+    assert weight_pack.mapped_from(raw) == str(path)             # the mapping's first byte
+    assert weight_pack.mapped_from(raw[8191:]) == str(path)      # its last
+
+
+def test_anonymous_and_named_non_file_memory_is_mapped_from_no_file():
+    assert weight_pack.mapped_from(torch.zeros(1000)) is None            # the heap ("[heap]": not a file)
+    assert weight_pack.mapped_from(torch.zeros(4_000_000)) is None       # an anonymous mapping of its own
+
+
+def test_a_misfit_names_at_most_three_missing_and_three_extra_tensors(tmp_path):
+    net = tiny_model()
+    tensors = weight_pack.model_tensors(net)
+    keep = {k: v for k, v in tensors.items() if not k.startswith("layers.0.")}     # drops 6 of the model's
+    extra = {f"z.{i}": torch.zeros(1) for i in range(5)}
+    path = weight_pack.write_pack({**keep, **extra}, tmp_path / "p.lkw")
+    missing = sorted(set(tensors) - set(keep))
+    assert len(missing) > 3
+    with pytest.raises(ValueError) as err:
+        weight_pack.use_pack(net, path)
+    assert str(err.value) == (f"{path}: the pack does not fit this model (missing {missing[:3]}, "
+                              "extra ['z.0', 'z.1', 'z.2'])")
