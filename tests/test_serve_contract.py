@@ -18,6 +18,7 @@ from labkit.config import DEFAULT_MAX_MODEL_LEN
 from labkit.serve import BackgroundServer, ServedModel
 from labkit.serve.app import REFUSALS_DOC
 from labkit.serve.limits import ServeLimits, default_max_body_bytes
+from labkit.serve.metrics import VLLM_NAMES
 from tests.serve_util import PacedEngine, serving, sim_llm, sse_data
 
 pytestmark = pytest.mark.timeout(120)
@@ -177,6 +178,7 @@ def test_the_docs_numbers_are_the_running_defaults():
                         ("--limit-concurrency", limits.limit_concurrency)):
         said = re.findall(rf"`{flag}`\s*\((\d+)", SERVING_MD)
         assert said and all(int(n) == value for n in said), (flag, said, value)
+    assert all(f"`{name}`" in SERVING_MD for name in VLLM_NAMES)          # the /metrics names it lists
     longest, = {int(n) for n in re.findall(r"stands for at most\s+(\d+) bytes", SERVING_MD)}
     chars = (DEFAULT_MAX_MODEL_LEN - 1) * longest
     assert f"({DEFAULT_MAX_MODEL_LEN} − 1) × {longest} = {chars:,} characters" in SERVING_MD
