@@ -61,6 +61,7 @@ class OverheadRow:
     engine_host_mean_s: float | None = None     # mean engine_host_s over the timed steps (collections included)
     step_s: float | None = None  # median step on the simulator's virtual clock (sync: host + model)
     wait_s: float = 0.0         # async: of step_s, the host waiting for the accelerator (median)
+    step_mean_s: float | None = None   # mean step on the virtual clock (the statistic of engine_host_mean_s)
 
     @property
     def host_s(self) -> float:
@@ -137,7 +138,7 @@ def measure_overhead(num_running: int, config_overrides: dict | None = None, ste
     hosts = [r.engine_host_s for r in rows]
     return replace(fastest, model_s=percentile([r.model_s for r in rows], 50),
                    engine_host_median_s=percentile(hosts, 50), engine_host_mean_s=sum(hosts) / len(hosts),
-                   gc_s=gc_time.seconds / steps, step_s=percentile(virtual, 50),
+                   gc_s=gc_time.seconds / steps, step_s=percentile(virtual, 50), step_mean_s=sum(virtual) / len(virtual),
                    wait_s=percentile([r.wait_s for r in rows], 50))
 
 
@@ -351,6 +352,7 @@ class RemedyRun:
     steps: dict[str, list[float]]        # per rung: each round's median virtual step (seconds)
     load: float | None
     host_means: dict[str, list[float]] = field(default_factory=dict)   # per rung: each round's mean engine host s
+    step_means: dict[str, list[float]] = field(default_factory=dict)   # per rung: each round's mean virtual step s
 
     def step_ratio(self, rung: str, base: str = RUNGS[0][0]) -> list[float]:
         """Per round: this rung's virtual step over the base rung's (below 1: a shorter step)."""
@@ -373,7 +375,8 @@ def remedies(num_running: int, profile: str, steps: int = 6, rounds: int = 2,
         load = now if load is None else max(load, now or 0.0)
     best = {name: min(rows, key=lambda r: r.engine_host_s) for name, rows in tries.items()}
     return RemedyRun(profile, num_running, best, {name: [r.step_s for r in rows] for name, rows in tries.items()},
-                     load, {name: [r.engine_host_mean_s for r in rows] for name, rows in tries.items()})
+                     load, {name: [r.engine_host_mean_s for r in rows] for name, rows in tries.items()},
+                     {name: [r.step_mean_s for r in rows] for name, rows in tries.items()})
 
 
 # ------------------------------------------------------------------------------ the real model

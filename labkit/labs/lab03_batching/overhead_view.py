@@ -157,13 +157,15 @@ def host_vs_step_sentence(verdict: Verdict, profile: str, num_running: int) -> s
 # ------------------------------------------------------------------------------ the remedies
 
 def step_over_bound(run: RemedyRun, rung: str) -> list[float]:
-    """Per round: that round's median virtual step over max(that round's mean host time, the accelerator
-    step): one statistic, round by round (a median step of one round over the mean host time of another
-    is no ratio at all). The host time here is the engine's; the simulated runner's own work (the
-    model's stand-in) is on the virtual clock too, so a value above 1 is not all engine overhead."""
+    """Per round: that round's mean virtual step over max(that round's mean host time, the accelerator
+    step): one statistic (the mean, which a collector pause moves in both), round by round (a median
+    step of one round over the mean host time of another is no ratio at all). The host time here is
+    the engine's; the simulated runner's own work (the model's stand-in) is on the virtual clock too, so
+    a value above 1 is not all engine overhead. A run recorded without means falls back to medians."""
     model_s = run.rows[rung].model_s
-    hosts = run.host_means.get(rung) or [run.rows[rung].engine_host_mean_s or run.rows[rung].engine_host_s] * len(run.steps[rung])
-    return [step / max(host, model_s) for step, host in zip(run.steps[rung], hosts)]
+    steps = run.step_means.get(rung) or run.steps[rung]
+    hosts = run.host_means.get(rung) or [run.rows[rung].engine_host_mean_s or run.rows[rung].engine_host_s] * len(steps)
+    return [step / max(host, model_s) for step, host in zip(steps, hosts)]
 
 
 def rung_confidence(run: RemedyRun, rung: str) -> str:
@@ -196,7 +198,8 @@ def remedies_table(runs: list[RemedyRun], anchors: dict[str, str]) -> Table:
                   t("µs/请求（均值，含 GC：推动虚拟时钟的是它）", "µs/request (mean, GC incl.: what drives the clock)"),
                   t("加速器毫秒（模拟）", "accelerator ms (sim)"),
                   t("一步毫秒（虚拟时钟，各轮中位的中位；括号里是每轮）", "step ms (virtual clock, median of the rounds' medians; each round)"),
-                  t("步 ÷ max(主机均值, 加速器)（逐轮相除的中位；括号里是每轮）", "step / max(host mean, accel) (median of the per-round ratios; each round)"),
+                  t("平均一步 ÷ max(主机均值, 加速器)（逐轮相除的中位；括号里是每轮）",
+                    "mean step / max(host mean, accel) (median of the per-round ratios; each round)"),
                   t("把握", "confidence"),
                   t("加速器忙碌", "accelerator busy"), t("吞吐 token/s（模拟）", "tokens/s (simulated)"),
                   t("已发表的对照", "published anchor")], body,
@@ -332,13 +335,14 @@ def record_remedies(runs: list[RemedyRun]):
         lab="03", section=REMEDIES, context=RunContext.current(load=max(loads) if loads else None),
         rounds={"runs": [{"profile": r.profile, "num_running": r.num_running, "load": r.load,
                           "rows": {k: asdict(v) for k, v in r.rows.items()}, "steps": r.steps,
-                          "host_means": r.host_means} for r in runs]},
+                          "host_means": r.host_means, "step_means": r.step_means} for r in runs]},
         verdicts={r.profile: async_verdict(r, r.load) for r in runs})
 
 
 def remedies_from_record(rec) -> list[RemedyRun]:
     return [RemedyRun(r["profile"], r["num_running"], {k: OverheadRow(**v) for k, v in r["rows"].items()},
-                      r["steps"], r["load"], r.get("host_means") or {}) for r in rec.rounds["runs"]]
+                      r["steps"], r["load"], r.get("host_means") or {}, r.get("step_means") or {})
+            for r in rec.rounds["runs"]]
 
 
 def remedies_narration(rec, anchors: dict[str, str] | None = None):
