@@ -504,7 +504,7 @@ def test_a_time_bounded_run_counts_neither_unsent_nor_cut_requests_as_failures(c
     assert reported(out, "Failed requests") == "0" and reported(out, "Not sent before --max-duration") == str(m.not_sent)
 
 
-def test_the_client_lets_go_of_an_idle_connection_before_uvicorn_closes_it():
+def test_the_client_lets_go_of_an_idle_connection_before_the_server_closes_it():
     from labkit.benchmark.runner import KEEPALIVE_EXPIRY_S
     from labkit.serve.server import make_server
 
@@ -512,3 +512,5 @@ def test_the_client_lets_go_of_an_idle_connection_before_uvicorn_closes_it():
     app.state.engine_loop = None
     assert KEEPALIVE_EXPIRY_S < make_server(app, ServeLimits(), "warning").config.timeout_keep_alive    # labkit
     assert KEEPALIVE_EXPIRY_S < uvicorn.Config(FastAPI()).timeout_keep_alive      # vLLM's server too
+    # and labkit serve outlasts httpx's default (the official openai client's)
+    assert httpx.Limits().keepalive_expiry < make_server(app, ServeLimits(), "warning").config.timeout_keep_alive

@@ -178,6 +178,7 @@ def test_the_docs_numbers_are_the_running_defaults():
                         ("--limit-concurrency", limits.limit_concurrency)):
         said = re.findall(rf"`{flag}`\s*\((\d+)", SERVING_MD)
         assert said and all(int(n) == value for n in said), (flag, said, value)
+    assert f"{limits.timeout_keep_alive} s in labkit serve: `--timeout-keep-alive`" in SERVING_MD.replace("\n", " ")
     assert all(f"`{name}`" in SERVING_MD for name in VLLM_NAMES)          # the /metrics names it lists
     longest, = {int(n) for n in re.findall(r"stands for at most\s+(\d+) bytes", SERVING_MD)}
     chars = (DEFAULT_MAX_MODEL_LEN - 1) * longest

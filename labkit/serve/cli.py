@@ -33,6 +33,8 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
                              "token of max_model_len)")
     limits.add_argument("--stalled-stream-timeout", type=float, default=ServeLimits.stalled_stream_timeout_s,
                         help="seconds a stream's output may wait unread before the request is aborted")
+    limits.add_argument("--timeout-keep-alive", type=int, default=ServeLimits.timeout_keep_alive,
+                        help="seconds an idle keep-alive connection stays open (longer than clients keep it)")
     engine = parser.add_argument_group("engine (EngineConfig)")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--num-blocks", type=int, default=None)
@@ -69,7 +71,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 def serve_limits(args: argparse.Namespace) -> ServeLimits:
     return ServeLimits(args.header_timeout, args.body_timeout, args.limit_concurrency,
-                       args.timeout_graceful_shutdown, args.max_body_bytes, args.stalled_stream_timeout)
+                       args.timeout_graceful_shutdown, args.max_body_bytes, args.stalled_stream_timeout,
+                       args.timeout_keep_alive)
 
 
 def served_model_name(args: argparse.Namespace) -> str:

@@ -45,9 +45,14 @@ class ServeLimits:
     timeout_graceful_shutdown: int = 5      # seconds open streams get to end after SIGTERM / SIGINT
     max_body_bytes: int | None = None       # None: default_max_body_bytes(the engine's max_model_len)
     stalled_stream_timeout_s: float = 30.0  # a stream whose client reads nothing this long while output waits is aborted
+    # An idle keep-alive connection is closed after this many seconds: longer than httpx's (so the official
+    # openai client's) 5 s, so that the client lets go first. With both at 5 s (uvicorn's default) a request
+    # sent as the server closes the connection is lost with a reset and no response.
+    timeout_keep_alive: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout_s", "body_timeout_s", "timeout_graceful_shutdown", "stalled_stream_timeout_s"):
+        for name in ("header_timeout_s", "body_timeout_s", "timeout_graceful_shutdown", "stalled_stream_timeout_s",
+                     "timeout_keep_alive"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.limit_concurrency < 1:

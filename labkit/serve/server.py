@@ -50,7 +50,8 @@ def make_server(app, limits: ServeLimits, log_level: str) -> uvicorn.Server:
     (an OpenAI 503), so uvicorn's own (plain text) stays off."""
     config = uvicorn.Config(app, log_level=log_level,
                             http=limited_protocol(limits.header_timeout_s, limits.limit_concurrency),
-                            limit_concurrency=None, timeout_graceful_shutdown=limits.timeout_graceful_shutdown)
+                            limit_concurrency=None, timeout_graceful_shutdown=limits.timeout_graceful_shutdown,
+                            timeout_keep_alive=limits.timeout_keep_alive)
     return _DrainingServer(config, app.state.engine_loop)
 
 
