@@ -43,8 +43,10 @@ def machine_key(threads: int, subject: str) -> str:
     """The key of a choice about ``subject`` ("float32", "bfloat16", ...) on this CPU, torch version and
     thread count, with or without labkit's C kernel (and its instruction-set level: ``LABKIT_ISA``)."""
     kernel = f"C kernel {native.isa_level()}" if native.available() else "no C kernel"
+    # oneDNN (PyTorch's bf16 matmuls) capped below the CPU's own level (a forced level's benchmark) times otherwise
+    onednn = (f"oneDNN max {os.environ['ONEDNN_MAX_CPU_ISA']}",) if os.environ.get("ONEDNN_MAX_CPU_ISA") else ()
     return " | ".join((describe_cpu(), f"torch {torch.__version__}", f"{threads} thread(s)", subject, kernel,
-                       f"forms v{VERSION}"))
+                       *onednn, f"forms v{VERSION}"))
 
 
 def kernel_key(subject: str) -> str:
