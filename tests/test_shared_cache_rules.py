@@ -155,34 +155,35 @@ class MountCalls:
         return type("Done", (), {"returncode": self.returncode})()
 
 
-def huge_env(monkeypatch, euid=0, mount="/bin/mount", is_mount=False, options="", returncode=0) -> MountCalls:
+def huge_env(monkeypatch, where, euid=0, mount="/bin/mount", is_mount=False, options="", returncode=0) -> MountCalls:
+    """Stand-ins for the system (as root the real calls would mount): only ``where`` is a mount point."""
     calls = MountCalls(returncode)
     monkeypatch.setattr(shared_cache.os, "geteuid", lambda: euid)
     monkeypatch.setattr(shared_cache.shutil, "which", lambda name: mount if name == "mount" else None)
-    monkeypatch.setattr(shared_cache.os.path, "ismount", lambda where: is_mount)
-    monkeypatch.setattr(shared_cache, "_mount_options", lambda where: options)
+    monkeypatch.setattr(shared_cache.os.path, "ismount", lambda path: is_mount and path == where)
+    monkeypatch.setattr(shared_cache, "_mount_options", lambda path: options if path == where else "")
     monkeypatch.setattr(shared_cache.subprocess, "run", calls)
     return calls
 
 
 def test_only_root_with_a_mount_command_mounts_the_huge_page_tmpfs(tmp_path, monkeypatch):
     where = tmp_path / "a" / "packs"
-    calls = huge_env(monkeypatch, euid=1000)
+    calls = huge_env(monkeypatch, where, euid=1000)
     assert shared_cache._huge_tmpfs(where) is False and calls.calls == [] and not where.exists()
-    calls = huge_env(monkeypatch, mount=None)
+    calls = huge_env(monkeypatch, where, mount=None)
     assert shared_cache._huge_tmpfs(where) is False and calls.calls == [] and not where.exists()
-    calls = huge_env(monkeypatch)
+    calls = huge_env(monkeypatch, where)
     assert shared_cache._huge_tmpfs(where) is True and where.is_dir()
     assert calls.calls == [(["mount", "-t", "tmpfs", "-o", "huge=always,mode=0755", "tmpfs", str(where)],
                             {"capture_output": True, "text": True})]
-    calls = huge_env(monkeypatch, returncode=32)
+    calls = huge_env(monkeypatch, where, returncode=32)
     assert shared_cache._huge_tmpfs(where) is False
 
 
 def test_an_existing_mount_is_used_as_it_is_and_counts_only_with_huge_pages(tmp_path, monkeypatch):
-    calls = huge_env(monkeypatch, is_mount=True, options="rw,huge=always")
+    calls = huge_env(monkeypatch, tmp_path, is_mount=True, options="rw,huge=always")
     assert shared_cache._huge_tmpfs(tmp_path) is True and calls.calls == []
-    calls = huge_env(monkeypatch, is_mount=True, options="rw,size=4g")
+    calls = huge_env(monkeypatch, tmp_path, is_mount=True, options="rw,size=4g")
     assert shared_cache._huge_tmpfs(tmp_path) is False and calls.calls == []
 
 
