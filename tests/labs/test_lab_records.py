@@ -108,6 +108,23 @@ def test_lab01_preemption_is_told_from_counts_and_measures_the_remedy(recomputed
     assert "40 步" in n.text and "秒" not in n.text and "9.9" not in " ".join(map(str, n.rows))   # counts, no wall clock
 
 
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab01_timeline_title_and_sentence_come_from_one_verdict(outcome):
+    from labkit.metrics import StepRow
+
+    ratios = OUTCOMES[outcome]
+    rows = [StepRow(1, 48, 0, 0, 1, 0.0, 0.1, False)] + [StepRow(2 + i, 0, 1, 0, 1, 0.0, 0.1 / r, False)
+                                                          for i, r in enumerate(ratios)]
+    rec = roundtrip(kv.record_timeline(rows))
+    load = BUSY if outcome == "busy" else QUIET
+    rec = rec.replace(verdicts={"prefill_vs_decode": verdict_from_ratios(ratios, load=load, cores=CORES)})
+    n = v01.timeline_narration(rec)
+    v = rec.verdict("prefill_vs_decode")
+    assert f"{v.ratio:.1f} 倍" in n.title and f"{v.ratio:.1f}×" in n.sentences[0]
+    assert ("反了" in n.title) == ("反而" in n.sentences[0]) == (v.direction == "less")
+    assert ("机器正忙" in n.title) == ("机器正忙" in n.sentences[0]) == (v.confidence == "machine busy")
+
+
 # ----------------------------------------------------------------------------- lab 02
 
 def indirection(outcome: str) -> R.SectionRecord:
@@ -273,7 +290,7 @@ def test_cite_line_switches_language():
 
 # ----------------------------------------------------------------------------- recorded bundles
 
-NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.CONTEXTS): v01.contexts_narration,
+NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.TIMELINE): v01.timeline_narration, ("01", kv.CONTEXTS): v01.contexts_narration,
              ("01", preemption.SECTION): v01.preemption_narration,
              ("02", attention_cost.SECTION): v02.indirection_narration,
              ("03", chunked.SECTION): v03.chunked_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration,

@@ -378,3 +378,32 @@ def record_comparisons(section: str, comparisons: list[CacheComparison], *, tota
 def comparisons_from_record(rec) -> list[CacheComparison]:
     """The comparisons again, from the record alone (outputs are kept only as "same or not")."""
     return [_comparison_from_entry(e) for e in rec.rounds["comparisons"]]
+
+
+TIMELINE = "2-prefill-decode"
+
+
+def record_timeline(rows: list[StepRow]):
+    """Section 2 as a record: every step's tokens and wall time, and a verdict on the first prefill
+    step over each decode step the first request ran alone (one ratio per such step; the wall clock,
+    so the load decides whether it can be trusted)."""
+    import statistics
+    from dataclasses import asdict
+
+    from labkit.labs.common.measure import Verdict, cores, machine_load, verdict_from_ratios
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    load = machine_load()
+    alone = [r.step_s for r in rows[1:] if r.prefill_tokens == 0 and r.num_requests == 1 and r.step_s > 0]
+    ratios = [rows[0].step_s / s for s in alone]
+    claim = ("第一个预填充步 ÷ 单请求解码步（墙钟）", "first prefill step / one-request decode step (wall clock)")
+    verdict = (verdict_from_ratios(ratios, ratio=rows[0].step_s / statistics.median(alone), load=load,
+                                   cores=cores(), clock="wall clock (time.perf_counter)", id="prefill_vs_decode_step",
+                                   claim=claim) if ratios else
+               Verdict("same", "within noise", 1.0, 1.0, 1.0, 0.05, reasons=("no decode step ran alone",), claim=claim))
+    return SectionRecord(lab=LAB, section=TIMELINE, context=RunContext.current(load=load),
+                         rounds={"rows": [asdict(r) for r in rows]}, verdicts={"prefill_vs_decode": verdict})
+
+
+def timeline_from_record(rec) -> list[StepRow]:
+    return [StepRow(**r) for r in rec.rounds["rows"]]

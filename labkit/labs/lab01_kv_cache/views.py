@@ -81,8 +81,39 @@ def cumulative_figure(comparison: CacheComparison) -> go.Figure:
                              (t("已生成的 token 数", "tokens generated"), t("累计 CPU 时间（秒，单线程）", "CPU time so far (s, one thread)"))])
 
 
-def prefill_decode_figure(rows: list[StepRow]) -> go.Figure:
-    """Top: tokens per step split into prefill and decode. Bottom: each step's time."""
+TIMELINE_MARKS = dict(greater=("", ""), less=("（反了：被干扰）", " (reversed: disturbed)"), same=("（持平）", " (level)"))
+
+
+def timeline_title(verdict=None) -> str:
+    """Section 2's figure title; with the section's verdict, the prefill ÷ decode step it measured."""
+    base = t("预填充与解码：每一步处理多少 token、花多少时间（本机实测）",
+             "Prefill and decode: tokens and time per engine step (measured here)")
+    if verdict is None:
+        return base
+    mark = t(*TIMELINE_MARKS["less"]) if verdict.direction == "less" else verdict.mark(**TIMELINE_MARKS)
+    return base + t(f"：第一个预填充步是单请求解码步的 {verdict.ratio:.1f} 倍{mark}",
+                    f": the first prefill step is {verdict.ratio:.1f}× a one-request decode step{mark}")
+
+
+def timeline_narration(rec):
+    """Section 2 rendered from its record alone (``measure.record_timeline``)."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab01_kv_cache.measure import timeline_from_record
+
+    rows = timeline_from_record(rec)
+    v = rec.verdict("prefill_vs_decode")
+    sentence = v.sentence(greater=("第一个预填充步的墙钟时间是单请求解码步的 {ratio}", "the first prefill step took {ratio} a one-request decode step"),
+                          less=("这次第一个预填充步反而比单请求解码步短（{ratio}）：测量被干扰了，重跑这一格",
+                                "this time the first prefill step came out shorter ({ratio}): the measurement was disturbed, rerun the cell"),
+                          same=("第一个预填充步和单请求解码步一样长（{ratio}）", "the first prefill step took as long as a decode step ({ratio})"),
+                          digits=1)
+    return Narration((sentence,), tuple((r.step, r.prefill_tokens, r.decode_tokens, r.step_s) for r in rows),
+                     timeline_title(v), {"prefill_longer": f"{v.direction}|{v.confidence}"})
+
+
+def prefill_decode_figure(rows: list[StepRow], verdict=None) -> go.Figure:
+    """Top: tokens per step split into prefill and decode. Bottom: each step's time. The title states
+    ``verdict`` (the section record's) when given."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45])
     steps = list(range(1, len(rows) + 1))
     for kind, values in (("prefill", [r.prefill_tokens for r in rows]), ("decode", [r.decode_tokens for r in rows])):
@@ -94,8 +125,7 @@ def prefill_decode_figure(rows: list[StepRow]) -> go.Figure:
     fig.add_trace(go.Scatter(x=steps, y=[1000 * r.step_s for r in rows], name=t("步耗时", "step time"),
                              mode="lines+markers", line=dict(color=COLORS["ink"])), row=2, col=1)
     fig.update_layout(barmode="stack")
-    style(fig, t("预填充与解码：每一步处理多少 token、花多少时间（本机实测）",
-                 "Prefill and decode: tokens and time per engine step (measured here)"), height=480)
+    style(fig, timeline_title(verdict), height=480)
     fig.update_xaxes(title_text=t("引擎步（本实验内的序号）", "engine step (within this run)"), row=2, col=1)
     fig.update_yaxes(title_text=t("处理的 token 数", "tokens processed"), range=[0, 1.2 * max(totals, default=1)],
                      row=1, col=1)
