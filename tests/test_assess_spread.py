@@ -24,7 +24,7 @@ TIMED = {
     "01_kv_cache.ipynb": {"recompute-slowdown", "prefill-vs-decode-step"},
     "02_paged_attention.ipynb": {"prefix-ttft-ratio", "indirection-overhead"},
     "03_batching.ipynb": {"decode-step-scaling", "host-ms"},
-    "04_speculative.ipynb": {"ngram-speedup-max-k", "paying-ngram-speedup", "batch-speedup"},
+    "04_speculative.ipynb": {"ngram-speedup-max-k", "paying-min-verify-cost", "batch-speedup"},
     "05_engine_choice.ipynb": {"fixed-shapes-step-ratio", "int4-tpot-p99"},
 }
 
