@@ -126,9 +126,6 @@ class ContiguousKVManager:
         base = self.regions[request_id].start
         return list(range(base + start, base + end))
 
-    def slot(self, request_id: str, position: int) -> int:
-        return self.regions[request_id].start + position
-
     # -- what observers see ----------------------------------------------------------------------
     def usage(self) -> float:
         return sum(r.reserved for r in self.regions.values()) / self.num_slots
