@@ -33,6 +33,10 @@ benchmarks save too when run with `LABKIT_BENCH_RESULTS=bench/reports`.) How the
   the load average and the exact command. Your machine will differ: run the command.
 - The labs measure on one thread; a script of your own uses every core (see `bench.llama_cpp_peer
   --threads 1,cores`).
+- Other CPU kinds on one machine: `bench.isa_levels` builds labkit's C kernels for each instruction-set
+  level the CPU can run (`LABKIT_ISA`: generic, AVX2, AVX-512 without and with AVX512_BF16) and times each
+  in its own process, one table per level with its CPU line. That is each level's code on this machine's
+  caches and memory, not another machine's speed.
 
 """
 
