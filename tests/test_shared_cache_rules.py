@@ -214,8 +214,11 @@ def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores
 
     during = []
 
+    cfg = object()
+
     class Net:
-        def __init__(self, cfg, dtype, device):
+        def __init__(self, config, dtype, device):
+            assert config is cfg and device == "cpu"
             self.dtype = dtype
 
         def tune(self):
@@ -235,7 +238,7 @@ def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores
             monkeypatch.delenv("LABKIT_CACHE", raising=False)
         else:
             monkeypatch.setenv("LABKIT_CACHE", saved)
-        shared_cache._tune_into(tmp_path, model_dir, None, (torch.float32, torch.bfloat16))
+        shared_cache._tune_into(tmp_path, model_dir, cfg, (torch.float32, torch.bfloat16))
         assert during == [(torch.float32, str(tmp_path), 3), (torch.bfloat16, str(tmp_path), 3), "forgot"]
         assert packs_used == [tmp_path / "packs" / "m-float32.lkw", tmp_path / "packs" / "m-bfloat16.lkw"]
         assert shared_cache.os.environ.get("LABKIT_CACHE") == saved and torch.get_num_threads() == threads
