@@ -18,7 +18,7 @@ from labkit.labs.common.measure import Verdict, verdict_from_ratios
 from labkit.labs.lab01_kv_cache import measure as kv
 from labkit.labs.lab01_kv_cache import preemption
 from labkit.labs.lab01_kv_cache import views as v01
-from labkit.labs.lab02_paged_attention import attention_cost
+from labkit.labs.lab02_paged_attention import attention_cost, block_size, sharing
 from labkit.labs.lab02_paged_attention import views as v02
 from labkit.labs.lab03_batching import chunked, overhead, overhead_view
 from labkit.labs.lab03_batching import views as v03
@@ -158,6 +158,78 @@ def test_lab02_indirection_sentence_table_and_title_agree(outcome):
             "分页更快", "比连续的快").replace("持平", "一样快")
     else:
         assert {"within noise": "噪声之内", "machine busy": "机器正忙"}[confidence] in sentence + mark
+
+
+def prefix_record(outcome: str) -> R.SectionRecord:
+    # requests alike in length whose TTFTs spread widely mark the run disturbed: noise within that bound
+    ratios = [0.9, 1.2, 1.05] if outcome == "noise" else OUTCOMES[outcome]
+    load = (BUSY, BUSY) if outcome == "busy" else (QUIET, QUIET)
+    runs = {}
+    for name, plen, scale in (("1-shot", 40, 0.5), ("5-shot", 160, 1.0)):
+        off = sharing.PrefixRun(False, plen, (plen + 12,) * 4, (0.5, *(0.1 * scale * r for r in ratios)), 4 * (plen + 12), 0,
+                                4, 0, load)
+        on = sharing.PrefixRun(True, plen, (plen + 12,) * 4, (0.5, *(0.1 * scale,) * 3), plen + 12 + 3 * 28, 3 * (plen - 16),
+                               4, 3, load)
+        runs[name] = (off, on)
+    return roundtrip(sharing.record_prefix(runs, lab=None))
+
+
+PREFIX_WORDS = {"greater": "首 token 来得更快", "less": "首 token 反而来得更慢", "same": "首 token 一样快"}
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab02_prefix_ttft_sentence_table_and_title_agree(outcome):
+    rec = prefix_record(outcome)
+    n = v02.prefix_narration(rec)
+    runs = sharing.prefix_from_record(rec)
+    assert runs == {k: tuple(sharing.PrefixRun(**{**vars(r), "load": tuple(r.load)}) for r in pair) for k, pair in runs.items()}
+    direction, confidence = expected(outcome)
+    for (name, (off, on)), sentence, row in zip(runs.items(), n.sentences, n.rows):
+        v = rec.verdict(name)
+        assert v.confidence == confidence and (direction is None or v.direction == direction)
+        ratio = f"{off.mean_ttft_after_first() / on.mean_ttft_after_first():.1f}"
+        assert f"{ratio} 倍" in sentence and row[7] == ratio + v.mark(**v02.PREFIX_MARKS)   # one statistic, one verdict
+        assert f"预填充 token 从 {off.prefill_tokens} 降到 {on.prefill_tokens}（计数）" in sentence
+        if v.clear:
+            assert PREFIX_WORDS[v.direction] in sentence
+            assert [w for d, w in PREFIX_WORDS.items() if d != v.direction and w in sentence] == []
+        hedge_agrees(outcome, sentence)
+    shown = rec.verdict("5-shot")
+    assert n.title.endswith(shown.mark(**v02.PREFIX_MARKS)) and "共享前缀 160 个 token" in n.title
+    assert n.claims["prefix_shortens_ttft/5-shot"] == f"{shown.direction}|{shown.confidence}"
+
+
+def block_size_record(outcome: str) -> R.SectionRecord:
+    ratios = OUTCOMES[outcome]
+    load = BUSY if outcome == "busy" else QUIET
+    points = [block_size.BlockSizePoint(B, 10.0 - B / 16, 12.0, min(ms), 100.0 * (100 // B * B) / 120, ms, load)
+              for B, ms in ((1, tuple(2.0 * r for r in ratios)), (16, (2.0, 2.0, 2.0)), (128, tuple(2.0 * r for r in ratios)))]
+    return roundtrip(block_size.record_block_sizes(points))
+
+
+BLOCK_WORDS = {"greater": "比它慢", "less": "比它快", "same": "持平"}
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab02_block_size_sentence_table_and_title_agree(outcome):
+    rec = block_size_record(outcome)
+    n = v02.block_size_narration(rec)
+    direction, confidence = expected(outcome)
+    marks = v02.block_size_marks(16)
+    for B, row in ((1, n.rows[0]), (128, n.rows[2])):
+        v = rec.verdict(f"B_{B}")
+        assert v.confidence == confidence and (direction is None or v.direction == direction)
+        sentence = next(x for x in n.sentences if f"块大小 {B}：" in x)
+        assert f"{v.ratio:.2f}×" in sentence and row[5] == f"{v.ratio:.2f}×" + v.mark(**marks)
+        if v.clear:
+            assert BLOCK_WORDS[v.direction] in sentence
+    assert n.rows[1][5] == "1（基准）"
+    changes = {"greater": "yes", "less": "yes", "same": "no", "noise": "unsure", "busy": "unsure"}[outcome]
+    assert n.claims["block_size_changes_attention"] == changes
+    assert ("持平" in n.title) == (changes == "no") and ("随块大小变化" in n.title) == (changes == "yes")
+    assert ("分不出" in n.title) == (changes == "unsure")
+    assert ("几乎不随块大小变化" in n.text) == (changes == "no")     # the explanation only where the record shows it
+    assert ("机器正忙" in n.text) == (outcome == "busy")
 
 
 # ----------------------------------------------------------------------------- lab 03
@@ -444,6 +516,8 @@ OUTCOME_CLAIMS = [
     ("02", r"分页注意力比读连续 K/V 的注意力慢", "paging_cost", {"greater|clear"}),
     ("02", r"间接寻址让注意力慢了多少", "paging_cost", {"greater|clear"}),
     ("02", r"本机慢多少", "paging_cost", {"greater|clear"}),
+    ("02", r"几乎不随块大小变化", "block_size_changes_attention", {"no"}),
+    ("02", r"(开启|打开)前缀缓存[^。；\n]{0,8}首 token[^。；\n]{0,6}(更快|快了|缩短)", "prefix_shortens_ttft", {"greater|clear"}),
     ("01", r"代价是算力和时间", "recompute_costs_more_time", {"greater|clear"}),
     ("03", r"解码者的尾延迟被压平", "chunking_cuts_itl", {"greater|clear"}),
     ("03", r"代价是长提示的 TTFT", "chunking_costs_ttft", {"greater|clear"}),
@@ -456,6 +530,8 @@ def all_counterfactual_claims() -> dict[str, set[str]]:
     claims: dict[str, set[str]] = {}
     narrations = ([v01.growing_narration(growing(o)) for o in OUTCOMES]
                   + [v02.indirection_narration(indirection(o)) for o in OUTCOMES]
+                  + [v02.prefix_narration(prefix_record(o)) for o in OUTCOMES]
+                  + [v02.block_size_narration(block_size_record(o)) for o in OUTCOMES]
                   + [v03.chunked_narration(chunking(o)) for o in OUTCOMES])
     for n in narrations:
         for key, value in n.claims.items():
@@ -495,7 +571,8 @@ def test_cite_line_switches_language():
 
 NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.TIMELINE): v01.timeline_narration, ("01", kv.CONTEXTS): v01.contexts_narration,
              ("01", preemption.SECTION): v01.preemption_narration,
-             ("02", attention_cost.SECTION): v02.indirection_narration,
+             ("02", attention_cost.SECTION): v02.indirection_narration, ("02", sharing.PREFIX_SECTION): v02.prefix_narration,
+             ("02", block_size.SECTION): v02.block_size_narration,
              ("03", chunked.SECTION): v03.chunked_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration,
              ("03", overhead_view.REMEDIES): overhead_view.remedies_narration,
              ("04", p04.SECTION): p04.render_regime, ("04", r04.SWEEP): sweep_narration,

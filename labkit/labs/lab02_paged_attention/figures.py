@@ -83,14 +83,16 @@ def effective_use_figure(runs: list[LayoutRun]) -> go.Figure:
     return fig
 
 
-def prefix_ttft_figure(off: PrefixRun, on: PrefixRun) -> go.Figure:
+def prefix_ttft_figure(off: PrefixRun, on: PrefixRun, title: str | None = None) -> go.Figure:
+    """Every request's TTFT, caching off and on; ``title``: the section's title rendered from its record
+    (``views.prefix_narration(rec).title``), which states the verdict the sentences state."""
     n = list(range(1, len(off.ttft_s) + 1))
     fig = go.Figure([go.Bar(x=n, y=[1000 * s for s in off.ttft_s], name=t("前缀缓存关", "prefix caching off"),
                             marker_color=COLORS["prefill"]),
                      go.Bar(x=n, y=[1000 * s for s in on.ttft_s], name=t("前缀缓存开", "prefix caching on"),
                             marker_color=COLORS["cached"])])
-    style(fig, t(f"每个请求的首 token 延迟（共享前缀 {off.prefix_len} 个 token，真实模型）",
-                 f"Time to first token per request (shared prefix of {off.prefix_len} tokens, real model)"),
+    style(fig, title or t(f"每个请求的首 token 延迟（共享前缀 {off.prefix_len} 个 token，真实模型）",
+                          f"Time to first token per request (shared prefix of {off.prefix_len} tokens, real model)"),
           t("第几个请求", "request number"), t("TTFT（毫秒）", "TTFT (ms)"))
     return fig
 
@@ -115,7 +117,9 @@ def fork_figure(run: ForkRun) -> go.Figure:
     return fig
 
 
-def block_size_figure(points: list[BlockSizePoint]) -> go.Figure:
+def block_size_figure(points: list[BlockSizePoint], title: str | None = None) -> go.Figure:
+    """The three measurements per block size; ``title``: rendered from the section's record
+    (``views.block_size_narration(rec).title``), stating the attention verdict the sentences state."""
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09)
     x = [p.block_size for p in points]
     series = [([p.waste for p in points], COLORS["internal_frag"], t("KV 浪费（模拟）", "KV waste (simulated)")),
@@ -125,7 +129,7 @@ def block_size_figure(points: list[BlockSizePoint]) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, line=dict(color=color)), row=1, col=col)
         fig.add_vline(x=16, line=dict(color="#999", dash="dot"), row=1, col=col)
     fig.update_xaxes(type="log", tickvals=x)
-    style(fig, t("块大小的权衡（虚线：vLLM 的默认 16）", "The block-size trade-off (dotted: vLLM's default 16)"))
+    style(fig, title or t("块大小的权衡（虚线：vLLM 的默认 16）", "The block-size trade-off (dotted: vLLM's default 16)"))
     return axis_titles(fig, [(t("块大小（token）", "block size (tokens)"), t("浪费（%）", "waste (%)")),
                              (t("块大小（token）", "block size (tokens)"), t("毫秒/解码步", "ms per decode step")),
                              (t("块大小（token）", "block size (tokens)"), t("命中率（%）", "hit rate (%)"))])

@@ -159,6 +159,40 @@ def ttft_verdict(off: PrefixRun, on: PrefixRun, id: str = "", name: str = "") ->
                                       f"TTFT with prefix caching off over on{f' ({name})' if name else ''}"))
 
 
+PREFIX_SECTION = "5.1-prefix"
+
+
+def record_prefix(prefix: dict[str, tuple[PrefixRun, PrefixRun]], lab: str | None = "02"):
+    """Section 5.1 as a record (``labkit.labs.common.records``): per shared prefix both runs whole (the
+    counted hits and prefill tokens, every request's TTFT, the loads) and the TTFT off ÷ on verdict;
+    the table, the figure title and the sentences render from it alone (``views.prefix_narration``).
+    With ``lab`` each verdict is also recorded in the learner's results summary."""
+    from dataclasses import asdict
+
+    from labkit.labs.common.measure import record_verdict
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    verdicts = {name: ttft_verdict(off, on, id=f"prefix_ttft/{name}", name=name) for name, (off, on) in prefix.items()}
+    if lab is not None:
+        for v in verdicts.values():
+            record_verdict(lab, v)
+    loads = [x for off, on in prefix.values() for x in (*off.load, *on.load) if x is not None]
+    return SectionRecord(
+        lab="02", section=PREFIX_SECTION, context=RunContext.current(load=max(loads) if loads else None),
+        rounds={name: {"ttft_off_s": list(off.ttft_s), "ttft_on_s": list(on.ttft_s)} for name, (off, on) in prefix.items()},
+        values={"runs": {name: {"off": asdict(off), "on": asdict(on)} for name, (off, on) in prefix.items()}},
+        verdicts=verdicts)
+
+
+def prefix_from_record(rec) -> dict[str, tuple[PrefixRun, PrefixRun]]:
+    """Section 5.1's runs again, from its record alone."""
+    def run(d) -> PrefixRun:
+        return PrefixRun(**{**d, "prompt_lens": tuple(d["prompt_lens"]), "ttft_s": tuple(d["ttft_s"]),
+                            "load": tuple(d.get("load") or (None, None))})
+
+    return {name: (run(pair["off"]), run(pair["on"])) for name, pair in rec.values["runs"].items()}
+
+
 def ttft_ratio_spread(off: PrefixRun, on: PrefixRun) -> tuple[float, float] | None:
     """Request by request (the 2nd on: the first finds an empty cache either way), TTFT off ÷ on:
     the (lowest, highest) ratio this run measured; None without such a pair."""

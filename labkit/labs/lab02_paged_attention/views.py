@@ -128,12 +128,24 @@ def throughput_cell(paged: LayoutRun, contiguous: LayoutRun) -> str:
     return f"{v.ratio:.2f} [{v.ratio_min:.2f}–{v.ratio_max:.2f}]{word}"
 
 
-def prefix_table(pairs: list[tuple[str, PrefixRun, PrefixRun]]) -> Table:
+# One set of words for section 5.1's outcome: the sentence, the table mark and the figure title use them.
+PREFIX_MARKS = dict(greater=("（缓存后更快）", " (sooner cached)"), less=("（缓存后反而更慢）", " (later cached)"),
+                    same=("（持平）", " (level)"))
+
+
+def _ttft_x(off: PrefixRun, on: PrefixRun) -> float:
+    return off.mean_ttft_after_first() / on.mean_ttft_after_first()
+
+
+def prefix_table(pairs: list[tuple[str, PrefixRun, PrefixRun]], verdicts: dict | None = None) -> Table:
+    """Off and on per shared prefix; with ``verdicts`` (name → TTFT off ÷ on verdict) the ratio column
+    carries the verdict's mark, the words the sentence uses."""
     rows = []
     for name, off, on in pairs:
+        v = (verdicts or {}).get(name)
         rows.append([name, off.prefix_len, on.hit_rate, off.prefill_tokens, on.prefill_tokens,
                      1000 * off.mean_ttft_after_first(), 1000 * on.mean_ttft_after_first(),
-                     off.mean_ttft_after_first() / on.mean_ttft_after_first()])
+                     f"{_ttft_x(off, on):.1f}" + (v.mark(**PREFIX_MARKS) if v is not None else "")])
     return Table([t("共享前缀", "shared prefix"), t("前缀 token", "prefix tokens"), t("命中率 %", "hit rate %"),
                   t("预填充 token（关）", "prefill tokens (off)"), t("预填充 token（开）", "prefill tokens (on)"),
                   t("TTFT 毫秒（关）", "TTFT ms (off)"), t("TTFT 毫秒（开）", "TTFT ms (on)"),
@@ -141,6 +153,20 @@ def prefix_table(pairs: list[tuple[str, PrefixRun, PrefixRun]]) -> Table:
                  caption=t("前缀缓存关与开：同样的请求，一个接一个（真实模型，本次运行实测；TTFT 取第 2 个请求起的平均）",
                            "Prefix caching off and on: the same requests, one after another (real model, measured "
                            "in this run; TTFT is the mean from the 2nd request on)"))
+
+
+def prefix_line(name: str, off: PrefixRun, on: PrefixRun, v) -> str:
+    """One shared prefix: hits and prefill tokens (counted, exact), then TTFT off ÷ on from its verdict."""
+    counted = t(f"{name}：命中率 {on.hit_rate:.0f}%，预填充 token 从 {off.prefill_tokens} 降到 {on.prefill_tokens}（计数）。",
+                f"{name}: hit rate {on.hit_rate:.0f}%, prefill tokens {off.prefill_tokens} → {on.prefill_tokens} (counted). ")
+    return counted + v.sentence(
+        greater=("TTFT 关 ÷ 开 = {ratio}：开启前缀缓存后首 token 来得更快",
+                 "TTFT off ÷ on = {ratio}: with prefix caching the first token comes sooner"),
+        less=("TTFT 关 ÷ 开 = {ratio}：开启前缀缓存后首 token 反而来得更慢",
+              "TTFT off ÷ on = {ratio}: with prefix caching the first token came later"),
+        same=("TTFT 关 ÷ 开 = {ratio}：开不开前缀缓存，首 token 一样快",
+              "TTFT off ÷ on = {ratio}: the first token comes as soon with prefix caching as without"),
+        unit=t(" 倍", "×"), digits=1)
 
 
 def prefix_ttft_lines(prefix: dict[str, tuple[PrefixRun, PrefixRun]], lab: str | None = "02") -> list[str]:
@@ -151,17 +177,34 @@ def prefix_ttft_lines(prefix: dict[str, tuple[PrefixRun, PrefixRun]], lab: str |
         v = ttft_verdict(off, on, id=f"prefix_ttft/{name}", name=name)
         if lab is not None:
             record_verdict(lab, v)
-        counted = t(f"{name}：命中率 {on.hit_rate:.0f}%，预填充 token 从 {off.prefill_tokens} 降到 {on.prefill_tokens}（计数）。",
-                    f"{name}: hit rate {on.hit_rate:.0f}%, prefill tokens {off.prefill_tokens} → {on.prefill_tokens} (counted). ")
-        lines.append(counted + v.sentence(
-            greater=("TTFT 关 ÷ 开 = {ratio}：开启前缀缓存后首 token 来得更快",
-                     "TTFT off ÷ on = {ratio}: with prefix caching the first token comes sooner"),
-            less=("TTFT 关 ÷ 开 = {ratio}：开启前缀缓存后首 token 反而来得更慢",
-                  "TTFT off ÷ on = {ratio}: with prefix caching the first token came later"),
-            same=("TTFT 关 ÷ 开 = {ratio}：开不开前缀缓存，首 token 一样快",
-                  "TTFT off ÷ on = {ratio}: the first token comes as soon with prefix caching as without"),
-            unit=t(" 倍", "×"), digits=1))
+        lines.append(prefix_line(name, off, on, v))
     return lines
+
+
+def prefix_shown(prefix: dict[str, tuple[PrefixRun, PrefixRun]]) -> str:
+    """The shared prefix the figure draws: the longest."""
+    return max(prefix, key=lambda name: prefix[name][0].prefix_len)
+
+
+def prefix_narration(rec):
+    """Section 5.1 rendered from its record alone (``sharing.record_prefix``): the sentences, the table
+    rows and the figure's title, all from the same TTFT off ÷ on verdicts."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab02_paged_attention.sharing import prefix_from_record
+
+    runs = prefix_from_record(rec)
+    verdicts = {name: rec.verdict(name) for name in runs}
+    table = prefix_table([(name, *pair) for name, pair in runs.items()], verdicts)
+    shown = prefix_shown(runs)
+    off, on = runs[shown]
+    v = verdicts[shown]
+    title = t(f"每个请求的首 token 延迟（共享前缀 {off.prefix_len} 个 token，真实模型）：TTFT 关 ÷ 开 = "
+              f"{_ttft_x(off, on):.1f} 倍{v.mark(**PREFIX_MARKS)}",
+              f"Time to first token per request (shared prefix of {off.prefix_len} tokens, real model): TTFT off ÷ on = "
+              f"{_ttft_x(off, on):.1f}×{v.mark(**PREFIX_MARKS)}")
+    return Narration(tuple(prefix_line(name, *pair, verdicts[name]) for name, pair in runs.items()),
+                     tuple(tuple(r) for r in table.rows), title,
+                     {f"prefix_shortens_ttft/{name}": f"{x.direction}|{x.confidence}" for name, x in verdicts.items()})
 
 
 PAPER_OVERHEAD_MAX = 0.26     # data/reference/published-numbers.csv, "PagedAttention kernel overhead": 20-26 %
@@ -216,12 +259,73 @@ def fork_table(run: ForkRun) -> Table:
                            f"{run.block_size} (real model, this run)"))
 
 
-def block_size_table(points: list[BlockSizePoint]) -> Table:
+def block_size_marks(ref: int) -> dict:
+    """One set of words for section 6's attention verdicts: the table mark, the sentence and the title use them."""
+    return dict(greater=(f"（比 B = {ref} 慢）", f" (slower than B = {ref})"),
+                less=(f"（比 B = {ref} 快）", f" (faster than B = {ref})"), same=("（持平）", " (level)"))
+
+
+def block_size_table(points: list[BlockSizePoint], verdicts: dict | None = None, ref: int = 16) -> Table:
+    """The three measurements per block size; with ``verdicts`` (``B_<size>`` → attention ÷ B = ``ref``) a
+    column with each size's ratio and its verdict's mark."""
+    headers = [t("块大小 B", "block size B"), t("KV 浪费 %（模拟）", "KV waste % (simulated)"),
+               t("平均并发（模拟）", "mean running (simulated)"), t("注意力 毫秒/解码步（本机）", "attention ms per decode step (here)"),
+               t("前缀命中率 %（模拟）", "prefix hit rate % (simulated)")]
     rows = [[p.block_size, p.waste, p.mean_running, p.attention_ms, p.prefix_hit_rate] for p in points]
-    return Table([t("块大小 B", "block size B"), t("KV 浪费 %（模拟）", "KV waste % (simulated)"),
-                  t("平均并发（模拟）", "mean running (simulated)"), t("注意力 毫秒/解码步（本机）", "attention ms per decode step (here)"),
-                  t("前缀命中率 %（模拟）", "prefix hit rate % (simulated)")], rows,
-                 caption=t("块大小的权衡（同一次运行里测得）", "The block-size trade-off (measured in one run)"))
+    if verdicts is not None:
+        headers.append(t(f"注意力 ÷ B = {ref}（各轮配对）", f"attention ÷ B = {ref} (paired rounds)"))
+        for p, row in zip(points, rows):
+            v = verdicts.get(f"B_{p.block_size}")
+            row.append("1（基准）" if p.block_size == ref and v is None else
+                       "—" if v is None else f"{v.ratio:.2f}×" + v.mark(**block_size_marks(ref)))
+    return Table(headers, rows, caption=t("块大小的权衡（同一次运行里测得）", "The block-size trade-off (measured in one run)"))
+
+
+def block_size_narration(rec):
+    """Section 6 rendered from its record alone (``block_size.record_block_sizes``): the table (the
+    attention column judged against B = 16 round by round), the sentences and the figure's title."""
+    from labkit.labs.common.measure import busy_warning
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab02_paged_attention.block_size import points_from_record
+
+    points, ref = points_from_record(rec), rec.values["reference"]
+    verdicts = {name: rec.verdict(name) for name in rec.verdicts}
+    table = block_size_table(points, verdicts, ref)
+    lines = []
+    for p in points:
+        v = verdicts.get(f"B_{p.block_size}")
+        if v is None:
+            continue
+        B = p.block_size
+        lines.append(v.sentence(warn=False,
+            greater=(f"块大小 {B}：注意力一步用时是 B = {ref} 的 {{ratio}}，比它慢", f"block size {B}: an attention step takes {{ratio}} B = {ref}'s, slower"),
+            less=(f"块大小 {B}：注意力一步用时是 B = {ref} 的 {{ratio}}，比它快", f"block size {B}: an attention step takes {{ratio}} B = {ref}'s, faster"),
+            same=(f"块大小 {B}：注意力一步用时与 B = {ref} 持平（{{ratio}}）", f"block size {B}: an attention step takes as long as B = {ref}'s ({{ratio}})")))
+    clear = [v for v in verdicts.values() if v.clear]
+    differ = [v for v in clear if v.direction != "same"]
+    if verdicts and len(clear) == len(verdicts) and not differ:
+        changes, title = "no", t(f"：本机注意力时间各块大小与 B = {ref} 持平", f": attention time level with B = {ref} at every size here")
+        lines.append(t("注意力时间几乎不随块大小变化：这条 CPU 路径先把 K/V 按槽位逐个收集出来，块大小只影响块表的长度。",
+                       "Attention time hardly moves with the block size: this CPU path gathers K/V slot by slot first, "
+                       "so the block size only changes how long the block table is."))
+    elif differ:
+        changes, title = "yes", t(f"：本机注意力时间随块大小变化（与 B = {ref} 比，{len(differ)} 个块大小明确不同）",
+                                  f": attention time moves with the block size here ({len(differ)} size(s) clearly differ from B = {ref})")
+        lines.append(t("块大小改变了本机注意力的用时：这是这个内核在这台 CPU 上的性质，论文在 GPU 上看到的是小块让内核变慢。",
+                       "The block size changes attention time here: a property of this kernel on this CPU; on GPUs the "
+                       "paper saw small blocks slow the kernel."))
+    else:
+        changes, title = "unsure", t("：本机注意力时间分不出块大小的影响（噪声之内或机器正忙）",
+                                     ": attention time cannot tell the block sizes apart here (within noise or machine busy)")
+        lines.append(t("这次测量分不出块大小对注意力用时的影响：重新运行这几格，看差别是否还在。",
+                       "This measurement cannot tell whether the block size changes attention time: rerun these cells."))
+    warning = busy_warning(list(verdicts.values()))
+    if warning:
+        lines.append(warning)
+    return Narration(tuple(lines), tuple(tuple(r) for r in table.rows),
+                     t("块大小的权衡（虚线：vLLM 的默认 16）", "The block-size trade-off (dotted: vLLM's default 16)") + title,
+                     {"block_size_changes_attention": changes,
+                      **{f"block_size_attention/{k}": f"{v.direction}|{v.confidence}" for k, v in verdicts.items()}})
 
 
 # One set of words for section 7's outcome: the sentence, the table mark and the figure title use them.
