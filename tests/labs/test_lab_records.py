@@ -20,7 +20,7 @@ from labkit.labs.lab01_kv_cache import preemption
 from labkit.labs.lab01_kv_cache import views as v01
 from labkit.labs.lab02_paged_attention import attention_cost, block_size, sharing
 from labkit.labs.lab02_paged_attention import views as v02
-from labkit.labs.lab03_batching import chunked, overhead, overhead_view
+from labkit.labs.lab03_batching import chunked, overhead, overhead_view, scaling
 from labkit.labs.lab03_batching import views as v03
 from labkit.labs.lab04_speculative import paying as p04
 from labkit.labs.lab04_speculative import records as r04
@@ -258,6 +258,39 @@ def test_lab03_chunked_sentences_and_title_agree_and_a_level_ttft_is_no_price(ou
         ttft.direction == "greater" and ttft.clear)
     if ttft.direction == "same":
         assert "没有量出分块的代价" in n.sentences[1] or not ttft.clear
+
+
+def scaling_record(outcome: str) -> R.SectionRecord:
+    # steps of one batch size alike in time; a wide spread marks the run disturbed: noise within that bound
+    ratios = [0.9, 1.2, 1.05] if outcome == "noise" else OUTCOMES[outcome]
+    load = BUSY if outcome == "busy" else QUIET
+    decode = [scaling.StepTiming("decode", 1, 0.01, (0.01, 0.01, 0.01), load, CORES),
+              scaling.StepTiming("decode", 4, 0.012, (0.012, 0.012, 0.012), load, CORES),
+              scaling.StepTiming("decode", 16, min(0.16 / r for r in ratios), tuple(0.16 / r for r in ratios), load, CORES)]
+    prefill = [scaling.StepTiming("prefill", n, 0.0005 * n) for n in (32, 128)]
+    return roundtrip(scaling.record_scaling(decode, prefill))
+
+
+SCALING_WORDS = {"greater": "每个 token 越便宜", "less": "token 吞吐反而只有", "same": "并没有更便宜"}
+
+
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_lab03_scaling_sentence_table_and_title_read_one_verdict(outcome):
+    rec = scaling_record(outcome)
+    n = v03.scaling_narration(rec)
+    v = rec.verdict("batching")
+    direction, confidence = expected(outcome)
+    assert v.confidence == confidence and (direction is None or v.direction == direction)
+    mark = v.mark(**v03.BATCHING_MARKS)
+    assert n.rows[-1][4] == f"{v.ratio:.1f}×{mark}" and all(not str(r[4]).endswith("）") for r in n.rows[:-1])
+    assert n.title.endswith(f"{v.ratio:.1f}×{mark}")                # the table's statistic, the table's mark
+    sentence = n.sentences[0]
+    assert f"{v.ratio:.2f}×" in sentence and "批 1 → 批 16" in sentence
+    if v.clear:
+        assert SCALING_WORDS[v.direction] in sentence
+        assert [w for d, w in SCALING_WORDS.items() if d != v.direction and w in sentence] == []
+    hedge_agrees(outcome, sentence)
+    assert n.claims == {"decode_batching_pays": f"{v.direction}|{v.confidence}"}
 
 
 def host_rows(per_request_us: dict[int, float]) -> list:
@@ -519,6 +552,8 @@ OUTCOME_CLAIMS = [
     ("02", r"几乎不随块大小变化", "block_size_changes_attention", {"no"}),
     ("02", r"(开启|打开)前缀缓存[^。；\n]{0,8}首 token[^。；\n]{0,6}(更快|快了|缩短)", "prefix_shortens_ttft", {"greater|clear"}),
     ("01", r"代价是算力和时间", "recompute_costs_more_time", {"greater|clear"}),
+    ("03", r"解码批越大，每个 token 越便宜", "decode_batching_pays", {"greater|clear"}),
+    ("03", r"解码步的时间在小批时应当几乎是平的", "decode_batching_pays", {"greater|clear"}),
     ("03", r"解码者的尾延迟被压平", "chunking_cuts_itl", {"greater|clear"}),
     ("03", r"代价是长提示的 TTFT", "chunking_costs_ttft", {"greater|clear"}),
     ("03", r"（第 6 节实测）", "chunking_costs_ttft", {"greater|clear"}),
@@ -532,7 +567,8 @@ def all_counterfactual_claims() -> dict[str, set[str]]:
                   + [v02.indirection_narration(indirection(o)) for o in OUTCOMES]
                   + [v02.prefix_narration(prefix_record(o)) for o in OUTCOMES]
                   + [v02.block_size_narration(block_size_record(o)) for o in OUTCOMES]
-                  + [v03.chunked_narration(chunking(o)) for o in OUTCOMES])
+                  + [v03.chunked_narration(chunking(o)) for o in OUTCOMES]
+                  + [v03.scaling_narration(scaling_record(o)) for o in OUTCOMES])
     for n in narrations:
         for key, value in n.claims.items():
             claims.setdefault(key.split("/")[0], set()).add(value)
@@ -573,7 +609,7 @@ NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.TIMELINE): v01
              ("01", preemption.SECTION): v01.preemption_narration,
              ("02", attention_cost.SECTION): v02.indirection_narration, ("02", sharing.PREFIX_SECTION): v02.prefix_narration,
              ("02", block_size.SECTION): v02.block_size_narration,
-             ("03", chunked.SECTION): v03.chunked_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration,
+             ("03", chunked.SECTION): v03.chunked_narration, ("03", scaling.SECTION): v03.scaling_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration,
              ("03", overhead_view.REMEDIES): overhead_view.remedies_narration,
              ("04", p04.SECTION): p04.render_regime, ("04", r04.SWEEP): sweep_narration,
              ("04", r04.MATRIX): matrix_narration, ("04", r04.BATCH): batch_narration,

@@ -17,10 +17,10 @@ simulated run can be checked against a real one (lab section 4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from labkit.config import EngineConfig
-from labkit.labs.common.measure import DEFAULT_MAX_SPREAD, cores, machine_load
+from labkit.labs.common.measure import DEFAULT_MAX_SPREAD, Verdict, cores, machine_load, verdict_from_ratios
 from labkit.metrics import StepRecorder
 from labkit.replay import prompt_tokens, text_corpus
 from labkit.sampling_params import SamplingParams
@@ -120,3 +120,49 @@ def calibrate(decode: list[StepTiming], prefill: list[StepTiming], model: str = 
                            mem_bandwidth=profile.weight_bytes / floor,
                            compute=2 * profile.num_params / prefill_slope(prefill),
                            memory_bytes=16e9, efficiency=1.0, step_overhead_s=0.0)
+
+
+# ----------------------------------------------------------------------------- the section's record
+#
+# Section 5's claim is that a bigger decode batch makes each token cheaper. It is judged, not assumed:
+# the largest batch's token throughput over batch 1's, step by step (the i-th measured step of each),
+# the headline being the table's (fastest step of each). Section 5's sentence, table and figure title
+# render from the record (``views.scaling_narration``).
+
+SECTION = "5-scaling"
+MARGIN = 0.05
+
+
+def batching_verdict(decode: list[StepTiming]) -> Verdict:
+    """Tokens per second at the largest batch ÷ at the smallest, per paired step."""
+    base, top = min(decode, key=lambda d: d.size), max(decode, key=lambda d: d.size)
+    gain = top.size / base.size
+    pairs = [gain * b / a for a, b in zip(top.all_s, base.all_s) if a > 0]
+    headline = gain * base.step_s / top.step_s
+    loads = [d.load for d in (base, top) if d.load is not None]
+    spreads = [d.spread for d in (base, top) if d.spread is not None]
+    return verdict_from_ratios(pairs or [headline], ratio=headline, margin=MARGIN, load=max(loads, default=None),
+                               cores=base.cores, spread=max(spreads, default=None), clock="wall clock (model forward)",
+                               quantity="speed", id=f"decode_batching/{base.size}->{top.size}",
+                               claim=(f"解码 token 吞吐：批 {top.size} ÷ 批 {base.size}",
+                                      f"decode token throughput: batch {top.size} / batch {base.size}"))
+
+
+def record_scaling(decode: list[StepTiming], prefill: list[StepTiming]):
+    """Section 5 as a record: every decode and prefill timing whole, the knee and the batching verdict."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    loads = [d.load for d in decode if d.load is not None]
+    return SectionRecord(lab="03", section=SECTION, context=RunContext.current(load=max(loads) if loads else None),
+                         rounds={f"decode/batch_{d.size}": list(d.all_s) for d in decode},
+                         values={"decode": [asdict(d) for d in decode], "prefill": [asdict(p) for p in prefill],
+                                 "knee": knee_tokens(decode, prefill)},
+                         verdicts={"batching": batching_verdict(decode)})
+
+
+def timings_from_record(rec) -> tuple[list[StepTiming], list[StepTiming]]:
+    """(decode, prefill) again, from the record alone."""
+    def timing(d) -> StepTiming:
+        return StepTiming(**{**d, "all_s": tuple(d.get("all_s") or ())})
+
+    return [timing(d) for d in rec.values["decode"]], [timing(p) for p in rec.values["prefill"]]

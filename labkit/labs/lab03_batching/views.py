@@ -204,7 +204,8 @@ def serving_table(results: list[ServingResult], caption: str) -> Table:
 
 # ------------------------------------------------------------------------------ scaling
 
-def scaling_figure(decode: list[StepTiming], prefill: list[StepTiming], knee: float) -> go.Figure:
+def scaling_figure(decode: list[StepTiming], prefill: list[StepTiming], knee: float, title: str | None = None) -> go.Figure:
+    """``title``: rendered from section 5's record (``scaling_narration(rec).title``)."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     sizes, step_ms, token_ms = [], [], []
     for timings, name, color in ((decode, t("解码步：批大小 = token 数", "decode step: batch = tokens"), COLORS["decode"]),
@@ -221,22 +222,56 @@ def scaling_figure(decode: list[StepTiming], prefill: list[StepTiming], knee: fl
     for col, ys in ((1, step_ms), (2, token_ms)):
         decade_ticks(fig, "x", sizes + ([knee] if col == 1 else []), row=1, col=col)
         decade_ticks(fig, "y", ys, row=1, col=col)
-    style(fig, t("一步的耗时 vs 这一步的 token 数（真实模型，本机实测）", "Step time vs tokens in the step (real model, measured here)"))
+    style(fig, title or t("一步的耗时 vs 这一步的 token 数（真实模型，本机实测）", "Step time vs tokens in the step (real model, measured here)"))
     tokens = t("这一步的 token 数（对数）", "tokens in the step (log)")
     return axis_titles(fig, [(tokens, t("步耗时（毫秒，对数）", "step time (ms, log)")),
                              (tokens, t("每个 token 的耗时（毫秒，对数）", "time per token (ms, log)"))])
 
 
-def scaling_table(decode: list[StepTiming]) -> Table:
+# One set of words for section 5's verdict: the table mark, the sentence and the figure title use them.
+BATCHING_MARKS = dict(greater=("（批大更省）", " (cheaper batched)"), less=("（批大反而更贵）", " (dearer batched)"),
+                      same=("（持平）", " (level)"))
+
+
+def scaling_narration(rec):
+    """Section 5 rendered from its record alone (``scaling.record_scaling``): does a bigger decode batch
+    make each token cheaper? The sentence, the table's throughput column and the figure title read one verdict."""
+    from labkit.labs.common.records import Narration
+    from labkit.labs.lab03_batching.scaling import timings_from_record
+
+    decode, _ = timings_from_record(rec)
+    v = rec.verdict("batching")
+    base, top = min(decode, key=lambda d: d.size), max(decode, key=lambda d: d.size)
+    step_x = top.step_s / base.step_s
+    a, b = base.size, top.size
+    sentence = v.sentence(
+        greater=(f"批 {a} → 批 {b}：一步的耗时变成 {step_x:.2f} 倍，token 吞吐是批 {a} 的 {{ratio}}——批越大，每个 token 越便宜",
+                 f"batch {a} → {b}: a step takes {step_x:.2f}× as long, token throughput is {{ratio}} batch {a}'s: the bigger "
+                 "the batch, the cheaper each token"),
+        same=(f"批 {a} → 批 {b}：一步的耗时变成 {step_x:.2f} 倍，token 吞吐与批 {a} 持平（{{ratio}}）——在这台机器上，批大了每个 token 并没有更便宜",
+              f"batch {a} → {b}: a step takes {step_x:.2f}× as long, token throughput level with batch {a} ({{ratio}}): "
+              "on this machine a bigger batch did not make tokens cheaper"),
+        less=(f"批 {a} → 批 {b}：一步的耗时变成 {step_x:.2f} 倍，token 吞吐反而只有批 {a} 的 {{ratio}}",
+              f"batch {a} → {b}: a step takes {step_x:.2f}× as long, token throughput only {{ratio}} batch {a}'s"))
+    table = scaling_table(decode, v)
+    title = t(f"一步的耗时 vs 这一步的 token 数（真实模型，本机实测）：批 {b} 的 token 吞吐是批 {a} 的 {v.ratio:.1f}×{v.mark(**BATCHING_MARKS)}",
+              f"Step time vs tokens in the step (real model, measured here): batch {b}'s token throughput {v.ratio:.1f}× "
+              f"batch {a}'s{v.mark(**BATCHING_MARKS)}")
+    return Narration((sentence,), tuple(tuple(r) for r in table.rows), title,
+                     {"decode_batching_pays": f"{v.direction}|{v.confidence}"})
+
+
+def scaling_table(decode: list[StepTiming], verdict=None) -> Table:
     """Each batch's fastest step (what the ratios and §5.1's calibration use), its spread over the
     measured steps and whether the machine was busy; the step ratio with its step-by-step range."""
-    base = decode[0]
+    base, top = decode[0], max(decode, key=lambda d: d.size)
     rows = []
     for d in decode:
         pair = step_ratio_spread(d, base)
         ratio_range = "" if pair is None or d is base else f"（{pair[0]:.2f}–{pair[1]:.2f}）"
+        mark = verdict.mark(**BATCHING_MARKS) if verdict is not None and d is top and d is not base else ""
         rows.append([d.size, _ms(d.step_s), _spread(d), f"{d.step_s / base.step_s:.2f}×{ratio_range}",
-                     f"{(d.size / d.step_s) / (base.size / base.step_s):.1f}×", busy_flag(d.busy)])
+                     f"{(d.size / d.step_s) / (base.size / base.step_s):.1f}×{mark}", busy_flag(d.busy)])
     loads = [d.load for d in decode if d.load is not None]
     load = t(f"测量期间最高负载 {max(loads):.1f}（{decode[0].cores} 个核）", f"highest load while measuring {max(loads):.1f} "
              f"({decode[0].cores} cores)") if loads else t("负载未知", "load unknown")
