@@ -34,10 +34,10 @@ ACCEPTANCE_FLOOR = 0.30          # measured 0.413 (38 / 92); see the module docs
 K = 2
 
 
-def tiny_target_dir(where) -> str:
+def tiny_target_dir(where, vocab: int = 49152) -> str:
     """A two-layer Llama with random weights and the default model's tokenizer: drafting rules hold for any
     target, and this one loads in a second (a mutant's tests load it afresh)."""
-    vocab, hidden = 49152, 32
+    hidden = 32
     cfg = {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4, "tie_word_embeddings": True,
            "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 1,
@@ -137,7 +137,45 @@ def test_draft_stats_count_drafted_tokens_forwards_and_calls(llm, two_drafts):
     assert proposer.num_computed == {"long": len(long_.all_token_ids) + 2, "short": len(short.all_token_ids)}
     for rid in ("long", "short"):
         proposer.forget(rid)
+    proposer.forget("never-drafted")                            # nothing to release: no error
     assert proposer.num_computed == {} and proposer.kv.usage() == 0.0
+
+
+def test_a_saved_draft_holds_its_layers_vocabulary_config_and_info_and_nothing_of_the_targets(llm, tmp_path):
+    from safetensors import safe_open
+
+    target = llm.engine.runner.model
+    draft = draft_from_target_layers(target, [1], torch.tensor([7, 3, 9]))
+    save_draft(tmp_path / "d.safetensors", draft, {"steps": 12, "note": "test"})
+    with safe_open(str(tmp_path / "d.safetensors"), framework="pt") as f:
+        names, meta = set(f.keys()), f.metadata()
+        ids = f.get_tensor("vocab_ids")
+    expected = {f"layers.0.{n}" for n, _ in target.layers[0].named_parameters()} | {"norm", "vocab_ids"}
+    assert names == expected
+    assert ids.dtype == torch.int32 and ids.tolist() == [7, 3, 9]
+    c = target.config
+    assert meta["format"] == "labkit-draft-v1"
+    assert json.loads(meta["config"]) == {
+        "num_hidden_layers": 1, "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim, "hidden_size": c.hidden_size}
+    assert json.loads(meta["info"]) == {"steps": 12, "note": "test"}
+
+
+def test_a_hugging_face_directory_drafts_as_a_whole_model_over_the_same_vocabulary(llm, tmp_path):
+    target = llm.engine.runner.model
+    proposer = proposer_for(llm, llm.engine.model_dir, k=2)       # the target's own directory
+    assert proposer.vocab_ids is None
+    assert torch.equal(proposer.model.embed_tokens, target.embed_tokens)
+    assert proposer.model.embed_tokens.dtype == target.embed_tokens.dtype
+    sampled = requests(llm, sampled=True)[:1]                     # top_k = 1: its argmax, q over the vocabulary
+    got = proposer.propose(sampled)[sampled[0].request_id]
+    assert got.probs.shape == (2, llm.engine.vocab_size)
+    assert [int(i) for i in got.probs.argmax(-1)] == got.token_ids
+    llm.engine.sampler.remove(sampled[0].request_id)
+    (tmp_path / "small").mkdir()
+    small = tiny_target_dir(tmp_path / "small", vocab=64)
+    with pytest.raises(ValueError, match=r"^draft vocab_size must equal the target's 49152 \(same tokenizer\), got 64$"):
+        proposer_for(llm, small)
 
 
 @pytest.mark.slow
