@@ -196,6 +196,11 @@ def test_lab02_prefix_ttft_sentence_table_and_title_agree(outcome):
         hedge_agrees(outcome, sentence)
     shown = rec.verdict("5-shot")
     assert n.title.endswith(shown.mark(**v02.PREFIX_MARKS)) and "共享前缀 160 个 token" in n.title
+    # the summary at the end of the lab carries the same number and mark as the section's table
+    fork = type("Fork", (), {"n": 4, "mean_saving": lambda self: 50.0})()
+    paged = type("Run", (), {"waste": 3.0, "label": "x", "mean_running": 2.0, "max_running": 2})()
+    summary = v02.summary_table(paged, paged, runs["5-shot"], fork, None, shown)
+    assert summary.rows[2][1].replace(" ×", "") == n.rows[1][7]
     assert n.claims["prefix_shortens_ttft/5-shot"] == f"{shown.direction}|{shown.confidence}"
 
 

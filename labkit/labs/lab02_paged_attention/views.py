@@ -387,8 +387,9 @@ def throughput_sentence(paged: LayoutRun, contiguous: LayoutRun, where: str, id:
 
 
 def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixRun, PrefixRun], fork: ForkRun,
-                  paper_like: tuple[LayoutRun, LayoutRun] | None = None) -> Table:
-    """The numbers to remember; ``paper_like`` (paged, max-length contiguous) on the paper's workload."""
+                  paper_like: tuple[LayoutRun, LayoutRun] | None = None, prefix_verdict=None) -> Table:
+    """The numbers to remember; ``paper_like`` (paged, max-length contiguous) on the paper's workload;
+    ``prefix_verdict`` (section 5.1's record) marks the TTFT ratio as section 5.1's table does."""
     off, on = prefix
     rows = [] if paper_like is None else [
         [t("论文的负载：存有 K/V 占整个池（图 2 口径），连续（最大长度预留）→ 分页",
@@ -402,7 +403,8 @@ def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixR
         [t("同一个池里同时运行的请求数（分页 ÷ 连续）", "requests running at once in one pool (paged ÷ contiguous)"),
          f"{fit_ratio(paged, contiguous):.1f} ×", paged.label],
         [t("共享前缀：TTFT 关 ÷ 开", "shared prefix: TTFT off ÷ on"),
-         f"{off.mean_ttft_after_first() / on.mean_ttft_after_first():.1f} ×", t("真实模型", "real model")],
+         f"{_ttft_x(off, on):.1f} ×" + (prefix_verdict.mark(**PREFIX_MARKS) if prefix_verdict is not None else ""),
+         t("真实模型", "real model")],
         [t(f"并行采样 n={fork.n}：写时复制省下的 KV 块", f"parallel sampling n={fork.n}: KV blocks saved by sharing"),
          f"{fork.mean_saving():.0f} %", t("真实模型", "real model")],
     ]
