@@ -136,8 +136,9 @@ book: setup-test
 # Record a bundle: run the labs headless, every measuring section's record into
 # data/lab-runs/<cpu kind>/<fast|full>/ (FULL=1 for full mode; LABS="01 02" for some labs), and copy the
 # bundles other machines left in ../shared/lab-runs/ (a folder there without records is skipped, said why).
+# Each lab's Run All time goes into data/lab-timings.json, which `make lab` and each lab's first cell read.
 record: setup-test
-	$(PY) scripts/record_labs.py $(if $(FULL),--full) $(if $(LABS),--labs $(LABS)) --accept-shared
+	$(PY) scripts/record_labs.py $(if $(FULL),--full) $(if $(LABS),--labs $(LABS)) --accept-shared --timings data/lab-timings.json
 
 test-fast: setup-test
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow and not browser"

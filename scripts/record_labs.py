@@ -1,6 +1,7 @@
 """Record a bundle: run the labs headless and keep every measuring section's record.
 
     python scripts/record_labs.py [--full] [--labs 01 02 03] [--out data/lab-runs] [--accept-shared]
+    python scripts/record_labs.py --full --timings data/lab-timings.json --convert   # and what `make lab` tells
 
 Runs each lab notebook top to bottom (nbclient, a python3 kernel; fast mode unless ``--full``) with
 ``LABKIT_RECORDS`` pointing at ``<out>/<cpu kind>/<fast|full>/``, so every section's record
@@ -21,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "data" / "lab-runs")
     ap.add_argument("--accept-shared", action="store_true", help="copy bundles from ../shared/lab-runs")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    ap.add_argument("--timings", type=Path, help="also merge each lab's Run All wall time into this file "
+                    "(data/lab-timings.json: what `make lab` and each lab's first cell tell the learner)")
+    ap.add_argument("--convert", action="store_true", help="with --timings, also time converting the model")
     args = ap.parse_args(argv)
 
     from labkit.labs.common.measure import cores, describe_machine, machine_load
@@ -98,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest = {"cpu": describe_machine(), "kind": cpu_kind(), "mode": mode, "cores": cores(),
                 "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "load_before": machine_load(), "labs": {}}
+    timed: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="labkit-record-") as tmp:
         env = {"LABKIT_RECORDS": str(bundle.resolve()), "LABKIT_RESULTS": str(Path(tmp) / "results"),
                "PYTHONPATH": str(REPO), "LABKIT_FAST": "1" if mode == "fast" else "0"}
@@ -107,13 +113,20 @@ def main(argv: list[str] | None = None) -> int:
                 manifest["labs"][lab] = "no such lab"
                 continue
             print(f"recording lab {lab} ({mode} mode) into {bundle} ...", flush=True)
+            load_before, start = os.getloadavg()[0], time.perf_counter()
             error = run_lab(path, env, Path(tmp), args.timeout)
+            wall_s = round(time.perf_counter() - start, 1)
             manifest["labs"][lab] = error or "ran"
-            print(f"  {error or 'ran'}", flush=True)
+            if error is None:
+                timed.append({"lab": path.stem, "wall_s": wall_s, "load_before": round(load_before, 2)})
+            print(f"  {error or 'ran'} in {wall_s} s", flush=True)
     manifest["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     manifest["load_after"] = machine_load()
     manifest["busy"] = max(x or 0.0 for x in (manifest["load_before"], manifest["load_after"])) > manifest["cores"]
     write_manifest(bundle / "bundle.json", manifest)
+    if args.timings:
+        from scripts.time_labs import time_conversion, write_timings
+        write_timings(args.timings, timed, mode == "fast", time_conversion() if args.convert else None)
     if args.accept_shared:
         for note in accept_shared(REPO.parent / "shared" / "lab-runs", args.out):
             print(note)

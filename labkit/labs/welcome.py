@@ -4,7 +4,8 @@
 
 Which notebook to open first, that the first cell converts the model once, and how long each lab's
 Run All computes. The times are never typed in here: they are read from ``data/lab-timings.json``, which
-``scripts/time_labs.py --timings`` measures (it names the CPU, the load and the date), and left out when
+``make record`` (``scripts/record_labs.py --timings``, or ``scripts/time_labs.py --timings``) measures (it
+names the CPU, the load and the date), and left out when
 that file is absent. Chinese first, then English, in the terminal; a lab's first cell speaks the
 learner's language (``labkit.set_language``).
 """
