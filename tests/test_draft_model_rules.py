@@ -195,3 +195,17 @@ def test_the_shipped_draft_keeps_its_acceptance_on_held_out_chat_and_counts_its_
     # Greedy: a draft token is accepted only after every one before it was, so the counts fall by position.
     per_pos = stats["spec_decode_num_accepted_tokens_per_pos"]
     assert len(per_pos) == K and per_pos[0] >= per_pos[1] and sum(per_pos) == accepted
+
+
+def test_sampled_drafts_are_drawn_with_the_requests_own_generator(llm, two_drafts):
+    proposer = proposer_for(llm, two_drafts[0], k=3)
+    params = SamplingParams(temperature=1.0, seed=5, max_tokens=20)
+    prompt = llm.tokenizer.encode_prompt("Once upon a time", chat=False)
+    drafts = []
+    for rid, global_seed in (("seeded-a", 1), ("seeded-b", 2)):      # the same seed, another global state
+        llm.engine.sampler.add(rid, params)
+        torch.manual_seed(global_seed)
+        drafts.append(proposer.propose([Request(rid, prompt, params, 0.0)])[rid].token_ids)
+        llm.engine.sampler.remove(rid)
+        proposer.forget(rid)
+    assert len(drafts[0]) == 3 and drafts[0] == drafts[1]

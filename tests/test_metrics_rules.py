@@ -199,3 +199,18 @@ def test_hooks_of_finds_the_bus_on_an_engine_on_an_llm_or_as_given():
         hooks_of(object())
     with pytest.raises(TypeError):
         hooks_of(None)
+
+
+def test_a_raising_subscriber_without_a_qualified_name_is_named_by_its_repr():
+    class Observer:
+        def __call__(self, event):
+            raise ValueError("no")
+
+        def __repr__(self):
+            return "<the observer>"
+
+    bus = EventBus()
+    bus.subscribe(Observer())
+    with pytest.warns(RuntimeWarning, match="labkit hook <the observer> raised on Preempted"):
+        bus.emit(Preempted("a", 1))
+    assert bus.errors[0].subscriber == "<the observer>" and not bus.active

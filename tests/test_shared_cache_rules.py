@@ -226,7 +226,7 @@ def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores
 
     packs_used = []
     monkeypatch.setattr(shared_cache, "LlamaModel", Net)
-    monkeypatch.setattr(shared_cache, "use_pack", lambda net, path: packs_used.append(path))
+    monkeypatch.setattr(shared_cache, "use_pack", lambda net, path: packs_used.append((type(net), path)))
     monkeypatch.setattr(linear_forms, "forget", lambda: during.append("forgot"))
     monkeypatch.setenv("LABKIT_THREADS", "3")
     threads = torch.get_num_threads()
@@ -240,7 +240,7 @@ def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores
             monkeypatch.setenv("LABKIT_CACHE", saved)
         shared_cache._tune_into(tmp_path, model_dir, cfg, (torch.float32, torch.bfloat16))
         assert during == [(torch.float32, str(tmp_path), 3), (torch.bfloat16, str(tmp_path), 3), "forgot"]
-        assert packs_used == [tmp_path / "packs" / "m-float32.lkw", tmp_path / "packs" / "m-bfloat16.lkw"]
+        assert packs_used == [(Net, tmp_path / "packs" / "m-float32.lkw"), (Net, tmp_path / "packs" / "m-bfloat16.lkw")]
         assert shared_cache.os.environ.get("LABKIT_CACHE") == saved and torch.get_num_threads() == threads
 
 
