@@ -74,10 +74,11 @@ def cpu_kind_slug(cpu_line: str) -> str:
     return "-".join(w for w in "".join(c if c.isalnum() else " " for c in words).split() if w) or "unknown-cpu"
 
 
-def report(title: str, module: str, argv: list[str] | None, sections) -> list:
+def report(title: str, module: str, argv: list[str] | None, sections, saved_as: str | None = None) -> list:
     """Print a benchmark's markdown report: title, the command that reproduces it, then each section as it
     is produced (``sections`` may be a generator), flushing so long runs show progress. Returns the sections.
-    With `RESULTS_ENV` set, the report (with its date) is also saved under that folder, by CPU kind."""
+    With `RESULTS_ENV` set, the report (with its date) is also saved under that folder, by CPU kind, as
+    ``<saved_as or the module's last name>.md``."""
     head = f"# {title}\n\ncommand: `{command_line(module, argv)}`\n"
     print(head, flush=True)
     done, parts = [], [head]
@@ -91,7 +92,7 @@ def report(title: str, module: str, argv: list[str] | None, sections) -> list:
         from labkit.model.cpu_features import describe_cpu
 
         cpu = describe_cpu()
-        path = Path(folder) / cpu_kind_slug(cpu) / f"{module.rsplit('.', 1)[-1]}.md"
+        path = Path(folder) / cpu_kind_slug(cpu) / f"{saved_as or module.rsplit('.', 1)[-1]}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         stamp = f"measured {time.strftime('%Y-%m-%d')} on: {cpu}\n\n"
         path.write_text(parts[0] + "\n" + stamp + "\n".join(parts[1:]), encoding="utf-8")

@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> list[Section]:
         return []
     if args.isa:
         return report("labkit vs llama.cpp on this CPU, by instruction-set level", "bench.llama_cpp_peer", argv,
-                      run_levels(args, list(sys.argv[1:] if argv is None else argv)))
+                      run_levels(args, list(sys.argv[1:] if argv is None else argv)), saved_as="llama_cpp_peer_isa")
     return report("labkit vs llama.cpp on this CPU", "bench.llama_cpp_peer", argv, run(args))
 
 
