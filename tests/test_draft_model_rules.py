@@ -27,7 +27,13 @@ from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit.events import SpecVerified
 from labkit.model.loader import resolve_model_dir
 from labkit.request import Request
-from labkit.spec_decode.draft_model import DEFAULT_DRAFT, DraftModelProposer, draft_from_target_layers, save_draft
+from labkit.spec_decode.draft_model import (
+    DEFAULT_DRAFT,
+    DraftModelProposer,
+    draft_from_target_layers,
+    load_draft,
+    save_draft,
+)
 from labkit.traces import load_prompts
 
 ACCEPTANCE_FLOOR = 0.30          # measured 0.413 (38 / 92); see the module docstring
@@ -159,6 +165,12 @@ def test_a_saved_draft_holds_its_layers_vocabulary_config_and_info_and_nothing_o
         "num_hidden_layers": 1, "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim, "hidden_size": c.hidden_size}
     assert json.loads(meta["info"]) == {"steps": 12, "note": "test"}
+    loaded = load_draft(tmp_path / "d.safetensors", target)      # back: its one layer, frozen, the target's embedding
+    assert len(loaded.layers) == 1 and loaded.embed_tokens is target.embed_tokens
+    for name, p in loaded.named_parameters():
+        assert not p.requires_grad, name
+    assert torch.equal(loaded.layers[0].qkv_proj, target.layers[1].qkv_proj.half().float())
+    assert torch.equal(loaded.lm_head, target.embed_tokens[[7, 3, 9]]) and torch.equal(loaded.norm, target.norm.half().float())
 
 
 def test_a_hugging_face_directory_drafts_as_a_whole_model_over_the_same_vocabulary(llm, tmp_path):
