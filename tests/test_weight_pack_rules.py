@@ -194,3 +194,10 @@ def test_a_misfit_names_at_most_three_missing_and_three_extra_tensors(tmp_path):
         weight_pack.use_pack(net, path)
     assert str(err.value) == (f"{path}: the pack does not fit this model (missing {missing[:3]}, "
                               "extra ['z.0', 'z.1', 'z.2'])")
+
+
+def test_a_tensor_filling_its_lines_exactly_is_followed_on_the_next_line(tmp_path):
+    entries = weight_pack.read_header(weight_pack.write_pack(
+        {"a": torch.zeros(16), "b": torch.zeros(32, dtype=torch.float16), "c": torch.zeros(1)},
+        tmp_path / "p.lkw"))["tensors"]
+    assert [e["offset"] for e in entries.values()] == [0, 64, 128]          # 64 bytes, then 64 bytes: no gap
