@@ -7,6 +7,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No test times anything (speed is measured in benchmarks): Hypothesis' per-example deadline would fail a
+# correct property on a busy machine, so it is off for every property, not only where a file says so.
+settings.register_profile("labkit", deadline=None)
+settings.load_profile("labkit")
 
 # Triton's interpreter must be chosen before triton is first imported anywhere in the session;
 # on a CUDA machine the compiled kernels are tested instead.
