@@ -97,7 +97,7 @@ def record(lab: str, section: str, key: str, entry: dict[str, Any]) -> Path | No
         raise ValueError(f"key must be a non-empty string, got {key!r}")
     path = summary_path(lab)
     data = read_summary(lab, path) or _empty(lab)
-    data[section][key] = _finite(json.loads(json.dumps(entry, default=_jsonable)))   # a plain JSON copy
+    data[section][key] = finite(json.loads(json.dumps(entry, default=_jsonable)))   # a plain JSON copy
     data["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     data["machine"] = _machine()
     try:
@@ -111,14 +111,14 @@ def record(lab: str, section: str, key: str, entry: dict[str, Any]) -> Path | No
     return path
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """NaN and infinities become None: they are not JSON, and an undefined ratio is "none"."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.report.results import finite
+
 SCHEMA = "labkit-record/1"
 MODES = ("fast", "full")
 _LAB_ID = re.compile(r"^[0-9]{2}$")
@@ -205,7 +207,7 @@ class SectionRecord:
                 "verdicts": self.verdicts}
 
     def to_json(self) -> str:
-        return json.dumps(_finite(self.to_dict()), ensure_ascii=False, indent=1, allow_nan=False)
+        return json.dumps(finite(self.to_dict()), ensure_ascii=False, indent=1, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SectionRecord":
@@ -331,15 +333,4 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         return value.item()
-    return value
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities become None (not JSON; an undefined ratio is "none")."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
     return value
