@@ -149,7 +149,7 @@ def test_lab02_indirection_sentence_table_and_title_agree(outcome):
     v = rec.verdict("context_512")
     direction, confidence = expected(outcome)
     assert v.confidence == confidence and (direction is None or v.direction == direction)
-    mark = v.mark(**v02.INDIRECTION_MARKS)
+    mark = v02.paged_vs_contiguous_mark(v)
     assert n.rows[0][5].endswith(mark) and n.title.endswith(mark)
     sentence = n.sentences[1]
     if confidence == "clear":
@@ -188,14 +188,14 @@ def test_lab02_prefix_ttft_sentence_table_and_title_agree(outcome):
         v = rec.verdict(name)
         assert v.confidence == confidence and (direction is None or v.direction == direction)
         ratio = f"{off.mean_ttft_after_first() / on.mean_ttft_after_first():.1f}"
-        assert f"{ratio} 倍" in sentence and row[7] == ratio + v.mark(**v02.PREFIX_MARKS)   # one statistic, one verdict
+        assert f"{ratio} 倍" in sentence and row[7] == ratio + v02.prefix_mark(v)   # one statistic, one verdict
         assert f"预填充 token 从 {off.prefill_tokens} 降到 {on.prefill_tokens}（计数）" in sentence
         if v.clear:
             assert PREFIX_WORDS[v.direction] in sentence
             assert [w for d, w in PREFIX_WORDS.items() if d != v.direction and w in sentence] == []
         hedge_agrees(outcome, sentence)
     shown = rec.verdict("5-shot")
-    assert n.title.endswith(shown.mark(**v02.PREFIX_MARKS)) and "共享前缀 160 个 token" in n.title
+    assert n.title.endswith(v02.prefix_mark(shown)) and "共享前缀 160 个 token" in n.title
     # the summary at the end of the lab carries the same number and mark as the section's table
     fork = type("Fork", (), {"n": 4, "mean_saving": lambda self: 50.0})()
     paged = type("Run", (), {"waste": 3.0, "label": "x", "mean_running": 2.0, "max_running": 2})()
@@ -220,12 +220,11 @@ def test_lab02_block_size_sentence_table_and_title_agree(outcome):
     rec = block_size_record(outcome)
     n = v02.block_size_narration(rec)
     direction, confidence = expected(outcome)
-    marks = v02.block_size_marks(16)
     for B, row in ((1, n.rows[0]), (128, n.rows[2])):
         v = rec.verdict(f"B_{B}")
         assert v.confidence == confidence and (direction is None or v.direction == direction)
         sentence = next(x for x in n.sentences if f"块大小 {B}：" in x)
-        assert f"{v.ratio:.2f}×" in sentence and row[5] == f"{v.ratio:.2f}×" + v.mark(**marks)
+        assert f"{v.ratio:.2f}×" in sentence and row[5] == f"{v.ratio:.2f}×" + v02.block_size_mark(v, 16)
         if v.clear:
             assert BLOCK_WORDS[v.direction] in sentence
     assert n.rows[1][5] == "1（基准）"

@@ -128,9 +128,10 @@ def throughput_cell(paged: LayoutRun, contiguous: LayoutRun) -> str:
     return f"{v.ratio:.2f} [{v.ratio_min:.2f}–{v.ratio_max:.2f}]{word}"
 
 
-# One set of words for section 5.1's outcome: the sentence, the table mark and the figure title use them.
-PREFIX_MARKS = dict(greater=("（缓存后更快）", " (sooner cached)"), less=("（缓存后反而更慢）", " (later cached)"),
-                    same=("（持平）", " (level)"))
+def prefix_mark(v) -> str:
+    """Section 5.1's outcome in one set of words: the sentence, the table mark and the figure title use it."""
+    return v.mark(greater=("（缓存后更快）", " (sooner cached)"), less=("（缓存后反而更慢）", " (later cached)"),
+                  same=("（持平）", " (level)"))
 
 
 def _ttft_x(off: PrefixRun, on: PrefixRun) -> float:
@@ -145,7 +146,7 @@ def prefix_table(pairs: list[tuple[str, PrefixRun, PrefixRun]], verdicts: dict |
         v = (verdicts or {}).get(name)
         rows.append([name, off.prefix_len, on.hit_rate, off.prefill_tokens, on.prefill_tokens,
                      1000 * off.mean_ttft_after_first(), 1000 * on.mean_ttft_after_first(),
-                     f"{_ttft_x(off, on):.1f}" + (v.mark(**PREFIX_MARKS) if v is not None else "")])
+                     f"{_ttft_x(off, on):.1f}" + (prefix_mark(v) if v is not None else "")])
     return Table([t("共享前缀", "shared prefix"), t("前缀 token", "prefix tokens"), t("命中率 %", "hit rate %"),
                   t("预填充 token（关）", "prefill tokens (off)"), t("预填充 token（开）", "prefill tokens (on)"),
                   t("TTFT 毫秒（关）", "TTFT ms (off)"), t("TTFT 毫秒（开）", "TTFT ms (on)"),
@@ -199,9 +200,9 @@ def prefix_narration(rec):
     off, on = runs[shown]
     v = verdicts[shown]
     title = t(f"每个请求的首 token 延迟（共享前缀 {off.prefix_len} 个 token，真实模型）：TTFT 关 ÷ 开 = "
-              f"{_ttft_x(off, on):.1f} 倍{v.mark(**PREFIX_MARKS)}",
+              f"{_ttft_x(off, on):.1f} 倍{prefix_mark(v)}",
               f"Time to first token per request (shared prefix of {off.prefix_len} tokens, real model): TTFT off ÷ on = "
-              f"{_ttft_x(off, on):.1f}×{v.mark(**PREFIX_MARKS)}")
+              f"{_ttft_x(off, on):.1f}×{prefix_mark(v)}")
     return Narration(tuple(prefix_line(name, *pair, verdicts[name]) for name, pair in runs.items()),
                      tuple(tuple(r) for r in table.rows), title,
                      {f"prefix_shortens_ttft/{name}": f"{x.direction}|{x.confidence}" for name, x in verdicts.items()})
@@ -259,10 +260,11 @@ def fork_table(run: ForkRun) -> Table:
                            f"{run.block_size} (real model, this run)"))
 
 
-def block_size_marks(ref: int) -> dict:
-    """One set of words for section 6's attention verdicts: the table mark, the sentence and the title use them."""
-    return dict(greater=(f"（比 B = {ref} 慢）", f" (slower than B = {ref})"),
-                less=(f"（比 B = {ref} 快）", f" (faster than B = {ref})"), same=("（持平）", " (level)"))
+def block_size_mark(v, ref: int) -> str:
+    """Section 6's attention verdict against B = ``ref`` in one set of words: the table mark, the sentence and
+    the title use it."""
+    return v.mark(greater=(f"（比 B = {ref} 慢）", f" (slower than B = {ref})"),
+                  less=(f"（比 B = {ref} 快）", f" (faster than B = {ref})"), same=("（持平）", " (level)"))
 
 
 def block_size_table(points: list[BlockSizePoint], verdicts: dict | None = None, ref: int = 16) -> Table:
@@ -277,7 +279,7 @@ def block_size_table(points: list[BlockSizePoint], verdicts: dict | None = None,
         for p, row in zip(points, rows):
             v = verdicts.get(f"B_{p.block_size}")
             row.append("1（基准）" if p.block_size == ref and v is None else
-                       "—" if v is None else f"{v.ratio:.2f}×" + v.mark(**block_size_marks(ref)))
+                       "—" if v is None else f"{v.ratio:.2f}×" + block_size_mark(v, ref))
     return Table(headers, rows, caption=t("块大小的权衡（同一次运行里测得）", "The block-size trade-off (measured in one run)"))
 
 
@@ -328,13 +330,14 @@ def block_size_narration(rec):
                       **{f"block_size_attention/{k}": f"{v.direction}|{v.confidence}" for k, v in verdicts.items()}})
 
 
-# One set of words for section 7's outcome: the sentence, the table mark and the figure title use them.
-INDIRECTION_MARKS = dict(greater=("（分页更慢）", " (paged slower)"), less=("（分页更快）", " (paged faster)"),
-                         same=("（持平）", " (level)"))
+def paged_vs_contiguous_mark(v) -> str:
+    """Section 7's outcome in one set of words: the sentence, the table mark and the figure title use it."""
+    return v.mark(greater=("（分页更慢）", " (paged slower)"), less=("（分页更快）", " (paged faster)"),
+                  same=("（持平）", " (level)"))
 
 
 def indirection_mark(cost: IndirectionCost) -> str:
-    return cost.verdict.mark(**INDIRECTION_MARKS) if cost.verdict else ""
+    return paged_vs_contiguous_mark(cost.verdict) if cost.verdict else ""
 
 
 def indirection_title(costs: list[IndirectionCost]) -> str:
@@ -403,7 +406,7 @@ def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixR
         [t("同一个池里同时运行的请求数（分页 ÷ 连续）", "requests running at once in one pool (paged ÷ contiguous)"),
          f"{fit_ratio(paged, contiguous):.1f} ×", paged.label],
         [t("共享前缀：TTFT 关 ÷ 开", "shared prefix: TTFT off ÷ on"),
-         f"{_ttft_x(off, on):.1f} ×" + (prefix_verdict.mark(**PREFIX_MARKS) if prefix_verdict is not None else ""),
+         f"{_ttft_x(off, on):.1f} ×" + (prefix_mark(prefix_verdict) if prefix_verdict is not None else ""),
          t("真实模型", "real model")],
         [t(f"并行采样 n={fork.n}：写时复制省下的 KV 块", f"parallel sampling n={fork.n}: KV blocks saved by sharing"),
          f"{fork.mean_saving():.0f} %", t("真实模型", "real model")],
