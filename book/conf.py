@@ -20,4 +20,7 @@ html_title = "labkit 实验室"
 html_static_path = ["_static"]
 # plotly.js from the plotly package, served with the site: the figures render offline
 html_js_files = ["plotly.min.js"]
+# Widget outputs become a note on the site (they run only in JupyterLab), so MyST-NB's widget manager, which it
+# would load from two CDNs for any notebook that saved widget state, has nothing to draw: none is loaded.
+nb_ipywidgets_js = {}
 html_theme_options = {"show_toc_level": 2, "use_download_button": True}
