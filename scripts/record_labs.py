@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     write_manifest(bundle / "bundle.json", manifest)
     if args.timings:
         from scripts.time_labs import time_conversion, write_timings
-        write_timings(args.timings, timed, mode == "fast", time_conversion() if args.convert else None)
+        write_timings(args.timings, timed, mode == "fast", time_conversion() if args.convert else None,
+                      tool="scripts/record_labs.py")
     if args.accept_shared:
         for note in accept_shared(REPO.parent / "shared" / "lab-runs", args.out):
             print(note)

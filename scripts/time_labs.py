@@ -83,15 +83,17 @@ def run_one(path: Path, fast: bool, cell_timeout: int, keep: Path | None = None)
 def time_conversion() -> float:
     """Seconds to convert the default model into an empty cache, as a learner's first lab cell does."""
     sys.path.insert(0, str(REPO))
-    from labkit.model.loader import ensure_default_converted
+    from labkit.model.loader import convert_gguf, find_default_gguf
 
+    # convert_gguf itself: ensure_default_converted would copy this user's earlier conversion instead
     with tempfile.TemporaryDirectory(prefix="labkit-convert-") as tmp:
         start = time.perf_counter()
-        ensure_default_converted(progress=False, root=Path(tmp))
+        convert_gguf(find_default_gguf(), Path(tmp), progress=False)
         return round(time.perf_counter() - start, 1)
 
 
-def write_timings(path: Path, rows: list[dict], fast: bool, convert_s: float | None) -> None:
+def write_timings(path: Path, rows: list[dict], fast: bool, convert_s: float | None,
+                  tool: str = "scripts/time_labs.py") -> None:
     """Merge one mode's Run All times into ``path`` (the other mode's times and the conversion are kept)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -99,7 +101,7 @@ def write_timings(path: Path, rows: list[dict], fast: bool, convert_s: float | N
         data = {}
     loads = [row["load_before"] for row in rows]
     data.update(cpu=f"{_cpu_line()}, {os.cpu_count()} cores", measured_on=time.strftime("%Y-%m-%d"),
-                load=round(max(loads), 1) if loads else None, tool="scripts/time_labs.py")
+                load=round(max(loads), 1) if loads else None, tool=tool)
     data.setdefault("full_s", {})
     data.setdefault("fast_s", {})
     data["fast_s" if fast else "full_s"].update({row["lab"][:2]: row["wall_s"] for row in rows})
