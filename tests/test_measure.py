@@ -325,3 +325,13 @@ def test_a_comparison_prints_its_loads_to_one_decimal():
     loads = iter([3.248046875, None])
     c = compare({"a": lambda: None, "b": lambda: None}, baseline="a", rounds=2, warmup=0, load=lambda: next(loads))
     assert c.loads == "3.2 → ?"
+
+
+def test_a_verdict_comes_back_whole_from_its_saved_entry_even_with_an_undefined_ratio():
+    from labkit.report.results import finite
+
+    v = Verdict("greater", "within noise", float("inf"), 1.5, float("inf"), 0.1, id="x", claim=("快", "fast"),
+                rounds=3, load_before=0.5, load_after=0.7, cores=2, reasons=("spread",))
+    saved = json.loads(json.dumps(finite(v.as_entry())))          # as a results summary stores it
+    assert saved["ratio"] is None and saved["claim"] == {"zh": "快", "en": "fast"} and "load" in saved
+    assert Verdict.from_entry(saved) == v

@@ -331,6 +331,25 @@ class Verdict:
         entry["load"] = {"before": self.load_before, "after": self.load_after, "cores": self.cores}
         return entry
 
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> Verdict:
+        """The verdict again from its saved JSON: ``as_entry``'s (a results summary, extra keys such as
+        ``load`` ignored) or a plain ``asdict`` (a section record). JSON has no tuples (the claim may be a
+        {zh, en} object) and no infinity (an undefined ratio was saved as null)."""
+        names = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in entry.items() if k in names}
+        for key in ("ratio", "ratio_min", "ratio_max"):
+            if key in kw and kw[key] is None:
+                kw[key] = math.inf
+        claim = kw.get("claim")
+        if isinstance(claim, Mapping):
+            kw["claim"] = (claim.get("zh", ""), claim.get("en", ""))
+        elif claim is not None:
+            kw["claim"] = tuple(claim)
+        if "reasons" in kw:
+            kw["reasons"] = tuple(kw["reasons"] or ())
+        return cls(**kw)
+
 
 def _direction(ratio: float, margin: float) -> str:
     if ratio > 1 + margin:

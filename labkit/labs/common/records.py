@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import math
 import os
 import re
 import tempfile
@@ -151,15 +150,7 @@ def verdict_from_dict(data: Mapping[str, Any]):
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"verdict record has unknown field(s) {unknown}")
-    kw = dict(data)
-    for key in ("ratio", "ratio_min", "ratio_max"):
-        if kw.get(key) is None and key in kw:
-            kw[key] = math.inf          # JSON has no infinity: an undefined ratio was saved as null
-    if "claim" in kw:
-        kw["claim"] = tuple(kw["claim"])
-    if "reasons" in kw:
-        kw["reasons"] = tuple(kw["reasons"])
-    return Verdict(**kw)
+    return Verdict.from_entry(data)
 
 
 # ----------------------------------------------------------------------------- the record

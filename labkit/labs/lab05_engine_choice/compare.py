@@ -131,19 +131,11 @@ def ranking_sentence(rows: list[AblationRow], a: str, b: str) -> str:
 def lab04_draft_on_chat(summary: dict | None) -> str:
     """What lab 04 recorded for the 2-layer draft model on open chat (its training domain), from the
     learner's results/lab04.json; says so when lab 04 has not recorded it."""
-    from dataclasses import fields
-
     entry = ((summary or {}).get("verdicts") or {}).get(LAB04_DRAFT_CHAT)
     if not isinstance(entry, dict):
         return t("实验 04 的结果里还没有“2 层草稿模型在开放对话上”这一行：做完实验 04 第 4 节后再运行本格。",
                  "Lab 04's results hold no row for the 2-layer draft on open chat yet: run lab 04's section 4, then this cell.")
-    names = {f.name for f in fields(Verdict)}
-    kw = {k: v for k, v in entry.items() if k in names}
-    claim = entry.get("claim")
-    kw["claim"] = (claim.get("zh", ""), claim.get("en", "")) if isinstance(claim, dict) else tuple(claim or ("", ""))
-    kw["reasons"] = tuple(kw.get("reasons") or ())
-    v = Verdict(**kw)
-    return v.sentence(
+    return Verdict.from_entry(entry).sentence(
         greater=("实验 04 里，2 层草稿模型在它的训练领域（开放对话）上比普通解码快：{ratio}",
                  "In lab 04 the 2-layer draft decoded its own domain (open chat) faster than plain decoding: {ratio}"),
         less=("实验 04 里，2 层草稿模型连在它的训练领域（开放对话）上也比普通解码慢：{ratio}",
