@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,7 @@ class Hub:
     instructor_password: str
     first_logins: list[tuple[str, int]]            # the instructor's, before anyone else's: (password, status)
     tokens: dict[str, str] = field(default_factory=dict)
+    launches: Path | None = None                   # every process the hub's tree started (`watch_launches`)
 
     def login(self, user: str, password: str) -> int:
         with httpx.Client(base_url=self.url, timeout=60) as client:
@@ -176,6 +178,55 @@ def stop_hub(hub: Hub) -> None:
             kill_tree(hub.proc)
 
 
+# Loaded by every Python process of the hub's tree through PYTHONPATH, which the spawner passes on to the
+# learners' servers and their kernels: an audit hook that logs each process one of them starts (its program
+# and arguments), one file per process named by its uid. How the test sees that no learner ran a compiler.
+AUDIT = """import json, os, sys
+_LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log")
+# event: (index of the program, index of the arguments) in the event's arguments
+_STARTS = {"subprocess.Popen": (0, 1), "os.exec": (0, 1), "os.posix_spawn": (0, 1), "os.spawn": (1, 2),
+           "os.system": (None, 0)}
+
+
+def _text(value):
+    return "" if value is None else os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value)
+
+
+def _hook(event, args):
+    if event in _STARTS:
+        try:
+            program, argv = _STARTS[event]
+            argv = args[argv]
+            argv = [argv] if isinstance(argv, (str, bytes, os.PathLike)) else list(argv or [])
+            with open(os.path.join(_LOG, f"{os.getuid()}-{os.getpid()}"), "a") as f:
+                f.write(json.dumps([event, "" if program is None else _text(args[program]),
+                                    [_text(a) for a in argv]]) + "\\n")
+        except Exception:
+            pass
+
+
+sys.addaudithook(_hook)
+"""
+
+
+def watch_launches() -> Path:
+    """A directory every user can read, holding `AUDIT` as sitecustomize.py, and log/ every user may write to."""
+    where = Path(tempfile.mkdtemp(prefix="labkit-hub-launches-"))
+    where.chmod(0o755)
+    (where / "sitecustomize.py").write_text(AUDIT)
+    (where / "log").mkdir(mode=0o1777)
+    (where / "log").chmod(0o1777)
+    return where
+
+
+def launches_by(uid: int, where: Path) -> list[tuple[str, str, list[str]]]:
+    """(event, program, argv) of every process started by a process of ``uid`` that loaded `AUDIT`."""
+    found = []
+    for log in (where / "log").glob(f"{uid}-*"):
+        found += [tuple(json.loads(line)) for line in log.read_text().splitlines()]
+    return found
+
+
 @pytest.fixture(scope="module")
 def machine() -> None:
     if (reason := hub_unavailable()) is not None:
@@ -202,15 +253,17 @@ def hub(machine, tmp_path_factory, shared_cache):
                LABKIT_HUB_CPUS="1")
     log = state / "hub.log"
     proc = None
+    launches = watch_launches()
     password = secrets.token_urlsafe(12)
     try:
         cli("add-learners", *names, env=env)
         cli("instructor", env=env, stdin=password + "\n")
         with open(log, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "labkit.hub", "start"], env=env, cwd=REPO, stdout=out,
+            watched = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(launches), env.get("PYTHONPATH")])))
+            proc = subprocess.Popen([sys.executable, "-m", "labkit.hub", "start"], env=watched, cwd=REPO, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         hub = Hub(f"http://127.0.0.1:{env['LABKIT_HUB_PORT']}", env["LABKIT_HUB_ADMIN_TOKEN"], prefix + "i", names,
-                  log, proc, env, password, [])
+                  log, proc, env, password, [], launches=launches)
 
         def answers() -> bool:
             assert proc.poll() is None, hub.log_text()[-4000:]
@@ -233,6 +286,7 @@ def hub(machine, tmp_path_factory, shared_cache):
             kill_tree(proc)
         for name in [*names, prefix + "i"]:
             learners.remove_learner(name)
+        shutil.rmtree(launches, ignore_errors=True)
         for where in learner_dirs(names[0]).values():        # the hub's group of learner cgroups, if now empty
             try:
                 where.parent.rmdir()
@@ -528,22 +582,40 @@ def test_a_hub_user_with_no_account_here_is_told_to_run_add_learners_and_leaves_
     hub.api("DELETE", f"/users/{name}")
 
 
+# a C compiler's program, by name (cc, gcc-12, x86_64-linux-gnu-gcc-12, clang-17, c++ ...)
+COMPILER = re.compile(r"^(.*-)?(cc|c\+\+|gcc|g\+\+|clang|clang\+\+|cc1)(-[0-9.]+)?$")
+
+
 @pytest.mark.slow
-def test_the_learners_load_the_c_kernels_the_set_up_built_and_compile_nothing(hub, class_at_work, shared_cache):
-    """Each learner's kernel got LABKIT_SHARED_CACHE and maps the library ``prepare`` built into it; no
-    learner has a kernels build of their own (nothing was compiled in their servers)."""
+def test_the_learners_load_the_one_library_the_set_up_built_and_start_no_compiler(hub, class_at_work, shared_cache):
+    """Every learner's kernel got LABKIT_SHARED_CACHE and maps the one library ``prepare`` built into it; no
+    process of any learner started a compiler (not even ``cc --version``: the set-up recorded its compiler),
+    and no learner has a library of their own."""
+    from labkit.model import native
+
     built = sorted((shared_cache / "kernels").glob("labkit-*.so"))
     assert built, f"prepare built no C kernels into {shared_cache / 'kernels'}"
+    assert (shared_cache / "kernels" / native.COMPILERS).is_file()
+    cc = os.path.realpath(native.compiler())
+    mapped = set()
     for name, pids in learner_kernel_pids(hub.learners).items():
         home = Path(pwd.getpwnam(name).pw_dir)
-        assert not (home / ".cache" / "labkit" / "kernels").exists(), f"{name} compiled the kernels again"
+        assert not list(home.rglob("labkit-*.so")), f"{name} has a C kernels build of their own"
         for pid in pids:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             assert f"LABKIT_SHARED_CACHE={shared_cache}".encode() in environ
             maps = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
                     if "labkit-" in line and line.endswith(".so")}
-            assert maps <= {str(p) for p in built}, f"{name}'s kernel {pid} maps {maps}"
             assert maps, f"{name}'s kernel {pid} loaded no C kernels"
+            mapped |= maps
+        started = launches_by(pwd.getpwnam(name).pw_uid, hub.launches)
+        assert any("ipykernel_launcher" in " ".join(argv) for _, _, argv in started), (
+            f"{name}: no kernel launch was logged, so the watch on their processes did not run: {started}")
+        compilers = [(program, argv) for _, program, argv in started    # a shell's command line included
+                     if any(COMPILER.match(Path(word).name) or os.path.realpath(word) == cc
+                            for word in " ".join([program, *argv]).split())]
+        assert compilers == [], f"{name}'s processes started a compiler: {compilers}"
+    assert len(mapped) == 1 and mapped <= {str(p) for p in built}, f"the learners' kernels map {mapped}"
 
 
 @pytest.mark.slow

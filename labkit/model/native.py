@@ -10,7 +10,9 @@ The C files are compiled once per machine with the C compiler at hand (``$CC``, 
 through ctypes (which releases the GIL during the call, so an async worker thread's product does not
 hold up the scheduler). The build is keyed by a hash of the source, the compiler's version line, the
 flags and the CPU line, so a changed source, compiler or CPU builds anew and a stale library is never
-loaded. Where there is no compiler, or the build fails, `available()` is False, `why_unavailable()` says
+loaded. A class's set-up records its compiler's version line beside the library it built
+(`record_compiler`); a learner's process whose compiler is that same file reads the line there and starts
+no compiler process at all. Where there is no compiler, or the build fails, `available()` is False, `why_unavailable()` says
 why, and labkit keeps to PyTorch's forms (``labkit.model.tuning.forms`` only offers this one when it
 builds). ``LABKIT_NATIVE=0`` switches it off. ``LABKIT_ISA=generic|avx2|avx512|avx512bf16`` builds (and
 loads, a library per level) the kernels for that instruction-set level instead of this CPU's own, so an
@@ -27,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import platform
 import re
@@ -85,6 +88,55 @@ def _version_line(cc: str) -> str:
     except (OSError, subprocess.SubprocessError) as exc:
         raise RuntimeError(f"the C compiler {cc} does not run: {exc}") from exc
     return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else cc
+
+
+# A class's set-up (``shared_cache.prepare``) records the compiler it keyed the shared library with, beside it,
+# so that a learner's process keys that library without running the compiler at all (`_compiler_line`).
+COMPILERS = "compilers.json"
+
+
+def _compiler_identity(cc: str) -> dict[str, str]:
+    """The file ``cc`` resolves to and the sha256 of its bytes. The same bytes run under the same name
+    (``cc``, the key of its entry: gcc prints the name it was called by) print the same version line."""
+    real = os.path.realpath(shutil.which(cc) or cc)
+    return {"file": real, "sha256": hashlib.sha256(Path(real).read_bytes()).hexdigest()}
+
+
+def record_compiler(kernels: Path) -> str | None:
+    """Write this process's compiler (`compiler`, the path it is run by): the file it resolves to, that
+    file's sha256 and its version line, into ``kernels/compilers.json`` (other compilers' entries kept).
+    Returns the version line; None where there is no compiler."""
+    cc = compiler()
+    if cc is None:
+        return None
+    path = kernels / COMPILERS
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    known[cc] = {**_compiler_identity(cc), "version": _version_line(cc)}
+    kernels.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return known[cc]["version"]
+
+
+def _compiler_line(cc: str) -> str:
+    """``cc``'s version line for the library's key: read from the class's shared cache when its set-up recorded
+    this very compiler (run by the same path, resolving to the same file with the same bytes), so a learner's
+    kernel starts no compiler process; else ``cc --version`` runs, as without a class (a learner with another
+    compiler gets a key of its own)."""
+    shared = shared_root()
+    if shared is not None:
+        try:
+            entry = json.loads((shared / "kernels" / COMPILERS).read_text(encoding="utf-8"))[cc]
+            if {k: entry[k] for k in ("file", "sha256")} == _compiler_identity(cc):
+                return str(entry["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return _version_line(cc)
 
 
 # How the kernels run on several threads (csrc/threads.c): on the OpenMP runtime PyTorch loaded, linked to
@@ -176,7 +228,7 @@ def _build(cc: str, target: Path, runtime: str | None) -> None:
 def library_path(cc: str, runtime: str | None = None) -> Path:
     """Where the build for these sources, compiler, flags, CPU and OpenMP runtime lives in the cache."""
     texts = [path.read_text(encoding="utf-8") for path in sorted(CSRC.glob("*.[ch]"))]
-    key = hashlib.sha256("\n".join([*texts, _version_line(cc), " ".join(FLAGS), describe_cpu(),
+    key = hashlib.sha256("\n".join([*texts, _compiler_line(cc), " ".join(FLAGS), describe_cpu(),
                                     os.environ.get(MARCH_ENV, ""), runtime or "pool",
                                     " ".join(" ".join(a) for a in _arch_choices())]).encode()).hexdigest()[:16]
     shared = shared_root()

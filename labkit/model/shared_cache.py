@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from labkit.model import native
 from labkit.model.cache_dir import SHARED_ENV, shared_root
 from labkit.model.llama import LlamaModel
 from labkit.model.loader import LazyTensors, ensure_default_converted, read_model_config
@@ -81,6 +82,9 @@ def prepare(root: Path, progress: bool = True, in_memory: bool = True,
         del net
     if tune:
         _tune_into(root, model_dir, cfg, dtypes)
+    # the compiler the C kernels were keyed with (built into root/kernels by the tuning), so a learner's process
+    # finds that library without running the compiler itself
+    native.record_compiler(root / "kernels")
     (packs / "README").write_text("labkit weight packs (labkit.model.shared_cache); "
                                   + ("a huge-page tmpfs: rebuilt by the hub's set-up after a reboot.\n" if huge
                                      else "on disk.\n"))
