@@ -56,7 +56,7 @@ def test_the_instructors_password_file_is_a_bcrypt_hash_only_its_owner_reads(tmp
 
 def test_no_instructor_password_means_no_login_and_says_how_to_set_one(tmp_path):
     assert not instructor.password_matches(tmp_path / "none", "")
-    with pytest.raises(ValueError, match="instructor-password"):
+    with pytest.raises(ValueError, match="set one with `python -m labkit.hub instructor`"):
         instructor.check_file(tmp_path / "none")
     with pytest.raises(ValueError, match="at least 8"):
         instructor.set_password(tmp_path / "short", "1234567")
@@ -88,6 +88,44 @@ def test_the_instructors_name_is_never_first_use_and_learners_still_are(tmp_path
     assert login("ann", "ann's first") == "ann" and login("ann", "someone else") is None
     assert "success" in auth.reset_password("teacher", "a new password")
     assert login("teacher", "a new password") == "teacher" and login("teacher", "the right one") is None
+
+
+def test_on_kubernetes_the_instructors_password_is_a_mounted_secret_never_first_use(tmp_path, monkeypatch):
+    """zero-to-jupyterhub (no Kubernetes here): the values' hub.extraConfig snippet, run as the chart's config
+    runs it, with the chart's hub image's authenticator (FirstUseAuthenticator 1.1.1, bcrypt 5, as pinned
+    here). It reads the file where the values mount the secret; the file is what `password-file` writes."""
+    import asyncio
+    import io
+
+    import yaml
+    from traitlets.config import Config
+
+    from labkit.hub.__main__ import main
+
+    hub = yaml.safe_load((REPO / "hub" / "z2jh-values.yaml").read_text(encoding="utf-8"))["hub"]
+    c = Config()
+    exec(hub["extraConfig"]["labkit-instructor"], {"c": c})      # the chart: exec(config_py) in its config file
+    authenticator = c.JupyterHub.authenticator_class
+    where = Path(authenticator.class_traits()["instructor_password_file"].default_value)
+    mount = next(m for m in hub["extraVolumeMounts"] if m["name"] == "labkit-instructor")
+    volume = next(v for v in hub["extraVolumes"] if v["name"] == "labkit-instructor")
+    assert where.parent == Path(mount["mountPath"]) and volume["secret"]["secretName"] == "labkit-instructor"
+    assert f"--from-file={where.name}" in (REPO / "docs" / "hub.md").read_text(encoding="utf-8")
+    teacher = hub["config"]["Authenticator"]["admin_users"][0]
+    secret = tmp_path / where.name
+    auth = authenticator(instructor_password_file=str(secret), admin_users={teacher}, create_users=True,
+                         dbm_path=str(tmp_path / "passwords.dbm"))
+    login = lambda name, password: asyncio.run(auth.authenticate(_Handler(), {"username": name,  # noqa: E731
+                                                                              "password": password}))
+    assert login(teacher, "anything-at-all") is None              # no secret mounted: nobody gets in
+    monkeypatch.setattr("sys.stdin", io.StringIO("the right one\n"))
+    main(["password-file", str(secret)])
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and instructor.password_matches(secret, "the right one")
+    assert login(teacher, "a wrong one!") is None and login(teacher, "the right one") == teacher
+    assert login(teacher, "a wrong one!") is None                 # the refused try set no first-use password
+    assert login("ann", "ann's first") == "ann" and login("ann", "someone else") is None
+    assert "kubectl" in auth.reset_password(teacher, "a new password")
+    assert login(teacher, "the right one") == teacher
 
 
 # ----------------------------------------------------------------------------- settings
@@ -249,9 +287,12 @@ def test_a_dashboards_kernel_outlives_the_slowest_page_load_measured():
 
 # ----------------------------------------------------------------------------- the class's C kernels
 
-def test_a_learner_loads_the_kernels_the_class_set_up_built_and_compiles_nothing(tmp_path, monkeypatch):
-    """``prepare`` builds the library into the shared cache's kernels/ (same key: sources, compiler, CPU,
-    runtime); a learner's process with LABKIT_SHARED_CACHE loads it from there, read-only, and never builds."""
+def test_a_learner_loads_the_kernels_the_class_set_up_built_and_starts_no_compiler_process(tmp_path, monkeypatch):
+    """``prepare`` builds the library into the shared cache's kernels/ and records the compiler it keyed it with
+    (its file's sha256 and version line); a learner's process with LABKIT_SHARED_CACHE keys and loads that
+    library, read-only, without starting any process: no build, and no ``cc --version`` either."""
+    import subprocess
+
     from labkit.model import native
 
     if not native.available():
@@ -261,19 +302,56 @@ def test_a_learner_loads_the_kernels_the_class_set_up_built_and_compiles_nothing
     shared = tmp_path / "shared"
     (shared / "kernels").mkdir(parents=True)
     shutil.copy(built, shared / "kernels" / built.name)
+    native.record_compiler(shared / "kernels")                  # the set-up's part: it may run the compiler
     (shared / "kernels").chmod(0o555)
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "own"))
     monkeypatch.setenv("LABKIT_SHARED_CACHE", str(shared))
+    started = []
 
-    def no_build(*args):
-        raise AssertionError(f"compiled in a learner's process: {args}")
+    def no_process(args, *rest, **kwargs):
+        started.append(args)
+        raise AssertionError(f"a learner's process started {args}")
 
-    monkeypatch.setattr(native, "_build", no_build)
+    monkeypatch.setattr(subprocess, "run", no_process)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
     assert native.library_path(cc, runtime) == shared / "kernels" / built.name
     assert native._load()                        # a fresh load, not the process's cached one
-    assert not (tmp_path / "own").exists()
+    assert started == [] and not (tmp_path / "own").exists()
     monkeypatch.delenv("LABKIT_SHARED_CACHE")
-    assert native.library_path(cc, runtime) == tmp_path / "own" / "kernels" / built.name
+    with pytest.raises(AssertionError, match="--version"):     # without the class's record: cc --version runs
+        native.library_path(cc, runtime)
+
+
+def test_a_learner_whose_compiler_is_not_the_recorded_one_runs_it_and_gets_a_key_of_its_own(tmp_path, monkeypatch):
+    """The recorded version line is used only for the very file the set-up ran (same path, same bytes): a
+    compiler with other bytes, or another compiler ($CC), is asked for its version as before, so its library
+    has another key and a wrong one is never loaded."""
+    from labkit.model import native
+
+    cc = native.compiler()
+    if cc is None:
+        pytest.skip("no C compiler here")
+    kernels = tmp_path / "shared" / "kernels"
+    line = native.record_compiler(kernels)
+    monkeypatch.setenv("LABKIT_SHARED_CACHE", str(tmp_path / "shared"))
+    monkeypatch.setattr(native, "_version_line", lambda cc: f"asked {Path(cc).name}")
+    assert native._compiler_line(cc) == line                   # the recorded file: nothing is asked
+    record = json.loads((kernels / "compilers.json").read_text())
+    assert list(record) == [cc] and record[cc]["file"] == os.path.realpath(cc)
+    record[cc]["sha256"] = "0" * 64                             # the compiler was upgraded since the set-up
+    (kernels / "compilers.json").write_text(json.dumps(record))
+    assert native._compiler_line(cc) == f"asked {Path(cc).name}"
+    record[cc] = {**native._compiler_identity(cc), "version": line}
+    link = tmp_path / "bin" / "gcc"                            # the same file by another name: it prints that name
+    link.parent.mkdir()
+    link.symlink_to(os.path.realpath(cc))
+    (kernels / "compilers.json").write_text(json.dumps(record))
+    assert native._compiler_line(cc) == line and native._compiler_line(str(link)) == "asked gcc"
+    other = tmp_path / "othercc"
+    other.write_text("#!/bin/sh\necho 'othercc 1.0'\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("CC", str(other))
+    assert native._compiler_line(native.compiler()) == "asked othercc"
 
 
 def test_the_hub_does_not_start_without_the_instructors_password(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
     python -m labkit.hub add-learners ann bo     # system users with private homes; the class list
     python -m labkit.hub instructor              # the instructor's account; their password, asked once
+    python -m labkit.hub password-file FILE      # only the password's bcrypt file (for a Kubernetes secret)
     python -m labkit.hub remove-learners bo      # the account and its home (only accounts labkit made)
     python -m labkit.hub prepare                 # the class's one copy of the model, read-only
     python -m labkit.hub check                   # what this machine enforces per learner
@@ -64,6 +65,16 @@ def setup_instructor(s: HubSettings, new_password: bool) -> None:
     except ValueError as exc:
         raise SystemExit(f"instructor {s.instructor}: {exc}") from None
     print(f"instructor {s.instructor}: password set ({s.password_file}, mode 600)")
+
+
+def password_file(path: Path) -> None:
+    """The instructor's password as a bcrypt file at ``path`` and nothing else: no account, no root. For a hub
+    that is not this machine's (zero-to-jupyterhub reads it from a Kubernetes secret, docs/hub.md)."""
+    try:
+        instructor.set_password(path, instructor.ask_password())
+    except ValueError as exc:
+        raise SystemExit(f"password-file: {exc}") from None
+    print(f"the instructor's password: a bcrypt hash in {path} (mode 600)")
 
 
 def class_accounts(s: HubSettings, names: list[str]):
@@ -169,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     add.add_argument("names", nargs="*")
     teacher = sub.add_parser("instructor", help="make the instructor's account; set their password if none is set")
     teacher.add_argument("--new-password", action="store_true", help="set the password again")
+    secret = sub.add_parser("password-file", help="write the instructor's password, bcrypt-hashed, to FILE only")
+    secret.add_argument("path", type=Path)
     push = sub.add_parser("push-update", help="copy the course's new notebooks into learners' work dirs now")
     push.add_argument("names", nargs="*", help="default: the class list")
     reset = sub.add_parser("reset-lab", help="one learner's lab back to the course's version (theirs to .backup/)")
@@ -188,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
         add_learners(s, args.names)
     elif args.command == "instructor":
         setup_instructor(s, args.new_password)
+    elif args.command == "password-file":
+        password_file(args.path)
     elif args.command == "push-update":
         push_update(s, args.names)
     elif args.command == "reset-lab":

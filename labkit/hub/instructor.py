@@ -4,7 +4,7 @@ The learners set their passwords at their first login (the first-use authenticat
 the hub's admin, so their name cannot work that way: anyone who reached the hub before them would own
 it. Their password is set before the hub starts, as a bcrypt hash in a file only root can read::
 
-    python -m labkit.hub instructor-password      # asks twice on the terminal (or reads one line of stdin)
+    python -m labkit.hub instructor               # asks twice on the terminal (or reads one line of stdin)
         -> $LABKIT_HUB_DIR/instructor-password      mode 0600, owner root
 
 `config.ClassAuthenticator` checks the instructor's logins against that file (read at each login, so a new
@@ -31,7 +31,7 @@ def check_file(path: Path) -> None:
         info = path.stat()
     except FileNotFoundError:
         raise ValueError(f"no instructor password at {path}: set one with `python -m labkit.hub "
-                         "instructor-password` (make hub asks for it)") from None
+                         "instructor` (make hub asks for it)") from None
     if info.st_mode & 0o077 or info.st_uid != os.geteuid():
         raise ValueError(f"{path} is mode {info.st_mode & 0o777:o}, owner uid {info.st_uid}: it must be "
                          f"mode {FILE_MODE:o} and owned by uid {os.geteuid()} (chmod 600, or set it again)")

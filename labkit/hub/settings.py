@@ -68,7 +68,7 @@ class HubSettings:
 
     @property
     def password_file(self) -> Path:
-        """The instructor's password, a bcrypt hash only root reads (``python -m labkit.hub instructor-password``)."""
+        """The instructor's password, a bcrypt hash only root reads (``python -m labkit.hub instructor``)."""
         return self.state_dir / "instructor-password"
 
     @property
