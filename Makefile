@@ -129,9 +129,11 @@ hub-proxy-for-tests:
 	@if command -v npm >/dev/null; then $(MAKE) -s --no-print-directory hub-proxy; \
 	else echo "npm not found: tests/test_hub.py will skip (apt-get install nodejs npm)"; fi
 
-# The course as a static site in build/book/html: the five labs executed in fast mode, and the docs.
+# The course as a static site in build/book/html: the five labs executed in fast mode, every recorded section
+# rendered from a quiet recorded bundle (BUNDLE=data/lab-runs/<cpu kind>/<mode> picks one; default the first quiet
+# fast-mode bundle), each page naming its CPU, mode and date; and the docs.
 book: setup-test
-	$(PY) scripts/build_book.py
+	$(PY) scripts/build_book.py $(if $(BUNDLE),--bundle $(BUNDLE))
 
 # Record a bundle: run the labs headless, every measuring section's record into
 # data/lab-runs/<cpu kind>/<fast|full>/ (FULL=1 for full mode; LABS="01 02" for some labs), and copy the

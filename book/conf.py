@@ -7,8 +7,8 @@ language = "zh_CN"
 # as words instead (a page error in chromium otherwise).
 html_search_language = "en"
 extensions = ["myst_nb"]
-# The labs arrive executed (scripts/build_book.py runs them in fast mode, or takes the copies the test suite
-# executed); the site never runs code.
+# The labs arrive executed (scripts/build_book.py runs them in fast mode, each recorded section rendered from a
+# quiet recorded bundle, or takes the copies the test suite executed); the site never runs code.
 nb_execution_mode = "off"
 nb_render_markdown_format = "myst"
 myst_enable_extensions = ["dollarmath", "colon_fence"]

@@ -1,9 +1,24 @@
-"""Build the course as a static site: the five labs, executed in fast mode, and the docs.
+"""Build the course as a static site: the five labs, their measured sections from a recorded quiet bundle, and
+the docs.
 
-    .venv/bin/python scripts/build_book.py                 # execute the labs (LABKIT_FAST=1), then build
+    .venv/bin/python scripts/build_book.py                 # execute the labs (LABKIT_FAST=1) replaying a quiet
+                                                           # bundle's records, then build
+    .venv/bin/python scripts/build_book.py --bundle data/lab-runs/<cpu kind>/<mode>   # that bundle
+    .venv/bin/python scripts/build_book.py --labs 01       # some labs only (a quick look)
     .venv/bin/python scripts/build_book.py --executed DIR  # build from notebooks executed before (make test's)
     .venv/bin/python scripts/build_book.py --check         # and fail on a broken link, a missing figure, a cell
                                                            # error; then open two pages in chromium
+
+Numbers on the site are a recorded machine's, never the build machine's of the moment: each lab runs with
+``LABKIT_SITE_BUNDLE`` pointing at a quiet bundle (``data/lab-runs/<cpu kind>/<mode>/``, every record measured
+with the load at or below the cores; the fast-mode one by default, as the labs run in fast mode here). In
+every cell that saves a section's record (``save_record(<name>)``) the name is rebound to
+``labkit.labs.common.beside.site_record(<name>)`` first, so the section's tables, sentences and figures are
+rendered from the bundle's record, with a printed line naming its CPU, mode, load and date; the first cell
+says the same instead of the build machine's load. The page shows the lab's own code (the rebinding is the
+site's), and its note lists the sections replayed and those measured while building (no record yet, or a
+``save_record(<expression>)`` the site cannot rebind). Building from ``--executed`` copies (make test's)
+replays nothing; the note then says the page is that run's.
 
 The site is Sphinx with MyST-NB (the builder under Jupyter Book 1, from PyPI, with no Node.js toolchain):
 it reads executed notebooks and Markdown as they are and renders every output the notebook kept. Sources are
@@ -85,25 +100,143 @@ def docs_index() -> str:
             "下面是每页的中文概要。\n\n" + rows + "\n\n```{toctree}\n:hidden:\n\n" + "\n".join(DOCS) + "\n```\n")
 
 
-LIVE_NOTE = ("```{note}\n这是实验的静态版本：图表和表格来自快速模式（LABKIT_FAST=1）的一次真实运行；"
-             "交互部件、预测和练习只在 JupyterLab 中可用（`make lab`）。\n"
-             "This is the lab as executed once in fast mode: figures and tables are real; the widgets, "
-             "predictions and exercises are live only in JupyterLab (`make lab`).\n```\n")
+LIVE_ONLY = ("交互部件、预测和练习只在 JupyterLab 中可用（`make lab`）。",
+             "The widgets, predictions and exercises are live only in JupyterLab (`make lab`).")
+SITE_META = "labkit_site"          # notebook metadata: where the page's numbers come from
+SETUP_CELL = "from labkit.labs.common.beside import site_record, use_site_bundle; use_site_bundle()"
+SAVED = re.compile(r"^(?P<indent>[ \t]*)save_record\([ \t]*(?P<name>[A-Za-z_][A-Za-z_0-9]*)[ \t]*\)[ \t]*(#.*)?$")
 
 
-def execute(out: Path) -> None:
-    """Run every lab top to bottom in fast mode into ``out`` (the tracked notebooks are only read)."""
+def site_note(meta: dict | None) -> str:
+    """The note at the top of a lab page: which CPU, mode, load and date its measured sections were recorded on
+    (and which sections the build machine measured), or that the page is one run of the build machine."""
+    if not meta:
+        return ("```{note}\n这是实验的静态版本：本页是构建本站的机器以快速模式（LABKIT_FAST=1）运行一次的结果，"
+                "数字是那台机器当时测的（各节写着测量时的负载）。" + LIVE_ONLY[0] + "\n"
+                "This is the lab as executed once in fast mode by the machine that built the site; its numbers are "
+                "that machine's at the time (each section prints the load). " + LIVE_ONLY[1] + "\n```\n")
+    mode_zh, mode_en = ("快速模式", "fast mode") if meta["mode"] == "fast" else ("完整模式", "full mode")
+    replayed = "、".join(meta["replayed"]) or "无"
+    zh = (f"这是实验的静态版本。本页各测量节（{replayed}）的表、图和结论来自录制的记录包 `{meta['bundle']}`："
+          f"**{meta['cpu']}**，{meta['cores']} 个核，{mode_zh}，负载至多 {meta['load']}，录于 {meta['recorded']} "
+          "（UTC）——不是构建本站的机器测的；每节开头也写着这一行。")
+    en = (f"Measured sections ({', '.join(meta['replayed']) or 'none'}) are rendered from the recorded bundle "
+          f"`{meta['bundle']}`: **{meta['cpu']}**, {meta['cores']} cores, {mode_en}, load at most {meta['load']}, "
+          f"recorded {meta['recorded']} (UTC), not measured by the machine that built the site.")
+    live = meta.get("live", [])
+    if live:
+        zh += (f"其余计时的输出（{'、'.join(live)}）是构建本站时在 {meta['build_cpu']} 上以快速模式现场测得的"
+               f"（负载 {meta['build_load']}）。")
+        en += (f" Other timed outputs ({', '.join(live)}) were measured while building the site, on "
+               f"{meta['build_cpu']} in fast mode (load {meta['build_load']}).")
+    return f"```{{note}}\n{zh}{LIVE_ONLY[0]}\n{en} {LIVE_ONLY[1]}\n```\n"
+
+
+def replay_source(source: str) -> tuple[str, list[str], list[str]]:
+    """A code cell's source with ``NAME = site_record(NAME)`` before each ``save_record(NAME)`` line; returns it,
+    the names rebound, and the expressions saved that cannot be rebound (``save_record(<expression>)``)."""
+    lines, names, inline = [], [], []
+    for line in source.splitlines():
+        m = SAVED.match(line)
+        if m:
+            lines.append(f"{m.group('indent')}{m.group('name')} = site_record({m.group('name')})")
+            names.append(m.group("name"))
+        elif "save_record(" in line.split("#", 1)[0] and not line.lstrip().startswith(("from ", "import ")):
+            inline.append(line.split("#", 1)[0].strip())
+        lines.append(line)
+    return "\n".join(lines), names, inline
+
+
+def is_quiet(bundle: Path) -> bool:
+    """Every record of the bundle was measured with the load known and at or below the cores."""
+    from labkit.labs.common.records import load_bundle
+
+    records = [r for recs in load_bundle(bundle).values() for r in recs.values()]
+    return bool(records) and all(r.context.load is not None and not r.context.busy for r in records)
+
+
+def busy_outputs(nb: dict) -> int:
+    """How many cell outputs of an executed notebook say "机器正忙" (machine busy)."""
+    return sum("机器正忙" in json.dumps(o, ensure_ascii=False) for c in nb["cells"] for o in c.get("outputs", []))
+
+
+def site_bundle(choice: Path | None = None, mode: str = "fast", root: Path = REPO / "data" / "lab-runs") -> Path:
+    """The bundle the site renders from: ``choice`` (refused unless quiet), else the first quiet bundle in
+    ``mode`` under ``root``, else the first quiet one of any mode."""
+    from labkit.labs.common.beside import bundle_dirs
+
+    if choice is not None:
+        if not is_quiet(choice):
+            raise SystemExit(f"{choice}: not a quiet bundle (a record measured with the load above the cores, or "
+                             "unknown): the site renders from quiet recordings only")
+        return choice
+    found = bundle_dirs(root)
+    quiet = [p for p in found.values() if is_quiet(p)]
+    for p in sorted(quiet, key=lambda p: (p.name != mode, p.name.split("-", 1)[0] != mode, str(p))):
+        return p
+    raise SystemExit(f"no quiet bundle under {root} ({len(found)} bundle(s), none recorded with the load at or "
+                     "below the cores): run `make record` on an idle machine, or pass --bundle")
+
+
+def provenance(bundle: Path, replayed: list[str], live: list[str]) -> dict:
+    from labkit.labs.common.measure import describe_machine, machine_load
+    from labkit.labs.common.records import load_bundle
+
+    records = [r for recs in load_bundle(bundle).values() for r in recs.values()]
+    loads = [r.context.load for r in records if r.context.load is not None]
+    first = min(records, key=lambda r: r.context.recorded)
+    load = machine_load()
+    return {"bundle": f"{bundle.parent.name}/{bundle.name}", "cpu": first.context.cpu, "cores": first.context.cores,
+            "mode": first.context.mode, "load": f"{max(loads):.1f}" if loads else "?",
+            "recorded": first.context.recorded[:16].replace("T", " "), "replayed": replayed, "live": live,
+            "build_cpu": describe_machine(), "build_load": "?" if load is None else f"{load:.1f}"}
+
+
+def execute(out: Path, bundle: Path | None) -> None:
+    """Run every lab top to bottom in fast mode into ``out`` (the tracked notebooks are only read), each
+    recorded section replayed from ``bundle`` (None: measured here, as the labs are in JupyterLab)."""
+    import tempfile
+
     import nbformat
     from nbclient import NotebookClient
 
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, LABKIT_FAST="1", PYTHONPATH=str(REPO))
     for i, path in enumerate(LABS, 1):
         start = time.monotonic()
-        print(f"[{i}/{len(LABS)}] executing {path.name} in fast mode ...", flush=True)
+        print(f"[{i}/{len(LABS)}] executing {path.name} in fast mode"
+              + (f", recorded sections from {bundle.relative_to(REPO) if bundle.is_relative_to(REPO) else bundle}"
+                 if bundle else "") + " ...", flush=True)
         nb = nbformat.read(path, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
+        with tempfile.TemporaryDirectory(prefix="labkit-book-") as tmp:
+            log = Path(tmp) / "site.jsonl"
+            env = dict(os.environ, LABKIT_FAST="1", PYTHONPATH=str(REPO), LABKIT_RESULTS=str(Path(tmp) / "results"))
+            inline: list[str] = []
+            if bundle is not None:
+                env.update(LABKIT_SITE_BUNDLE=str(bundle.resolve()), LABKIT_SITE_LOG=str(log))
+                for cell in nb.cells:
+                    if cell.cell_type == "code" and "save_record(" in cell.source:
+                        source, names, saved = replay_source(cell.source)
+                        inline += saved
+                        if names:
+                            cell.metadata[SITE_META] = {"source": cell.source}
+                            cell.source = source
+                setup = nbformat.v4.new_code_cell(SETUP_CELL)
+                setup.metadata[SITE_META] = {"setup": True}
+                nb.cells.insert(0, setup)
+            env.pop("LABKIT_RECORDS", None)
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
+            if bundle is not None:
+                entries = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+                nb.cells = [c for c in nb.cells if not c.metadata.get(SITE_META, {}).get("setup")]
+                for cell in nb.cells:
+                    original = cell.metadata.pop(SITE_META, None)
+                    if original:
+                        cell.source = original["source"]       # the page shows the lab's code
+                replayed = [f"{e['lab']}/{e['section']}" for e in entries if e["replayed"]]
+                live = [f"{e['lab']}/{e['section']}" for e in entries if not e["replayed"]] + inline
+                nb.metadata[SITE_META] = provenance(bundle, replayed, live)
+                print(f"      replayed {len(replayed)} section(s); measured here: {live or 'none'}", flush=True)
         nbformat.write(nb, out / path.name)
         print(f"      done in {time.monotonic() - start:.0f} s", flush=True)
 
@@ -170,7 +303,7 @@ def stage(executed: Path) -> list[Path]:
         nb = static_outputs(json.loads(source.read_text(encoding="utf-8")))
         nb["cells"] = [c for c in nb["cells"] if "".join(c.get("source", "")) != "import sys; print(sys.prefix)"]
         first = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), 0)
-        nb["cells"].insert(first + 1, nbformat.v4.new_markdown_cell(LIVE_NOTE))
+        nb["cells"].insert(first + 1, nbformat.v4.new_markdown_cell(site_note(nb.get("metadata", {}).get(SITE_META))))
         from_labs = {p.resolve(): os.path.relpath(v, "labs") for p, v in site_page.items()}
         for cell in nb["cells"]:
             if cell["cell_type"] == "markdown":
@@ -186,7 +319,7 @@ def stage(executed: Path) -> list[Path]:
         rel = {p.resolve(): os.path.relpath(v, os.path.dirname(name) or ".") for p, v in site_page.items()}
         text = staged_links(text, page, rel)
         if name == "index.md":
-            text = ("本站是 labkit 实验课的静态版本：五个实验（快速模式下真实运行一次的结果）和文档。"
+            text = ("本站是 labkit 实验课的静态版本：五个实验（各测量节的数字来自录制的记录，每页开头写明录制它的 CPU、模式和日期）和文档。"
                     "要亲手运行、操作交互部件、做练习，请在自己的电脑上 `make lab`。\n\n" + text +
                     "\n\n```{toctree}\n:hidden:\n:caption: 实验 Labs\n\n" +
                     "\n".join(f"labs/{p.stem}" for p in LABS) + "\n```\n\n```{toctree}\n:hidden:\n:caption: "
@@ -292,10 +425,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--executed", type=Path, default=None, help="take executed notebooks from here")
     p.add_argument("--check", action="store_true", help="check figures, errors and two pages in chromium")
+    p.add_argument("--bundle", type=Path, default=None, help="the quiet recorded bundle the labs' measured sections "
+                   "come from (default: the first quiet fast-mode one under data/lab-runs)")
+    p.add_argument("--labs", nargs="*", default=None, help="lab numbers to build (default: all)")
+    p.add_argument("--live", action="store_true", help="replay no bundle: every number measured while building")
     args = p.parse_args(argv)
+    global LABS
+    if args.labs:
+        LABS = [lab for lab in LABS if lab.name[:2] in args.labs]
     executed = args.executed or BUILD / "executed"
     if args.executed is None:
-        execute(executed)
+        bundle = None if args.live else site_bundle(args.bundle)
+        execute(executed, bundle)
+        busy = {lab.name: busy_outputs(json.loads((executed / lab.name).read_text(encoding="utf-8"))) for lab in LABS}
+        print(f"'机器正忙' marks in outputs: {({k: v for k, v in busy.items() if v}) or 'none'}", flush=True)
     staged = stage(executed)
     build()
     print(f"built {HTML.relative_to(REPO)}/index.html", flush=True)

@@ -97,3 +97,77 @@ def test_a_page_that_loads_a_script_from_the_network_fails_the_offline_check():
     page = '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>'
     assert book.offline_problems(page, "x.html") and "offline" in book.offline_problems(page, "x.html")[0]
     assert book.offline_problems('<script src="../_static/mathjax/tex-chtml.js"></script>', "x.html") == []
+
+
+# ----------------------------------------------------------------------------- numbers from a recorded quiet bundle
+
+FAST_BUNDLE = REPO / "data" / "lab-runs" / "amd-epyc-avx512-bf16" / "fast"
+
+
+def test_each_saved_record_is_rebound_to_the_sites_and_an_unbindable_save_is_named():
+    source = ("rec = kv.record(run())\n    save_record(rec)   # beside your results (a comment)\n"
+              "save_record(records.rows_record(SWEEP, sweep))\n# save_record(x) in a comment\nshow(rec)")
+    new, names, inline = book.replay_source(source)
+    assert names == ["rec"] and inline == ["save_record(records.rows_record(SWEEP, sweep))"]
+    assert new.splitlines()[1:3] == ["    rec = site_record(rec)", "    save_record(rec)   # beside your results (a comment)"]
+
+
+def test_the_site_switch_makes_a_section_narrate_the_bundles_record_not_the_busy_build(monkeypatch, capsys):
+    from labkit.labs.common import beside
+    from labkit.labs.common import records as R
+    from labkit.labs.lab01_kv_cache import views as v01
+
+    recorded = R.load_record(FAST_BUNDLE / "lab01" / "1.1-growing.json")
+    busy = recorded.replace(context=R.RunContext(**{**recorded.context.__dict__, "cpu": "Build box", "load": 12.0}))
+    busy = busy.with_verdict("context_8", confidence="machine busy")
+    cell = "rec = measure()\nsave_record(rec)\nprint(views.growing_narration(rec).text)"
+    source, _, _ = book.replay_source(cell)
+
+    def run() -> str:
+        exec(source, {"measure": lambda: busy, "save_record": lambda rec: None, "views": v01,
+                      "site_record": beside.site_record})
+        return capsys.readouterr().out
+
+    assert "机器正忙" in run()                                  # no switch: the build machine's busy run
+    monkeypatch.setenv(beside.SITE_BUNDLE_ENV, str(FAST_BUNDLE))
+    out = run()
+    assert v01.growing_narration(recorded).text in out and "机器正忙" not in out
+    assert recorded.context.cpu in out and "amd-epyc-avx512-bf16/fast" in out and "Build box" not in out
+
+
+def test_the_site_takes_a_quiet_bundle_and_refuses_a_busy_one(tmp_path):
+    import pytest
+
+    from labkit.labs.common import records as R
+
+    rec = R.load_record(FAST_BUNDLE / "lab01" / "1.1-growing.json")
+    for name, load in (("full", 0.5), ("fast", 0.7), ("fast-busy2", 9.0)):
+        R.save_record(rec.replace(context=R.RunContext(**{**rec.context.__dict__, "load": load})), tmp_path / "cpu" / name)
+    assert book.site_bundle(root=tmp_path) == tmp_path / "cpu" / "fast"
+    assert book.site_bundle(root=tmp_path, mode="full") == tmp_path / "cpu" / "full"
+    with pytest.raises(SystemExit, match="not a quiet bundle"):
+        book.site_bundle(tmp_path / "cpu" / "fast-busy2")
+    with pytest.raises(SystemExit, match="no quiet bundle"):
+        book.site_bundle(root=tmp_path / "cpu" / "fast-busy2")
+
+
+def test_the_page_names_the_cpu_mode_and_date_its_numbers_were_recorded_on(tmp_path, monkeypatch):
+    meta = {"bundle": "amd-epyc-avx512-bf16/fast", "cpu": "AMD EPYC; torch ISA AVX512; no AMX; AVX512_BF16", "cores": 2,
+            "mode": "fast", "load": "1.0", "recorded": "2026-12-07 05:41", "replayed": ["01/1.1-growing"],
+            "live": ["04/3-sweep"], "build_cpu": "Build box", "build_load": "12.0"}
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    for lab in book.LABS:
+        nb = json.loads(lab.read_text(encoding="utf-8"))
+        if lab.name.startswith("01"):
+            nb["metadata"][book.SITE_META] = meta
+        (executed / lab.name).write_text(json.dumps(nb), encoding="utf-8")
+    fake = tmp_path / "mathjax" / "es5"
+    fake.mkdir(parents=True)
+    monkeypatch.setattr(book, "mathjax", lambda vendor=None: fake)
+    monkeypatch.setattr(book, "SRC", tmp_path / "src")
+    notes = {p.name[:2]: "".join(json.loads(p.read_text(encoding="utf-8"))["cells"][1]["source"])
+             for p in book.stage(executed)}
+    assert meta["cpu"] in notes["01"] and "amd-epyc-avx512-bf16/fast" in notes["01"] and "快速模式" in notes["01"]
+    assert "2026-12-07 05:41" in notes["01"] and "04/3-sweep" in notes["01"] and "Build box" in notes["01"]
+    assert "构建本站的机器以快速模式" in notes["02"]             # make test's copies: that run, said so

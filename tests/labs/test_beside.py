@@ -163,3 +163,12 @@ def test_a_bundle_being_recorded_is_shown_once_as_your_run(tmp_path, monkeypatch
     monkeypatch.setenv("LABKIT_RECORDS", str(root))                   # what make record sets
     b = B.show_beside("04", bundles=[root, bundle(tmp_path, "intel/fast", matrix("less", cpu="Intel"))])
     assert [r.run for r in b.sections[0].rows] == ["你的运行", "intel/fast"]
+
+
+def test_on_the_site_there_is_no_your_run_and_the_page_says_so(tmp_path, monkeypatch):
+    R.save_record(matrix("less", cpu="Build machine"), tmp_path / "records")
+    monkeypatch.setenv("LABKIT_RECORDS", str(tmp_path / "records"))
+    monkeypatch.setenv(B.SITE_BUNDLE_ENV, str(FAST))
+    b = B.show_beside("04", bundles=[bundle(tmp_path, "amd/fast", matrix("greater"))])
+    assert [r.run for r in b.sections[0].rows] == ["amd/fast"] and any("站点版" in n for n in b.notes)
+    assert not b.sections[0].missing_yours and "你还没有运行" not in b.text()

@@ -19,8 +19,9 @@ The course site (``scripts/build_book.py``) executes the labs with ``LABKIT_SITE
 quiet recorded bundle: :func:`site_record` then hands each section the bundle's record in place of the
 build machine's measurement, and says on the page which CPU, mode, load and date the numbers are from.
 The site finds a section by its cell's ``save_record(<name>)`` line and rebinds ``<name>`` to
-``site_record(<name>)`` right after it; a section whose cell binds its record to a name, saves it, and
-reads everything after from that name is replayed whole.
+``site_record(<name>)`` right before it; a section whose cell binds its record to a name, saves it, and
+reads everything after from that name is replayed whole (a ``save_record(<expression>)`` is not: the site
+says so and shows the build machine's run for it).
 """
 
 from __future__ import annotations
@@ -212,6 +213,11 @@ def collect(lab: str, *, results_dir=None, bundles=None, lang: Lang = "zh") -> t
         found, notes = _as_bundles(bundles), []
     runs: list[Run] = []
     mine, mine_root = your_records(lab, results_dir), your_root(results_dir)
+    if results_dir is None and _site_bundle() is not None:
+        mine = {}                       # the course site: its records are a bundle's, already among the rows
+        notes.append(_t(lang, "这是站点版：没有“你的运行”。在 JupyterLab 里运行本实验（make lab），你的记录会出现在每张表的第一行。",
+                        "This is the site: there is no \"your run\". Run this lab in JupyterLab (make lab) and your "
+                        "records appear as the first row of each table."))
     if mine:
         runs.append(Run(_t(lang, "你的运行", "your run"), mine_root, mine, mine=True))
     for name, path in found.items():
@@ -411,8 +417,8 @@ def beside(lab: str, *, results_dir=None, bundles=None, lang: str | None = None)
         phrases = HEADLINES.get((lab, section), Headline()).phrases
         rows = tuple(_row(run, rec, name if name is not None else _own_pick(lab, rec), phrases, lang)
                      for run, rec in present)
-        sections.append(SectionBeside(section, rows, missing_yours=not any(r.mine for r in rows)))
-    if not have_mine:
+        sections.append(SectionBeside(section, rows, missing_yours=_site_bundle() is None and not any(r.mine for r in rows)))
+    if not have_mine and _site_bundle() is None:
         notes.insert(0, _t(lang, "还没有你自己的记录：运行本实验上面的测量格后，你的运行会出现在每张表的第一行。",
                            "No records of your own yet: once you run this lab's measuring cells above, your run "
                            "appears as the first row of each table."))
