@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "kernels.h"
 #include "simd.h"
 #include "threads.h"
 

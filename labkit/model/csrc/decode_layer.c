@@ -21,28 +21,7 @@
  * Returns 0, or 1 when scratch memory could not be had (nothing is written to out then; the K/V may be). */
 #include <stdlib.h>
 
-#include "simd.h"
-
-void labkit_linear_rows_f32(const float *x, const float *w, float *y, int64_t T, int64_t N, int64_t K);
-int labkit_linear_rows_bf16(const bf16 *x, const bf16 *w, bf16 *y, int64_t T, int64_t N, int64_t K);
-void labkit_rms_norm(const void *x, const void *w, void *out, int64_t T, int64_t n, float eps, int64_t W, int bf);
-void labkit_add_rms_norm(const void *x, const void *delta, void *sum, const void *w, void *out, int64_t T, int64_t n,
-                         float eps, int64_t W, int bf);
-void labkit_silu_mul(const void *gu, void *out, int64_t T, int64_t I, int bf);
-void labkit_rope_write_kv_f32(const float *heads, const float *cos, const float *sin, const int64_t *positions,
-                              const int64_t *slots, float *q, float *k_pool, float *v_pool, int64_t T, int64_t H,
-                              int64_t Hkv, int64_t D);
-void labkit_rope_write_kv_bf16(const bf16 *heads, const float *cos, const float *sin, const int64_t *positions,
-                               const int64_t *slots, bf16 *q, bf16 *k_pool, bf16 *v_pool, int64_t T, int64_t H,
-                               int64_t Hkv, int64_t D);
-int labkit_decode_attention_f32(const float *q, const float *k, const float *v, const int64_t *slots,
-                                int64_t slot_stride, const int64_t *lens, float *out, int64_t R, int64_t H,
-                                int64_t Hkv, int64_t D, float scale);
-int labkit_int4_rows_f32(const float *x, const uint8_t *packed, const bf16 *scales_zeros, float *y, int64_t T,
-                         int64_t N, int64_t K, int64_t G, int64_t block);
-int labkit_decode_attention_bf16(const float *q, const bf16 *k, const bf16 *v, const int64_t *slots,
-                                 int64_t slot_stride, const int64_t *lens, float *out, int64_t R, int64_t H,
-                                 int64_t Hkv, int64_t D, float scale);
+#include "kernels.h"
 
 /* The layer's four products: fp32 or bf16 weights (w), or 4-bit ones (packed codes w, bf16 scales and
  * zero points sz, groups of G, PyTorch's form for `block`) on an fp32 stream. */

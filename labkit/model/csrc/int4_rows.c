@@ -23,6 +23,7 @@
  * T is, so a row gets the same bits alone or among others. Python checks this kernel against PyTorch's on
  * the machine before it uses it (`ops.native_ops._native_int4_exact`).
  */
+#include "kernels.h"
 #include "simd.h"
 #include "threads.h"
 

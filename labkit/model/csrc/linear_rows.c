@@ -36,6 +36,7 @@
  * multiply-add wherever the CPU has one, in every tile alike. The order differs from MKL's (and from
  * one CPU to another, as MKL's does): labkit's greedy parity with transformers is token-level in fp32.
  */
+#include "kernels.h"
 #include "simd.h"
 #include "threads.h"
 

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "simd.h"
 
 #if defined(__AVX__)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "simd.h"
 
 #if defined(__clang__)
