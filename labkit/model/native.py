@@ -96,16 +96,17 @@ COMPILERS = "compilers.json"
 
 
 def _compiler_identity(cc: str) -> dict[str, str]:
-    """The file ``cc`` resolves to and the sha256 of its bytes. The same bytes run under the same name
-    (``cc``, the key of its entry: gcc prints the name it was called by) print the same version line."""
+    """The name ``cc`` is run by, the file it resolves to and the sha256 of that file's bytes: the same bytes
+    run by the same name print the same version line (gcc prints the name it was called by; the directory,
+    /bin or /usr/bin, does not matter)."""
     real = os.path.realpath(shutil.which(cc) or cc)
-    return {"file": real, "sha256": hashlib.sha256(Path(real).read_bytes()).hexdigest()}
+    return {"name": Path(cc).name, "file": real, "sha256": hashlib.sha256(Path(real).read_bytes()).hexdigest()}
 
 
 def record_compiler(kernels: Path) -> str | None:
-    """Write this process's compiler (`compiler`, the path it is run by): the file it resolves to, that
-    file's sha256 and its version line, into ``kernels/compilers.json`` (other compilers' entries kept).
-    Returns the version line; None where there is no compiler."""
+    """Write this process's compiler (`compiler`): `_compiler_identity` and its version line, as one entry of
+    ``kernels/compilers.json`` (other compilers' entries kept). Returns the version line; None where there is
+    no compiler."""
     cc = compiler()
     if cc is None:
         return None
@@ -114,25 +115,29 @@ def record_compiler(kernels: Path) -> str | None:
         known = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
+    identity = _compiler_identity(cc)
+    key = f"{identity['name']} {identity['file']}"
     known = known if isinstance(known, dict) else {}
-    known[cc] = {**_compiler_identity(cc), "version": _version_line(cc)}
+    known[key] = {**identity, "version": _version_line(cc)}
     kernels.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-    return known[cc]["version"]
+    return known[key]["version"]
 
 
 def _compiler_line(cc: str) -> str:
     """``cc``'s version line for the library's key: read from the class's shared cache when its set-up recorded
-    this very compiler (run by the same path, resolving to the same file with the same bytes), so a learner's
+    this very compiler (run by the same name, resolving to the same file with the same bytes), so a learner's
     kernel starts no compiler process; else ``cc --version`` runs, as without a class (a learner with another
     compiler gets a key of its own)."""
     shared = shared_root()
     if shared is not None:
         try:
-            entry = json.loads((shared / "kernels" / COMPILERS).read_text(encoding="utf-8"))[cc]
-            if {k: entry[k] for k in ("file", "sha256")} == _compiler_identity(cc):
+            identity = _compiler_identity(cc)
+            known = json.loads((shared / "kernels" / COMPILERS).read_text(encoding="utf-8"))
+            entry = known[f"{identity['name']} {identity['file']}"]
+            if {k: entry[k] for k in identity} == identity:
                 return str(entry["version"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
