@@ -276,9 +276,8 @@ def staged_links(text: str, page: Path, staged: dict[Path, str]) -> str:
 
 
 def stage(executed: Path) -> list[Path]:
-    """Write the site's sources into SRC; returns the staged lab notebooks."""
-    import nbformat
-
+    """Write the site's sources into SRC; returns the staged lab notebooks. (No nbformat here: importing it
+    imports jsonschema's format checkers, seconds on a busy machine, for one markdown cell.)"""
     if SRC.exists():
         shutil.rmtree(SRC)
     (SRC / "_static").mkdir(parents=True)
@@ -303,7 +302,8 @@ def stage(executed: Path) -> list[Path]:
         nb = static_outputs(json.loads(source.read_text(encoding="utf-8")))
         nb["cells"] = [c for c in nb["cells"] if "".join(c.get("source", "")) != "import sys; print(sys.prefix)"]
         first = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), 0)
-        nb["cells"].insert(first + 1, nbformat.v4.new_markdown_cell(site_note(nb.get("metadata", {}).get(SITE_META))))
+        nb["cells"].insert(first + 1, {"cell_type": "markdown", "id": "labkit-site-note", "metadata": {},
+                                       "source": site_note(nb.get("metadata", {}).get(SITE_META))})
         from_labs = {p.resolve(): os.path.relpath(v, "labs") for p, v in site_page.items()}
         for cell in nb["cells"]:
             if cell["cell_type"] == "markdown":
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     global LABS
     if args.labs:
         LABS = [lab for lab in LABS if lab.name[:2] in args.labs]
-    executed = args.executed or BUILD / "executed"
+    executed = args.executed or BUILD / "replayed"      # not make test's executed/ (the suite writes those)
     if args.executed is None:
         bundle = None if args.live else site_bundle(args.bundle)
         execute(executed, bundle)
