@@ -2,12 +2,18 @@
 
     python scripts/record_labs.py [--full] [--labs 01 02 03] [--out data/lab-runs] [--accept-shared]
     python scripts/record_labs.py --full --timings data/lab-timings.json --convert   # and what `make lab` tells
+    python scripts/record_labs.py --busy 2     # beside two busy loops: into <cpu kind>/fast-busy2/
 
 Runs each lab notebook top to bottom (nbclient, a python3 kernel; fast mode unless ``--full``) with
 ``LABKIT_RECORDS`` pointing at ``<out>/<cpu kind>/<fast|full>/``, so every section's record
 (``labkit.labs.common.records``) lands in one bundle per CPU kind and mode. The learner's results
 summaries go to a temporary folder. ``bundle.json`` beside the records says when, on what CPU and
 under what load the bundle was recorded, and which labs ran (and which failed, with the error).
+
+``--busy N`` starts N processes that spin on the CPU for the whole recording (the "two busy loops beside it" a
+lab must stand, as ``scripts/time_labs.py --busy``) and writes the bundle under ``<fast|full>-busyN/``, so a
+busy bundle never mixes with the quiet one the course site renders from; its Run All times are not timings a
+learner should be told, so ``--timings`` is refused with it.
 
 ``--accept-shared`` also copies bundles found under ``../shared/lab-runs/<kind>/<mode>/`` (records
 recorded on other machines) into ``<out>``; a folder there with no records is skipped with a reason.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import multiprocessing as mp
 import os
 import shutil
 import sys
@@ -92,18 +99,53 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timings", type=Path, help="also merge each lab's Run All wall time into this file "
                     "(data/lab-timings.json: what `make lab` and each lab's first cell tell the learner)")
     ap.add_argument("--convert", action="store_true", help="with --timings, also time converting the model")
+    ap.add_argument("--busy", type=int, default=0, help="busy-loop processes spinning beside the labs; the bundle "
+                    "goes under <mode>-busyN/")
     args = ap.parse_args(argv)
+    if args.busy < 0:
+        ap.error("--busy: a count of processes, 0 or more")
+    if args.busy and args.timings:
+        ap.error("--busy with --timings: Run All times beside busy loops are not what a learner should be told")
 
     from labkit.labs.common.measure import cores, describe_machine, machine_load
     from labkit.labs.common.records import cpu_kind
 
     mode = "full" if args.full else "fast"
-    bundle = args.out / cpu_kind() / mode
+    bundle = args.out / cpu_kind() / (f"{mode}-busy{args.busy}" if args.busy else mode)
     bundle.mkdir(parents=True, exist_ok=True)
+    spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]
+    for p in spinners:
+        p.start()
     manifest = {"cpu": describe_machine(), "kind": cpu_kind(), "mode": mode, "cores": cores(),
+                "busy_loops": args.busy,
                 "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "load_before": machine_load(), "labs": {}}
     timed: list[dict] = []
+    try:
+        _record(args, mode, bundle, manifest, timed)
+    finally:
+        for p in spinners:
+            p.terminate()
+    manifest["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    manifest["load_after"] = machine_load()
+    manifest["busy"] = max(x or 0.0 for x in (manifest["load_before"], manifest["load_after"])) > manifest["cores"]
+    write_manifest(bundle / "bundle.json", manifest)
+    if args.timings:
+        from scripts.time_labs import time_conversion, write_timings
+        write_timings(args.timings, timed, mode == "fast", time_conversion() if args.convert else None,
+                      tool="scripts/record_labs.py")
+    if args.accept_shared:
+        for note in accept_shared(REPO.parent / "shared" / "lab-runs", args.out):
+            print(note)
+    return 0 if all(v == "ran" for v in manifest["labs"].values()) else 1
+
+
+def _spin() -> None:   # a busy loop: one process, one core's worth of load
+    while True:
+        pass
+
+
+def _record(args, mode: str, bundle: Path, manifest: dict, timed: list[dict]) -> None:
     with tempfile.TemporaryDirectory(prefix="labkit-record-") as tmp:
         env = {"LABKIT_RECORDS": str(bundle.resolve()), "LABKIT_RESULTS": str(Path(tmp) / "results"),
                "PYTHONPATH": str(REPO), "LABKIT_FAST": "1" if mode == "fast" else "0"}
@@ -120,18 +162,6 @@ def main(argv: list[str] | None = None) -> int:
             if error is None:
                 timed.append({"lab": path.stem, "wall_s": wall_s, "load_before": round(load_before, 2)})
             print(f"  {error or 'ran'} in {wall_s} s", flush=True)
-    manifest["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    manifest["load_after"] = machine_load()
-    manifest["busy"] = max(x or 0.0 for x in (manifest["load_before"], manifest["load_after"])) > manifest["cores"]
-    write_manifest(bundle / "bundle.json", manifest)
-    if args.timings:
-        from scripts.time_labs import time_conversion, write_timings
-        write_timings(args.timings, timed, mode == "fast", time_conversion() if args.convert else None,
-                      tool="scripts/record_labs.py")
-    if args.accept_shared:
-        for note in accept_shared(REPO.parent / "shared" / "lab-runs", args.out):
-            print(note)
-    return 0 if all(v == "ran" for v in manifest["labs"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -172,3 +172,20 @@ def test_on_the_site_there_is_no_your_run_and_the_page_says_so(tmp_path, monkeyp
     b = B.show_beside("04", bundles=[bundle(tmp_path, "amd/fast", matrix("greater"))])
     assert [r.run for r in b.sections[0].rows] == ["amd/fast"] and any("站点版" in n for n in b.notes)
     assert not b.sections[0].missing_yours and "你还没有运行" not in b.text()
+
+
+def test_record_labs_busy_writes_a_bundle_named_for_its_busy_loops_and_stops_them(tmp_path):
+    import importlib.util
+    import json
+    import multiprocessing as mp
+
+    spec = importlib.util.spec_from_file_location("record_labs", REPO / "scripts" / "record_labs.py")
+    rl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rl)
+    with pytest.raises(SystemExit):
+        rl.main(["--busy", "2", "--timings", str(tmp_path / "t.json")])   # busy Run All times are no timings
+    assert rl.main(["--busy", "1", "--labs", "99", "--out", str(tmp_path)]) == 1       # no lab 99: nothing runs
+    (manifest,) = tmp_path.glob("*/fast-busy1/bundle.json")
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    assert data["runs"][0]["busy_loops"] == 1 and data["labs"] == {"99": "no such lab"} and data["mode"] == "fast"
+    assert not mp.active_children()

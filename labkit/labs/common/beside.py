@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from labkit.labs.common.records import MODES, SectionRecord, load_bundle, load_record
+from labkit.labs.common.records import SectionRecord, find_bundles, load_bundle, load_record
 
 REPO = Path(__file__).resolve().parents[3]
 REPO_RUNS = REPO / "data" / "lab-runs"
@@ -143,12 +143,7 @@ class Run:
 def bundle_dirs(root: Path) -> dict[str, Path]:
     """``<root>/<cpu kind>/<name>/`` folders holding records: ``{"kind/name": path}``. ``name`` is the mode,
     or the mode and how it was recorded (``fast-busy2``: fast mode beside two busy loops)."""
-    found: dict[str, Path] = {}
-    if root.is_dir():
-        for d in sorted(root.glob("*/*")):
-            if d.is_dir() and d.name.split("-", 1)[0] in MODES and any(d.glob("lab[0-9][0-9]/*.json")):
-                found[f"{d.parent.name}/{d.name}"] = d
-    return found
+    return find_bundles(root)
 
 
 def _shared_skips(root: Path, lang: Lang) -> list[str]:

@@ -298,14 +298,16 @@ def load_bundle(path: Path | str) -> dict[str, dict[str, SectionRecord]]:
 
 
 def find_bundles(*roots: Path | str) -> dict[str, Path]:
-    """Bundle folders ``<root>/<cpu kind>/<mode>/`` holding at least one record: ``{"kind/mode": path}``."""
+    """Bundle folders ``<root>/<cpu kind>/<mode>/`` holding at least one record: ``{"kind/mode": path}``. The
+    folder may also say how it was recorded after the mode: ``fast-busy2`` (beside two busy loops)."""
     found: dict[str, Path] = {}
     for root in roots:
         root = Path(root)
         if not root.is_dir():
             continue
         for mode_dir in sorted(root.glob("*/*")):
-            if mode_dir.is_dir() and mode_dir.name in MODES and any(mode_dir.glob("lab[0-9][0-9]/*.json")):
+            if (mode_dir.is_dir() and mode_dir.name.split("-", 1)[0] in MODES
+                    and any(mode_dir.glob("lab[0-9][0-9]/*.json"))):
                 found[f"{mode_dir.parent.name}/{mode_dir.name}"] = mode_dir
     return found
 
