@@ -1,0 +1,618 @@
+"""labkit serve's rules, each from its definition, on its own functions (no model, no server, no sockets).
+
+These are the fast selection ``make mutation`` gives the serve modules: each rule at its exact boundary
+(one byte, one request, one token either side), each unit in its own scale, each counter counting what
+its name says. The same rules are also checked end to end over HTTP by test_serve*.py (slower).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+
+from labkit.sampling_params import SamplingParams
+from labkit.serve import limits, protocol, responses
+from labkit.serve.engine_loop import Accepted, Rejected, SequenceDelta, check_context
+from labkit.serve.limits import ConcurrencyGate, RequestBody, ServeLimits
+from labkit.serve.metrics import COUNTERS, E2E_BUCKETS, GAUGES, ITL_BUCKETS, TTFT_BUCKETS, ServerMetrics
+from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest
+from labkit.serve.request_stream import RequestStream
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def samples(payload: bytes) -> dict[tuple[str, tuple], float]:
+    """(sample name, sorted labels) -> value, from Prometheus text."""
+    out = {}
+    for family in text_string_to_metric_families(payload.decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_engine_stats_are_exported_under_their_names_with_kv_usage_as_a_fraction():
+    metrics = ServerMetrics("m")
+    stats = {"num_requests_running": 3, "num_requests_waiting": 5, "kv_cache_usage_perc": 37.5,
+             "prefix_cache_queries": 11, "prefix_cache_hits": 7, "num_preemptions": 2, "spec_decode_num_drafts": 13,
+             "spec_decode_num_draft_tokens": 17, "spec_decode_num_accepted_tokens": 19}
+    got = samples(metrics.render(stats))
+    label = (("model_name", "m"),)
+    assert got[("labkit:num_requests_running", label)] == 3
+    assert got[("labkit:num_requests_waiting", label)] == 5
+    assert got[("labkit:kv_cache_usage_perc", label)] == 0.375          # engine: percent; exported: 0..1
+    for key, (name, _) in COUNTERS.items():
+        assert got[(name + "_total", label)] == stats[key], key
+    # Absent or None: 0, for gauges and counters alike.
+    empty = samples(metrics.render({"num_requests_running": None}))
+    for name, _ in list(GAUGES.values()):
+        assert empty[(name, label)] == 0
+    for name, _ in COUNTERS.values():
+        assert empty[(name + "_total", label)] == 0
+
+
+def test_each_metric_says_what_it_is_in_its_help_and_type():
+    text = ServerMetrics("m").render({}).decode()
+    for name, doc in list(GAUGES.values()):
+        assert f"# HELP {name} {doc}\n# TYPE {name} gauge" in text
+    for name, doc in COUNTERS.values():
+        assert f"# HELP {name}_total {doc}\n# TYPE {name}_total counter" in text
+
+
+def test_a_finished_request_is_counted_by_reason_and_its_latencies_observed_in_seconds():
+    metrics = ServerMetrics("m")
+
+    class Timings:
+        ttft_s, e2e_s = 0.03, 2.0
+
+    metrics.observe_finished(Timings, [1.0, 1.125, 1.375, 1.75], "stop")
+    metrics.observe_finished(Timings, [], "length")
+    metrics.observe_finished(type("T", (), {"ttft_s": None, "e2e_s": None}), [5.0], "abort")
+    got = samples(metrics.render({}))
+    label = (("model_name", "m"),)
+    for reason, count in (("stop", 1), ("length", 1), ("abort", 1)):
+        assert got[("labkit:request_success_total", (("finished_reason", reason), ("model_name", "m")))] == count
+    assert got[("labkit:time_to_first_token_seconds_count", label)] == 2        # None is not observed
+    assert got[("labkit:time_to_first_token_seconds_sum", label)] == pytest.approx(0.06)
+    assert got[("labkit:e2e_request_latency_seconds_count", label)] == 2
+    assert got[("labkit:e2e_request_latency_seconds_sum", label)] == pytest.approx(4.0)
+    # Three gaps between four tokens (0.125, 0.25, 0.375 s); one token alone has none.
+    assert got[("labkit:inter_token_latency_seconds_count", label)] == 3
+    assert got[("labkit:inter_token_latency_seconds_sum", label)] == 0.75
+    for le, count in (("0.1", 0), ("0.15", 1), ("0.2", 1), ("0.3", 2), ("0.4", 3)):
+        assert got[("labkit:inter_token_latency_seconds_bucket", (("le", le),) + label)] == count, le
+    assert got[("labkit:time_to_first_token_seconds_bucket", (("le", "0.02"),) + label)] == 0
+    assert got[("labkit:time_to_first_token_seconds_bucket", (("le", "0.04"),) + label)] == 2
+
+
+def test_token_counters_count_what_they_are_told_and_the_histograms_have_their_buckets():
+    metrics = ServerMetrics("m")
+    metrics.prompt_tokens.inc(18)
+    metrics.generation_tokens.inc(3)
+    got = samples(metrics.render({}))
+    label = (("model_name", "m"),)
+    assert got[("labkit:prompt_tokens_total", label)] == 18
+    assert got[("labkit:generation_tokens_total", label)] == 3
+    for name, buckets in (("time_to_first_token_seconds", TTFT_BUCKETS), ("inter_token_latency_seconds", ITL_BUCKETS),
+                          ("e2e_request_latency_seconds", E2E_BUCKETS)):
+        les = [float(dict(k[1])["le"]) for k in got if k[0] == f"labkit:{name}_bucket"]
+        assert les == [*buckets, float("inf")], name
+
+
+def test_two_servers_in_one_process_keep_their_own_counts():
+    a, b = ServerMetrics("a"), ServerMetrics("b")
+    a.generation_tokens.inc(5)
+    assert samples(b.render({}))[("labkit:generation_tokens_total", (("model_name", "b"),))] == 0
+    assert samples(a.render({}))[("labkit:generation_tokens_total", (("model_name", "a"),))] == 5
+
+
+# ------------------------------------------------------------------------------------------ protocol
+
+
+def completion(**body):
+    return CompletionRequest.model_validate({"model": "m", "prompt": "hi", **body})
+
+
+def chat(**body):
+    return ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body})
+
+
+def refused_field(make, **body) -> str:
+    with pytest.raises(ValidationError) as info:
+        make(**body)
+    return ".".join(str(part) for part in info.value.errors()[0]["loc"])
+
+
+def test_an_integral_float_is_its_integer_and_anything_else_is_refused():
+    assert completion(max_tokens=5.0).max_tokens == 5
+    assert type(completion(max_tokens=5.0).max_tokens) is int
+    for bad in (5.5, True, "5"):
+        assert refused_field(completion, max_tokens=bad).startswith("max_tokens"), bad
+
+
+@pytest.mark.parametrize("field,low,high", [("max_tokens", 1, protocol.MAX_TOKENS_LIMIT),
+                                            ("top_k", None, protocol.MAX_TOKENS_LIMIT),
+                                            ("seed", None, protocol.MAX_SEED)])
+def test_integer_bounds_hold_at_the_exact_limit(field, low, high):
+    assert getattr(completion(**{field: high}), field) == high
+    assert refused_field(completion, **{field: high + 1}).startswith(field)
+    if low is not None:
+        assert getattr(completion(**{field: low}), field) == low
+        assert refused_field(completion, **{field: low - 1}).startswith(field)
+    for make in (chat,) if field == "max_tokens" else ():
+        assert make(max_completion_tokens=high).max_completion_tokens == high
+        assert refused_field(make, max_completion_tokens=high + 1).startswith("max_completion_tokens")
+        assert refused_field(make, max_completion_tokens=0).startswith("max_completion_tokens")
+
+
+def test_prompt_token_ids_are_non_negative_and_not_empty():
+    assert completion(prompt=[0, 5]).prompt == [0, 5]
+    assert refused_field(completion, prompt=[-1]).startswith("prompt")
+    assert refused_field(completion, prompt=[]).startswith("prompt")
+
+
+def test_max_tokens_defaults_to_16_for_completions_and_is_unset_for_chat():
+    assert completion().requested_max_tokens() == 16
+    assert completion(max_tokens=None).requested_max_tokens() == 16
+    assert completion(max_tokens=3).requested_max_tokens() == 3
+    assert chat().requested_max_tokens() is None
+    assert chat(max_tokens=3).requested_max_tokens() == 3
+    assert chat(max_completion_tokens=4).requested_max_tokens() == 4
+    assert chat(max_tokens=3, max_completion_tokens=4).requested_max_tokens() == 4
+    assert chat(max_tokens=4, max_completion_tokens=3).requested_max_tokens() == 3
+
+
+def test_null_is_the_default_and_the_sampling_params_carry_each_field():
+    params = completion(temperature=None, top_p=None, top_k=None, n=None, seed=None).sampling_params(7)
+    # OpenAI's defaults (temperature 1, not SamplingParams' greedy 0).
+    assert (params.temperature, params.top_p, params.top_k, params.n, params.seed, params.ignore_eos,
+            params.max_tokens) == (1.0, 1.0, 0, 1, None, False, 7)
+    params = completion(temperature=0.5, top_p=0.25, top_k=3, n=2, seed=9, ignore_eos=True).sampling_params(4)
+    assert (params.temperature, params.top_p, params.top_k, params.n, params.seed, params.ignore_eos,
+            params.max_tokens) == (0.5, 0.25, 3, 2, 9, True, 4)
+    assert completion(ignore_eos=None).sampling_params(1).ignore_eos is False
+    defaults = completion()
+    assert (defaults.temperature, defaults.top_p, defaults.top_k, defaults.n, defaults.seed, defaults.stream,
+            defaults.ignore_eos, defaults.stop) == (1.0, 1.0, 0, 1, None, False, False, None)
+
+
+def test_the_document_states_the_ranges_the_server_accepts():
+    props = CompletionRequest.model_json_schema()["properties"]
+    assert props["temperature"]["minimum"] == 0 and props["temperature"]["maximum"] == 100
+    assert props["top_p"]["exclusiveMinimum"] == 0 and props["top_p"]["maximum"] == 1
+    assert props["top_k"]["minimum"] == -1
+    assert props["n"]["minimum"] == 1 and props["n"]["maximum"] == 64
+    assert props["seed"]["minimum"] == 0
+    text = json.dumps(props["stop"])
+    assert '"maxItems": 4' in text and '"maxLength": 64' in text and '"minLength": 1' in text
+    assert json.dumps(props["max_tokens"]).count(f'"maximum": {1 << 31}') == 1
+    schema = CompletionRequest.model_json_schema()
+    assert schema["if"]["required"] == ["stream_options"] and schema["then"]["properties"]["stream"] == {"const": True}
+
+
+@pytest.mark.parametrize("stops,ok", [(["a", "b", "c", "d"], True), (["a", "b", "c", "d", "e"], False),
+                                      (["x" * 64], True), (["x" * 65], False), ([""], False), (["a", ""], False)])
+def test_stop_strings_at_their_limits(stops, ok):
+    request = completion(stop=stops)
+    if ok:
+        assert request.stop_strings() == stops
+    else:
+        with pytest.raises(ValueError, match="stop"):
+            request.stop_strings()
+
+
+def test_a_single_stop_string_is_a_list_of_one_and_none_is_empty():
+    assert completion(stop="\n").stop_strings() == ["\n"]
+    assert completion().stop_strings() == []
+    with pytest.raises(ValueError, match="at most 64 characters, got one of 65"):
+        completion(stop=["ab", "x" * 65]).stop_strings()
+    with pytest.raises(ValueError, match="at most 4 strings, got 5"):
+        completion(stop=list("abcde")).stop_strings()
+
+
+def test_stream_options_need_stream_and_usage_is_sent_only_when_asked():
+    assert completion().include_usage() is False
+    assert completion(stream=True).include_usage() is False
+    assert completion(stream=True, stream_options={}).include_usage() is False
+    assert completion(stream=True, stream_options={"include_usage": False}).include_usage() is False
+    assert completion(stream=True, stream_options={"include_usage": None}).include_usage() is False
+    assert completion(stream=True, stream_options={"include_usage": True}).include_usage() is True
+    for stream in (False, None):
+        with pytest.raises(ValueError, match="stream_options is only allowed when stream is true"):
+            completion(stream=stream, stream_options={"include_usage": True}).include_usage()
+
+
+@pytest.mark.parametrize("name", list(protocol.UNSUPPORTED))
+def test_an_unsupported_field_is_refused_by_name_unless_it_carries_its_neutral_value(name):
+    for neutral in protocol.UNSUPPORTED[name]:
+        assert protocol.unsupported_field({name: neutral}) is None
+    assert protocol.unsupported_field({name: None}) is None
+    assert protocol.unsupported_field({name: "something"}) == name
+    assert protocol.unsupported_field({name: True}) == name          # never the neutral 1, nor "on"
+    assert protocol.unsupported_field({name: False}) == name         # never the neutral 0
+
+
+def test_the_first_unsupported_field_is_named_and_unknown_fields_are_ignored():
+    assert protocol.unsupported_field({}) is None
+    assert protocol.unsupported_field({"whatever": 3}) is None
+    assert protocol.unsupported_field({"logit_bias": {"1": 2}, "tools": [{}]}) == "tools"     # the list's order
+    assert protocol.unsupported_field({"presence_penalty": 0.0, "best_of": 2}) == "best_of"
+    assert completion(whatever=3).model_extra == {"whatever": 3}
+
+
+def test_an_invalid_string_is_named_by_its_path():
+    bad = "\ud800"
+    assert protocol.invalid_unicode_field(bad) == "body"
+    assert protocol.invalid_unicode_field("fine") is None
+    assert protocol.invalid_unicode_field({"prompt": bad}) == "prompt"
+    assert protocol.invalid_unicode_field({"messages": [{"role": "user", "content": "ok"},
+                                                        {"role": "user", "content": bad}]}) == "messages[1].content"
+    assert protocol.invalid_unicode_field({"stop": ("a", bad)}) == "stop[1]"
+    assert protocol.invalid_unicode_field({"a": {bad: 1}}) == f"a.{bad}"
+    assert protocol.invalid_unicode_field({"a": {"b": 1, "c": [1, 2, "x"]}, "d": 5.0}) is None
+    assert protocol.invalid_unicode_field([bad]) == "[0]"
+
+
+def test_unsupported_features_written_as_their_own_fields_are_refused():
+    assert refused_field(completion, echo=True).startswith("echo")
+    assert completion(echo=False).echo is False and completion(echo=None).echo is None
+    assert refused_field(completion, logprobs=1).startswith("logprobs")
+    assert refused_field(chat, logprobs=True).startswith("logprobs")
+    assert chat(logprobs=False).logprobs is False
+
+
+def test_chat_messages_roles_and_text_parts():
+    request = chat(messages=[{"role": "system", "content": "a"}, {"role": "developer", "content": "b"},
+                             {"role": "assistant", "content": [{"type": "text", "text": "c"},
+                                                               {"type": "text", "text": "d"}]},
+                             {"role": "user", "content": "e", "name": "ignored"}])
+    assert [m.text() for m in request.messages] == ["a", "b", "cd", "e"]
+    assert refused_field(chat, messages=[]).startswith("messages")
+    assert refused_field(chat, messages=[{"role": "tool", "content": "x"}]).startswith("messages")
+    assert refused_field(chat, messages=[{"role": "user", "content": [{"type": "image", "text": "x"}]}]).startswith(
+        "messages")
+    assert refused_field(completion, stream_options={"include_usage": 1}).startswith("stream_options")
+
+
+# ------------------------------------------------------------------------------------------ limits
+
+
+def test_the_default_body_limit_is_exactly_a_mib_plus_32_bytes_a_token():
+    assert limits.default_max_body_bytes(0) == 1 << 20
+    assert limits.default_max_body_bytes(8192) == (1 << 20) + 32 * 8192
+    assert ServeLimits().body_limit(8192) == (1 << 20) + 32 * 8192
+    assert ServeLimits(max_body_bytes=5).body_limit(8192) == 5
+
+
+@pytest.mark.parametrize("name", ["header_timeout_s", "body_timeout_s", "timeout_graceful_shutdown",
+                                  "stalled_stream_timeout_s", "timeout_keep_alive"])
+def test_every_time_limit_must_be_positive_and_is_named(name):
+    ServeLimits(**{name: 1e-3 if name.endswith("_s") else 1})
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"^{name} must be > 0, got {bad}$"):
+            ServeLimits(**{name: bad})
+
+
+def test_the_defaults_and_the_count_and_byte_limits_at_their_boundary():
+    d = ServeLimits()
+    assert (d.header_timeout_s, d.body_timeout_s, d.limit_concurrency, d.timeout_graceful_shutdown,
+            d.max_body_bytes, d.stalled_stream_timeout_s, d.timeout_keep_alive) == (10.0, 10.0, 256, 5, None, 30.0, 10)
+    assert ServeLimits(limit_concurrency=1).limit_concurrency == 1
+    with pytest.raises(ValueError, match="^limit_concurrency must be >= 1, got 0$"):
+        ServeLimits(limit_concurrency=0)
+    assert ServeLimits(max_body_bytes=1).max_body_bytes == 1
+    for bad in (0, 1.5, "9"):
+        with pytest.raises(ValueError, match="max_body_bytes must be an int >= 1"):
+            ServeLimits(max_body_bytes=bad)
+
+
+def test_the_error_body_is_openais_shape():
+    assert json.loads(limits.error_body(413, "too big", "invalid_request_error")) == {
+        "error": {"message": "too big", "type": "invalid_request_error", "param": None, "code": None}}
+
+
+class Wire:
+    """An ASGI receive / send pair: ``messages`` are received in order, then a disconnect; what was sent is kept."""
+
+    def __init__(self, *messages, hang: bool = False):
+        self.messages, self.sent, self.hang, self.received = list(messages), [], hang, 0
+
+    async def receive(self):
+        self.received += 1
+        if self.messages:
+            return self.messages.pop(0)
+        if self.hang:
+            await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(self, message):
+        self.sent.append(message)
+
+    def status(self):
+        return next(m["status"] for m in self.sent if m["type"] == "http.response.start")
+
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+
+
+def http(headers=()):
+    return {"type": "http", "headers": list(headers)}
+
+
+def chunk(body: bytes, more: bool = False):
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+class App:
+    def __init__(self):
+        self.bodies, self.calls = [], 0
+
+    async def __call__(self, scope, receive, send):
+        self.calls += 1
+        self.bodies.append((await receive())["body"])
+        self.after = await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("pieces", [[b"x" * 10], [b"x" * 4, b"x" * 6], [b"x" * 9, b"x"]])
+def test_a_body_of_exactly_the_limit_reaches_the_app_whole(pieces):
+    app, wire = App(), Wire(*[chunk(p, more=i < len(pieces) - 1) for i, p in enumerate(pieces)])
+    run(RequestBody(app, timeout_s=5, max_bytes=10)(http([(b"content-length", b"10")]), wire.receive, wire.send))
+    assert app.bodies == [b"x" * 10] and wire.status() == 200
+    assert app.after == {"type": "http.disconnect"}          # after the replay, the real receive again
+
+
+def test_a_declared_length_one_byte_past_the_limit_is_a_413_before_the_body_is_read():
+    app, wire = App(), Wire(chunk(b"x" * 11))
+    run(RequestBody(app, timeout_s=5, max_bytes=10)(http([(b"Content-Length", b"11")]), wire.receive, wire.send))
+    assert app.calls == 0 and wire.status() == 413
+    error = json.loads(wire.body())["error"]
+    assert error["message"].startswith("the request body has 11 bytes, more than this server's limit of 10 bytes")
+    assert error["type"] == "invalid_request_error"
+    start = next(m for m in wire.sent if m["type"] == "http.response.start")
+    assert dict(start["headers"])[b"content-length"] == str(len(wire.body())).encode()
+    assert dict(start["headers"])[b"connection"] == b"close"
+    assert wire.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+def test_a_client_waiting_for_100_continue_is_not_lingered_on():
+    wire = Wire(chunk(b"x", more=True), hang=True)
+    scope = http([(b"content-length", b"11"), (b"expect", b"100-continue")])
+    run(RequestBody(App(), timeout_s=5, max_bytes=10)(scope, wire.receive, wire.send))
+    assert wire.received == 0 and wire.status() == 413
+
+
+def test_a_refused_body_is_read_to_its_end_so_the_client_sees_the_413():
+    wire = Wire(chunk(b"x" * 6, more=True), chunk(b"x" * 5, more=True), chunk(b"rest", more=True), chunk(b"end"),
+                chunk(b"never"))
+    run(RequestBody(App(), timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert wire.status() == 413 and wire.received == 4          # read to the chunk without more_body, no further
+    assert "the request body passed the limit" in json.loads(wire.body())["error"]["message"]
+
+
+def test_a_chunk_that_passes_the_limit_and_ends_the_body_is_not_lingered_on():
+    wire = Wire(chunk(b"x" * 6, more=True), chunk(b"x" * 5), hang=True)
+    run(RequestBody(App(), timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert wire.status() == 413 and wire.received == 2
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408():
+    app, wire = App(), Wire(chunk(b"x", more=True), hang=True)
+    run(RequestBody(app, timeout_s=0.05, max_bytes=10)(http(), wire.receive, wire.send))
+    assert app.calls == 0 and wire.status() == 408
+    assert json.loads(wire.body())["error"] == {"message": "the request body did not arrive within 0.05 s",
+                                                "type": "timeout", "param": None, "code": None}
+
+
+def test_a_client_that_leaves_mid_body_gets_nothing_and_other_scopes_pass_through():
+    app, wire = App(), Wire(chunk(b"x", more=True))
+    run(RequestBody(app, timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert app.calls == 0 and wire.sent == []
+    seen = []
+
+    async def lifespan_app(scope, receive, send):
+        seen.append(scope["type"])
+
+    run(RequestBody(lifespan_app, timeout_s=5, max_bytes=0)({"type": "lifespan"}, wire.receive, wire.send))
+    assert seen == ["lifespan"]
+
+
+def test_a_malformed_content_length_is_not_a_length():
+    assert limits._content_length(http([(b"content-length", b"abc")])) is None
+    assert limits._content_length(http()) is None
+    assert limits._content_length({"type": "http"}) is None
+    assert limits._content_length(http([(b"x", b"1"), (b"CONTENT-LENGTH", b"7")])) == 7
+
+
+@pytest.mark.parametrize("connections,tasks,refused", [(1, 2, False), (2, 2, True), (1, 3, True), (0, 0, False)])
+def test_the_concurrency_gate_refuses_at_the_limit_of_connections_and_past_it_of_requests(connections, tasks, refused):
+    app, wire = App(), Wire(chunk(b"{}"))
+    gate = ConcurrencyGate(app, 2, set(range(connections)), set(range(tasks)))
+    run(gate(http(), wire.receive, wire.send))
+    assert (app.calls == 0) is refused
+    if refused:
+        assert wire.status() == 503
+        assert json.loads(wire.body())["error"] == {
+            "message": "the server is at its limit of 2 connections and requests (--limit-concurrency); retry later",
+            "type": "service_unavailable", "param": None, "code": None}
+    gate = ConcurrencyGate(app, 0, {1}, {1})
+    calls = app.calls
+    run(gate({"type": "lifespan"}, Wire(chunk(b"")).receive, wire.send))      # only http is gated
+    assert app.calls == calls + 1
+
+
+def test_why_a_body_is_not_json_names_the_byte_the_nesting_or_the_syntax():
+    assert limits.unparsable_body(b'{"a": "\xff"}') == ("the request body is not valid UTF-8 (byte 0xff at offset 7); "
+                                                         "JSON must be UTF-8")
+    assert limits.unparsable_body(b"[" * 100_000 + b"]" * 100_000).startswith("the request body is JSON nested too "
+                                                                               "deeply")
+    assert limits.unparsable_body(b'{"a": }').startswith("the request body is not valid JSON: Expecting value")
+    assert limits.unparsable_body(b"{}") == "the request body could not be parsed as JSON"
+
+
+# ------------------------------------------------------------------------------------------ engine loop
+
+
+def test_prompt_plus_max_tokens_must_fit_the_context_to_the_token():
+    check_context(10, 6, 16)                    # exactly the context
+    with pytest.raises(ValueError) as info:
+        check_context(10, 7, 16)                # one token past it
+    assert str(info.value) == ("max_tokens (7) + prompt (10 tokens) = 17 tokens, more than this model's maximum "
+                               "context length (16 tokens); max_tokens may be at most 6")
+    check_context(16, 5, 16)                    # a prompt that alone fills it: the engine's own message
+    check_context(17, 5, 16)
+    with pytest.raises(ValueError):
+        check_context(15, 2, 16)
+
+
+# ------------------------------------------------------------------------------------------ request stream
+
+
+class FakeLoop:
+    def __init__(self):
+        self.submitted, self.aborted = [], []
+
+    def submit(self, submit):
+        self.submitted.append(submit)
+
+    def abort(self, request_id):
+        self.aborted.append(request_id)
+
+
+def stream_of(n=1, stall_timeout_s=30.0):
+    loop = FakeLoop()
+    stream = RequestStream(loop, "r1", [1, 2, 3], SamplingParams(n=n, max_tokens=8), ["\n"], stall_timeout_s)
+    return loop, stream
+
+
+def test_usage_counts_prompt_tokens_from_the_engine_and_output_tokens_whatever_the_text():
+    async def go():
+        loop, stream = stream_of(n=2)
+        stream._put(Accepted(num_prompt_tokens=7))          # the engine's count, not len(prompt_ids)
+        assert await stream.start() is None
+        assert loop.submitted[0].request_id == "r1" and loop.submitted[0].prompt_ids == [1, 2, 3]
+        assert loop.submitted[0].stop == ["\n"]
+        for delta in (SequenceDelta(0, "", 3), SequenceDelta(1, "ab", 1), SequenceDelta(0, "c", 2, "length"),
+                      SequenceDelta(0, "", 0, "abort"), SequenceDelta(1, "", 4, "error", "boom")):
+            stream._put(delta)
+        got = [d async for d in stream.deltas()]
+        assert [d.text for d in got] == ["", "ab", "c", ""]           # the late abort of sequence 0 is dropped
+        assert stream.finish_reasons == {0: "length", 1: "error"} and stream.errors == {1: "boom"}
+        assert stream.usage().as_dict() == {"prompt_tokens": 7, "completion_tokens": 10, "total_tokens": 17}
+        stream.close()
+        assert loop.aborted == []                            # finished: nothing to abort
+
+    asyncio.run(go())
+
+
+def test_a_refused_request_ends_every_sequence_as_rejected_and_an_open_one_is_aborted_on_close():
+    async def go():
+        loop, stream = stream_of(n=3)
+        stream._put(Rejected("too long"))
+        reply = await stream.start()
+        assert reply == Rejected("too long") and stream.finish_reasons == {0: "rejected", 1: "rejected", 2: "rejected"}
+        assert stream.finished
+        loop, stream = stream_of(n=2)
+        stream._put(Accepted(1))
+        await stream.start()
+        stream._put(SequenceDelta(0, "x", 1, "stop"))
+        stream._put(SequenceDelta(1, "x", 1))
+        seen = []
+        async for d in stream.deltas():
+            seen.append(d)
+            if len(seen) == 2:
+                break
+        assert not stream.finished
+        stream.close()
+        assert loop.aborted == ["r1"]
+
+    asyncio.run(go())
+
+
+def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("labkit.serve.request_stream.time.monotonic", lambda: clock[0])
+
+    async def go():
+        loop, stream = stream_of(n=2, stall_timeout_s=5.0)
+        stream._put(Accepted(2))
+        await stream.start()
+        stream._put(SequenceDelta(0, "a", 1))               # output waits from t = 100
+        clock[0] = 105.0
+        stream._put(SequenceDelta(0, "b", 1))               # exactly the timeout: not yet
+        assert loop.aborted == [] and not stream.stalled
+        clock[0] = 105.001
+        stream._put(Accepted(0))                            # not output: no stall
+        assert loop.aborted == []
+        stream._put(SequenceDelta(0, "c", 1))               # past it
+        assert loop.aborted == ["r1"] and stream.stalled
+        stream._put(SequenceDelta(0, "d", 1))
+        assert loop.aborted == ["r1"]                       # once
+        items = [await stream._take() for _ in range(stream._queue.qsize())]
+        aborts = [i for i in items if isinstance(i, SequenceDelta) and i.finish_reason == "abort"]
+        assert [(a.index, a.text, a.num_new_tokens) for a in aborts] == [(0, "", 0), (1, "", 0)]
+
+    asyncio.run(go())
+
+
+def test_reading_restarts_the_stall_clock(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("labkit.serve.request_stream.time.monotonic", lambda: clock[0])
+
+    async def go():
+        loop, stream = stream_of(stall_timeout_s=5.0)
+        stream._put(SequenceDelta(0, "a", 1))               # waits from t = 0
+        stream._put(SequenceDelta(0, "b", 1))
+        clock[0] = 4.0
+        await stream._take()                                # one read at t = 4: "b" waits from t = 4
+        assert stream._waiting_since == 4.0
+        clock[0] = 8.0
+        stream._put(SequenceDelta(0, "c", 1))               # 4 s after the read: not a stall
+        assert loop.aborted == []
+        await stream._take()
+        await stream._take()
+        assert stream._waiting_since is None                # nothing waits
+        clock[0] = 20.0
+        stream._put(SequenceDelta(0, "d", 1))               # waits from now, not from the last read
+        assert loop.aborted == []
+
+    asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------------------ responses
+
+
+def test_each_error_status_is_documented_with_the_openai_body_and_a_description_can_be_replaced():
+    entries = responses.errors(400, 503, s503="gone")
+    assert set(entries) == {400, 503}
+    assert entries[400]["description"] == responses._ERROR_DESCRIPTIONS[400]
+    assert entries[503]["description"] == "gone"
+    for entry in entries.values():
+        assert entry["content"] == {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    with pytest.raises(KeyError):
+        responses.errors(418)
+
+
+def test_a_generation_route_answers_json_or_a_stream_of_chunks_then_done():
+    route = responses.generation(responses.Completion, responses.CompletionChunk)
+    assert set(route) == {200, 400, 404, 408, 413, 500, 503}
+    assert route[200]["model"] is responses.Completion
+    assert route[200]["description"] == "a Completion, or with stream: true a stream of CompletionChunk events"
+    item = route[200]["content"]["text/event-stream"]["itemSchema"]
+    assert item["required"] == ["data"] and item["type"] == "object"
+    json_data, done = item["properties"]["data"]["anyOf"]
+    assert json_data["contentMediaType"] == "application/json" and json_data["type"] == "string"
+    assert json_data["contentSchema"]["anyOf"] == [{"$ref": "#/components/schemas/CompletionChunk"},
+                                                   {"$ref": "#/components/schemas/ErrorResponse"}]
+    assert done["const"] == "[DONE]"
+    assert set(responses.METRICS) == {200, 500, 503} and responses.METRICS[500]["description"] == "engine.stats() failed"
+    assert set(responses.HEALTH) == {200, 503}
+    assert responses.STREAM_MODELS == (responses.CompletionChunk, responses.ChatCompletionChunk)
