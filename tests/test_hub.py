@@ -497,6 +497,13 @@ def test_a_learners_jupyterlab_opens_on_their_copy_with_the_courses_settings(hub
     settings = httpx.get(f"{hub.url}/user/{name}/lab/api/settings/@jupyterlab/apputils-extension:notification",
                          headers=headers, timeout=60).json()
     assert settings["schema"]["properties"]["fetchNews"]["default"] == "false"     # etc/jupyterlab, as make lab
+    # its kernels are culled when idle (LABKIT_HUB_CULL_KERNELS' default), even with the lab open in a tab
+    from labkit.hub.spawner import kernel_culling
+
+    servers = [Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+               for pid in learners.user_pids(pwd.getpwnam(name).pw_uid)
+               if b"jupyterhub.singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert servers and all(set(kernel_culling(1200)) <= set(argv) for argv in servers), servers
 
 
 @pytest.mark.slow
@@ -517,10 +524,13 @@ def test_a_learner_cannot_read_another_learners_work(hub, class_at_work):
 
 @pytest.mark.slow
 def test_the_class_view_shows_every_learner_to_the_instructor_and_refuses_a_learner(hub, class_at_work):
-    # a quiz question answered in the second learner's kernel, as its widget does, shows in the view
+    # a quiz question answered, and a prediction revealed, in the second learner's kernel, as their widgets do:
+    # both show in the view
     kernel, loop = class_at_work["kernels"][hub.learners[1]], class_at_work["loop"]
     _, error = loop.run_until_complete(kernel.execute(
-        "from labkit.labs.lab01_kv_cache.quiz import quiz\nquiz().view().views[0].answer(0)"))
+        "from labkit.labs.lab01_kv_cache.quiz import quiz\nquiz().view().views[0].answer(0)\n"
+        "from labkit.labs.common.display import predict\n"
+        "predict('KV cache bytes?', 64.0, kind='exact', lab='01', id='hub-test').reveal(64)"))
     assert error is None
     url = f"{hub.url}/services/class-view/"
     page = httpx.get(url, headers={"Authorization": f"token {hub.user_token(hub.instructor)}"}, timeout=60)
@@ -533,6 +543,7 @@ def test_the_class_view_shows_every_learner_to_the_instructor_and_refuses_a_lear
         hub.learners[0]: "通过 1/2（一次通过 1）", hub.learners[1]: "通过 1/2（一次通过 1）",
         hub.learners[2]: "通过 0/2（一次通过 0）"}
     assert "（已答 1）" in rows[hub.learners[1]][2] and rows[hub.learners[0]][2] == "—"
+    assert rows[hub.learners[1]][4] == "1 个，对 1/1" and rows[hub.learners[0]][4] == "—"      # predictions
     assert hub.instructor not in page.text
     english = httpx.get(url + "?lang=en", headers={"Authorization": f"token {hub.user_token(hub.instructor)}"},
                         timeout=60)
