@@ -43,8 +43,9 @@ def block_ownership_figure(run: BlockMapRun) -> go.Figure:
     return fig
 
 
-def breakdown_figure(rows: list[tuple[str, PoolBreakdown]]) -> go.Figure:
-    """One horizontal 100 % bar per setting: where the pool's slots went (step average)."""
+def breakdown_figure(rows: list[tuple[str, PoolBreakdown]], title: str | None = None) -> go.Figure:
+    """One horizontal 100 % bar per setting: where the pool's slots went (step average); ``title``: the
+    section's title rendered from its record (``views.layouts_narration(rec).title``)."""
     labels = [label for label, _ in rows][::-1]
     fig = go.Figure()
     for part in PARTS:
@@ -52,7 +53,7 @@ def breakdown_figure(rows: list[tuple[str, PoolBreakdown]]) -> go.Figure:
         fig.add_trace(go.Bar(y=labels, x=values, orientation="h", name=t(*PART_NAMES[part]), marker_color=PART_COLORS[part],
                              text=[f"{v:.0f}" if v >= 4 else "" for v in values], textposition="inside"))
     fig.update_layout(barmode="stack")
-    style(fig, t("KV 池里的槽位都去哪了（各步平均）", "Where the KV pool's slots went (mean over steps)"),
+    style(fig, title or t("KV 池里的槽位都去哪了（各步平均）", "Where the KV pool's slots went (mean over steps)"),
           t("占 KV 池的比例（%）", "share of the KV pool (%)"), height=140 + 55 * len(rows))
     fig.update_xaxes(range=[0, 100])
     return fig

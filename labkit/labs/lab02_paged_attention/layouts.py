@@ -20,10 +20,11 @@ from dataclasses import dataclass, replace
 from labkit.config import EngineConfig
 from labkit.events import StepEnd, TokensAppended
 from labkit.i18n import t
-from labkit.kv.breakdown import BreakdownRecorder, PoolBreakdown
+from labkit.kv.breakdown import PoolBreakdown
 from labkit.kv.snapshot import KVLayout
 from labkit.labs.common.display import fast
 from labkit.labs.common.measure import Verdict, cores, cpu_clock, machine_load, measuring, verdict_from_ratios
+from labkit.metrics import BreakdownRecorder
 from labkit.replay import replay
 from labkit.sim.paper import PAPER_KV_BYTES, PAPER_MAX_MODEL_LEN, PAPER_MODEL
 from labkit.traces import TraceRequest
@@ -201,3 +202,74 @@ def uniform_trace(num_requests: int, prompt_len: int, output_len: int) -> list[T
 def fit_ratio(paged: LayoutRun, contiguous: LayoutRun) -> float:
     """How many times as many requests ran at once under paged KV (step-averaged)."""
     return paged.mean_running / contiguous.mean_running if contiguous.mean_running else float("inf")
+
+
+# ----------------------------------------------------------------------------- the sections' records
+#
+# Section 3 (how much each layout wastes) and section 4 (how many requests one pool holds, and the
+# throughput that follows) each save a record; their tables, sentences and titles render from it alone
+# (``views.layouts_narration``, ``views.fit_narration``). The pool split and the concurrency are counted
+# (the same on every CPU); the real model's throughput is timed, so section 4 keeps each pair's verdict.
+
+LAYOUTS_SECTION = "3-layouts"
+FIT_SECTION = "4-fit"
+QUEUE = "queue"             # section 4's real-model pair whose queue stays full (its verdict goes to lab 05)
+
+
+def run_to_dict(run: LayoutRun) -> dict:
+    """A run as plain JSON, without the greedy outputs (section 8 compares them live)."""
+    d = {f: getattr(run, f) for f in LayoutRun.__dataclass_fields__ if f != "outputs"}
+    d["layout"], d["breakdown"] = str(run.layout.value), run.breakdown.as_dict()
+    return d
+
+
+def run_from_dict(d: dict) -> LayoutRun:
+    return LayoutRun(**{**d, "layout": KVLayout(d["layout"]), "breakdown": PoolBreakdown(**d["breakdown"]),
+                        "outputs": (), "round_seconds": tuple(d.get("round_seconds") or ()),
+                        "load": tuple(d.get("load") or (None, None))})
+
+
+def _real_load(runs: list[LayoutRun]) -> float | None:
+    loads = [x for r in runs if not r.simulated for x in r.load if x is not None]
+    return max(loads, default=None)
+
+
+def record_layouts(small: dict[str, list[LayoutRun]], paper: dict[str, list[LayoutRun]]):
+    """Section 3 as a record: the real-model runs (contiguous, paged) per trace and the simulated
+    paper-scale runs (max-length, exact, paged) per trace, whole but for their outputs."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    real = [r for runs in small.values() for r in runs]
+    return SectionRecord(lab="02", section=LAYOUTS_SECTION, context=RunContext.current(load=_real_load(real)),
+                         rounds={f"small/{k}/{r.layout.value}": list(r.round_seconds) for k, runs in small.items()
+                                 for r in runs},
+                         values={"small": {k: [run_to_dict(r) for r in runs] for k, runs in small.items()},
+                                 "paper": {k: [run_to_dict(r) for r in runs] for k, runs in paper.items()}})
+
+
+def layouts_from_record(rec) -> tuple[dict[str, list[LayoutRun]], dict[str, list[LayoutRun]]]:
+    """(small, paper) again, from the record alone."""
+    return ({k: [run_from_dict(d) for d in runs] for k, runs in rec.values["small"].items()},
+            {k: [run_from_dict(d) for d in runs] for k, runs in rec.values["paper"].items()})
+
+
+def record_fit(pairs: dict[str, tuple[LayoutRun, LayoutRun]]):
+    """Section 4 as a record: named (paged, contiguous) pairs on one pool, each with its throughput
+    verdict (exact when simulated, from the paired rounds' CPU seconds on the real model)."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    real = [r for pair in pairs.values() for r in pair]
+    return SectionRecord(lab="02", section=FIT_SECTION, context=RunContext.current(load=_real_load(real)),
+                         rounds={f"{name}/{r.layout.value}": list(r.round_seconds) for name, pair in pairs.items()
+                                 for r in pair if not r.simulated},
+                         values={"pairs": {name: [run_to_dict(r) for r in pair] for name, pair in pairs.items()}},
+                         verdicts={name: throughput_verdict(*pair, id=fit_verdict_id(name)) for name, pair in pairs.items()})
+
+
+def fit_verdict_id(name: str) -> str:
+    """The id in results/lab02.json; lab 05 reads the full queue's (``QUEUE``)."""
+    return "paged/throughput_over_contiguous" if name == QUEUE else f"paged/throughput/{name}"
+
+
+def fit_from_record(rec) -> dict[str, tuple[LayoutRun, LayoutRun]]:
+    return {name: tuple(run_from_dict(d) for d in pair) for name, pair in rec.values["pairs"].items()}

@@ -9,7 +9,14 @@ from labkit.labs.common.references import cite, cite_line, percentages
 from labkit.labs.lab02_paged_attention.attention_cost import SDPA, IndirectionCost
 from labkit.labs.lab02_paged_attention.block_map import BlockMapRun, is_consecutive
 from labkit.labs.lab02_paged_attention.block_size import BlockSizePoint
-from labkit.labs.lab02_paged_attention.layouts import LayoutRun, fit_ratio, throughput_verdict
+from labkit.labs.lab02_paged_attention.layouts import (
+    QUEUE,
+    LayoutRun,
+    fit_from_record,
+    fit_ratio,
+    layouts_from_record,
+    throughput_verdict,
+)
 from labkit.labs.lab02_paged_attention.sharing import ForkRun, PrefixRun, ttft_verdict
 from labkit.report.tables import Table
 
@@ -92,13 +99,15 @@ def paper_fit_ratios() -> tuple[float, float]:
     return vllm / oracle, vllm / orca_max
 
 
-def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
-    """(paged, contiguous) pairs: requests running at once and output tokens per second."""
+def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]], verdicts: list | None = None, caption: str | None = None) -> Table:
+    """(paged, contiguous) pairs: requests running at once and output tokens per second; ``verdicts``
+    (one per pair, section 4's record) mark the throughput ratios, else they are judged here."""
     rows = []
-    for paged, contiguous in pairs:
+    for i, (paged, contiguous) in enumerate(pairs):
+        v = verdicts[i] if verdicts is not None else None
         rows.append([paged.label, contiguous.label, contiguous.max_running, paged.max_running,
                      contiguous.mean_running, paged.mean_running, fit_ratio(paged, contiguous),
-                     contiguous.tokens_per_s, paged.tokens_per_s, throughput_cell(paged, contiguous), _model(paged.simulated)])
+                     contiguous.tokens_per_s, paged.tokens_per_s, throughput_cell(paged, contiguous, v), _model(paged.simulated)])
     oracle, orca_max = paper_fit_ratios()
     c = cite("Avg batched requests OPT-13B ShareGPT")
     return Table([t("分页", "paged"), t("连续", "contiguous"), t("连续：最大并发", "contiguous: max running"),
@@ -106,9 +115,9 @@ def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
                   t("分页：平均并发", "paged: mean running"), t("平均并发倍数", "mean running ratio"),
                   t("连续：token/秒", "contiguous: tokens/s"), t("分页：token/秒", "paged: tokens/s"),
                   t("吞吐倍数", "throughput ratio"), t("模型", "model")], rows,
-                 caption=t("同一个池、同一条轨迹：同时运行的请求数与吞吐（本次运行实测；模拟的时间是虚拟时间）",
-                           "Same pool, same trace: requests running at once and throughput (measured in this run; "
-                           "simulated times are virtual)"),
+                 caption=caption or t("同一个池、同一条轨迹：同时运行的请求数与吞吐（本次运行实测；模拟的时间是虚拟时间）",
+                                      "Same pool, same trace: requests running at once and throughput (measured in this run; "
+                                      "simulated times are virtual)"),
                  notes=[t("真实模型的吞吐倍数：方括号里是各轮配对的范围，括号里是结论（持平 / 噪声之内 / 机器正忙）；模拟的倍数是精确的。",
                           "Real-model throughput ratios: the brackets give the range over paired rounds, the word the verdict "
                           "(level / within noise / machine busy); simulated ratios are exact."),
@@ -118,14 +127,18 @@ def fit_table(pairs: list[tuple[LayoutRun, LayoutRun]]) -> Table:
                           f"{oracle:.1f}x Orca(Oracle) and {orca_max:.1f}x Orca(Max).")])
 
 
-def throughput_cell(paged: LayoutRun, contiguous: LayoutRun) -> str:
+THROUGHPUT_MARKS = dict(greater=("（分页更快）", " (paged faster)"), less=("（分页更慢）", " (paged slower)"),
+                        same=("（持平）", " (level)"))
+
+
+def throughput_cell(paged: LayoutRun, contiguous: LayoutRun, v=None) -> str:
     """The fit table's throughput ratio with what backs it: exact when simulated; for the real model
-    the range over the paired rounds and the verdict's word (level / within noise / machine busy)."""
-    v = throughput_verdict(paged, contiguous)
+    the range over the paired rounds and the verdict's word (level / within noise / machine busy).
+    ``v``: the pair's recorded verdict (else judged here)."""
+    v = v if v is not None else throughput_verdict(paged, contiguous)
     if v.deterministic:
         return f"{v.ratio:.2f}"
-    word = v.mark(greater=("（更快）", " (faster)"), less=("（更慢）", " (slower)"), same=("（持平）", " (level)"))
-    return f"{v.ratio:.2f} [{v.ratio_min:.2f}–{v.ratio_max:.2f}]{word}"
+    return f"{v.ratio:.2f} [{v.ratio_min:.2f}–{v.ratio_max:.2f}]{v.mark(**THROUGHPUT_MARKS)}"
 
 
 def prefix_mark(v) -> str:
@@ -384,6 +397,11 @@ def throughput_sentence(paged: LayoutRun, contiguous: LayoutRun, where: str, id:
     v = throughput_verdict(paged, contiguous, id)
     if id:
         record_verdict("02", v)
+    return throughput_line(v, where)
+
+
+def throughput_line(v, where: str) -> str:
+    """Paged over contiguous throughput from its verdict (section 4's record)."""
     return v.sentence(greater=(f"{where}：吞吐（输出 token/秒）分页是连续的 {{ratio}}", f"{where}: paged throughput is {{ratio}} contiguous's"),
                       same=(f"{where}：吞吐（输出 token/秒）分页与连续持平（{{ratio}}）", f"{where}: paged throughput is level with contiguous ({{ratio}})"),
                       less=(f"{where}：吞吐分页只有连续的 {{ratio}}——分页反而更慢", f"{where}: paged throughput is only {{ratio}} contiguous's: paged came out slower"))
@@ -412,3 +430,110 @@ def summary_table(paged: LayoutRun, contiguous: LayoutRun, prefix: tuple[PrefixR
          f"{fork.mean_saving():.0f} %", t("真实模型", "real model")],
     ]
     return Table([t("要记住的数", "number to remember"), t("本次测得", "measured here"), t("来自", "from")], rows)
+
+
+# ----------------------------------------------------------------------------- sections 3 and 4 from their records
+
+BLOG_WASTE = 4.0        # vLLM blog: "under 4%" waste with paging
+MAX_WASTE = 60.0        # vLLM blog: existing systems waste 60-80 %
+PAPER_LIKE = "ShareGPT 式"       # the paper-scale trace built to the paper's ShareGPT lengths
+
+
+def trace_name(key: str) -> str:
+    return t("ShareGPT 式", "ShareGPT-like") if key == PAPER_LIKE else key
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def layouts_narration(rec):
+    """Section 3 rendered from its record alone (``layouts.record_layouts``): the table of pool splits, the
+    sentences set against the vLLM blog and the paper's Fig. 2, the tail bound, and the figure's title.
+    The splits are counted, so the claims are the same on every CPU; they are still read from the record."""
+    from labkit.labs.common.records import Narration
+
+    small, paper = layouts_from_record(rec)
+    conv_max, _, conv_paged = paper["conv"]
+    under, over = conv_paged.waste < BLOG_WASTE, conv_max.waste > MAX_WASTE
+    real_paged = [runs[1] for runs in small.values()]
+    worst_tail = max(r.max_tail_slots for r in [conv_paged, *real_paged])
+    bound = conv_paged.block_size - 1
+    lines = [t(f"模拟对话轨迹：分页浪费 {conv_paged.waste:.1f}%，" + ("低于" if under else "没有低于") + f" {BLOG_WASTE:g}%（vLLM 博客：under 4%）；"
+               f"连续最大长度预留浪费 {conv_max.waste:.1f}%，" + ("高于" if over else "没有高于") + f" {MAX_WASTE:g}%。",
+               f"Simulated conversation trace: paging wastes {conv_paged.waste:.1f}%, " + ("under" if under else "not under")
+               + f" {BLOG_WASTE:g}% (vLLM blog: under 4%); max-length reservation wastes {conv_max.waste:.1f}%, "
+               + ("over" if over else "not over") + f" {MAX_WASTE:g}%.")]
+    for kind, (contiguous, paged) in small.items():
+        lines.append(t(f"真实模型（CPU 规模）{kind} 轨迹：连续预留 {contiguous.waste:.1f}% → 分页 {paged.waste:.1f}%；"
+                       f"模拟（论文规模）同一种轨迹分页 {paper[kind][2].waste:.1f}%。",
+                       f"Real model (CPU scale), {kind} trace: contiguous {contiguous.waste:.1f}% → paged {paged.waste:.1f}%; "
+                       f"simulated at paper scale, paged {paper[kind][2].waste:.1f}%.") if kind in paper else
+                     t(f"真实模型 {kind} 轨迹：连续预留 {contiguous.waste:.1f}% → 分页 {paged.waste:.1f}%。",
+                       f"Real model, {kind} trace: contiguous {contiguous.waste:.1f}% → paged {paged.waste:.1f}%."))
+    if PAPER_LIKE in paper:
+        lines += effective_use_lines(tuple(paper[PAPER_LIKE]), t("模拟 ShareGPT 式轨迹（论文的负载）",
+                                                                 "Simulated ShareGPT-like trace (the paper's load)"))
+    lines.append(t(f"分页时，任何一步里一个请求的未填槽位最多 {worst_tail} 个，块大小 {bound + 1}：最多只浪费最后一块的尾部（≤ {bound}）——"
+                   + ("成立。" if worst_tail <= bound else "不成立！请检查。"),
+                   f"Paged: at most {worst_tail} unfilled slots per request in any step, block size {bound + 1}: only the last "
+                   f"block's tail is wasted (≤ {bound}): " + ("holds." if worst_tail <= bound else "does NOT hold! Check.")))
+    runs = [r for rs in small.values() for r in rs] + [r for rs in paper.values() for r in rs]
+    table = layout_table(runs)
+    title = t(f"KV 池里的槽位都去哪了（各步平均）：模拟对话轨迹浪费 连续最大长度预留 {conv_max.waste:.1f}% → 分页 {conv_paged.waste:.1f}%",
+              f"Where the KV pool's slots went (mean over steps): simulated conversation waste, max-length reservation "
+              f"{conv_max.waste:.1f}% → paged {conv_paged.waste:.1f}%")
+    return Narration(tuple(lines), tuple(tuple(r) for r in table.rows), title,
+                     {"paged_waste_under_blog": _yes_no(under), "max_waste_over_60": _yes_no(over),
+                      "tail_within_block": _yes_no(worst_tail <= bound),
+                      **{f"paged_wastes_less/{k}": _yes_no(p.waste < c.waste) for k, (c, p) in small.items()}})
+
+
+def fit_lines(pairs: dict[str, tuple[LayoutRun, LayoutRun]]) -> list[str]:
+    """Section 4.1: the measured concurrency ratios beside the paper's (all counted)."""
+    lines = []
+    for kind in dict.fromkeys(k.split("/")[1] for k in pairs if k.startswith("paper/")):
+        mx, orc = pairs.get(f"paper/{kind}/max"), pairs.get(f"paper/{kind}/oracle")
+        if mx and orc:
+            lines.append(t(f"模拟 {trace_name(kind)}：平均并发 分页 ÷ 最大长度预留 = {fit_ratio(*mx):.1f} 倍，分页 ÷ 恰好预留 = {fit_ratio(*orc):.1f} 倍",
+                           f"Simulated {trace_name(kind)}: mean running, paged ÷ max-length = {fit_ratio(*mx):.1f}×, "
+                           f"paged ÷ exact = {fit_ratio(*orc):.1f}×"))
+    if QUEUE in pairs:
+        lines.append(t(f"真实模型、排满的队列：平均并发 分页 ÷ 连续 = {fit_ratio(*pairs[QUEUE]):.1f} 倍",
+                       f"Real model, full queue: mean running, paged ÷ contiguous = {fit_ratio(*pairs[QUEUE]):.1f}×"))
+    return lines
+
+
+def fit_narration(rec):
+    """Section 4 rendered from its record alone (``layouts.record_fit``): the table (throughput ratios
+    marked by their recorded verdicts), the sentences and the table's title (what the full queue measured)."""
+    from labkit.labs.common.records import Narration
+
+    pairs = fit_from_record(rec)
+    verdicts = {name: rec.verdict(name) for name in pairs}
+    oracle_ratio, max_ratio = paper_fit_ratios()
+    lines = []
+    for kind in dict.fromkeys(k.split("/")[1] for k in pairs if k.startswith("paper/")):
+        mx, orc = pairs.get(f"paper/{kind}/max"), pairs.get(f"paper/{kind}/oracle")
+        if mx and orc:
+            lines.append(t(f"模拟 {trace_name(kind)}：分页时平均同时运行的请求数是最大长度预留的 {fit_ratio(*mx):.1f} 倍、"
+                           f"恰好预留的 {fit_ratio(*orc):.1f} 倍",
+                           f"Simulated {trace_name(kind)}: paged runs {fit_ratio(*mx):.1f}× as many requests at once as "
+                           f"max-length reservation, {fit_ratio(*orc):.1f}× exact reservation"))
+    lines.append(t(f"论文（ShareGPT）：vLLM 是 Orca(Max) 的 {max_ratio:.1f} 倍、Orca(Oracle) 的 {oracle_ratio:.1f} 倍。",
+                   f"Paper (ShareGPT): vLLM batches {max_ratio:.1f}× Orca(Max), {oracle_ratio:.1f}× Orca(Oracle)."))
+    if "paper/conv/max" in pairs:
+        lines.append(throughput_line(verdicts["paper/conv/max"], t("模拟对话轨迹", "simulated conversation trace")))
+    queue = pairs.get(QUEUE)
+    if queue is not None:
+        lines.append(throughput_line(verdicts[QUEUE], t("真实模型、排满的队列", "real model, full queue")))
+    title = t("同一个池、同一条轨迹：同时运行的请求数与吞吐（本次运行实测；模拟的时间是虚拟时间）",
+              "Same pool, same trace: requests running at once and throughput (measured in this run; simulated times are virtual)")
+    if queue is not None:
+        v = verdicts[QUEUE]
+        title += t(f"——排满的队列：平均并发 {fit_ratio(*queue):.1f} 倍，吞吐 {v.ratio:.2f}×{v.mark(**THROUGHPUT_MARKS)}",
+                   f": full queue, {fit_ratio(*queue):.1f}× running, throughput {v.ratio:.2f}×{v.mark(**THROUGHPUT_MARKS)}")
+    table = fit_table(list(pairs.values()), [verdicts[n] for n in pairs], caption=title)
+    claims = {f"paged_throughput/{n}": f"{v.direction}|{v.confidence}" for n, v in verdicts.items()}
+    claims.update({f"paged_fits_more/{n}": _yes_no(fit_ratio(*pair) > 1.05) for n, pair in pairs.items()})
+    return Narration(tuple(lines), tuple(tuple(r) for r in table.rows), title, claims)
