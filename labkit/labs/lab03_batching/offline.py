@@ -257,3 +257,38 @@ def anyscale_sweep(trace_for_cap, caps: list[int]) -> list[AnyscaleRow]:
         rows.append(AnyscaleRow(cap, {name: run_offline(anyscale_engine(name, max_model_len), trace, name)
                                       for name in ANYSCALE_SYSTEMS}))
     return rows
+
+
+# ------------------------------------------------------------------------------ section 2's record
+#
+# Sections 2 and 3.1 read one real-model comparison: the table, the throughput sentence, the step ceiling
+# and the summary's first row render from its record (``views.offline_narration``), so they can be
+# rendered from a run on another CPU and from counterfactual records.
+
+SECTION = "2-offline"
+
+
+def _run_dict(run: OfflineRun) -> dict:
+    return {f: getattr(run, f) for f in OfflineRun.__dataclass_fields__ if f != "outputs"}
+
+
+def record_offline(c: OfflineComparison, name: str, same_outputs: bool | None = None):
+    """Section 2 as a record: both runs (without outputs), the rounds' throughput ratios, the load and
+    the verdict; ``same_outputs``: whether the greedy outputs matched (checked live, where they are)."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    loads = [x for x in c.load if x is not None]
+    return SectionRecord(lab="03", section=SECTION, context=RunContext.current(load=max(loads, default=None)),
+                         rounds={"continuous_over_static": list(c.round_ratios)},
+                         values={"name": name, "static": _run_dict(c.static), "continuous": _run_dict(c.continuous),
+                                 "longest_output": c.longest_output,
+                                 "predicted_static_occupancy_perc": c.predicted_static_occupancy_perc,
+                                 "load": list(c.load), "spread": c.spread, "clock": c.clock, "same_outputs": same_outputs},
+                         verdicts={"continuous_over_static": c.verdict()})
+
+
+def offline_from_record(rec) -> OfflineComparison:
+    v = rec.values
+    return OfflineComparison(OfflineRun(**v["static"]), OfflineRun(**v["continuous"]), v["longest_output"],
+                             v["predicted_static_occupancy_perc"], tuple(rec.rounds.get("continuous_over_static") or ()),
+                             tuple(v["load"]), v["spread"], v["clock"])

@@ -180,3 +180,70 @@ def calibrated_sim_server(scheduler: str, hardware, max_num_seqs: int = 8, max_m
     config = EngineConfig(scheduler=scheduler, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           max_num_batched_tokens=1024)
     return LLM(model="sim", config=config, model_profile="smollm2-135m", hardware=replace(hardware))
+
+
+# ------------------------------------------------------------------------------ the sections' records
+#
+# Section 4 (the simulated rate sweep and the bursty pair) and section 5.1 (real model beside the
+# calibrated simulation) save records; their tables, sentences and titles render from them alone
+# (``views.serving_narration``, ``views.fidelity_narration``).
+
+SERVING_SECTION = "4-serving"
+FIDELITY_SECTION = "5.1-fidelity"
+
+
+def result_to_dict(r: ServingResult) -> dict:
+    return {f: getattr(r, f) for f in ServingResult.__dataclass_fields__}
+
+
+def record_serving(sweep: dict[str, list[ServingResult]], bursty: list[ServingResult], slo: SLO,
+                   burst_rate: float | None = None):
+    """Section 4 as a record: every policy's runs over the swept rates, the bursty pair and the SLO. The
+    simulator charges host work in CPU time, so the context's load says how busy the host was."""
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    return SectionRecord(lab="03", section=SERVING_SECTION, context=RunContext.current(),
+                         rounds={f"{name}/goodput": [r.goodput for r in results] for name, results in sweep.items()},
+                         values={"sweep": {name: [result_to_dict(r) for r in results] for name, results in sweep.items()},
+                                 "bursty": [result_to_dict(r) for r in bursty], "burst_rate": burst_rate,
+                                 "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}})
+
+
+def serving_from_record(rec) -> tuple[dict[str, list[ServingResult]], list[ServingResult], SLO]:
+    v = rec.values
+    return ({name: [ServingResult(**d) for d in results] for name, results in v["sweep"].items()},
+            [ServingResult(**d) for d in v["bursty"]], SLO(**v["slo"]))
+
+
+def serve_fidelity(cpu_profile, trace: list[TraceRequest], rate: float, slo: SLO, max_num_seqs: int = 4):
+    """Section 5.1: the real model (wall clock) then the calibrated simulation, static and continuous, on
+    one trace; returns (real, simulated, (load before, load after the real runs))."""
+    from labkit.labs.common.measure import machine_load
+
+    before = machine_load()
+    real = [serve_trace(real_server(name, max_num_seqs=max_num_seqs), trace, rate, slo, name) for name in ("static", "continuous")]
+    load = (before, machine_load())
+    sim = [serve_trace(calibrated_sim_server(name, cpu_profile, max_num_seqs=max_num_seqs), trace, rate, slo, name)
+           for name in ("static", "continuous")]
+    return real, sim, load
+
+
+def record_fidelity(real: list[ServingResult], sim: list[ServingResult], load: tuple, cpu_profile, base_step,
+                    rate: float, slo: SLO):
+    """Section 5.1 as a record: the calibration (from section 5's batch-1 step ``base_step``, a
+    ``scaling.StepTiming``, and the prefill slope), both pairs of runs and the load around the real ones."""
+    from dataclasses import asdict
+
+    from labkit.labs.common.records import RunContext, SectionRecord
+
+    loads = [x for x in load if x is not None]
+    return SectionRecord(lab="03", section=FIDELITY_SECTION, context=RunContext.current(load=max(loads, default=None)),
+                         rounds={f"real/{r.label}/ttft_p50_s": [r.ttft_p50_s] for r in real},
+                         values={"real": [result_to_dict(r) for r in real], "simulated": [result_to_dict(r) for r in sim],
+                                 "load": list(load), "bandwidth": cpu_profile.mem_bandwidth, "compute": cpu_profile.compute,
+                                 "base_step": asdict(base_step), "rate": rate,
+                                 "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}})
+
+
+def fidelity_from_record(rec) -> tuple[list[ServingResult], list[ServingResult]]:
+    return [ServingResult(**d) for d in rec.values["real"]], [ServingResult(**d) for d in rec.values["simulated"]]

@@ -12,8 +12,16 @@ from labkit.labs.lab03_batching.chunked import ChunkedRun
 from labkit.labs.lab03_batching.offline import (
     AnyscaleRow,
     OfflineComparison,
+    offline_from_record,
 )
-from labkit.labs.lab03_batching.online import ServingResult
+from labkit.labs.lab03_batching.online import (
+    ServingResult,
+    fidelity_from_record,
+    saturated_throughput,
+    saturation_rate,
+    serving_from_record,
+    slo_capacity,
+)
 from labkit.labs.lab03_batching.overhead import MeasuredCrossover, OverheadRow
 from labkit.labs.lab03_batching.overhead_view import crossover_text
 from labkit.labs.lab03_batching.preemption import PressureRun
@@ -47,23 +55,31 @@ def _sim(run_simulated: bool) -> str:
 
 # ------------------------------------------------------------------------------ offline
 
-def offline_table(comparisons: list[tuple[str, OfflineComparison]]) -> Table:
+OFFLINE_MARKS = dict(greater=("（连续更快）", " (continuous faster)"), less=("（连续反而更慢）", " (continuous slower)"),
+                     same=("（持平）", " (level)"))
+
+
+def offline_table(comparisons: list[tuple[str, OfflineComparison]], verdicts: list | None = None,
+                  caption: str | None = None) -> Table:
+    """Both runs per comparison and the ratio row; ``verdicts`` (one per comparison, section 2's record)
+    mark the throughput ratio with the words the sentence uses."""
     rows = []
-    for name, c in comparisons:
+    for i, (name, c) in enumerate(comparisons):
+        mark = verdicts[i].mark(**OFFLINE_MARKS) if verdicts is not None else ""
         for run in (c.static, c.continuous):
             rows.append([name + _sim(run.simulated), policy_name(run.label), run.num_requests, run.steps, f"{run.seconds:,.2f}",
                          f"{run.wall_s:,.2f}", f"{run.tokens_per_s:,.1f}", f"{run.occupancy_perc:.1f}",
                          _pct(run.decode_occupancy_perc)])
         rows.append([name, t("连续 ÷ 静态", "continuous / static"), "", f"{c.step_ceiling:.2f}×", "",
-                     f"{c.static.wall_s / c.continuous.wall_s:.2f}×", f"{c.time_ratio:.2f}×", "",
+                     f"{c.static.wall_s / c.continuous.wall_s:.2f}×", f"{c.time_ratio:.2f}×{mark}", "",
                      t(f"预测静态 {c.predicted_static_occupancy_perc:.1f}",
                        f"static predicted {c.predicted_static_occupancy_perc:.1f}")])
     return Table([t("轨迹", "trace"), t("策略", "policy"), t("请求数", "requests"), t("步数", "steps"),
                   t("秒（CPU；模拟为加速器秒）", "seconds (CPU; simulated: accelerator)"), t("墙钟秒", "wall s"),
                   t("输出 token/s", "output tok/s"), t("批占用率 %", "occupancy %"),
                   t("纯解码步占用率 %", "decode-step occupancy %")], rows,
-                 caption=t("离线吞吐：静态 vs 连续批处理（同一条轨迹、同一个引擎）",
-                           "Offline throughput: static vs continuous batching (same trace, same engine)"),
+                 caption=caption or t("离线吞吐：静态 vs 连续批处理（同一条轨迹、同一个引擎）",
+                                      "Offline throughput: static vs continuous batching (same trace, same engine)"),
                  notes=[t("“步数”一栏的比值就是步数上限：若每步耗时相同，吞吐提升不会超过它。真实模型的“秒”是本进程的 "
                           "CPU 时间（单线程：它数的是工作量；墙钟时间还包括机器分给别的程序的时间），吞吐按它算；"
                           "模拟模型的“秒”是成本模型给出的加速器时间。",
@@ -77,9 +93,10 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def ceiling_sentence(name: str, c: OfflineComparison) -> str:
-    """The throughput ratio rendered from its verdict, then the step ceiling (counted, exact)."""
-    head = c.verdict().sentence(
+def ceiling_sentence(name: str, c: OfflineComparison, v=None) -> str:
+    """The throughput ratio rendered from its verdict (``v``: the recorded one), then the step ceiling
+    (counted, exact)."""
+    head = (v if v is not None else c.verdict()).sentence(
         greater=(f"{name}：连续批处理的吞吐是静态的 {{ratio}}", f"{name}: continuous throughput is {{ratio}} static"),
         same=(f"{name}：连续批处理的吞吐与静态持平（{{ratio}}）", f"{name}: continuous throughput is level with static ({{ratio}})"),
         less=(f"{name}：这次连续批处理反而更慢（是静态的 {{ratio}}），多半是机器在忙别的事，重跑一次",
@@ -166,7 +183,8 @@ def utilisation_claim_sentence(name: str, c: OfflineComparison, low: float = 30.
 
 # ------------------------------------------------------------------------------ online
 
-def serving_figure(sweep: dict[str, list[ServingResult]], slo) -> go.Figure:
+def serving_figure(sweep: dict[str, list[ServingResult]], slo, title: str | None = None) -> go.Figure:
+    """``title``: section 4's title rendered from its record (``serving_narration(rec).title``)."""
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08)
     ttfts = []
     for name, results in sweep.items():
@@ -186,7 +204,7 @@ def serving_figure(sweep: dict[str, list[ServingResult]], slo) -> go.Figure:
                                                     f"SLO: TPOT ≤ {1000 * slo.tpot_s:g} ms"),
                    row=1, col=2, color=COLORS["internal_frag"])
     decade_ticks(fig, "y", ttfts + [slo.ttft_s], row=1, col=1)
-    style(fig, t("在线服务（模拟）：请求率扫描", "Online serving (simulated): request-rate sweep"), height=430)
+    style(fig, title or t("在线服务（模拟）：请求率扫描", "Online serving (simulated): request-rate sweep"), height=430)
     fig.update_layout(margin=dict(t=110))
     rate = t("请求率（请求/秒）", "request rate (req/s)")
     return axis_titles(fig, [(rate, t("TTFT P99（秒，对数）", "TTFT P99 (s, log)")), (rate, t("TPOT P99（毫秒）", "TPOT P99 (ms)")),
@@ -410,14 +428,17 @@ def _crossover_cell(crossover: MeasuredCrossover | float | None) -> str:
 
 
 def summary_table(offline: OfflineComparison, decode: list[StepTiming],
-                  saturation: MeasuredCrossover | float | None) -> Table:
+                  saturation: MeasuredCrossover | float | None, offline_verdict=None, batching_verdict=None) -> Table:
     """``saturation``: §7's crossover as its table shows it (``overhead.measured_crossover``); a bare
-    number is printed as given."""
-    rows = [[t("连续 ÷ 静态吞吐（真实模型，按 CPU 时间）", "continuous / static throughput (real model, CPU time)"), f"{offline.time_ratio:.2f}×",
+    number is printed as given. ``offline_verdict`` (section 2's record) and ``batching_verdict`` (section
+    5's) mark their rows as those sections' tables do: the words, or the hedge (within noise, machine busy)."""
+    offline_mark = offline_verdict.mark(**OFFLINE_MARKS) if offline_verdict is not None else ""
+    step_mark = batching_verdict.mark() if batching_verdict is not None else ""    # a hedge only: the row is a step ratio
+    rows = [[t("连续 ÷ 静态吞吐（真实模型，按 CPU 时间）", "continuous / static throughput (real model, CPU time)"), f"{offline.time_ratio:.2f}×{offline_mark}",
              t(f"步数上限 {offline.step_ceiling:.2f}×", f"step ceiling {offline.step_ceiling:.2f}x")],
             [t(f"解码批 {decode[-1].size} ÷ 批 {decode[0].size} 的步耗时（真实模型）",
                f"decode step, batch {decode[-1].size} / batch {decode[0].size} (real model)"),
-             f"{decode[-1].step_s / decode[0].step_s:.2f}×", t(f"批大小是 {decode[-1].size // decode[0].size} 倍",
+             f"{decode[-1].step_s / decode[0].step_s:.2f}×{step_mark}", t(f"批大小是 {decode[-1].size // decode[0].size} 倍",
                                                                  f"{decode[-1].size // decode[0].size}x the batch")],
             [t("主机路径追上加速器一步的并发（SmolLM2-135M / H100 的步，模拟）",
                "concurrency where the host path reaches the accelerator step (SmolLM2-135M / H100 step, simulated)"),
@@ -437,15 +458,38 @@ def anyscale_sentence(rows: list[AnyscaleRow], system: str = "continuous, paged 
              f"'{system}' vs static: {a:.2f}x at cap {lo.max_output_len}, {b:.2f}x at cap {hi.max_output_len} (simulated); {trend}")
 
 
-def fidelity_sentence(real: list[ServingResult], simulated: list[ServingResult]) -> str:
-    """Static / continuous TTFT P50 on the real model and on the calibrated simulation, from the numbers."""
-    def ratio(results: list[ServingResult]) -> float:
-        by = {r.label: r for r in results}
-        return by["static"].ttft_p50_s / by["continuous"].ttft_p50_s
-    r, s = ratio(real), ratio(simulated)
-    same = (r > 1) == (s > 1)
-    verdict = (t("两边的方向一致", "both point the same way") if same else
-               t("两边的方向不一致：这次模拟没有抓住真实模型的行为，看看机器负载再重跑", "they disagree: the simulation missed the real behaviour this time; check the load and rerun"))
+FIDELITY_MARGIN = 0.1      # a TTFT ratio within 10 % of 1 points neither way
+
+
+def _ttft_ratio(results: list[ServingResult]) -> float:
+    by = {r.label: r for r in results}
+    return by["static"].ttft_p50_s / by["continuous"].ttft_p50_s if by["continuous"].ttft_p50_s else float("inf")
+
+
+def _way(ratio: float) -> str:
+    return "greater" if ratio > 1 + FIDELITY_MARGIN else "less" if ratio < 1 - FIDELITY_MARGIN else "same"
+
+
+def fidelity_agreement(real: list[ServingResult], simulated: list[ServingResult], busy: bool = False) -> str:
+    """"yes" when the real model and the calibrated simulation point the same way (static ÷ continuous TTFT
+    P50 above, within or below 1 ± 10 %), "no" when they do not, "unsure" when the real runs (one each, on the
+    wall clock) were measured on a busy machine."""
+    if busy:
+        return "unsure"
+    return "yes" if _way(_ttft_ratio(real)) == _way(_ttft_ratio(simulated)) else "no"
+
+
+def fidelity_sentence(real: list[ServingResult], simulated: list[ServingResult], busy: bool = False) -> str:
+    """Static / continuous TTFT P50 on the real model and on the calibrated simulation, from the numbers;
+    ``busy``: the real runs were timed on a busy machine (wall clock, one run each), so no verdict."""
+    r, s = _ttft_ratio(real), _ttft_ratio(simulated)
+    verdict = {"yes": t("两边的方向一致", "both point the same way"),
+               "no": t("两边的方向不一致：这次模拟没有抓住真实模型的行为", "they disagree: the simulation missed the real behaviour this time"),
+               "unsure": t("但真实模型这两次运行时机器正忙（墙钟时间、各跑一次），别的程序拉长了它的延迟，这次比较说明不了模拟准不准；"
+                           "关掉别的程序后重跑这一格",
+                           "but the machine was busy during the real runs (wall clock, one run each): other programs stretched its "
+                           "latencies, so this comparison cannot say whether the simulation is right; close other programs and rerun this cell")}[
+        fidelity_agreement(real, simulated, busy)]
     return t(f"静态 ÷ 连续 的 TTFT P50：真实模型 {r:.1f} 倍，模拟 {s:.1f} 倍；{verdict}。",
              f"Static / continuous TTFT P50: {r:.1f}x on the real model, {s:.1f}x simulated; {verdict}.")
 
@@ -494,3 +538,112 @@ def synthesis_sentence(rows: list[AnyscaleRow], low: float = 2.0, high: float = 
              f"reservation (simulated, varying with the output cap), {where}; the gain comes from more requests fitting "
              "in the same memory (second column). Static -> continuous is a separate multiplier (fourth column), not "
              "part of the paper's 2-4x.")
+
+
+# ------------------------------------------------------------------------------ sections 2, 4 and 5.1 from their records
+
+def offline_narration(rec):
+    """Sections 2 and 3.1 rendered from their record alone (``offline.record_offline``): the table (the
+    ratio row marked by the verdict), the outputs check, the throughput sentence with the step ceiling and
+    the table's title."""
+    from labkit.labs.common.records import Narration
+
+    c, v, name = offline_from_record(rec), rec.verdict("continuous_over_static"), rec.values["name"]
+    title = t(f"离线吞吐：静态 vs 连续批处理（同一条轨迹、同一个引擎）：连续 ÷ 静态 = {c.time_ratio:.2f}×{v.mark(**OFFLINE_MARKS)}",
+              f"Offline throughput: static vs continuous batching (same trace, same engine): continuous / static = "
+              f"{c.time_ratio:.2f}×{v.mark(**OFFLINE_MARKS)}")
+    table = offline_table([(name, c)], [v], caption=title)
+    same = rec.values.get("same_outputs")
+    lines = ([] if same is None else [t(f"两种策略的贪心输出逐请求相同：{'是' if same else '否'}",
+                                        f"Greedy outputs identical request by request under both policies: {'yes' if same else 'no'}")])
+    lines.append(ceiling_sentence(name, c, v))
+    return Narration(tuple(lines), tuple(tuple(r) for r in table.rows), title,
+                     {"continuous_beats_static": f"{v.direction}|{v.confidence}"})
+
+
+def _capacity(results: list[ServingResult]) -> float:
+    cap = slo_capacity(results)
+    return 0.0 if cap is None else cap
+
+
+def serving_lines(sweep: dict[str, list[ServingResult]]) -> list[str]:
+    """Per policy: the highest rate at which ≥ 90 % met the SLO, the top completed throughput, and the
+    rate from which goodput fell below it (counted from the sweep's runs)."""
+    lines = []
+    for name, results in sweep.items():
+        cap, top = slo_capacity(results), saturated_throughput(results)
+        cap_text = (t(f"{cap:g} 个/秒", f"{cap:g} req/s") if cap is not None else
+                    t(f"扫描的最低请求率（{results[0].rate:g} 个/秒）都达不到", f"not even the lowest swept rate ({results[0].rate:g} req/s)"))
+        lines.append(t(f"{policy_name(name)}：≥ 90% 请求达标的最高请求率 = {cap_text}；完成吞吐最高 {top.throughput:.2f} 个/秒（在 {top.rate:g} 个/秒时）",
+                       f"{policy_name(name)}: highest rate with ≥ 90% of requests meeting the SLO = {cap_text}; top completed "
+                       f"throughput {top.throughput:.2f} req/s (at {top.rate:g} req/s)"))
+    for name, results in sweep.items():
+        sat = saturation_rate(results)
+        lines.append(policy_name(name) + t("：", ": ") + (
+            t(f"从 {sat:g} 个/秒起 goodput 低于完成吞吐：开始有请求不达标（违反 SLO）",
+              f"from {sat:g} req/s goodput is below completed throughput: some requests miss the SLO") if sat is not None else
+            t(f"扫到 {results[-1].rate:g} 个/秒，goodput 仍等于完成吞吐：每个请求都达标",
+              f"up to {results[-1].rate:g} req/s goodput equals completed throughput: every request met the SLO")))
+    return lines
+
+
+def serving_claims(sweep: dict[str, list[ServingResult]]) -> dict[str, str]:
+    """What section 4 found, as the sentences and the title state it."""
+    static, cont = sweep["static"], sweep["continuous"]
+    cap_s, cap_c = _capacity(static), _capacity(cont)
+    sat_s, sat_c = (saturation_rate(x) for x in (static, cont))
+    first = "yes" if sat_s is not None and (sat_c is None or sat_s < sat_c) else "no"
+    top_s, top_c = saturated_throughput(static).throughput, saturated_throughput(cont).throughput
+    return {"continuous_serves_more": "greater" if cap_c > cap_s else "less" if cap_c < cap_s else "same",
+            "static_misses_slo_first": first,
+            "continuous_completes_more": "yes" if top_c > 1.05 * top_s else "no"}
+
+
+def serving_narration(rec):
+    """Section 4 rendered from its record alone (``online.record_serving``): the sweep's table, the
+    capacity and SLO sentences, the bursty pair's line and the figure's title."""
+    from labkit.labs.common.records import Narration
+
+    sweep, bursty, _ = serving_from_record(rec)
+    lines = serving_lines(sweep)
+    if len(bursty) == 2:
+        even, burst = bursty
+        lines.append(t(f"同样 {even.rate:g} 个/秒，间隔更不均匀（burstiness {burst.label.rsplit(' ', 1)[-1]}）时："
+                       f"TTFT P99 {even.ttft_p99_s:.2f} → {burst.ttft_p99_s:.2f} 秒，达标 {even.num_good}/{even.num_requests} → "
+                       f"{burst.num_good}/{burst.num_requests}（模拟）。",
+                       f"Same {even.rate:g} req/s, burstier arrivals (burstiness {burst.label.rsplit(' ', 1)[-1]}): TTFT P99 "
+                       f"{even.ttft_p99_s:.2f} → {burst.ttft_p99_s:.2f} s, met SLO {even.num_good}/{even.num_requests} → "
+                       f"{burst.num_good}/{burst.num_requests} (simulated)."))
+    caps = {name: slo_capacity(results) for name, results in sweep.items()}
+    found = "，".join(f"{policy_name(n)} {c:g}" if c is not None else f"{policy_name(n)} —" for n, c in caps.items())
+    found_en = ", ".join(f"{policy_name(n)} {c:g}" if c is not None else f"{policy_name(n)} —" for n, c in caps.items())
+    title = t(f"在线服务（模拟）：请求率扫描——≥ 90% 达标的最高请求率（个/秒）：{found}",
+              f"Online serving (simulated): request-rate sweep; highest rate with ≥ 90% meeting the SLO (req/s): {found_en}")
+    table = serving_table(sweep["static"] + sweep["continuous"], t("请求率扫描（模拟）", "Rate sweep (simulated)"))
+    return Narration(tuple(lines), tuple(tuple(r) for r in table.rows), title, serving_claims(sweep))
+
+
+def fidelity_narration(rec):
+    """Section 5.1 rendered from its record alone (``online.record_fidelity``): the calibration, the
+    real-vs-simulated sentence (hedged when the real runs met a busy machine) and the table with its title."""
+    from labkit.labs.common.records import Narration
+
+    real, sim = fidelity_from_record(rec)
+    base = StepTiming(**{**rec.values["base_step"], "all_s": tuple(rec.values["base_step"].get("all_s") or ())})
+    busy = rec.context.busy or base.busy
+    agree = fidelity_agreement(real, sim, busy)
+    rate, slo = rec.values["rate"], rec.values["slo"]
+    lines = (calibration_note([base]),
+             t(f"定标结果：带宽 {rec.values['bandwidth'] / 1e9:.1f} GB/s，算力 {rec.values['compute'] / 1e9:.0f} GFLOP/s（由本机测量拟合）",
+               f"Calibrated: bandwidth {rec.values['bandwidth'] / 1e9:.1f} GB/s, compute {rec.values['compute'] / 1e9:.0f} GFLOP/s "
+               "(fitted to this machine's measurements)"),
+             fidelity_sentence(real, sim, busy))
+    word = {"yes": t("方向一致", "same direction"), "no": t("方向不一致", "directions differ"),
+            "unsure": t("机器正忙，无法比较", "machine busy, no comparison")}[agree]
+    title = t(f"同一轨迹、{rate:g} 个/秒：真实模型（上两行）vs 定标后的模拟模型（下两行；SLO：TTFT ≤ {slo['ttft_s']:g} s，"
+              f"TPOT ≤ {1000 * slo['tpot_s']:.0f} ms）——静态 ÷ 连续 TTFT P50 {_ttft_ratio(real):.1f} 倍 vs {_ttft_ratio(sim):.1f} 倍，{word}",
+              f"Same trace, {rate:g} req/s: real model (top two rows) vs calibrated simulation (bottom two; SLO: TTFT ≤ "
+              f"{slo['ttft_s']:g} s, TPOT ≤ {1000 * slo['tpot_s']:.0f} ms): static / continuous TTFT P50 {_ttft_ratio(real):.1f}x vs "
+              f"{_ttft_ratio(sim):.1f}x, {word}")
+    table = serving_table(real + sim, title)
+    return Narration(lines, tuple(tuple(r) for r in table.rows), title, {"simulation_agrees": agree})
