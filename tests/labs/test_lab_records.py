@@ -18,9 +18,9 @@ from labkit.labs.common.measure import Verdict, verdict_from_ratios
 from labkit.labs.lab01_kv_cache import measure as kv
 from labkit.labs.lab01_kv_cache import preemption
 from labkit.labs.lab01_kv_cache import views as v01
-from labkit.labs.lab02_paged_attention import attention_cost, block_size, sharing
+from labkit.labs.lab02_paged_attention import attention_cost, block_size, layouts, sharing
 from labkit.labs.lab02_paged_attention import views as v02
-from labkit.labs.lab03_batching import chunked, overhead, overhead_view, scaling
+from labkit.labs.lab03_batching import chunked, offline, online, overhead, overhead_view, scaling
 from labkit.labs.lab03_batching import views as v03
 from labkit.labs.lab04_speculative import paying as p04
 from labkit.labs.lab04_speculative import records as r04
@@ -613,8 +613,11 @@ NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.TIMELINE): v01
              ("01", preemption.SECTION): v01.preemption_narration,
              ("02", attention_cost.SECTION): v02.indirection_narration, ("02", sharing.PREFIX_SECTION): v02.prefix_narration,
              ("02", block_size.SECTION): v02.block_size_narration,
+             ("02", layouts.LAYOUTS_SECTION): v02.layouts_narration, ("02", layouts.FIT_SECTION): v02.fit_narration,
              ("03", chunked.SECTION): v03.chunked_narration, ("03", scaling.SECTION): v03.scaling_narration, ("03", overhead_view.SECTION): overhead_view.host_sweep_narration,
              ("03", overhead_view.REMEDIES): overhead_view.remedies_narration,
+             ("03", offline.SECTION): v03.offline_narration, ("03", online.SERVING_SECTION): v03.serving_narration,
+             ("03", online.FIDELITY_SECTION): v03.fidelity_narration,
              ("04", p04.SECTION): p04.render_regime, ("04", r04.SWEEP): sweep_narration,
              ("04", r04.MATRIX): matrix_narration, ("04", r04.BATCH): batch_narration,
              ("05", c05.ABLATION_SECTION): ablation_narration}
