@@ -616,3 +616,268 @@ def test_a_generation_route_answers_json_or_a_stream_of_chunks_then_done():
     assert set(responses.METRICS) == {200, 500, 503} and responses.METRICS[500]["description"] == "engine.stats() failed"
     assert set(responses.HEALTH) == {200, 503}
     assert responses.STREAM_MODELS == (responses.CompletionChunk, responses.ChatCompletionChunk)
+
+
+# ------------------------------------------------------------------------------------------ engine loop with a fake engine
+
+
+class FakeRequest:
+    def __init__(self, request_id, parent_id=None, num_prompt_tokens=0):
+        self.request_id, self.parent_id, self.num_prompt_tokens = request_id, parent_id, num_prompt_tokens
+        self.output_token_ids: list[int] = []
+        self.token_times: list[float] = []
+
+    def timings(self):
+        return type("Timings", (), {"ttft_s": 0.5, "e2e_s": 1.0})
+
+
+class FakeEngine:
+    """The engine calls the loop makes, recorded; ``add`` says what ``add_request`` does."""
+
+    def __init__(self, add=None, num_prompt_tokens=9):
+        from labkit.sim.engine import SimTokenizer
+        self.tokenizer, self.requests, self.calls = SimTokenizer(), {}, []
+        self.add, self.num_prompt_tokens, self.outputs = add, num_prompt_tokens, []
+
+    def add_request(self, prompt_ids, params, request_id, chat):
+        self.calls.append(("add", request_id, chat))
+        if self.add is not None:
+            raise self.add
+        self.requests[request_id] = FakeRequest(request_id, num_prompt_tokens=self.num_prompt_tokens)
+        return request_id
+
+    def get_request(self, rid):
+        return self.requests[rid]
+
+    def fork(self, parent, child):
+        self.requests[child] = FakeRequest(child, parent_id=parent)
+
+    def abort(self, rid):
+        self.calls.append(("abort", rid))
+
+    def release(self, rid):
+        self.calls.append(("release", rid))
+
+    def stats(self):
+        return {"num_requests_running": 1}
+
+    def reset_metrics(self, keep_samples):
+        self.calls.append(("reset_metrics", keep_samples))
+
+    def has_unfinished_requests(self):
+        return bool(self.outputs)
+
+    def step(self):
+        out = self.outputs.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+
+class Out:
+    def __init__(self, request_id, new, finish_reason=None, error=None):
+        self.request_id, self.new_token_ids, self.finish_reason, self.error = request_id, new, finish_reason, error
+        self.finished = finish_reason is not None
+
+
+def loop_with(engine=None, n=1, stop=()):
+    from labkit.serve.engine_loop import EngineLoop, Submit
+    engine = engine or FakeEngine()
+    metrics = ServerMetrics("m")
+    loop = EngineLoop(engine, metrics)
+    got: list = []
+    submit = Submit("r", [1, 2, 3], SamplingParams(n=n, max_tokens=8), list(stop), got.append)
+    return loop, engine, metrics, submit, got
+
+
+def emit(engine, out, tokens):
+    engine.requests[out.request_id].output_token_ids += tokens
+    return out
+
+
+def counter(metrics, name, **labels):
+    return samples(metrics.render({}))[(name, tuple(sorted({"model_name": "m", **labels}.items())))]
+
+
+def test_an_accepted_request_counts_the_engines_prompt_tokens_and_each_output_token():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    assert got == [Accepted(9)] and engine.calls == [("add", "r", False)]      # token ids: never templated again
+    assert counter(metrics, "labkit:prompt_tokens_total") == 9
+    loop._dispatch([emit(engine, Out("r", [104, 105, 33]), [104, 105, 33])])    # three tokens in one step
+    loop._dispatch([emit(engine, Out("r", [0]), [0])])                          # a token with no text
+    loop._dispatch([emit(engine, Out("r", [33], "length"), [33])])
+    assert got[1:] == [SequenceDelta(0, "hi!", 3), SequenceDelta(0, "", 1), SequenceDelta(0, "!", 1, "length")]
+    assert counter(metrics, "labkit:generation_tokens_total") == 5
+    assert counter(metrics, "labkit:request_success_total", finished_reason="length") == 1
+    assert engine.calls[-1] == ("release", "r") and loop._groups == {}
+
+
+def test_a_bad_request_is_a_400_and_a_failing_one_a_500_and_the_loop_goes_on():
+    loop, engine, metrics, submit, got = loop_with(FakeEngine(add=ValueError("prompt too long")))
+    loop._apply(submit)
+    assert got == [Rejected("prompt too long", 400)] and loop.error is None
+    loop, engine, metrics, submit, got = loop_with(FakeEngine(add=RuntimeError("bug")))
+    loop._apply(submit)
+    assert got == [Rejected("RuntimeError: bug", 500)] and "RuntimeError: bug" in loop.error
+    assert counter(metrics, "labkit:prompt_tokens_total") == 0 and loop._groups == {}
+
+
+def test_a_stop_string_ends_the_sequence_with_stop_and_aborts_it_in_the_engine():
+    loop, engine, metrics, submit, got = loop_with(stop=["!"])
+    loop._apply(submit)
+    loop._dispatch([emit(engine, Out("r", [104, 33, 105]), [104, 33, 105])])
+    assert got[-1] == SequenceDelta(0, "h", 3, "stop")
+    assert ("abort", "r") in engine.calls and engine.calls[-1] == ("release", "r")
+    assert counter(metrics, "labkit:request_success_total", finished_reason="stop") == 1
+    # Found on the engine's last token: no abort (it has finished), still "stop".
+    loop, engine, metrics, submit, got = loop_with(stop=["!"])
+    loop._apply(submit)
+    loop._dispatch([emit(engine, Out("r", [104, 33], "length"), [104, 33])])
+    assert got[-1] == SequenceDelta(0, "h", 2, "stop") and ("abort", "r") not in engine.calls
+
+
+def test_n_sequences_are_numbered_in_order_and_the_request_ends_with_the_last():
+    loop, engine, metrics, submit, got = loop_with(n=2)
+    loop._apply(submit)
+    engine.fork("r", "r-1")
+    loop._dispatch([emit(engine, Out("r", [97], "length"), [97]), emit(engine, Out("r-1", [98]), [98])])
+    assert got[1:] == [SequenceDelta(0, "a", 1, "length"), SequenceDelta(1, "b", 1)]
+    assert "r" in loop._groups and ("release", "r") not in engine.calls
+    loop._dispatch([emit(engine, Out("r-1", [99], "stop"), [99])])
+    assert got[-1] == SequenceDelta(1, "c", 1, "stop") and loop._groups == {}
+    assert engine.calls[-1] == ("release", "r")
+    loop._dispatch([Out("r-1", [1], "stop")])            # nothing left of it: ignored
+    assert len(got) == 4
+
+
+def test_a_request_the_engine_could_not_go_on_with_ends_alone_with_an_error():
+    loop, engine, metrics, submit, got = loop_with(n=2)
+    loop._apply(submit)
+    other = loop_with()[3]
+    other.request_id, other_got = "o", []
+    other.deliver = other_got.append
+    loop._apply(other)
+    engine.requests["o"] = FakeRequest("o")
+    loop._dispatch([Out("r", [], "error", "NaN logits"), emit(engine, Out("o", [97]), [97])])
+    assert got[1:] == [SequenceDelta(0, "", 0, "error", "NaN logits"), SequenceDelta(1, "", 0, "error", "NaN logits")]
+    assert other_got[-1] == SequenceDelta(0, "a", 1)
+    assert ("abort", "r") in engine.calls and ("release", "r") in engine.calls and set(loop._groups) == {"o"}
+    loop._dispatch([Out("o", [], "error")])
+    assert other_got[-1] == SequenceDelta(0, "", 0, "error", "the engine could not go on with this request")
+
+
+def test_output_that_cannot_be_handled_ends_that_request_alone():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+
+    class Broken:
+        def update(self, token_ids, final):
+            raise UnicodeError("bad bytes")
+
+    loop._groups["r"].texts[0] = Broken()
+    loop._dispatch([Out("r", [1])])
+    assert got[-1] == SequenceDelta(0, "", 0, "error", "the server could not handle this request's output "
+                                                       "(UnicodeError: bad bytes)")
+    assert "UnicodeError" in loop.error and loop._groups == {}
+
+
+def test_abort_ends_the_engines_sequences_and_forgets_the_request():
+    loop, engine, metrics, submit, got = loop_with(n=2)
+    loop._apply(submit)
+    engine.fork("r", "r-1")
+    loop._dispatch([emit(engine, Out("r-1", [98]), [98])])
+    from labkit.serve.engine_loop import Abort
+    loop._apply(Abort("r"))
+    assert sorted(c for c in engine.calls if c[0] == "abort") == [("abort", "r"), ("abort", "r-1")]
+    assert engine.calls[-1] == ("release", "r") and loop._groups == {}
+    calls = list(engine.calls)
+    loop._apply(Abort("unknown"))
+    assert engine.calls == calls
+
+
+def test_draining_ends_every_open_stream_with_abort_and_refuses_new_requests():
+    from labkit.serve.engine_loop import _DRAIN
+    loop, engine, metrics, submit, got = loop_with(n=2)
+    loop._apply(submit)
+    loop._apply(_DRAIN)
+    assert got[1:] == [SequenceDelta(0, "", 0, "abort"), SequenceDelta(1, "", 0, "abort")]
+    assert loop._groups == {} and loop.failure is None
+    later = []
+    submit.deliver = later.append
+    loop._apply(submit)
+    assert later == [Rejected("the server is shutting down", 503)]
+
+
+def test_a_failed_step_ends_every_stream_with_an_error_and_the_engine_serves_no_more():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    loop._engine_failed(RuntimeError("device lost"))
+    assert loop.failure == "RuntimeError: device lost"
+    assert got[-1] == SequenceDelta(0, "", 0, "error", "the engine failed (RuntimeError: device lost); see the "
+                                                       "server log")
+    later = []
+    submit.deliver = later.append
+    loop._apply(submit)
+    assert later == [Rejected("the engine failed (RuntimeError: device lost) and serves no more requests; restart "
+                              "the server (see its log)", 503)]
+    assert not loop._has_work()
+
+
+def test_a_snapshot_is_the_engines_stats_or_its_error():
+    from concurrent.futures import Future
+
+    from labkit.serve.engine_loop import Snapshot
+    loop, engine, *_ = loop_with()
+    future = Future()
+    loop._apply(Snapshot(future))
+    assert future.result() == {"num_requests_running": 1}
+    engine.stats = lambda: 1 / 0
+    future = Future()
+    loop._apply(Snapshot(future))
+    assert isinstance(future.exception(), ZeroDivisionError)
+
+
+def test_the_loop_thread_steps_while_there_is_work_survives_a_bad_command_and_stops_when_told():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    loop.start()
+    assert engine.calls[-1] == ("reset_metrics", False)          # no per-request samples kept while serving
+    assert loop.alive
+    from concurrent.futures import Future
+
+    from labkit.serve.engine_loop import Abort, Snapshot
+    done = Future()
+    done.set_result(None)
+    loop._commands.put(Snapshot(done))          # applying it raises (a future already set): the loop goes on
+    engine.outputs = [[emit(engine, Out("r", [97], "length"), [97])]]
+    loop.abort("nobody")
+    import time
+    deadline = time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got[1] == SequenceDelta(0, "a", 1, "length") and "InvalidStateError" in loop.error
+    engine.outputs = [RuntimeError("boom")]
+    loop._commands.put(Abort("nobody"))
+    while loop.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert loop.failure == "RuntimeError: boom" and not loop.alive and "RuntimeError: boom" in loop.error
+    loop.stop(timeout=10)
+    assert not loop._thread.is_alive()
+
+
+def test_stopping_ends_what_is_still_open_with_abort():
+    loop, engine, metrics, submit, got = loop_with()
+    loop.start()
+    loop.submit(submit)
+    loop.stop(timeout=10)
+    assert got == [Accepted(9), SequenceDelta(0, "", 0, "abort")]
+
+
+def test_drain_is_a_command_the_loop_applies():
+    loop, engine, metrics, submit, got = loop_with()
+    loop.start()
+    loop.submit(submit)
+    loop.drain()
+    loop.stop(timeout=10)
+    assert got == [Accepted(9), SequenceDelta(0, "", 0, "abort")] and loop._draining
