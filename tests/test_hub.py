@@ -464,6 +464,16 @@ def test_the_instructors_password_is_set_before_the_hub_starts_so_a_first_login_
 
 
 @pytest.mark.slow
+def test_the_hubs_log_shows_no_token_and_no_password(hub, class_at_work):
+    """The admin token (LABKIT_HUB_ADMIN_TOKEN, which make hub does not echo either), the learners' API tokens
+    and the instructor's password appear nowhere in what the hub, its proxy and the learners' servers log."""
+    log = hub.log_text()
+    assert hub.tokens and class_at_work["runs"]
+    for secret in (hub.token, hub.instructor_password, *hub.tokens.values()):
+        assert secret not in log
+
+
+@pytest.mark.slow
 def test_a_learner_on_the_class_list_sets_a_password_at_first_login_and_no_one_else_gets_in(hub):
     name = hub.learners[2]
     login = hub.login
