@@ -56,6 +56,11 @@ class StreamTimes:
         return percentile(self.itl_gaps, 50)
 
     @property
+    def itl_over_tpot(self) -> float:
+        """Mean ITL / TPOT = (tokens − 1) / (chunks − 1): a ratio of counts, the same on any clock."""
+        return (self.num_tokens - 1) / max(len(self.chunk_sizes) - 1, 1)
+
+    @property
     def tokens_per_chunk(self) -> float:
         """After the first chunk (the prefill's one token)."""
         rest = self.chunk_sizes[1:]

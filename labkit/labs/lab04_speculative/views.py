@@ -398,23 +398,46 @@ def batch_verdict(rows: list[BatchRow]) -> str:
 
 # ----------------------------------------------------------------------------- lossless
 
-def histogram_figure(test: SampleTest, decode) -> go.Figure:
-    labels = [t("其他", "other") if c == OTHER else repr(decode([c])) for c in test.categories]
+def category_labels(test: SampleTest, decode) -> list[str]:
+    """Each token column's label as the histogram shows it (``decode``: token ids -> text); saved in
+    §6's record, so the figure renders without the tokenizer."""
+    return ["" if c == OTHER else repr(decode([c])) for c in test.categories]
+
+
+SIGNIFICANCE = 0.01     # the test's threshold (stricter than the prediction's 0.05)
+
+
+def histogram_title(test: SampleTest) -> str:
+    mark = (t("看不出差别", "no visible difference") if test.p_value >= SIGNIFICANCE
+            else t("差异显著（p < 0.01）", "a significant difference (p < 0.01)"))
+    return t(f"第 2 个输出 token 的分布：卡方检验 p = {test.p_value:.3f}，{mark}",
+             f"Second output token: chi-square p = {test.p_value:.3f}, {mark}")
+
+
+def histogram_rows(test: SampleTest, labels) -> list[tuple[str, float, float]]:
+    """(token, plain frequency, speculative frequency) per column: the bars of the figure."""
+    names = category_labels(test, labels) if callable(labels) else list(labels)
+    names = [t("其他", "other") if c == OTHER else n for c, n in zip(test.categories, names)]
+    pa, ps = sum(test.plain_counts), sum(test.spec_counts)
+    return [(n, a / pa, b / ps) for n, a, b in zip(names, test.plain_counts, test.spec_counts)]
+
+
+def histogram_figure(test: SampleTest, labels) -> go.Figure:
+    """``labels``: each column's label (``category_labels``), or the tokenizer's decode."""
+    rows = histogram_rows(test, labels)
     fig = go.Figure()
-    for name, counts, color in ((t("不投机（普通采样）", "plain sampling"), test.plain_counts, COLORS["decode"]),
-                                (t("投机（草稿模型 + 拒绝采样）", "speculative (draft + rejection sampling)"),
-                                 test.spec_counts, COLORS["verify"])):
-        fig.add_trace(go.Bar(x=labels, y=[c / sum(counts) for c in counts], name=f"{name}, n = {sum(counts)}",
+    for i, (name, counts, color) in enumerate(((t("不投机（普通采样）", "plain sampling"), test.plain_counts, COLORS["decode"]),
+                                               (t("投机（草稿模型 + 拒绝采样）", "speculative (draft + rejection sampling)"),
+                                                test.spec_counts, COLORS["verify"]))):
+        fig.add_trace(go.Bar(x=[r[0] for r in rows], y=[r[1 + i] for r in rows], name=f"{name}, n = {sum(counts)}",
                              marker_color=color))
-    return style(fig, t(f"第 2 个输出 token 的分布：卡方检验 p = {test.p_value:.2f}",
-                        f"Second output token: chi-square p = {test.p_value:.2f}"),
-                 t("token", "token"), t("频率", "frequency"))
+    return style(fig, histogram_title(test), t("token", "token"), t("频率", "frequency"))
 
 
 def test_verdict(test: SampleTest) -> str:
     base = t(f"卡方 = {test.chi2:.2f}，自由度 {test.dof}，p = {test.p_value:.3f}。",
              f"chi-square = {test.chi2:.2f}, {test.dof} degrees of freedom, p = {test.p_value:.3f}. ")
-    if test.p_value >= 0.01:
+    if test.p_value >= SIGNIFICANCE:
         return base + t("两组样本的差异在抽样噪声范围内：没有证据表明投机改变了分布（这不是证明；样本越多，检验越灵敏）。",
                         "The two samples differ by no more than sampling noise: no evidence that speculation changed the "
                         "distribution (not a proof; more samples make the test more sensitive).")
@@ -431,8 +454,13 @@ def latency_table(plain: StreamTimes, spec: StreamTimes) -> Table:
     body = [[name, s.num_tokens, len(s.chunk_sizes), _f(s.tokens_per_chunk), _f(1000 * (s.tpot_s or 0), 1),
              _f(1000 * (s.itl_mean_s or 0), 1), _f(1000 * (s.itl_p50_s or 0), 1), _f(1000 * (s.tpot_s or 0), 1)]
             for name, s in ((t("普通解码", "plain"), plain), (t("投机解码", "speculative"), spec))]
-    return Table(headers, body, caption=t("同一个请求的 TPOT 与 ITL（流式客户端计时，墙钟时间）",
-                                          "TPOT and ITL of one request (timed by the streaming client, wall clock)"))
+    return Table(headers, body, caption=latency_title(spec))
+
+
+def latency_title(spec: StreamTimes) -> str:
+    return t(f"同一个请求的 TPOT 与 ITL（流式客户端计时，墙钟时间）：投机时 ITL 均值 / TPOT = {spec.itl_over_tpot:.2f}",
+             f"TPOT and ITL of one request (timed by the streaming client, wall clock): with speculation mean ITL / "
+             f"TPOT = {spec.itl_over_tpot:.2f}")
 
 
 def latency_verdict(spec: StreamTimes) -> str:
@@ -440,7 +468,7 @@ def latency_verdict(spec: StreamTimes) -> str:
     verdict is exact whatever the clock did."""
     if spec.tpot_s is None or spec.itl_mean_s is None:
         return ""
-    per_chunk = (spec.num_tokens - 1) / max(len(spec.chunk_sizes) - 1, 1)
+    per_chunk = spec.itl_over_tpot
     return Verdict.exact(per_chunk).sentence(
         greater=(f"投机解码时 ITL 均值是 TPOT 的 {{ratio}}：每块平均带 {spec.tokens_per_chunk:.2f} 个 token，"
                  f"(token 数 − 1) / (块数 − 1) = {per_chunk:.2f}。报告里写“ITL”时，先问是哪一种定义",
