@@ -6,6 +6,7 @@ What runs, and which file holds it::
 
     python -m labkit.hub  add-learners | instructor | prepare | start   __main__.py (settings.py: LABKIT_HUB_*)
                           push-update | reset-lab | export-csv         class_tools.py (results.py)
+                          password-file (zero-to-jupyterhub's secret)  instructor.py
         │
         jupyterhub (root) ─ configurable-http-proxy (npm, build/hub/)  config.py, hub/jupyterhub_config.py
         ├─ authenticator: first-use passwords for learners, the         config.py, instructor.py
