@@ -12,8 +12,8 @@ hold up the scheduler). The build is keyed by a hash of the source, the compiler
 flags and the CPU line, so a changed source, compiler or CPU builds anew and a stale library is never
 loaded. A class's set-up records its compiler's version line beside the library it built
 (`record_compiler`); a learner's process whose compiler is that same file reads the line there and starts
-no compiler process at all. Where there is no compiler, or the build fails, `available()` is False, `why_unavailable()` says
-why, and labkit keeps to PyTorch's forms (``labkit.model.tuning.forms`` only offers this one when it
+no compiler process at all. Where there is no compiler, or the build fails, `available()` is False,
+`why_unavailable()` says why, and labkit keeps to PyTorch's forms (``labkit.model.tuning.forms`` only offers this one when it
 builds). ``LABKIT_NATIVE=0`` switches it off. ``LABKIT_ISA=generic|avx2|avx512|avx512bf16`` builds (and
 loads, a library per level) the kernels for that instruction-set level instead of this CPU's own, so an
 AVX-512 machine runs what an AVX2-only laptop runs (`ISA_LEVELS`).
