@@ -104,7 +104,11 @@ def fit_record(outcome: str, fits: float = 2.0) -> R.SectionRecord:
     sim_c = layout_run("模拟 conv：连续，预留 2048", KVLayout.CONTIGUOUS, used=40, later=60, running=3.0, seconds=2.0)
     sim_o = layout_run("模拟 conv：恰好", KVLayout.CONTIGUOUS, used=70, later=30, running=5.0, seconds=1.5)
     sim_p = layout_run("模拟 conv：分页", KVLayout.PAGED, used=97, internal=3, running=9.0, seconds=1.0)
-    return roundtrip(layouts.record_fit({"queue": (paged, contiguous), "paper/conv/max": (sim_p, sim_c),
+    # a pair measured earlier (section 3) under another load: the section's caption must not cite it
+    small_c = layout_run("conv：连续", KVLayout.CONTIGUOUS, used=50, later=50, simulated=False, load=(1.7, 1.7))
+    small_p = layout_run("conv：分页", KVLayout.PAGED, used=95, internal=5, simulated=False, load=(1.7, 1.7))
+    return roundtrip(layouts.record_fit({"queue": (paged, contiguous), "small/conv": (small_p, small_c),
+                                         "paper/conv/max": (sim_p, sim_c),
                                          "paper/conv/oracle": (sim_p, sim_o)}))
 
 
@@ -118,6 +122,7 @@ def test_lab02_fit_sentence_table_mark_and_title_read_one_verdict(outcome):
     v = rec.verdict("queue")
     agrees(v, outcome)
     assert v.id == "paged/throughput_over_contiguous"          # lab 05 reads this one from results/lab02.json
+    assert rec.context.load == max(v.load_before, v.load_after)  # one load: the caption's is the sentence's
     mark = v.mark(**v02.THROUGHPUT_MARKS)
     row = next(r for r in n.rows if r[0].startswith("排满的队列"))
     assert row[9].startswith(f"{v.ratio:.2f} [") and row[9].endswith(mark)
@@ -130,7 +135,7 @@ def test_lab02_fit_sentence_table_mark_and_title_read_one_verdict(outcome):
     hedge_agrees(outcome, sentence)
     assert n.claims["paged_throughput/queue"] == f"{v.direction}|{v.confidence}"
     sim = rec.verdict("paper/conv/max")
-    assert sim.deterministic and n.rows[1][9] == f"{sim.ratio:.2f}"       # simulated: exact, no hedge
+    assert sim.deterministic and n.rows[2][9] == f"{sim.ratio:.2f}"       # simulated: exact, no hedge
 
 
 @pytest.mark.parametrize("fits", [2.0, 1.0])
