@@ -123,6 +123,7 @@ def test_lab02_fit_sentence_table_mark_and_title_read_one_verdict(outcome):
     agrees(v, outcome)
     assert v.id == "paged/throughput_over_contiguous"          # lab 05 reads this one from results/lab02.json
     assert rec.context.load == max(v.load_before, v.load_after)  # one load: the caption's is the sentence's
+    assert list(rec.verdicts)[-1] == "queue"                     # show_beside's headline: the last verdict
     mark = v.mark(**v02.THROUGHPUT_MARKS)
     row = next(r for r in n.rows if r[0].startswith("排满的队列"))
     assert row[9].startswith(f"{v.ratio:.2f} [") and row[9].endswith(mark)
