@@ -224,8 +224,14 @@ def execute(out: Path, bundle: Path | None) -> None:
                 setup.metadata[SITE_META] = {"setup": True}
                 nb.cells.insert(0, setup)
             env.pop("LABKIT_RECORDS", None)
-            NotebookClient(nb, timeout=600, kernel_name="python3",
-                           resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
+            try:
+                NotebookClient(nb, timeout=600, kernel_name="python3",
+                               resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
+            except Exception as e:      # nbclient's CellExecutionError: say what a replay failure most likely means
+                hint = ("" if bundle is None else f"\n(if the failing cell rebinds a record to the bundle's, the bundle "
+                        f"{bundle} may predate this lab's record format: re-record it with `make record` on an idle "
+                        "machine, or pass --bundle)")
+                raise SystemExit(f"{path.name} failed while building the site: {e}{hint}") from e
             if bundle is not None:
                 entries = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
                 nb.cells = [c for c in nb.cells if not c.metadata.get(SITE_META, {}).get("setup")]

@@ -156,6 +156,9 @@ def test_the_site_switch_hands_a_section_the_bundles_record_and_names_its_cpu(tm
     assert B.site_record(missing) is missing and "现场测得" in capsys.readouterr().out
     assert (tmp_path / "log.jsonl").read_text().count('"replayed": true') == 1
     assert recorded.context.cpu in B.site_load_note() and "机器正忙" not in B.site_load_note()
+    grown = live.replace(values={**live.values, "cells": {}})            # the lab's record grew since the bundle
+    assert B.site_record(grown) is grown and "比本实验的代码旧（缺 values.cells）" in capsys.readouterr().out
+    assert '"stale": ["values.cells"]' in (tmp_path / "log.jsonl").read_text()
 
 
 def test_a_bundle_being_recorded_is_shown_once_as_your_run(tmp_path, monkeypatch):

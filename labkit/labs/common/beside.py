@@ -459,15 +459,24 @@ def bundle_caption(rec: SectionRecord, name: str, lang: Lang) -> str:
 def site_record(rec: SectionRecord) -> SectionRecord:
     """On the course site (``LABKIT_SITE_BUNDLE`` set): the bundle's record of ``rec``'s section, with a
     printed line naming the CPU, mode, load and date it was recorded on; where the bundle lacks the
-    section, ``rec`` itself with a line saying it was measured while the site was built. Elsewhere ``rec``."""
+    section, or holds an older record of it (keys the lab's code now records are missing), ``rec`` itself with
+    a line saying it was measured while the site was built. Elsewhere ``rec``."""
     root = _site_bundle()
     if root is None:
         return rec
     lang = _language(None)
     name = f"{root.parent.name}/{root.name}"
     path = root / f"lab{rec.lab}" / f"{rec.section}.json"
-    if path.exists():
-        out = load_record(path)
+    out = load_record(path) if path.exists() else None
+    stale = _stale(rec, out) if out is not None else []
+    if out is not None and stale:
+        print(_t(lang, f"【站点版】记录包 {name} 里这一节的记录比本实验的代码旧（缺 {', '.join(stale)}）：下面是构建本站时现场测得的"
+                       f"（{rec.context.caption()}）。重新录制记录包（make record）即可。",
+                 f"[Site] Bundle {name} holds an older record of this section (no {', '.join(stale)}): below is what the "
+                 f"machine building the site measured ({rec.context.caption()}). Re-record the bundle (make record)."))
+        _log({"lab": rec.lab, "section": rec.section, "replayed": False, "stale": stale})
+        return rec
+    if out is not None:
         print(_t(lang, f"【站点版】本节的数字来自录制的记录（不是构建本站时的测量）：{bundle_caption(out, name, lang)}",
                  f"[Site] This section's numbers come from a recorded run, not from the machine that built the site: "
                  f"{bundle_caption(out, name, lang)}"))
@@ -478,6 +487,13 @@ def site_record(rec: SectionRecord) -> SectionRecord:
              f"({rec.context.caption()})."))
     _log({"lab": rec.lab, "section": rec.section, "replayed": False})
     return rec
+
+
+def _stale(live: SectionRecord, recorded: SectionRecord) -> list[str]:
+    """What the lab's code puts in this section's record that the bundle's record lacks (top-level keys of
+    ``values`` and ``rounds``): a bundle recorded before the section's record grew cannot stand in for it."""
+    return [f"{part}.{key}" for part in ("values", "rounds")
+            for key in getattr(live, part) if key not in getattr(recorded, part)]
 
 
 def site_load_note() -> str:
