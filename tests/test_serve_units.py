@@ -377,10 +377,15 @@ def test_a_declared_length_one_byte_past_the_limit_is_a_413_before_the_body_is_r
     error = json.loads(wire.body())["error"]
     assert error["message"].startswith("the request body has 11 bytes, more than this server's limit of 10 bytes")
     assert error["type"] == "invalid_request_error"
-    start = next(m for m in wire.sent if m["type"] == "http.response.start")
-    assert dict(start["headers"])[b"content-length"] == str(len(wire.body())).encode()
-    assert dict(start["headers"])[b"connection"] == b"close"
-    assert wire.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    assert error["message"] == ("the request body has 11 bytes, more than this server's limit of 10 bytes "
+                                "(--max-body-bytes; by default 1 MiB + 32 bytes per token of max_model_len)")
+    start, payload, end = wire.sent
+    assert start["status"] == 413 and dict(start["headers"]) == {
+        b"content-type": b"application/json", b"connection": b"close",
+        b"content-length": str(len(payload["body"])).encode()}
+    # The error goes out first, the end of the response only after the rest of the body was read and dropped.
+    assert payload == {"type": "http.response.body", "body": payload["body"], "more_body": True}
+    assert end == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 def test_a_client_waiting_for_100_continue_is_not_lingered_on():
@@ -396,6 +401,15 @@ def test_a_refused_body_is_read_to_its_end_so_the_client_sees_the_413():
     run(RequestBody(App(), timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
     assert wire.status() == 413 and wire.received == 4          # read to the chunk without more_body, no further
     assert "the request body passed the limit" in json.loads(wire.body())["error"]["message"]
+
+
+def test_lingering_ends_at_a_chunk_without_more_body_or_when_the_body_timeout_runs_out():
+    wire = Wire(chunk(b"x" * 11, more=True), {"type": "http.request", "body": b"end"}, chunk(b"never"), hang=True)
+    run(RequestBody(App(), timeout_s=0.5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert wire.received == 2 and wire.status() == 413         # ASGI: no more_body means the last chunk
+    wire = Wire(chunk(b"x" * 11, more=True), chunk(b"x", more=True), hang=True)   # a client that never ends
+    run(RequestBody(App(), timeout_s=0.05, max_bytes=10)(http(), wire.receive, wire.send))
+    assert wire.received == 3 and wire.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 def test_a_chunk_that_passes_the_limit_and_ends_the_body_is_not_lingered_on():
@@ -537,7 +551,8 @@ def test_a_refused_request_ends_every_sequence_as_rejected_and_an_open_one_is_ab
     asyncio.run(go())
 
 
-def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(monkeypatch):
+def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="labkit.serve")
     clock = [100.0]
     monkeypatch.setattr("labkit.serve.request_stream.time.monotonic", lambda: clock[0])
 
@@ -554,6 +569,7 @@ def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(mon
         assert loop.aborted == []
         stream._put(SequenceDelta(0, "c", 1))               # past it
         assert loop.aborted == ["r1"] and stream.stalled
+        assert caplog.messages == ["labkit serve: request r1 aborted: its client read nothing for 5 s"]
         stream._put(SequenceDelta(0, "d", 1))
         assert loop.aborted == ["r1"]                       # once
         items = [await stream._take() for _ in range(stream._queue.qsize())]
