@@ -115,6 +115,9 @@ HEADLINES: dict[tuple[str, str], Headline] = {
     ("03", "6-chunked"): Headline(preferring("itl_p99"), (("分块压低了解码者的尾延迟", "chunking cuts the decoders' tail latency"),
                                                           ("分块反而抬高了解码者的尾延迟", "chunking raises the decoders' tail latency"),
                                                           ("分块不改变解码者的尾延迟", "chunking leaves the tail latency as it is"))),
+    # the host path against the small model's accelerator step: where a CPU's host work is the bottleneck
+    ("03", "7-host-sweep"): Headline(preferring("SmolLM2-135M / H100")),
+    ("03", "7.1-remedies"): Headline(preferring("SmolLM2-135M / H100")),
     ("04", "3-sweep"): Headline(preferring("copy/ngram_k=4"), SPECULATION),
     ("04", "3.1-paying"): Headline(preferring("fp32"), SPECULATION),
     ("04", "4-matrix"): Headline(preferring("copy/ngram_k=4", "code/ngram_k=4"), SPECULATION),
