@@ -40,7 +40,7 @@ def live_narration(rec: SectionRecord) -> Narration:
         same=("每个解码步只产出 1 个 token（{ratio}）：这次没有一个草稿被接受，和普通解码一样",
               "Each decode step emitted one token ({ratio}): no draft was accepted this time, as in plain decoding"),
         less=("每个解码步不到 1 个 token（{ratio}）：这不应发生", "Under one token per decode step ({ratio}): this cannot happen"),
-        unit=t(" 个/步", " per step"))
+        unit="")
     rows = tuple((kind_label(k), s.counts[k]) for k in KINDS)
     rows += tuple((t(f"草稿位置 {i} 的接受率", f"acceptance at draft position {i}"), f"{100 * r:.0f}%")
                   for i, r in enumerate(s.per_position))
