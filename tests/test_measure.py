@@ -13,6 +13,7 @@ from labkit.labs.common.measure import (
     ContendedClock,
     Sample,
     Verdict,
+    busy_warning,
     compare,
     measuring,
     record_verdict,
@@ -119,13 +120,26 @@ def test_within_noise_hedges_instead_of_stating():
     assert "噪声之内" in s and "不能说明" in s and not s.startswith("A 比 B")
 
 
-def test_machine_busy_says_what_to_do_in_both_languages():
+def test_machine_busy_says_what_to_do_in_both_languages(monkeypatch):
+    monkeypatch.setenv("LABKIT_FAST", "0")
     v = verdict_from_ratios([2.0, 2.1], load=9.0, cores=2)
     zh = v.sentence(**TEMPLATES)
     assert "机器正忙" in zh and "LABKIT_FAST=1" in zh and "再运行" in zh and "负载 9.0" in zh
+    assert "LABKIT_FAST=1" in busy_warning([v])
     set_language("en")
     en = v.sentence(**TEMPLATES)
     assert "busy" in en and "LABKIT_FAST=1" in en and "Close other programs" in en
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+def test_machine_busy_in_fast_mode_does_not_suggest_fast_mode(monkeypatch, language):
+    monkeypatch.setenv("LABKIT_FAST", "1")
+    set_language(language)
+    v = verdict_from_ratios([2.0, 2.1], load=9.0, cores=2)
+    sentence, warning = v.sentence(**TEMPLATES), busy_warning([v])
+    assert "LABKIT_FAST" not in sentence and "LABKIT_FAST" not in warning
+    assert ("关掉别的程序" if language == "zh" else "Close other programs") in sentence
+    assert ("重跑本节" if language == "zh" else "rerun this section") in warning
 
 
 def test_an_exact_verdict_reads_as_a_plain_statement():

@@ -34,7 +34,8 @@ def test_rounds_that_straddle_one_give_a_verdict_within_noise():
     assert row.verdict.confidence == "within noise"
 
 
-def test_a_busy_machine_hedges_the_verdict_and_the_sentence_says_what_to_do():
+def test_a_busy_machine_hedges_the_verdict_and_the_sentence_says_what_to_do(monkeypatch):
+    monkeypatch.setenv("LABKIT_FAST", "0")         # full mode: the advice includes switching to fast mode
     conditions = speedup.Conditions("CPU time (time.process_time)", 9.0, 11.0, 2, "cpu")
     row = speedup.aggregate("copy", "ngram k=2", _rounds([0.8, 0.8], [0.4, 0.4]), conditions)
     assert (row.verdict.direction, row.verdict.confidence) == ("greater", "machine busy")

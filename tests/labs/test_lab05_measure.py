@@ -32,7 +32,8 @@ def test_a_gain_is_clear_when_every_round_agrees_and_hedged_when_they_do_not():
         "机器正忙" in compare.gain_sentence("y", compare.verdict_of(rows, "a", "y"))
 
 
-def test_a_busy_machine_hedges_the_gain():
+def test_a_busy_machine_hedges_the_gain(monkeypatch):
+    monkeypatch.setenv("LABKIT_FAST", "0")         # full mode: the advice includes switching to fast mode
     rows = [_row("a", "baseline", [1.0, 1.0], load=(6.0, 7.0)), _row("a", "x", [0.5, 0.5], load=(6.0, 7.0))]
     v = compare.verdict_of(rows, "a", "x")
     assert v.confidence == "machine busy" and "LABKIT_FAST=1" in compare.gain_sentence("x", v)
