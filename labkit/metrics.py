@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from labkit.events import Preempted, StepEnd, StepStats, hooks_of
+from labkit.kv.breakdown import PARTS, PoolBreakdown, snapshot_slots
 from labkit.scheduler_output import DECODE, IDLE, PREFILL, VERIFY
 
 
@@ -204,3 +205,30 @@ class StepRecorder:
     @property
     def seconds(self) -> float:
         return sum(row.step_s for row in self.rows)
+
+
+class BreakdownRecorder:
+    """Accumulates ``kv.breakdown.snapshot_slots`` as pool shares over every ``StepEnd`` while attached;
+    ``breakdown()`` is their average over the steps seen (a ``PoolBreakdown``)."""
+
+    def __init__(self, engine) -> None:
+        self.hooks = hooks_of(engine)
+        self.sums = dict.fromkeys(PARTS, 0.0)
+        self.num_steps = 0
+        self.running_sum = 0
+        self._handler = self._on_step
+        self.hooks.subscribe(self._handler, StepEnd)
+
+    def _on_step(self, event: StepEnd) -> None:
+        pool = event.block_map.num_blocks * event.block_map.block_size
+        for part, slots in snapshot_slots(event.block_map, event.stats.kv_external_frag_perc).items():
+            self.sums[part] += 100.0 * slots / pool
+        self.num_steps += 1
+        self.running_sum += event.stats.num_requests_running
+
+    def detach(self) -> None:
+        self.hooks.unsubscribe(self._handler)
+
+    def breakdown(self) -> PoolBreakdown:
+        n = max(self.num_steps, 1)
+        return PoolBreakdown(**{part: total / n for part, total in self.sums.items()})

@@ -1,4 +1,4 @@
-"""``labkit.kv.breakdown`` from its definition, on constructed block maps with exact expected values.
+"""``labkit.kv.breakdown`` and its recorder (``labkit.metrics.BreakdownRecorder``) from their definitions, on constructed block maps with exact expected values.
 
 pool = used + reserved_later + internal + external + free, in slots; contiguous: from each region
 (used, needed - used, reserved - needed); paged: the filled slots, nothing reserved ahead, and the
@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from labkit.events import EventBus, Preempted, StepEnd, StepStats
-from labkit.kv.breakdown import PARTS, BreakdownRecorder, PoolBreakdown, snapshot_slots
+from labkit.kv.breakdown import PARTS, PoolBreakdown, snapshot_slots
 from labkit.kv.snapshot import BlockMapSnapshot, KVLayout, Region
+from labkit.metrics import BreakdownRecorder
 
 
 def stats(external_perc: float = 0.0, running: int = 0) -> StepStats:
@@ -36,20 +37,20 @@ def contiguous(regions, num_blocks: int = 10, block_size: int = 4) -> BlockMapSn
 def test_paged_slots_count_filled_slots_and_the_unfilled_tail_of_each_held_block():
     # 5 blocks of 4 slots: a holds 2 blocks (4 + 1 filled), b holds 1 (3 filled), 2 blocks free.
     snap = paged(["a", "a", None, "b", None], [4, 1, 0, 3, 0])
-    assert snapshot_slots(snap, stats()) == {"used": 8, "reserved_later": 0, "internal": 4, "external": 0.0,
+    assert snapshot_slots(snap, 0.0) == {"used": 8, "reserved_later": 0, "internal": 4, "external": 0.0,
                                              "free": 8.0}
 
 
 def test_a_block_just_allocated_counts_wholly_as_internal_waste():
     snap = paged(["a", "a", None], [4, 0, 0])          # a's second block: reserved, nothing written yet
-    assert snapshot_slots(snap, stats()) == {"used": 4, "reserved_later": 0, "internal": 4, "external": 0.0,
+    assert snapshot_slots(snap, 0.0) == {"used": 4, "reserved_later": 0, "internal": 4, "external": 0.0,
                                              "free": 4.0}
 
 
 def test_contiguous_slots_split_each_region_into_used_still_needed_and_never_needed():
     # 40 slots. a: reserved 12, will need 10, holds 6. b: reserved 8, needs 8, holds 8 (no waste at all).
     regions = [Region("a", 0, 12, 6, 10), Region("b", 20, 8, 8, 8)]
-    got = snapshot_slots(contiguous(regions), stats(external_perc=25.0))
+    got = snapshot_slots(contiguous(regions), 25.0)
     assert got == {"used": 14, "reserved_later": 4, "internal": 2, "external": 10.0, "free": 10.0}
     assert sum(got.values()) == 40
 
@@ -57,12 +58,12 @@ def test_contiguous_slots_split_each_region_into_used_still_needed_and_never_nee
 def test_external_fragmentation_is_a_share_of_the_whole_pool_in_percent():
     # 1% of a 400-slot pool is 4 slots (not 0.04, not 400).
     snap = contiguous([], num_blocks=100, block_size=4)
-    assert snapshot_slots(snap, stats(external_perc=1.0))["external"] == pytest.approx(4.0)
-    assert snapshot_slots(snap, stats(external_perc=1.0))["free"] == pytest.approx(396.0)
+    assert snapshot_slots(snap, 1.0)["external"] == pytest.approx(4.0)
+    assert snapshot_slots(snap, 1.0)["free"] == pytest.approx(396.0)
 
 
 def test_a_region_exactly_at_its_need_and_reservation_wastes_nothing():
-    got = snapshot_slots(contiguous([Region("a", 0, 40, 40, 40)]), stats())
+    got = snapshot_slots(contiguous([Region("a", 0, 40, 40, 40)]), 0.0)
     assert got == {"used": 40, "reserved_later": 0, "internal": 0, "external": 0.0, "free": 0.0}
 
 

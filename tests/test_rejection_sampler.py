@@ -1,4 +1,4 @@
-"""Specification of labkit.spec_decode.rejection_sampler (Leviathan et al. 2023, Algorithm 1).
+"""Specification of labkit.sample.rejection_sampler (Leviathan et al. 2023, Algorithm 1).
 
 The central claim is distributional: whatever the draft distribution q, every emitted token is
 distributed as the target p. It is checked with Pearson chi-square tests sized so that they would
@@ -27,7 +27,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.spec_decode.rejection_sampler import (
+from labkit.sample.rejection_sampler import (
     greedy_verify,
     greedy_verify_batch,
     inverse_cdf_sample,
@@ -461,7 +461,7 @@ def test_batch_equals_per_request_calls_in_order(batch, with_probs, shared_gener
 def test_a_uniform_of_exactly_zero_never_accepts_a_token_the_target_cannot_emit(batched, monkeypatch):
     """The accept test is u < p/q (Leviathan et al., Chen et al.): u is drawn from [0, 1), so u = 0 can
     happen, and then a draft with p = 0 must still be rejected (u <= p/q would accept it)."""
-    from labkit.spec_decode import rejection_sampler as rs
+    from labkit.sample import rejection_sampler as rs
 
     monkeypatch.setattr(rs, "draw_uniforms", lambda num, generator: torch.zeros(num, dtype=torch.float64))
     p = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])       # token 0 is impossible at the first position

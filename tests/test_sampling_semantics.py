@@ -384,7 +384,7 @@ def test_verification_with_a_draft_distribution_uses_q_and_the_requests_own_gene
     and the one-by-one sampler alike. Reference: the readable single-request rejection sampler, called with
     that q and a copy of the request's generator; a sampler that dropped q (point masses) or drew from the
     global generator gives other tokens for some of the 40 seeds. Afterwards q is forgotten."""
-    from labkit.spec_decode.rejection_sampler import rejection_sample
+    from labkit.sample.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(3)
     vocab, drafts = 6, [1, 4, 2]
@@ -439,7 +439,7 @@ def test_a_preempted_requests_forgotten_q_is_not_used_for_its_next_drafts():
     """A preempted request's drafts are void: ``forget_drafts`` drops their distribution q, so drafts the
     request gets afterwards without a q (n-gram lookup, point masses) are verified as point masses, not
     against the stale q of drafts that no longer exist."""
-    from labkit.spec_decode.rejection_sampler import rejection_sample
+    from labkit.sample.rejection_sampler import rejection_sample
 
     g = torch.Generator().manual_seed(11)
     vocab, drafts = 6, [1, 4, 2]

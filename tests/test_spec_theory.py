@@ -10,7 +10,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from labkit.spec_decode.rejection_sampler import rejection_sample_batch
+from labkit.sample.rejection_sampler import rejection_sample_batch
 from labkit.spec_decode.theory import (
     acceptance_rate_from_probs,
     expected_speedup,

@@ -12,14 +12,14 @@ Every step the KV pool splits into five parts (shares of the pool)::
 
 The paper measures the same split on real servers (Kwon et al., SOSP'23, Fig. 2): in Orca with
 max-length reservation only 20.4% of KV memory held token states, in vLLM 96.3%. ``PoolBreakdown``
-is the step-average of this split, measured from ``StepEnd`` events (the block-map snapshot).
+is the step-average of this split; ``labkit.metrics.BreakdownRecorder`` measures it from ``StepEnd`` events
+(the block-map snapshot and the step's stats). This module reads values only: it imports no events.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from labkit.events import StepEnd, StepStats, hooks_of
 from labkit.kv.snapshot import BlockMapSnapshot, KVLayout
 
 PARTS = ("used", "reserved_later", "internal", "external", "free")
@@ -50,9 +50,10 @@ class PoolBreakdown:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def snapshot_slots(snapshot: BlockMapSnapshot, stats: StepStats) -> dict[str, float]:
+def snapshot_slots(snapshot: BlockMapSnapshot, external_frag_perc: float) -> dict[str, float]:
     """One step's split in slots. Contiguous: from the regions. Paged: the unfilled tail of each
-    allocated block is internal waste; paged KV reserves nothing ahead and never fragments."""
+    allocated block is internal waste; paged KV reserves nothing ahead and never fragments.
+    ``external_frag_perc``: the step's ``StepStats.kv_external_frag_perc`` (% of the pool)."""
     pool = snapshot.num_blocks * snapshot.block_size
     if snapshot.layout is KVLayout.CONTIGUOUS:
         used = sum(r.used for r in snapshot.regions)
@@ -61,32 +62,6 @@ def snapshot_slots(snapshot: BlockMapSnapshot, stats: StepStats) -> dict[str, fl
     else:
         used, later = sum(snapshot.filled), 0
         internal = sum(owner is not None for owner in snapshot.owner) * snapshot.block_size - used
-    external = stats.kv_external_frag_perc / 100.0 * pool
+    external = external_frag_perc / 100.0 * pool
     free = pool - used - later - internal - external
     return {"used": used, "reserved_later": later, "internal": internal, "external": external, "free": free}
-
-
-class BreakdownRecorder:
-    """Accumulates ``snapshot_slots`` as pool shares over every ``StepEnd`` while attached."""
-
-    def __init__(self, engine) -> None:
-        self.hooks = hooks_of(engine)
-        self.sums = dict.fromkeys(PARTS, 0.0)
-        self.num_steps = 0
-        self.running_sum = 0
-        self._handler = self._on_step
-        self.hooks.subscribe(self._handler, StepEnd)
-
-    def _on_step(self, event: StepEnd) -> None:
-        pool = event.block_map.num_blocks * event.block_map.block_size
-        for part, slots in snapshot_slots(event.block_map, event.stats).items():
-            self.sums[part] += 100.0 * slots / pool
-        self.num_steps += 1
-        self.running_sum += event.stats.num_requests_running
-
-    def detach(self) -> None:
-        self.hooks.unsubscribe(self._handler)
-
-    def breakdown(self) -> PoolBreakdown:
-        n = max(self.num_steps, 1)
-        return PoolBreakdown(**{part: total / n for part, total in self.sums.items()})

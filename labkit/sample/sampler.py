@@ -16,14 +16,14 @@ import math
 
 import torch
 
-from labkit.sampling_params import SamplingParams
-from labkit.scheduler_output import SampledTokens, SchedulerOutput
-from labkit.spec_decode.rejection_sampler import (
+from labkit.sample.rejection_sampler import (
     greedy_verify,
     greedy_verify_batch,
     rejection_sample,
     rejection_sample_batch,
 )
+from labkit.sampling_params import SamplingParams
+from labkit.scheduler_output import SampledTokens, SchedulerOutput
 
 
 def to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

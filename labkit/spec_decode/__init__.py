@@ -3,14 +3,14 @@
 Engine-independent pieces (no model, no KV cache); the engine wires them into its step.
 """
 
-from labkit.spec_decode.ngram import NgramProposer
-from labkit.spec_decode.proposer import Proposal, Proposer
-from labkit.spec_decode.rejection_sampler import (
+from labkit.sample.rejection_sampler import (
     greedy_verify,
     greedy_verify_batch,
     rejection_sample,
     rejection_sample_batch,
 )
+from labkit.spec_decode.ngram import NgramProposer
+from labkit.spec_decode.proposer import Proposal, Proposer
 from labkit.spec_decode.theory import (
     acceptance_rate_from_probs,
     expected_speedup,

@@ -93,7 +93,7 @@ def test_pool_split_agrees_with_the_engines_waste_metrics_every_step():
     report = frag.replay_breakdown(llm, servers.azure_conv_trace(12, seed=3), "test")
     assert report.num_steps == len(seen) > 0
     for event in seen:
-        parts = snapshot_slots(event.block_map, event.stats)
+        parts = snapshot_slots(event.block_map, event.stats.kv_external_frag_perc)
         reserved = parts["used"] + parts["reserved_later"] + parts["internal"]
         if reserved:
             assert 100 * parts["reserved_later"] / reserved == pytest.approx(event.stats.kv_reserved_unused_perc)

@@ -1,7 +1,8 @@
 """Lab 01 measurements: where a contiguous KV reservation's memory goes.
 
 The pool split itself (used / reserved_later / internal / external / free) and its step-average
-``PoolBreakdown`` live in ``labkit.kv.breakdown``; this module replays traces through it, measures
+``PoolBreakdown`` live in ``labkit.kv.breakdown`` (recorded from the engine's steps by
+``labkit.metrics.BreakdownRecorder``); this module replays traces through it, measures
 the learner's first-fit allocator the same way, and reads the paper's Fig. 2 for comparison.
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.i18n import t
-from labkit.kv.breakdown import PARTS, BreakdownRecorder, PoolBreakdown
+from labkit.kv.breakdown import PARTS, PoolBreakdown
 from labkit.labs.common.references import cite, percentages
+from labkit.metrics import BreakdownRecorder
 from labkit.replay import replay
 from labkit.traces import TraceRequest
 

@@ -60,7 +60,7 @@ def greedy_verify_exercise() -> Exercise:
                     "tokens as a list (a tuple is fine too)."},
         checks=[call_check("greedy_verify", args, note, compare=same_sequence) for args, note in cases],
         reference="labkit.labs.lab04_speculative.solutions:greedy_verify",
-        engine=["labkit.spec_decode.rejection_sampler"], diagnose=_diagnose_greedy, lab="04",
+        engine=["labkit.sample.rejection_sampler"], diagnose=_diagnose_greedy, lab="04",
         hints=[{"zh": "结果总有 1 到 k+1 个 token：被接受的草稿，加上目标模型自己的一个 token（纠正或 bonus）。",
                 "en": "The result always has 1 to k+1 tokens: the accepted drafts plus one token of the target's own "
                       "(recovered or bonus)."},
@@ -132,7 +132,7 @@ def rejection_verify_exercise() -> Exercise:
                     "tokens as a list (a tuple is fine too)."},
         checks=checks,
         reference="labkit.labs.lab04_speculative.solutions:rejection_verify",
-        engine=["labkit.spec_decode.rejection_sampler", "labkit.sample.sampler"], lab="04",
+        engine=["labkit.sample.rejection_sampler", "labkit.sample.sampler"], lab="04",
         diagnose=lambda expected, got, check: 2 if check.expected is not FROM_REFERENCE else None,
         hints=[{"zh": "接受检验：rng.random() < min(1, p[x] / q[x])。",
                 "en": "The acceptance test: rng.random() < min(1, p[x] / q[x])."},
