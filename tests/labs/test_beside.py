@@ -116,7 +116,7 @@ def test_every_repo_bundle_sits_beside_the_others_for_every_lab(tmp_path):
     for lab in ("01", "02", "03", "04", "05"):
         for lang in ("zh", "en"):
             b = B.show_beside(lab, results_dir=tmp_path / "nobody", bundles=found, lang=lang)
-            assert b.sections and all(len(s.rows) == len(found) for s in b.sections)
+            assert b.sections and all(1 <= len(s.rows) <= len(found) for s in b.sections)   # a section some bundles lack
             assert b.question and b.text()
             for s in b.sections:
                 for r in s.rows:
