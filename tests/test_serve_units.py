@@ -897,3 +897,16 @@ def test_drain_is_a_command_the_loop_applies():
     loop.drain()
     loop.stop(timeout=10)
     assert got == [Accepted(9), SequenceDelta(0, "", 0, "abort")] and loop._draining
+
+
+def test_a_request_whose_abort_fails_still_ends_every_sequence_and_is_forgotten():
+    loop, engine, metrics, submit, got = loop_with(n=2)
+    loop._apply(submit)
+
+    def abort(rid):
+        raise RuntimeError("engine.abort failed")
+
+    engine.abort = abort
+    loop._dispatch([Out("r", [], "error", "NaN logits")])
+    assert got[1:] == [SequenceDelta(0, "", 0, "error", "NaN logits"), SequenceDelta(1, "", 0, "error", "NaN logits")]
+    assert loop._groups == {}
