@@ -10,8 +10,9 @@ the docs.
                                                            # error; then open two pages in chromium
 
 Numbers on the site are a recorded machine's, never the build machine's of the moment: each lab runs with
-``LABKIT_SITE_BUNDLE`` pointing at a quiet bundle (``data/lab-runs/<cpu kind>/<mode>/``, every record measured
-with the load at or below the cores; the fast-mode one by default, as the labs run in fast mode here). In
+``LABKIT_SITE_BUNDLE`` pointing at a recorded bundle (``data/lab-runs/<cpu kind>/<mode>/``; the fast-mode one by
+default, as the labs run in fast mode here), and only its quiet records (measured with the load at or below the
+cores) stand in for a section. In
 every cell that saves a section's record (``save_record(<name>)``) the name is rebound to
 ``labkit.labs.common.beside.site_record(<name>)`` first, so the section's tables, sentences and figures are
 rendered from the bundle's record, with a printed line naming its CPU, mode, load and date; the first cell
@@ -147,12 +148,12 @@ def replay_source(source: str) -> tuple[str, list[str], list[str]]:
     return "\n".join(lines), names, inline
 
 
-def is_quiet(bundle: Path) -> bool:
-    """Every record of the bundle was measured with the load known and at or below the cores."""
+def quiet_records(bundle: Path) -> tuple[int, int]:
+    """(records measured with the load known and at or below the cores, all records) of a bundle."""
     from labkit.labs.common.records import load_bundle
 
     records = [r for recs in load_bundle(bundle).values() for r in recs.values()]
-    return bool(records) and all(r.context.load is not None and not r.context.busy for r in records)
+    return sum(r.context.load is not None and not r.context.busy for r in records), len(records)
 
 
 def busy_outputs(nb: dict) -> int:
@@ -161,21 +162,23 @@ def busy_outputs(nb: dict) -> int:
 
 
 def site_bundle(choice: Path | None = None, mode: str = "fast", root: Path = REPO / "data" / "lab-runs") -> Path:
-    """The bundle the site renders from: ``choice`` (refused unless quiet), else the first quiet bundle in
-    ``mode`` under ``root``, else the first quiet one of any mode."""
+    """The bundle the site renders from: ``choice``, else among the bundles under ``root`` named by their mode
+    alone (a ``fast-busy2`` one was recorded beside busy loops on purpose) the one in ``mode`` with the most quiet
+    records, else the one of any mode with the most. A bundle without a quiet record is refused; a busy record in
+    the chosen one is not replayed (``beside.site_record`` says so on the page)."""
     from labkit.labs.common.beside import bundle_dirs
 
     if choice is not None:
-        if not is_quiet(choice):
-            raise SystemExit(f"{choice}: not a quiet bundle (a record measured with the load above the cores, or "
-                             "unknown): the site renders from quiet recordings only")
+        if quiet_records(choice)[0] == 0:
+            raise SystemExit(f"{choice}: not a quiet bundle (every record measured with the load above the cores, "
+                             "or unknown): the site renders from quiet recordings only")
         return choice
-    found = bundle_dirs(root)
-    quiet = [p for p in found.values() if is_quiet(p)]
-    for p in sorted(quiet, key=lambda p: (p.name != mode, p.name.split("-", 1)[0] != mode, str(p))):
-        return p
-    raise SystemExit(f"no quiet bundle under {root} ({len(found)} bundle(s), none recorded with the load at or "
-                     "below the cores): run `make record` on an idle machine, or pass --bundle")
+    found = {p: quiet_records(p) for p in bundle_dirs(root).values() if p.name in ("fast", "full")}
+    ranked = sorted((p for p, (quiet, _) in found.items() if quiet), key=lambda p: (p.name != mode, -found[p][0], str(p)))
+    if not ranked:
+        raise SystemExit(f"no quiet bundle under {root} ({len(found)} bundle(s), none with a record measured with the "
+                         "load at or below the cores): run `make record` on an idle machine, or pass --bundle")
+    return ranked[0]
 
 
 def provenance(bundle: Path, replayed: list[str], live: list[str]) -> dict:

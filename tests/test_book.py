@@ -143,6 +143,9 @@ def test_the_site_takes_a_quiet_bundle_and_refuses_a_busy_one(tmp_path):
     rec = R.load_record(FAST_BUNDLE / "lab01" / "1.1-growing.json")
     for name, load in (("full", 0.5), ("fast", 0.7), ("fast-busy2", 9.0)):
         R.save_record(rec.replace(context=R.RunContext(**{**rec.context.__dict__, "load": load})), tmp_path / "cpu" / name)
+    R.save_record(rec.replace(context=R.RunContext(**{**rec.context.__dict__, "load": 9.0}), section="9-x"),
+                  tmp_path / "cpu" / "fast")                    # one busy record: that section is not replayed
+    assert book.quiet_records(tmp_path / "cpu" / "fast") == (1, 2)
     assert book.site_bundle(root=tmp_path) == tmp_path / "cpu" / "fast"
     assert book.site_bundle(root=tmp_path, mode="full") == tmp_path / "cpu" / "full"
     with pytest.raises(SystemExit, match="not a quiet bundle"):

@@ -156,6 +156,11 @@ def test_the_site_switch_hands_a_section_the_bundles_record_and_names_its_cpu(tm
     assert B.site_record(missing) is missing and "现场测得" in capsys.readouterr().out
     assert (tmp_path / "log.jsonl").read_text().count('"replayed": true') == 1
     assert recorded.context.cpu in B.site_load_note() and "机器正忙" not in B.site_load_note()
+    busy_bundle = tmp_path / "cpu" / "fast"
+    R.save_record(live, busy_bundle)                                     # recorded at load 12 on 2 cores
+    monkeypatch.setenv(B.SITE_BUNDLE_ENV, str(busy_bundle))
+    assert B.site_record(recorded) is recorded and "录制时机器正忙" in capsys.readouterr().out
+    monkeypatch.setenv(B.SITE_BUNDLE_ENV, str(FAST))
     grown = live.replace(values={**live.values, "cells": {}})            # the lab's record grew since the bundle
     assert B.site_record(grown) is grown and "比本实验的代码旧（缺 values.cells）" in capsys.readouterr().out
     assert '"stale": ["values.cells"]' in (tmp_path / "log.jsonl").read_text()

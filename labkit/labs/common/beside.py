@@ -462,8 +462,8 @@ def bundle_caption(rec: SectionRecord, name: str, lang: Lang) -> str:
 def site_record(rec: SectionRecord) -> SectionRecord:
     """On the course site (``LABKIT_SITE_BUNDLE`` set): the bundle's record of ``rec``'s section, with a
     printed line naming the CPU, mode, load and date it was recorded on; where the bundle lacks the
-    section, or holds an older record of it (keys the lab's code now records are missing), ``rec`` itself with
-    a line saying it was measured while the site was built. Elsewhere ``rec``."""
+    section, holds an older record of it (keys the lab's code now records are missing) or one recorded on a
+    busy machine, ``rec`` itself with a line saying it was measured while the site was built. Elsewhere ``rec``."""
     root = _site_bundle()
     if root is None:
         return rec
@@ -471,6 +471,15 @@ def site_record(rec: SectionRecord) -> SectionRecord:
     name = f"{root.parent.name}/{root.name}"
     path = root / f"lab{rec.lab}" / f"{rec.section}.json"
     out = load_record(path) if path.exists() else None
+    if out is not None and (out.context.busy or out.context.load is None):
+        load = "?" if out.context.load is None else f"{out.context.load:.1f}"
+        print(_t(lang, f"【站点版】记录包 {name} 里这一节录制时机器正忙或负载不明（负载 {load}，{out.context.cores} 个核），"
+                       f"不能代表这台 CPU：下面是构建本站时现场测得的（{rec.context.caption()}）。",
+                 f"[Site] Bundle {name} recorded this section on a busy machine or at an unknown load (load {load}, "
+                 f"{out.context.cores} cores), which cannot stand for its CPU: below is what the machine building the "
+                 f"site measured ({rec.context.caption()})."))
+        _log({"lab": rec.lab, "section": rec.section, "replayed": False, "busy_record": True})
+        return rec
     stale = _stale(rec, out) if out is not None else []
     if out is not None and stale:
         print(_t(lang, f"【站点版】记录包 {name} 里这一节的记录比本实验的代码旧（缺 {', '.join(stale)}）：下面是构建本站时现场测得的"
