@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from labkit.benchmark.client import Target
 from labkit.benchmark.metrics import BenchMetrics, compute_metrics
@@ -210,12 +211,57 @@ class AblationRow:
         return self.weights_bytes + self.peak_kv_bytes
 
 
+def table_cells(rows: list[AblationRow], workload: str) -> list[dict[str, Any]]:
+    """What §2's table and figure show of each row of ``workload`` (the measured row's best round, the
+    memory, the setup time; an unavailable row's reason), as plain values."""
+    out = []
+    for r in (r for r in rows if r.workload == workload):
+        cell = {"variant": r.variant.name, "zh": r.variant.zh, "en": r.variant.en, "available": r.available,
+                "why_not_zh": r.variant.why_not_zh, "why_not_en": r.variant.why_not_en}
+        if r.available:
+            m = r.metrics
+            cell.update(output_throughput=m.output_throughput, tokens_per_cpu_s=r.tokens_per_cpu_s,
+                        ttft_p99_ms=m.ttft.p99_ms, tpot_p99_ms=m.tpot.p99_ms, goodput=m.goodput,
+                        memory_bytes=r.memory_bytes, completed=m.completed, failed=m.failed, setup_s=r.setup_s)
+        out.append(cell)
+    return out
+
+
+class Servers:
+    """One running server per engine, kept between rounds and workloads: starting one builds its app (which
+    reads the tokenizer's whole vocabulary) and starts uvicorn, work the 24 short runs of the fast mode did
+    again and again. The measured CPU time starts after the server is up, so keeping it changes no number."""
+
+    def __init__(self):
+        self._by_engine: dict[int, tuple[object, BackgroundServer]] = {}
+
+    def get(self, llm) -> BackgroundServer:
+        key = id(llm.engine)
+        if key not in self._by_engine:      # the llm is kept with its server, so its id is not reused
+            self._by_engine[key] = (llm, BackgroundServer(ServedModel(llm.engine, SERVED_NAME)).start())
+        return self._by_engine[key][1]
+
+    def drop(self, llm) -> None:
+        entry = self._by_engine.pop(id(llm.engine), None)
+        if entry is not None:
+            entry[1].stop()
+
+    def close(self) -> None:
+        for _, server in self._by_engine.values():
+            server.stop()
+        self._by_engine.clear()
+
+
 def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str, float],
-                    timeout_s: float = 120.0) -> tuple[BenchResult, float, StepTotals]:
-    """Serve ``llm`` on a free loopback port, run ``labkit bench``'s load against it, stop the server."""
+                    timeout_s: float = 120.0, server: BackgroundServer | None = None) -> tuple[BenchResult, float, StepTotals]:
+    """Run ``labkit bench``'s load against ``llm`` served on a free loopback port (``server``, kept by the
+    caller, or one started and stopped here)."""
+    if server is None:
+        with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as own:
+            return serve_and_bench(llm, workload, shape, slo_ms, timeout_s, own)
     totals = StepTotals()
     llm.engine.hooks.subscribe(totals.on_step, StepEnd)
-    with BackgroundServer(ServedModel(llm.engine, SERVED_NAME)) as server:
+    try:
         target = Target(server.base_url, SERVED_NAME, "chat", ignore_eos=True)   # fixed lengths: labkit serve
         clock = cpu_clock()     # process CPU time: server and client share this process (injected in tests)
         cpu0 = clock()
@@ -223,6 +269,8 @@ def serve_and_bench(llm, workload: Workload, shape: LoadShape, slo_ms: dict[str,
                                    max_duration_s=timeout_s, progress=False,
                                    clock=wall_clock("wall clock (client-side latency)")))
         cpu_s = clock() - cpu0
+    finally:
+        llm.engine.hooks.unsubscribe(totals.on_step)
     metrics = compute_metrics(outcome.records, outcome.duration_s, slo_ms)
     settings = {"base_url": server.base_url, "model": SERVED_NAME, "endpoint": "chat", "dataset": workload.name,
                 "num_prompts": len(workload.requests), "request_rate": shape.request_rate,
@@ -262,14 +310,23 @@ def run_variant(variant: Variant, workload: Workload, slo_ms: dict[str, float],
 
 def run_workload(variant_list: list[Variant], workload: Workload, slo_ms: dict[str, float],
                  results_dir: Path | None = None, rounds: int | None = None,
-                 built: dict[str, tuple[object, float]] | None = None) -> list[AblationRow]:
+                 built: dict[str, tuple[object, float]] | None = None,
+                 servers: Servers | None = None) -> list[AblationRow]:
     """Every variant serves ``workload`` in ``rounds`` interleaved rounds (order alternating);
     the table shows each variant's least disturbed round (the one with the most tokens per CPU s).
     ``built`` (name -> (llm, setup seconds)) keeps engines between workloads: an engine serves one
-    workload after another as a server would; a prefix-caching one starts each round with an empty cache."""
+    workload after another as a server would; a prefix-caching one starts each round with an empty cache.
+    ``servers`` keeps each engine's server running between rounds (and workloads); without it the
+    servers started here are stopped on return."""
     rounds = ROUNDS if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    if servers is None:
+        own = Servers()
+        try:
+            return run_workload(variant_list, workload, slo_ms, results_dir, rounds, built, own)
+        finally:
+            own.close()
     live = [v for v in variant_list if _measured(v, workload)]
     built = {} if built is None else built
     reused = {v.name for v in live if v.name in built}
@@ -282,10 +339,12 @@ def run_workload(variant_list: list[Variant], workload: Workload, slo_ms: dict[s
     for r in range(rounds):
         for v in (live if r % 2 == 0 else live[::-1]):
             if (r or v.name in reused) and v.config.enable_prefix_caching:   # an empty cache every round
+                servers.drop(llms[v.name][0])
                 llms[v.name] = (_build(v)[0], llms[v.name][1])             # (setup time: the first build's)
+                built[v.name] = llms[v.name]
             llm = llms[v.name][0]
             llm.engine.reset_metrics()
-            result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms)
+            result, cpu_s, totals = serve_and_bench(llm, workload, workload.shape(), slo_ms, server=servers.get(llm))
             done[v.name].append((result, cpu_s, totals, int(totals.peak_kv_perc / 100.0 * _kv_bytes(llm))))
     load = (load_before, machine_load())
     rows = []
@@ -323,10 +382,14 @@ def run_ablation(variant_list: list[Variant], workloads: list[Workload], slo_ms:
 
     rows: list[AblationRow] = []
     built: dict[str, tuple[object, float]] = {}          # each engine is built (and compiled) once
-    with measuring(), quiet_compiler():
-        for w in tqdm(workloads, desc=t("测量：各配置轮流服务每个负载", "measuring: every configuration serves each workload"),
-                      unit=t("个负载", "workload"), leave=False):
-            rows += run_workload(variant_list, w, slo_ms, results_dir, rounds, built)
+    servers = Servers()                                  # and served by one server throughout
+    try:
+        with measuring(), quiet_compiler():
+            for w in tqdm(workloads, desc=t("测量：各配置轮流服务每个负载", "measuring: every configuration serves each workload"),
+                          unit=t("个负载", "workload"), leave=False):
+                rows += run_workload(variant_list, w, slo_ms, results_dir, rounds, built, servers)
+    finally:
+        servers.close()
     return rows
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from labkit.i18n import t
 from labkit.labs.common.measure import Verdict, cores, describe_machine, verdict_from_ratios
-from labkit.labs.lab05_engine_choice.ablation import AblationRow
+from labkit.labs.lab05_engine_choice.ablation import AblationRow, table_cells
 
 MARGIN = 0.05     # a gain within 5 % of 1 is "level with the baseline"
 
@@ -203,14 +203,16 @@ def gains_record(rows: list[AblationRow], workloads: list[str], context=None):
         lab="05", section=ABLATION_SECTION, context=context or RunContext.current(),
         rounds={f"{w}/{g.variant}": [g.verdict.ratio_min, g.verdict.ratio_max] for w, gs in by_w.items() for g in gs
                 if g.verdict is not None},
-        values={w: [{"variant": g.variant, "zh": g.zh, "en": g.en, "throughput_x": g.throughput_x,
-                     "ttft_p99_x": g.ttft_p99_x, "memory_x": g.memory_x} for g in gs] for w, gs in by_w.items()},
+        values={"gains": {w: [{"variant": g.variant, "zh": g.zh, "en": g.en, "throughput_x": g.throughput_x,
+                               "ttft_p99_x": g.ttft_p99_x, "memory_x": g.memory_x} for g in gs] for w, gs in by_w.items()},
+                "cells": {w: table_cells(rows, w) for w in workloads}},
         verdicts={f"{w}/{g.variant}": g.verdict for w, gs in by_w.items() for g in gs if g.verdict is not None})
 
 
 def gains_from_record(rec) -> dict[str, list[Gain]]:
     out = {}
-    for w, items in rec.values.items():
+    by_w = rec.values["gains"] if "gains" in rec.values else rec.values     # records before the table's cells
+    for w, items in by_w.items():
         out[w] = [Gain(d["variant"], d["zh"], d["en"], d["throughput_x"], d["ttft_p99_x"], d["memory_x"],
                        rec.verdict(f"{w}/{d['variant']}") if f"{w}/{d['variant']}" in rec.verdicts else None)
                   for d in items]

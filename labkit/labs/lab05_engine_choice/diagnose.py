@@ -149,8 +149,14 @@ def diagnose_labkit(config, workload: Workload, concurrencies: list[int]) -> lis
     return points
 
 
-def diagnosis_sentences(points: list[LoadPoint]) -> list[str]:
-    """The two answers, computed from the numbers: where memory goes, and whether host time grows."""
+HOST_SHARE_LOW = 0.2      # below this share of a step, the model (not the scheduler) is what saturates
+
+
+def diagnosis_sentences(points: list[LoadPoint], busy: bool = False) -> list[str]:
+    """The two answers, computed from the numbers: where memory goes (counted), and how large the host's
+    share of a step is. One run per load level gives no rounds, so the host shares are reported, not
+    ranked ("rising" from two single runs would be a ranking from noise); ``busy`` (the record's machine
+    was busy) says the wall-clock shares are stretched."""
     lo, hi = points[0], points[-1]
     kv = "—" if hi.peak_kv_usage is None else f"{100 * hi.peak_kv_usage:.0f}%"
     pre = 0 if hi.preemptions is None else int(hi.preemptions)
@@ -160,17 +166,23 @@ def diagnosis_sentences(points: list[LoadPoint]) -> list[str]:
               if pre > 0 or (hi.peak_kv_usage or 0) >= 0.95 else
               t(f"内存：并发 {hi.concurrency} 时 KV 使用峰值 {kv}，没有抢占——这个负载下内存还没到顶。",
                 f"Memory: at concurrency {hi.concurrency} KV usage peaks at {kv}, no preemptions: memory is not the limit here."))
-    grows = hi.host_share > lo.host_share
-    host = t(f"调度：主机时间占每步 {100 * lo.host_share:.1f}%（并发 {lo.concurrency}）→ {100 * hi.host_share:.1f}%"
-             f"（并发 {hi.concurrency}）。" + ("随并发上升；" if grows else "没有随并发上升；") +
-             ("但仍远小于模型时间：在这台 CPU 上模型先饱和，调度器没有先饱和。" if hi.host_share < 0.2 else
-              "已占相当比例：调度器开销值得优化（vLLM V1、重叠调度就是为此）。"),
+    low = hi.host_share < HOST_SHARE_LOW
+    host = t(f"调度：主机时间占每步 {100 * lo.host_share:.1f}%（并发 {lo.concurrency}）和 {100 * hi.host_share:.1f}%"
+             f"（并发 {hi.concurrency}），每个并发只跑了一次，两者之差不下“升或降”的结论；" +
+             ("最高并发时仍远小于模型时间：在这台 CPU 上模型先饱和，调度器没有先饱和。" if low else
+              "最高并发时已占相当比例：调度器开销值得优化（vLLM V1、重叠调度就是为此）。"),
              f"Scheduler: host time is {100 * lo.host_share:.1f}% of a step at concurrency {lo.concurrency} and "
-             f"{100 * hi.host_share:.1f}% at {hi.concurrency}" + (", rising with load; " if grows else ", not rising with load; ") +
-             ("still far below model time: on this CPU the model saturates first, not the scheduler." if hi.host_share < 0.2
-              else "a real share: scheduler overhead is worth attacking (what vLLM V1 and overlap scheduling do)."))
-    lab03 = t("主机时间占比小，只说明这个负载、这台机器上调度器没有先饱和；调度器的 CPU 时间怎样随运行中的请求数增长"
+             f"{100 * hi.host_share:.1f}% at {hi.concurrency}; one run per level, so the difference is not read as rising "
+             "or falling; " + ("at the highest concurrency it is still far below model time: on this CPU the model "
+                               "saturates first, not the scheduler." if low else
+                               "at the highest concurrency it is a real share: scheduler overhead is worth attacking "
+                               "(what vLLM V1 and overlap scheduling do)."))
+    if busy:
+        host += t("（测量时机器正忙：主机与模型时间都是墙钟，被邻居拉长，这个占比不可靠。）",
+                  " (The machine was busy while measuring: host and model time are wall clock, stretched by neighbours, "
+                  "so this share is not reliable.)")
+    lab03 = t("主机时间占比只说明这个负载、这台机器上调度器有没有先饱和；调度器的 CPU 时间怎样随运行中的请求数增长"
               "（第三个误解），看实验 03 第 7 节。",
-              "A small host share only says the scheduler did not saturate first on this workload and machine; how the "
+              "The host share only says whether the scheduler saturated first on this workload and machine; how the "
               "scheduler's CPU time grows with the number of running requests (the third misreading) is lab 03, section 7.")
     return [memory, host, lab03]

@@ -111,9 +111,14 @@ def int4_sentences(rows: list[AblationRow], batched: str, single: str, agreement
     """Decode and prefill speed, throughput, memory and quality of the int4 row, each sentence computed
     from this run's numbers. ``single``: a workload of one request at a time; ``batched``: many at once."""
     gains_ = {w: next((g for g in gains(rows, w) if g.variant == "int4"), None) for w in (single, batched)}
+    return sentences_from(*phase_verdicts(rows, single), gains_, agreement, tokens, batched, single)
+
+
+def sentences_from(tpot: Verdict | None, ttft: Verdict | None, gains_: dict, agreement: Agreement, tokens: int,
+                   batched: str, single: str) -> list[str]:
+    """``int4_sentences`` from the values §2.1's record holds (``records.int4_from_record``)."""
     if None in gains_.values():
         return [t("本次没有测 4 位权重。", "4-bit weights were not measured in this run.")]
-    tpot, ttft = phase_verdicts(rows, single)
     out = [t(f"{single} 负载（一次一个请求）：每个输出 token 的时间（TPOT P99）{_phase_clause(tpot)}，"
              f"首 token 时间（TTFT P99，主要是预填充）{_phase_clause(ttft)}。",
              f"{single} (one request at a time): time per output token (TPOT P99) {_phase_clause(tpot)}; "

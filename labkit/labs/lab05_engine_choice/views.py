@@ -12,9 +12,9 @@ from labkit.i18n import t
 from labkit.labs.common.measure import Verdict
 from labkit.labs.common.references import cite_line
 from labkit.labs.lab05_engine_choice import advisor as adv
-from labkit.labs.lab05_engine_choice.ablation import AblationRow
+from labkit.labs.lab05_engine_choice.ablation import AblationRow, table_cells
 from labkit.labs.lab05_engine_choice.chapter import REGIMES, Stage
-from labkit.labs.lab05_engine_choice.compare import gains, throughput_verdict
+from labkit.labs.lab05_engine_choice.compare import Gain, gains
 from labkit.labs.lab05_engine_choice.diagnose import LoadPoint
 from labkit.labs.lab05_engine_choice.facts import (
     CROSS_ENGINE,
@@ -106,10 +106,11 @@ def fixed_shape_table(r: FixedShapeResult) -> Table:
     rows = []
     for arm, (zh, en) in _ARMS.items():
         v = c.arms[arm]
-        rows.append([t(zh, en), f"{1e3 * v.best:.3f}", f"{v.spread:.2f}", f"{r.build_s[arm]:.2f}",
+        rows.append([t(zh, en), f"{1e3 * v.best:.3f}", step_ratio_cell(r, arm), f"{v.spread:.2f}", f"{r.build_s[arm]:.2f}",
                      f"{r.rebuild_s[arm]:.2f}",
                      f"{100 * r.padding_waste:.1f}" if arm == "fixed" else "0"])
     return Table([t("做法", "arm"), t("每步 CPU 时间（ms，最好一轮）", "CPU ms per step (best round)"),
+                  t("÷ eager（各轮配对之比的结论）", "over eager (verdict of the paired rounds)"),
                   t("轮间波动（最慢/最快）", "round spread (slowest / fastest)"), t("构建 CPU 秒", "build CPU s"),
                   t(f"形状集合变化：批 {r.new_batch} 首步 CPU 秒", f"shape set changes: first step at batch {r.new_batch}, CPU s"),
                   t("补齐浪费（%）", "padding waste (%)")], rows,
@@ -123,6 +124,23 @@ def fixed_shape_table(r: FixedShapeResult) -> Table:
                           "are computed and dropped).")])
 
 
+STEP_MARKS = dict(greater=("（更慢）", " (slower)"), less=("（更快）", " (faster)"), same=("（持平）", " (level)"))
+
+
+def step_ratio_cell(r: FixedShapeResult, arm: str) -> str:
+    """An arm's CPU time per step over eager's as its verdict states it (the sentence reads the same verdict)."""
+    if arm == r.comparison.baseline:
+        return t("1（基准）", "1 (baseline)")
+    v = r.comparison.verdicts[arm]
+    return f"{v.ratio:.2f}×" + v.mark(**STEP_MARKS)
+
+
+def fixed_shape_title(r: FixedShapeResult) -> str:
+    return t(f"为固定形状构建：每步 CPU 时间是 eager 的 {step_ratio_cell(r, 'fixed')}，构建与重建的 CPU 秒（本机实测）",
+             f"Building for fixed shapes: CPU time per step {step_ratio_cell(r, 'fixed')} eager's; build and rebuild CPU s "
+             "(measured here)")
+
+
 def fixed_shape_figure(r: FixedShapeResult) -> go.Figure:
     names = [t(*_ARMS[a]) for a in _ARMS]
     fig = make_subplots(rows=1, cols=2, subplot_titles=[t("每步 CPU 时间（ms）", "CPU time per step (ms)"),
@@ -134,8 +152,7 @@ def fixed_shape_figure(r: FixedShapeResult) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=[r.rebuild_s[a] for a in _ARMS], marker_color="#e6550d",
                          name=t(f"批 {r.new_batch} 到来（形状集合变化）", f"batch {r.new_batch} arrives (shape set changes)")),
                   row=1, col=2)
-    style(fig, t("为固定形状构建：每步省下多少，构建与重建花多少（本机实测）",
-                 "Building for fixed shapes: what a step saves, what building and rebuilding cost (measured here)"), height=460)
+    style(fig, fixed_shape_title(r), height=460)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.35, xanchor="center", x=0.5), margin=dict(b=150))
     fig.update_yaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text=t("CPU 秒", "CPU s"), row=1, col=2)
@@ -146,14 +163,18 @@ def fixed_shape_sentences(r: FixedShapeResult) -> list[str]:
     """The conclusions, each rendered from a verdict (timed) or from counted numbers."""
     verdicts: dict[str, Verdict] = r.comparison.verdicts
     out = [verdicts["fixed"].sentence(
-        greater=("按固定桶编译、补齐之后，每步比不构建的 eager 慢", "compiled per bucket and padded, a step is slower than eager"),
-        less=("按固定桶编译、补齐之后，每步比不构建的 eager 快", "compiled per bucket and padded, a step is faster than eager"),
-        same=("按固定桶编译、补齐之后，每步与 eager 一样快", "compiled per bucket and padded, a step is as fast as eager"),
+        greater=("按固定桶编译、补齐之后，每步比不构建的 eager 慢：CPU 时间是它的 {ratio}",
+                 "compiled per bucket and padded, a step is slower than eager: {ratio} its CPU time"),
+        less=("按固定桶编译、补齐之后，每步比不构建的 eager 快：CPU 时间是它的 {ratio}",
+              "compiled per bucket and padded, a step is faster than eager: {ratio} its CPU time"),
+        same=("按固定桶编译、补齐之后，每步与 eager 一样快：CPU 时间是它的 {ratio}",
+              "compiled per bucket and padded, a step is as fast as eager: {ratio} its CPU time"),
         unit="×")]
     out.append(verdicts["dynamic"].sentence(
-        greater=("动态形状编译的每步比 eager 慢", "a dynamically compiled step is slower than eager"),
-        less=("动态形状编译的每步比 eager 快", "a dynamically compiled step is faster than eager"),
-        same=("动态形状编译的每步与 eager 一样快", "a dynamically compiled step is as fast as eager"), unit="×"))
+        greater=("动态形状编译的每步比 eager 慢：CPU 时间是它的 {ratio}", "a dynamically compiled step is slower than eager: {ratio} its CPU time"),
+        less=("动态形状编译的每步比 eager 快：CPU 时间是它的 {ratio}", "a dynamically compiled step is faster than eager: {ratio} its CPU time"),
+        same=("动态形状编译的每步与 eager 一样快：CPU 时间是它的 {ratio}", "a dynamically compiled step is as fast as eager: {ratio} its CPU time"),
+        unit="×"))
     out.append(t(f"代价（计数与计时）：这条轨迹上固定形状多算了 {100 * r.padding_waste:.1f}% 的补齐行；构建 {len(r.buckets)} 个桶花了 "
                  f"{r.build_s['fixed']:.1f} CPU 秒；批 {r.new_batch} 超出最大的桶，要再编译一个桶，花了 {r.rebuild_s['fixed']:.1f} CPU 秒"
                  f"（动态形状：{r.rebuild_s['dynamic']:.1f} 秒，eager：{r.rebuild_s['eager']:.2f} 秒）。",
@@ -188,64 +209,100 @@ def engineering_table() -> Table:
                  rows, caption=t("工程成本", "Engineering cost"))
 
 
-def ablation_table(rows: list[AblationRow], workload: str) -> Table:
+GAIN_MARKS = dict(greater=("（更多）", " (more)"), less=("（更少）", " (fewer)"), same=("（持平）", " (level)"))
+
+
+def gain_cell(g: Gain) -> str:
+    """A gain as the table prints it: the ratio and its verdict's mark (the sentences read the same verdict)."""
+    return f"{g.throughput_x:.2f}×" + (g.verdict.mark(**GAIN_MARKS) if g.verdict is not None else "")
+
+
+def cells_table(cells: list[dict], gains_: list[Gain], workload: str) -> Table:
+    """§2's table of one workload from its cells (``ablation.table_cells``) and gains: what the record holds."""
+    by_variant = {g.variant: g for g in gains_}
     body = []
-    for r in (r for r in rows if r.workload == workload):
-        label = t(r.variant.zh, r.variant.en)
-        if not r.available:
-            body.append([label, "—", "—", "—", "—", "—", "—", t(r.variant.why_not_zh, r.variant.why_not_en)])
+    for c in cells:
+        label = t(c["zh"], c["en"])
+        if not c["available"]:
+            body.append([label, "—", "—", "—", "—", "—", "—", "—", t(c["why_not_zh"], c["why_not_en"])])
             continue
-        m = r.metrics
-        body.append([label, f"{m.output_throughput:.2f}", f"{r.tokens_per_cpu_s:.1f}", fmt(m.ttft.p99_ms, 0),
-                     fmt(m.tpot.p99_ms, 0), "—" if m.goodput is None else f"{m.goodput:.2f}",
-                     f"{r.memory_bytes / 2**20:.0f}", f"{m.completed}/{m.completed + m.failed}"])
-    notes = [t("每 CPU 秒的 token 数不受邻居抢 CPU 的影响，比墙钟吞吐更稳。",
-               "Tokens per CPU second are not skewed by neighbours competing for the CPU; steadier than wall throughput.")]
-    notes += compile_notes(rows, workload)
+        gain = (t("1（基准）", "1 (baseline)") if c["variant"] == "baseline" else
+                gain_cell(by_variant[c["variant"]]) if c["variant"] in by_variant else "—")
+        body.append([label, f"{c['output_throughput']:.2f}", f"{c['tokens_per_cpu_s']:.1f}", gain, fmt(c["ttft_p99_ms"], 0),
+                     fmt(c["tpot_p99_ms"], 0), "—" if c["goodput"] is None else f"{c['goodput']:.2f}",
+                     f"{c['memory_bytes'] / 2**20:.0f}", f"{c['completed']}/{c['completed'] + c['failed']}"])
+    notes = [t("每 CPU 秒的 token 数不受邻居抢 CPU 的影响，比墙钟吞吐更稳；“÷ 基线”一列是各轮配对之比的结论，标着“噪声之内”或“机器正忙”的不要当真。",
+               "Tokens per CPU second are not skewed by neighbours competing for the CPU; steadier than wall throughput. "
+               "The 'over the baseline' column is the verdict of the paired rounds; do not trust one marked 'within noise' "
+               "or 'machine busy'.")]
+    notes += _compile_note(cells, by_variant.get("compile"))
     return Table([t("配置", "configuration"), t("输出 tok/s（墙钟）", "output tok/s (wall)"),
-                  t("输出 tok / CPU 秒", "output tok / CPU s"), "TTFT P99 (ms)", "TPOT P99 (ms)",
+                  t("输出 tok / CPU 秒", "output tok / CPU s"), t("每 CPU 秒 token ÷ 基线", "tok / CPU s over the baseline"),
+                  "TTFT P99 (ms)", "TPOT P99 (ms)",
                   "goodput (req/s)", t("内存：权重+KV 峰值 (MiB)", "memory: weights + peak KV (MiB)"),
                   t("完成", "done")], body, caption=t(f"负载 {workload}：一次只改一个开关", f"workload {workload}: one switch at a time"),
                  notes=notes)
 
 
-def compile_notes(rows: list[AblationRow], workload: str) -> list[str]:
-    """What compiling cost up front and bought per CPU second, from the measured rows (empty if the
-    compile row was not measured)."""
-    mine = {r.variant.name: r for r in rows if r.workload == workload and r.available}
-    if "compile" not in mine or "baseline" not in mine:
+def ablation_table(rows: list[AblationRow], workload: str) -> Table:
+    return cells_table(table_cells(rows, workload), gains(rows, workload), workload)
+
+
+def _compile_note(cells: list[dict], gain: Gain | None) -> list[str]:
+    mine = {c["variant"]: c for c in cells if c["available"]}
+    if gain is None or gain.verdict is None or "compile" not in mine or "baseline" not in mine:
         return []
-    c, b = mine["compile"], mine["baseline"]
-    v = throughput_verdict(c, b)
+    c, b, v = mine["compile"], mine["baseline"], gain.verdict
     verdict = v.sentence(greater=("编译在这台机器上换来了更快的步", "compiling bought faster steps on this machine"),
                          less=("编译在这台机器上反而更慢", "compiling made steps slower on this machine"),
                          same=("编译没有换来看得出的提速", "compiling bought no visible speed-up"))
-    return [t(f"torch.compile：准备（建引擎、编译、预热）用了 {c.setup_s:.0f} s，基线 {b.setup_s:.0f} s；"
+    return [t(f"torch.compile：准备（建引擎、编译、预热）用了 {c['setup_s']:.0f} s，基线 {b['setup_s']:.0f} s；"
               f"每 CPU 秒输出的 token 是基线的 {v.ratio:.2f} 倍。",
-              f"torch.compile: setup (engine, compilation, warm-up) took {c.setup_s:.0f} s against the baseline's "
-              f"{b.setup_s:.0f} s; output tokens per CPU second are {v.ratio:.2f}x the baseline's.") + " " + verdict]
+              f"torch.compile: setup (engine, compilation, warm-up) took {c['setup_s']:.0f} s against the baseline's "
+              f"{b['setup_s']:.0f} s; output tokens per CPU second are {v.ratio:.2f}x the baseline's.") + " " + verdict]
 
 
-def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
+def compile_notes(rows: list[AblationRow], workload: str) -> list[str]:
+    """What compiling cost up front and bought per CPU second, from the measured rows (empty if the
+    compile row was not measured)."""
+    if not any(r.workload == workload and r.variant.name == "baseline" and r.available for r in rows):
+        return []
+    return _compile_note(table_cells(rows, workload), next((g for g in gains(rows, workload) if g.variant == "compile"), None))
+
+
+def gains_title(by_workload: dict[str, list[Gain]]) -> str:
+    """The figure's title: what it compares, and how many of its throughput bars carry a hedge."""
+    verdicts = [g.verdict for gs in by_workload.values() for g in gs if g.verdict is not None]
+    busy = sum(v.busy for v in verdicts)
+    noise = sum(v.confidence == "within noise" for v in verdicts)
+    hedge = []
+    if busy:
+        hedge.append(t(f"{busy} 个吞吐比测量时机器正忙", f"{busy} throughput ratio(s) measured while the machine was busy"))
+    if noise:
+        hedge.append(t(f"{noise} 个在噪声之内", f"{noise} within noise"))
+    tail = t(f"；{'，'.join(hedge)}", f"; {', '.join(hedge)}") if hedge else t("；吞吐比的结论都清楚", "; every throughput verdict clear")
+    return t(f"每个开关的代价与收益（相对基线 = 1，同一负载，本机实测{tail}）",
+             f"What each switch costs and buys (baseline = 1, same workload, measured here{tail})")
+
+
+def gains_figure(cells: dict[str, list[dict]], by_workload: dict[str, list[Gain]]) -> go.Figure:
     """Three panels, each against the baseline (= 1): throughput, TPOT P99 and memory. The legend sits
     under the panels (not over the third title); ticks are the variants' names in the lab's language."""
     titles = [t("输出 token / CPU 秒（越高越好）", "output tokens per CPU s (higher is better)"),
               t("TPOT P99（越低越好）", "TPOT P99 (lower is better)"), t("内存（越低越好）", "memory (lower is better)")]
     fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     colors = ["#3182bd", "#e6550d", "#31a354", "#756bb1"]
-    for i, w in enumerate(workloads):
-        g = gains(rows, w)
+    for i, (w, g) in enumerate(by_workload.items()):
         x = [t(v.zh, v.en) for v in g]
-        base = next(r for r in rows if r.workload == w and r.variant.name == "baseline").metrics.tpot.p99_ms
-        by_name = {r.variant.name: r for r in rows if r.workload == w and r.available}
-        tpot = [None if by_name[v.variant].metrics.tpot.p99_ms is None or not base
-                else by_name[v.variant].metrics.tpot.p99_ms / base for v in g]
+        by_name = {c["variant"]: c for c in cells[w] if c["available"]}
+        base = by_name["baseline"]["tpot_p99_ms"]
+        tpot = [None if by_name[v.variant]["tpot_p99_ms"] is None or not base
+                else by_name[v.variant]["tpot_p99_ms"] / base for v in g]
         for col, y in enumerate(([v.throughput_x for v in g], tpot, [v.memory_x for v in g]), start=1):
             fig.add_trace(go.Bar(name=t(f"负载 {w}", f"workload {w}"), x=x, y=y, marker_color=colors[i % len(colors)],
                                  legendgroup=w, showlegend=col == 1), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot")
-    style(fig, t("每个开关的代价与收益（相对基线 = 1，同一负载）", "What each switch costs and buys (baseline = 1, same workload)"),
-          height=600)
+    style(fig, gains_title(by_workload), height=600)
     # The legend sits under the panels (over them it hid the third title), and well below the
     # rotated variant names: at y = -0.32 it collided with them.
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.6, xanchor="center", x=0.5),
@@ -253,6 +310,10 @@ def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
     fig.update_xaxes(tickangle=-40)
     fig.update_yaxes(title_text=t("相对基线（倍）", "relative to the baseline (×)"), row=1, col=1)
     return fig
+
+
+def ablation_figure(rows: list[AblationRow], workloads: list[str]) -> go.Figure:
+    return gains_figure({w: table_cells(rows, w) for w in workloads}, {w: gains(rows, w) for w in workloads})
 
 
 def diagnosis_table(points: list[LoadPoint]) -> Table:
@@ -268,8 +329,16 @@ def diagnosis_figure(points: list[LoadPoint]) -> go.Figure:
     for p in points:
         fig.add_trace(go.Scatter(x=[s.t_s for s in p.samples], y=[100 * (s.kv_usage or 0) for s in p.samples],
                                  mode="lines", name=t(f"并发 {p.concurrency}", f"concurrency {p.concurrency}")))
-    return style(fig, t("运行中的 KV 使用率（labkit:kv_cache_usage_perc）", "KV usage during the run (labkit:kv_cache_usage_perc)"),
-                 t("时间 (s)", "time (s)"), t("KV 使用率 (%)", "KV usage (%)"))
+    return style(fig, diagnosis_title(points), t("时间 (s)", "time (s)"), t("KV 使用率 (%)", "KV usage (%)"))
+
+
+def diagnosis_title(points: list[LoadPoint]) -> str:
+    hi = points[-1]
+    kv = "—" if hi.peak_kv_usage is None else f"{100 * hi.peak_kv_usage:.0f}%"
+    pre = 0 if hi.preemptions is None else int(hi.preemptions)
+    return t(f"运行中的 KV 使用率（labkit:kv_cache_usage_perc）：并发 {hi.concurrency} 时峰值 {kv}，抢占 {pre} 次",
+             f"KV usage during the run (labkit:kv_cache_usage_perc): peak {kv} at concurrency {hi.concurrency}, "
+             f"{pre} preemptions")
 
 
 def chapter_figure(stages: list[Stage]) -> go.Figure:
