@@ -22,12 +22,15 @@ from labkit.labs.lab02_paged_attention import attention_cost, block_size, layout
 from labkit.labs.lab02_paged_attention import views as v02
 from labkit.labs.lab03_batching import chunked, offline, online, overhead, overhead_view, scaling
 from labkit.labs.lab03_batching import views as v03
+from labkit.labs.lab04_speculative import narration as n04
 from labkit.labs.lab04_speculative import paying as p04
 from labkit.labs.lab04_speculative import records as r04
 from labkit.labs.lab04_speculative import sweeps as s04
 from labkit.labs.lab04_speculative import views as v04
 from labkit.labs.lab04_speculative.speedup import Row
 from labkit.labs.lab05_engine_choice import compare as c05
+from labkit.labs.lab05_engine_choice import narration as n05
+from labkit.labs.lab05_engine_choice import records as r05
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET, BUSY = 0.3, 9.0          # loads on 2 cores
@@ -369,8 +372,8 @@ def batch_narration(rec: R.SectionRecord) -> R.Narration:
 
 
 def ablation_narration(rec: R.SectionRecord) -> R.Narration:
-    """Lab 05 §2: the ranking sentences, and per gain its ratio and confidence (the marks beside it). The
-    section's table and figure are drawn from the live rows (``views.ablation_table``), not the record."""
+    """Lab 05 §2's ranking sentences, and per gain its ratio and confidence (the marks beside it); the
+    lab's own narrator (``lab05_engine_choice.narration``, in NARRATORS) adds the table and the figure title."""
     by_w = c05.gains_from_record(rec)
     rows = tuple((w, i18n.t(g.zh, g.en), f"{g.throughput_x:.2f}×", g.verdict.confidence_label if g.verdict else "—")
                  for w, gs in by_w.items() for g in gs)
@@ -620,8 +623,11 @@ NARRATORS = {("01", kv.GROWING): v01.growing_narration, ("01", kv.TIMELINE): v01
              ("03", online.FIDELITY_SECTION): v03.fidelity_narration,
              ("04", p04.SECTION): p04.render_regime, ("04", r04.SWEEP): sweep_narration,
              ("04", r04.MATRIX): matrix_narration, ("04", r04.BATCH): batch_narration,
-             ("05", c05.ABLATION_SECTION): ablation_narration}
-UNTITLED = {("05", c05.ABLATION_SECTION)}      # its figure is drawn from the live rows; the record holds the gains
+             ("04", r04.LIVE): n04.live_narration, ("04", r04.GREEDY): n04.greedy_narration,
+             ("04", r04.SAMPLING): n04.sampling_narration, ("04", r04.LATENCY): n04.latency_narration,
+             ("05", c05.ABLATION_SECTION): n05.ablation_narration, ("05", r05.FIXED): n05.fixed_narration,
+             ("05", r05.INT4): n05.int4_narration, ("05", r05.DIAGNOSE): n05.diagnose_narration}
+UNTITLED: set = set()      # every recorded section now renders a figure or table title from its record
 
 REPO_BUNDLES = R.find_bundles(REPO / "data" / "lab-runs")
 SHARED = REPO.parent / "shared" / "lab-runs"

@@ -124,9 +124,9 @@ ROWS = [
          "rankings are universal"),
         ("因为优化越多越好，负载只决定该先打开哪一个；最终都应全部打开",
          "Because more optimisations are always better; the workload only decides which to switch on first",
-         "不是越多越好：投机在满批时会变慢，4 位权重的预填充更慢；第 2 节量出了有的优化在某个负载上是负收益。",
-         "Not always better: speculation slows down at full batch and 4-bit weights prefill slower; section 2 measured "
-         "losses on some workloads.",
+         "不是越多越好：投机在满批时可能变慢，4 位权重的预填充可能更慢；第 2 节的表按各轮的结论标出了这次每个开关在每个负载上是正是负。",
+         "Not always better: speculation can slow down at full batch and 4-bit weights can prefill slower; section 2's "
+         "table marks, from its rounds, which way each switch went on each workload this time.",
          "every optimisation helps everywhere")]),
     Row("ec-spec-batch", ("投机解码在高并发下常常收益变小甚至变慢，主要原因是？",
                           "Why does speculative decoding often gain less, or even slow down, at high concurrency?"), [
@@ -165,8 +165,11 @@ ROWS = [
          "正相反：内存已满，同时运行更多请求只会带来更多抢占。",
          "The opposite: memory is full, so running more requests at once means more preemption.",
          "more concurrency always helps")]),
-    Row("ec-cpu-share", ("在本实验的 CPU 上，主机（调度）时间只占每步的很小一部分；在 H100 上跑 8B 模型时却可能占大半。为什么？",
-                         "On this lab's CPU host (scheduler) time is a small share of a step; on an H100 serving an 8B model it can be most of it. Why?"), [
+    Row("ec-cpu-share", ("vLLM 的剖析发现，在 H100 上服务 8B 模型时，主机（调度、API）时间可能占每步的大半；"
+                         "第 5 节在这台 CPU 上量出了 135M 模型的这个占比（见那里的表）。两者为什么可能相差很大？",
+                         "vLLM's profiling found host (scheduling, API) time can be most of a step when an H100 serves an 8B "
+                         "model; section 5 measured that share for the 135M model on this CPU (see its table). Why can the two "
+                         "differ so much?"), [
         ("H100 上一步只有几毫秒，调度和 API 的 CPU 开销却没有跟着变小",
          "On an H100 a step takes a few ms, while scheduling and API CPU costs do not shrink with it",
          "对：vLLM 的 V1 动机正是 ~5 ms 的 GPU 步；CPU 上一个 135M 模型的一步要长得多（这台机器上的步耗时见实验 04 第 5 节表里的"
