@@ -16,7 +16,7 @@ from labkit.labs.lab02_paged_attention import layouts
 from labkit.labs.lab02_paged_attention import views as v02
 from labkit.labs.lab03_batching import offline, online, scaling
 from labkit.labs.lab03_batching import views as v03
-from tests.labs.test_lab_records import static_text
+from tests.labs.test_lab_records import scaling_record, static_text
 
 QUIET, BUSY = 0.3, 1000.0       # BUSY is above any machine's cores
 # Per-round ratios for each way a verdict can fall (margin 0.05); "noise" stays within the spread bound.
@@ -287,7 +287,8 @@ def all_narrations():
             + [v02.fit_narration(fit_record(o, f)) for o in OUTCOMES for f in (2.0, 1.0)]
             + [v03.offline_narration(offline_record(o)) for o in OUTCOMES]
             + [v03.serving_narration(serving_record(c)) for c in SWEEPS]
-            + [v03.fidelity_narration(fidelity_record(*a)) for a in ((3.0, 2.0), (0.5, 2.0), (3.0, 2.0, True))])
+            + [v03.fidelity_narration(fidelity_record(*a)) for a in ((3.0, 2.0), (0.5, 2.0), (3.0, 2.0, True))]
+            + [v03.scaling_narration(scaling_record(o)) for o in OUTCOMES])
 
 
 def test_these_sections_render_in_english_too():
@@ -313,6 +314,7 @@ SECTION_CLAIMS = [
     ("03", r"低于连续批处理", "continuous_completes_more", {"yes"}),
     ("03", r"连续批处理的 TTFT 一直很短", "continuous_serves_more", {"greater"}),
     ("03", r"第 4 节的扫描就是在这种意义上可信", "simulation_agrees", {"yes"}),
+    ("03", r"批从 1 增到 32，一步的时间远没有变成 32 倍", "decode_batching_pays", {"greater|clear"}),
 ]
 
 

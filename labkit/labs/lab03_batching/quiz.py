@@ -62,9 +62,9 @@ ROWS = [
                        "On an offline trace, continuous batching's throughput gain has a ceiling (if every step cost the same). Which?"), [
         ("静态步数 ÷ 连续步数；连续步数不少于最长请求的长度",
          "Static steps / continuous steps, which are at least the longest request's length",
-         "对：这个上限只在每步耗时相同时成立；真实设备上满批的一步更贵一些，实测倍数一般在它之下（测量噪声也可能让它超出，第 3 节的表会标出这样的行）。",
+         "对：这个上限只在每步耗时相同时成立；真实设备上满批的一步更贵一些，实测倍数一般在它之下（测量噪声也可能让它超出：第 3.1 节由测量生成的句子会说这次是否如此）。",
          "Right: the ceiling holds only if every step costs the same; on a real device a fuller step costs a bit more, so "
-         "a measured ratio is usually below it (noise can push one above; section 3's table marks such rows).", ""),
+         "a measured ratio is usually below it (noise can push one above: section 3.1's measured sentence says whether this run did).", ""),
         ("max_num_seqs 倍：每个槽位每一步都能一直有活干", "max_num_seqs times: every slot is always busy",
          "静态批处理也用满 max_num_seqs 个槽位开始；差别只在空转的槽位。",
          "Static batching also starts with max_num_seqs slots; the difference is only the idle ones.",
@@ -79,8 +79,8 @@ ROWS = [
          "没有这样的固定倍数；它取决于长度分布（第 3 节按轨迹算出了上限）。",
          "There is no fixed factor; it depends on the length distribution (section 3 computes it per trace).",
          "a fixed rule of thumb")]),
-    Row("bt-memory-bound", ("为什么解码批处理得好：批从 1 增到 32，一步的时间远没有变成 32 倍？",
-                            "Why does decode batch well: from batch 1 to 32 a step takes far less than 32x as long?"), [
+    Row("bt-memory-bound", ("在 GPU 上，解码的批从 1 增到 32，一步的时间通常远没有变成 32 倍（本机是否如此，看第 5 节的测量）。原因是？",
+                            "On a GPU, growing a decode batch from 1 to 32 usually makes a step take far less than 32x as long (whether this machine does, see section 5's measurement). Why?"), [
         ("解码是访存受限：每步都读一遍全部权重，由整批分摊",
          "Decode is memory-bound: each step reads all weights once, shared by the whole batch",
          "对：直到算术量赶上读权重的时间（拐点），加请求几乎不加时间。",
