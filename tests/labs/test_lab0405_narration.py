@@ -373,3 +373,19 @@ def test_no_static_text_of_labs_04_and_05_states_an_outcome_a_record_can_reverse
         if re.search(pattern, static_text(lab)):
             bad.append((lab, pattern))
     assert not bad, f"static text states an outcome a record can reverse: {bad}"
+
+
+# ----------------------------------------------------------------------------- lab 05 §6 the chapter figure
+
+@pytest.mark.parametrize("outcome", ["greater", "noise", "busy"])
+def test_lab05_chapter_line_for_this_runs_speculation_states_its_verdict(outcome, tmp_path, monkeypatch):
+    from labkit.labs.lab05_engine_choice import chapter
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))               # no earlier lab recorded: §2's number is used
+    monkeypatch.setattr(chapter, "simulated_gains", lambda n: (1.5, 2.5))
+    v = timed(outcome, margin=c05.MARGIN)
+    stages, lines = chapter.stages_for_chapter(8, v)
+    spec = next(s for s in stages if s.name == "speculative")
+    line = next(x for x in lines if x.startswith(spec.zh))
+    assert spec.gain == v.ratio and spec.kind == "measured"
+    assert f"结论：{chapter.CONFIDENCE_ZH[v.confidence]}" in line

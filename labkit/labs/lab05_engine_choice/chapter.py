@@ -124,10 +124,13 @@ def earlier_results() -> dict[str, tuple[str, dict, str]]:
     return found
 
 
-def stages_for_chapter(num_requests: int, spec_gain: float | None) -> tuple[list[Stage], list[str]]:
+def stages_for_chapter(num_requests: int, spec_gain, spec_confidence: str | None = None) -> tuple[list[Stage], list[str]]:
     """The chapter's stages, each number from the learner's earlier lab when recorded there, else
-    simulated (continuous, paged) or this lab's measurement (speculative: ``spec_gain``); with one
-    line per stage saying where its number came from."""
+    simulated (continuous, paged) or this lab's measurement (speculative: ``spec_gain``, a ratio or its
+    verdict, whose confidence the stage's line then states as a recorded one's does); with one line per
+    stage saying where its number came from."""
+    if hasattr(spec_gain, "confidence"):
+        spec_gain, spec_confidence = spec_gain.ratio, spec_gain.confidence
     found = earlier_results()
     missing_sim = not {"continuous", "paged"} <= set(found)
     stages = chapter_stages(simulated_gains(num_requests) if missing_sim else (None, None), spec_gain)
@@ -146,7 +149,9 @@ def stages_for_chapter(num_requests: int, spec_gain: float | None) -> tuple[list
         elif stage.name in RECORDED:
             lab = RECORDED[stage.name][0]
             how = {"simulated": t("本实验现场模拟", "simulated here"), "measured": t("本实验第 2 节实测", "measured in section 2 here")}
-            lines.append(t(f"{stage.zh}：{how.get(stage.kind, stage.kind)}（{summary_path(lab)} 里没有这个数：做完实验 {lab} 后再运行本格，就会用你自己的结果）。",
-                           f"{stage.en}: {how.get(stage.kind, stage.kind)} ({summary_path(lab)} does not have it: after lab {lab}, "
+            verdict = ("" if stage.kind != "measured" or spec_confidence is None else
+                       t(f"，结论：{CONFIDENCE_ZH.get(spec_confidence, spec_confidence)}", f", verdict: {spec_confidence}"))
+            lines.append(t(f"{stage.zh}：{how.get(stage.kind, stage.kind)}{verdict}（{summary_path(lab)} 里没有这个数：做完实验 {lab} 后再运行本格，就会用你自己的结果）。",
+                           f"{stage.en}: {how.get(stage.kind, stage.kind)}{verdict} ({summary_path(lab)} does not have it: after lab {lab}, "
                            "run this cell again to use your own result)."))
     return stages, lines
