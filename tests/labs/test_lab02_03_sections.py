@@ -158,7 +158,8 @@ def offline_record(outcome: str) -> R.SectionRecord:
     load = (BUSY, BUSY) if outcome == "busy" else (QUIET, QUIET)
     median = sorted(ratios)[1]
     c = offline.OfflineComparison(offline_run("static", 1.0, steps=60), offline_run("continuous", 1.0 / median),
-                                  16, 55.0, tuple(ratios), load, 1.05, "CPU time (time.process_time)")
+                                  16, 55.0, tuple(ratios), load, 1.05, "CPU time (time.process_time)",
+                                  ((1.0,) * 3, tuple(1.0 / r for r in ratios)))
     return roundtrip(offline.record_offline(c, "真实模型，测试轨迹", True))
 
 
@@ -172,6 +173,8 @@ def test_lab03_offline_sentence_table_and_title_agree(outcome):
     v = rec.verdict("continuous_over_static")
     agrees(v, outcome)
     c = offline.offline_from_record(rec)
+    assert [a / b for a, b in zip(*c.round_seconds)] == pytest.approx(ratios := OUTCOMES[outcome])   # the raw rounds kept
+    assert list(c.round_ratios) == pytest.approx(ratios)
     mark = v.mark(**v03.OFFLINE_MARKS)
     assert n.rows[-1][6] == f"{c.time_ratio:.2f}×{mark}" and n.title.endswith(f"{c.time_ratio:.2f}×{mark}")
     sentence = n.sentences[-1]

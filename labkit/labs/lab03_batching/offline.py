@@ -72,6 +72,7 @@ class OfflineComparison:
     load: tuple = (None, None)                # load average before and after the rounds
     spread: float | None = None               # real model: the larger slowest/fastest round of a policy
     clock: str = "CPU time (time.process_time)"
+    round_seconds: tuple = ()                 # real model: (static rounds, continuous rounds), CPU seconds each
 
     def verdict(self) -> Verdict:
         """Continuous over static throughput: exact when simulated (the cost model is deterministic),
@@ -158,7 +159,8 @@ def compare_engines(static_llm, continuous_llm, trace: list[TraceRequest], round
                if len(mine) > 1 and min(x.seconds for x in mine) > 0]
     predicted = static_decode_occupancy([r.output_len for r in trace], static.max_num_seqs)
     comparison = OfflineComparison(static, continuous, max(r.output_len for r in trace), predicted, ratios, load,
-                                   max(spreads, default=None), cpu_clock().name)
+                                   max(spreads, default=None), cpu_clock().name,
+                                   tuple(tuple(x.seconds for x in runs[n]) for n in ("static", "continuous")))
     if lab is not None and not static.simulated:
         record_verdict(lab, comparison.verdict(), step_ceiling=comparison.step_ceiling)
     return comparison
@@ -279,7 +281,8 @@ def record_offline(c: OfflineComparison, name: str, same_outputs: bool | None = 
 
     loads = [x for x in c.load if x is not None]
     return SectionRecord(lab="03", section=SECTION, context=RunContext.current(load=max(loads, default=None)),
-                         rounds={"continuous_over_static": list(c.round_ratios)},
+                         rounds={"continuous_over_static": list(c.round_ratios),
+                                 **{name: list(secs) for name, secs in zip(("static", "continuous"), c.round_seconds)}},
                          values={"name": name, "static": _run_dict(c.static), "continuous": _run_dict(c.continuous),
                                  "longest_output": c.longest_output,
                                  "predicted_static_occupancy_perc": c.predicted_static_occupancy_perc,
@@ -291,4 +294,5 @@ def offline_from_record(rec) -> OfflineComparison:
     v = rec.values
     return OfflineComparison(OfflineRun(**v["static"]), OfflineRun(**v["continuous"]), v["longest_output"],
                              v["predicted_static_occupancy_perc"], tuple(rec.rounds.get("continuous_over_static") or ()),
-                             tuple(v["load"]), v["spread"], v["clock"])
+                             tuple(v["load"]), v["spread"], v["clock"],
+                             tuple(tuple(rec.rounds[n]) for n in ("static", "continuous") if n in rec.rounds))
