@@ -910,3 +910,54 @@ def test_a_request_whose_abort_fails_still_ends_every_sequence_and_is_forgotten(
     loop._dispatch([Out("r", [], "error", "NaN logits")])
     assert got[1:] == [SequenceDelta(0, "", 0, "error", "NaN logits"), SequenceDelta(1, "", 0, "error", "NaN logits")]
     assert loop._groups == {}
+
+
+def test_stop_messages_are_whole_and_one_stop_string_is_one_string():
+    assert completion(stop="END").stop_strings() == ["END"]
+    for stops, message in (([""], "stop strings must not be empty"),
+                           (["x" * 65], "stop strings may have at most 64 characters, got one of 65 (streamed text "
+                                        "is held back by the longest stop string's length)")):
+        with pytest.raises(ValueError) as info:
+            completion(stop=stops).stop_strings()
+        assert str(info.value) == message
+    with pytest.raises(ValueError) as info:
+        completion(stream_options={"include_usage": True}).include_usage()
+    assert str(info.value) == "stream_options is only allowed when stream is true"
+
+
+def test_output_of_a_request_the_engine_forgot_is_skipped_and_the_rest_delivered():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    loop._dispatch([Out("gone", [1]), emit(engine, Out("r", [97]), [97])])
+    assert got[1:] == [SequenceDelta(0, "a", 1)]
+
+
+def test_the_last_delta_carries_the_text_held_back_for_a_stop_string():
+    loop, engine, metrics, submit, got = loop_with(stop=["ab"])          # one character held back
+    loop._apply(submit)
+    loop._dispatch([emit(engine, Out("r", [120, 97]), [120, 97])])
+    loop._dispatch([emit(engine, Out("r", [99], "length"), [99])])
+    assert [d.text for d in got[1:]] == ["x", "ac"]
+
+
+def test_a_request_failing_alone_is_logged_with_its_id_and_reason(caplog):
+    caplog.set_level("WARNING", logger="labkit.serve")
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    loop._dispatch([Out("r", [], "error", "NaN logits")])
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "labkit serve: request r failed alone: NaN logits")]
+    caplog.clear()
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+
+    class Broken:
+        def update(self, token_ids, final):
+            raise UnicodeError("bad bytes")
+
+    loop._groups["r"].texts[0] = Broken()
+    loop._dispatch([Out("r", [1])])
+    [record] = caplog.records
+    assert (record.levelname, record.getMessage()) == (
+        "ERROR", "labkit serve: handling request r's output failed; it ends with an error")
+    assert record.exc_info[0] is UnicodeError
