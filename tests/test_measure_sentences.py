@@ -2,7 +2,9 @@
 
 The lab modules are scanned: a string literal holding a comparative word (更快, 更慢, faster,
 slower, ...) may only appear as a template passed to ``Verdict.sentence`` / ``render`` / ``mark``
-(which add the hedge the measurement earned). Anywhere else it is a conclusion built from a bare
+(which add the hedge the measurement earned), or as one outcome of a call's ``greater=`` / ``less=`` /
+``same=`` keywords (a set of marks kept for a verdict to pick from: ``dict(greater=…, less=…, same=…)``,
+``beside.phrases(…)``); a call giving only some of the three is not such a set. Anywhere else it is a conclusion built from a bare
 number, and this test names its file and line. Question banks (quiz, exercises, solutions) teach
 with such words and are not conclusions about a measurement; docstrings are not printed.
 
@@ -26,6 +28,7 @@ LABS = ROOT / "labkit" / "labs"
 NOTEBOOKS = sorted([*ROOT.glob("labs/*.ipynb"), *ROOT.glob("labs/dashboards/*.ipynb")])
 NOT_CONCLUSIONS = {"quiz.py", "exercises.py", "solutions.py"}
 RENDERERS = {"sentence", "render", "mark"}
+OUTCOMES = {"greater", "less", "same"}      # a call given all three keywords holds a verdict's templates
 QUESTIONS = {"predict"}        # labkit.labs.common.display.predict asks the learner; it concludes nothing
 COMPARATIVE = re.compile(r"更快|更慢|变快|变慢|快了|慢了|比[^。；，]{0,24}?[快慢]|加快|拖慢|"
                          r"\b(faster|slower|quicker|speeds? up|slows? down)\b", re.IGNORECASE)
@@ -82,6 +85,14 @@ def bare_comparisons(source: str, pending: frozenset[str] = frozenset()) -> list
     def visit(node: ast.AST, parents: list[ast.AST]) -> None:
         if isinstance(node, ast.FunctionDef) and node.name in pending:
             return
+        if isinstance(node, ast.Call) and OUTCOMES <= {k.arg for k in node.keywords}:
+            for k in node.keywords:             # the templates themselves are not conclusions; the call's
+                if k.arg not in OUTCOMES:       # other arguments are scanned like any code
+                    visit(k.value, parents + [node])
+            for a in node.args:
+                visit(a, parents + [node])
+            visit(node.func, parents + [node])
+            return
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             if COMPARATIVE.search(node.value) and node.value not in ALLOWED and not _inside_renderer(parents):
                 found.append((node.lineno, node.value))
@@ -120,6 +131,14 @@ def test_the_scanner_catches_a_sentence_built_from_a_bare_number():
     assert [line for line, _ in bare_comparisons(bad)] == [2, 2, 2, 2]
     good = 'def v(verdict):\n    return verdict.sentence(greater=("比普通解码快", "faster"), less=("更慢", "slower"), same=("", ""))\n'
     assert bare_comparisons(good) == []
+
+
+def test_a_set_of_outcome_marks_is_a_template_only_when_it_names_all_three_outcomes():
+    marks = 'MARKS = dict(greater=("（更快）", " (faster)"), less=("（更慢）", " (slower)"), same=("持平", "level"))\n'
+    assert bare_comparisons(marks) == []
+    assert bare_comparisons('P = phrases(greater=("快了", "x"), less=("y", "z"), same=("", ""), note=t("更快", "faster"))\n') \
+        == [(1, "更快"), (1, "faster")]
+    assert [line for line, _ in bare_comparisons('MARKS = dict(greater="更快", less="更慢")\n')] == [1, 1]
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(LABS)))

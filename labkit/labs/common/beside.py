@@ -63,12 +63,19 @@ def _language(lang: str | None) -> Lang:
 
 Phrases = tuple[tuple[str, str], tuple[str, str], tuple[str, str]]     # greater, less, same: (zh, en) each
 
-SPECULATION: Phrases = (("推测解码划算（更快）", "speculation pays (faster)"),
-                        ("推测解码不划算（更慢）", "speculation does not pay (slower)"),
-                        ("推测解码不赚不赔", "speculation breaks even"))
-RECOMPUTE: Phrases = (("不用缓存更费 CPU 时间", "recomputing costs more CPU time"),
-                      ("不用缓存反而更省 CPU 时间", "recomputing costs less CPU time"),
-                      ("用不用缓存一样费时", "recomputing costs the same"))
+
+def phrases(*, greater: tuple[str, str], less: tuple[str, str], same: tuple[str, str]) -> Phrases:
+    """What a headline verdict's direction means in words, one (zh, en) pair per direction; the
+    verdict picks one, so none of them is a finding on its own."""
+    return (greater, less, same)
+
+
+SPECULATION = phrases(greater=("推测解码划算（更快）", "speculation pays (faster)"),
+                      less=("推测解码不划算（更慢）", "speculation does not pay (slower)"),
+                      same=("推测解码不赚不赔", "speculation breaks even"))
+RECOMPUTE = phrases(greater=("不用缓存更费 CPU 时间", "recomputing costs more CPU time"),
+                    less=("不用缓存反而更省 CPU 时间", "recomputing costs less CPU time"),
+                    same=("用不用缓存一样费时", "recomputing costs the same"))
 
 
 def _numbers(name: str) -> tuple[float, ...]:
@@ -100,21 +107,26 @@ class Headline:
 HEADLINES: dict[tuple[str, str], Headline] = {
     ("01", "1.1-growing"): Headline(phrases=RECOMPUTE),
     ("01", "1.2-contexts"): Headline(largest, RECOMPUTE),
-    ("01", "2-prefill-decode"): Headline(phrases=(("预填充一步比解码一步慢", "a prefill step is slower than a decode step"),
-                                                   ("预填充一步反而比解码一步快", "a prefill step is faster than a decode step"),
-                                                   ("预填充一步和解码一步一样快", "prefill and decode steps take the same"))),
-    ("02", "5.1-prefix"): Headline(largest, (("前缀缓存缩短了首 token 延迟", "prefix caching shortens the TTFT"),
-                                             ("前缀缓存反而拉长了首 token 延迟", "prefix caching lengthens the TTFT"),
-                                             ("前缀缓存不改变首 token 延迟", "prefix caching leaves the TTFT as it is"))),
-    ("02", "7-indirection"): Headline(largest, (("分页注意力比连续的慢", "paged attention is slower than dense"),
-                                                ("分页注意力比连续的快", "paged attention is faster than dense"),
-                                                ("分页和连续注意力一样快", "paged and dense attention are as fast"))),
-    ("03", "5-scaling"): Headline(preferring("batching"), (("批越大，每个 token 越便宜", "bigger batches make tokens cheaper"),
-                                                           ("批越大，每个 token 反而越贵", "bigger batches make tokens dearer"),
-                                                           ("批大小不改变每个 token 的代价", "batch size leaves a token's cost as it is"))),
-    ("03", "6-chunked"): Headline(preferring("itl_p99"), (("分块压低了解码者的尾延迟", "chunking cuts the decoders' tail latency"),
-                                                          ("分块反而抬高了解码者的尾延迟", "chunking raises the decoders' tail latency"),
-                                                          ("分块不改变解码者的尾延迟", "chunking leaves the tail latency as it is"))),
+    ("01", "2-prefill-decode"): Headline(phrases=phrases(
+        greater=("预填充一步比解码一步慢", "a prefill step is slower than a decode step"),
+        less=("预填充一步反而比解码一步快", "a prefill step is faster than a decode step"),
+        same=("预填充一步和解码一步一样快", "prefill and decode steps take the same"))),
+    ("02", "5.1-prefix"): Headline(largest, phrases(
+        greater=("前缀缓存缩短了首 token 延迟", "prefix caching shortens the TTFT"),
+        less=("前缀缓存反而拉长了首 token 延迟", "prefix caching lengthens the TTFT"),
+        same=("前缀缓存不改变首 token 延迟", "prefix caching leaves the TTFT as it is"))),
+    ("02", "7-indirection"): Headline(largest, phrases(
+        greater=("分页注意力比连续的慢", "paged attention is slower than dense"),
+        less=("分页注意力比连续的快", "paged attention is faster than dense"),
+        same=("分页和连续注意力一样快", "paged and dense attention are as fast"))),
+    ("03", "5-scaling"): Headline(preferring("batching"), phrases(
+        greater=("批越大，每个 token 越便宜", "bigger batches make tokens cheaper"),
+        less=("批越大，每个 token 反而越贵", "bigger batches make tokens dearer"),
+        same=("批大小不改变每个 token 的代价", "batch size leaves a token's cost as it is"))),
+    ("03", "6-chunked"): Headline(preferring("itl_p99"), phrases(
+        greater=("分块压低了解码者的尾延迟", "chunking cuts the decoders' tail latency"),
+        less=("分块反而抬高了解码者的尾延迟", "chunking raises the decoders' tail latency"),
+        same=("分块不改变解码者的尾延迟", "chunking leaves the tail latency as it is"))),
     # the host path against the small model's accelerator step: where a CPU's host work is the bottleneck
     ("03", "7-host-sweep"): Headline(preferring("SmolLM2-135M / H100")),
     ("03", "7.1-remedies"): Headline(preferring("SmolLM2-135M / H100")),
@@ -391,9 +403,9 @@ def question(lab: str, sections: Iterable[SectionBeside], lang: Lang) -> str:
         s, clear = compared[0]
         return _t(lang,
                   f"§{s.section}：这里有明确结论的 {len(clear)} 次运行都是「{_phrase(lab, s.section, clear[0], lang)}」"
-                  f"（{len(cpus)} 种 CPU）。换一台每步搬数据更慢、或没有 AVX512_BF16 / AMX 的 CPU，它会反过来吗？为什么？",
+                  f"（{len(cpus)} 种 CPU）。换一台内存带宽更低、或没有 AVX512_BF16 / AMX 的 CPU，它会反过来吗？为什么？",
                   f"§{s.section}: the {len(clear)} runs with a clear verdict here all say \"{_phrase(lab, s.section, clear[0], lang)}\" "
-                  f"({len(cpus)} CPU kind(s)). Would a CPU that moves data more slowly per step, or one without "
+                  f"({len(cpus)} CPU kind(s)). Would a CPU with lower memory bandwidth, or one without "
                   "AVX512_BF16 / AMX, reverse it? Why?")
     return _t(lang, "要比较，至少需要两次有明确结论的运行：运行本实验的测量格（机器空闲时），或加入别的机器录制的记录包"
                     "（data/lab-runs/ 或 ../shared/lab-runs/）。",

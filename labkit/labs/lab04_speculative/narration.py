@@ -84,12 +84,12 @@ def latency_narration(rec: SectionRecord) -> Narration:
     plain, spec = R.latency_from_record(rec)
     v = rec.verdict("itl_over_tpot")
     table = latency_table(rec)
-    clock = (t("表里的毫秒数是墙钟时间，测量时机器正忙，它们被拉长了、不要拿两行互相比快慢；ITL 均值 / TPOT 是计数之比，不受影响。",
+    clock = (t("表里的毫秒数是墙钟时间，测量时机器正忙，它们被拉长了、不要拿两行的毫秒数判断谁用时短；ITL 均值 / TPOT 是计数之比，不受影响。",
                "The table's milliseconds are wall clock measured while the machine was busy: they are stretched, so do "
-               "not compare the two rows' speed; mean ITL / TPOT is a ratio of counts and is not affected.")
+               "not read the two rows' milliseconds for which engine takes less time; mean ITL / TPOT is a ratio of counts and is not affected.")
              if rec.busy else
-             t("表里的毫秒数是一次运行的墙钟时间（没有多轮），只用来看 TPOT 与 ITL 的关系，不用来比普通与投机谁快——那是第 3、4 节的多轮测量。",
+             t("表里的毫秒数是一次运行的墙钟时间（没有多轮），只用来看 TPOT 与 ITL 的关系，不用来判断普通与投机谁用时短——那是第 3、4 节的多轮测量。",
                "The table's milliseconds are one run's wall clock (no rounds): read them for how TPOT and ITL relate, not "
-               "for which engine is faster; sections 3 and 4 measure that in rounds."))
+               "for which engine takes less time; sections 3 and 4 measure that in rounds."))
     return Narration(sentences=(V.latency_verdict(spec), clock), rows=tuple(tuple(r) for r in table.rows),
                      title=V.latency_title(spec), claims={"itl_exceeds_tpot": f"{v.direction}|{v.confidence}"})
