@@ -47,18 +47,28 @@ def test_the_known_entry_points_have_their_signatures():
 @pytest.mark.skipif(not native.available() or shutil.which("nm") is None,
                     reason="needs labkit's built C library and nm")
 def test_every_function_the_library_exports_is_read_from_its_definition():
-    path = native.library_path(native.compiler())
+    path = native.library_file()
     out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True)
     exported = {line.split()[-1] for line in out.stdout.splitlines() if line.split()[-2:-1] == ["T"]}
     ours = {name for name in exported if name.startswith("labkit_")}
     assert len(ours) >= 15 and ours <= set(native.prototypes())     # some are compiled for some CPUs only
 
 
-def test_forward_declarations_agree_with_the_definitions():
-    text = (native.CSRC / "decode_layer.c").read_text(encoding="utf-8")
-    declared = {}
-    for ret, name, params in re.findall(r"^(void|int)\s+(labkit_\w+)\s*\(([^)]*)\)\s*;", text, re.MULTILINE):
-        declared[name] = native.prototypes({"d.c": f"{ret} {name}({params}) {{\n}}\n"})[name]
+def test_the_shared_header_declares_what_the_definitions_define_and_no_file_redeclares():
+    """Kernels that call each other share ``kernels.h``; every file defining one of its functions
+    includes it, so the compiler checks each declaration against its definition, and no file carries
+    a private copy of a prototype (a mismatch there is undefined behaviour no compiler reports)."""
+    header = (native.CSRC / "kernels.h").read_text(encoding="utf-8")
+    proto = re.compile(r"^(void|int)\s+(labkit_\w+)\s*\(([^)]*)\)\s*;", re.MULTILINE)
+    declared = {name: native.prototypes({"d.c": f"{ret} {name}({params}) {{\n}}\n"})[name]
+                for ret, name, params in proto.findall(header)}
     assert len(declared) >= 8
     table = native.prototypes()
     assert {name: table[name] for name in declared} == declared
+    for source in sorted(native.CSRC.glob("*.c")):
+        text = source.read_text(encoding="utf-8")
+        assert not proto.findall(text), f"{source.name} re-declares a kernel: include kernels.h instead"
+        defines = {name for name in declared if re.search(rf"^\w[\w\s\*]*\b{name}\s*\([^;]*\)\s*\{{", text, re.MULTILINE)}
+        if defines:
+            assert '#include "kernels.h"' in text, f"{source.name} defines {sorted(defines)} without including kernels.h"
+    assert '#include "kernels.h"' in (native.CSRC / "decode_layer.c").read_text(encoding="utf-8")

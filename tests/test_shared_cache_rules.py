@@ -55,7 +55,7 @@ def prepared(tmp_path, monkeypatch):
 def test_every_path_in_the_class_cache_is_readable_by_all_and_writable_only_by_its_owner(prepared):
     root, packs, _, _ = prepared
     paths = [root, *root.rglob("*")]
-    assert len(paths) == 12
+    assert len(paths) == 14
     for path in paths:
         bits = mode(path)
         assert bits & 0o444 == 0o444, (path, oct(bits))
@@ -69,6 +69,8 @@ def test_the_modes_are_exactly_the_owners_plus_read_for_all(prepared):
     assert packs == root / "packs"
     assert {p.relative_to(root).as_posix(): oct(mode(p)) for p in [root, *sorted(root.rglob("*"))]} == {
         ".": "0o755",
+        "kernels": "0o755",
+        "kernels/compilers.json": "0o644",
         "models": "0o755",
         "models/SmolLM2-test": "0o755",
         "models/SmolLM2-test/blocks": "0o755",

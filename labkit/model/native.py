@@ -305,6 +305,7 @@ def _load() -> dict:
             if not path.exists():
                 _build(cc, path, None)
     lib = ctypes.CDLL(str(path))
+    _state["path"] = str(path)
     _state["threads"] = (f"OpenMP, PyTorch's runtime ({os.path.basename(runtime)})" if lib.labkit_threads_openmp()
                          else "labkit's thread pool")
     if lib.labkit_linear_rows_version() != VERSION:
@@ -383,6 +384,11 @@ def isa_level() -> str | None:
     """The instruction-set level the loaded build targets (one of `ISA_NAMES`; ``LABKIT_ISA`` forces one),
     None without a build."""
     return str(_state["isa"]) if available() else None
+
+
+def library_file() -> Path | None:
+    """The built library this process loaded (the class's shared one or the user's own), or None."""
+    return Path(_state["path"]) if available() else None
 
 
 def why_unavailable() -> str | None:
