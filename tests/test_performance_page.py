@@ -43,3 +43,34 @@ def test_the_headline_rows_are_the_peer_reports_ratios_by_batch_threads_and_prec
 def test_a_cpu_kind_without_a_peer_report_adds_no_headline(tmp_path):
     (tmp_path / "k").mkdir()
     assert page.headline([tmp_path / "k"]) == ""
+
+
+LEVELS = """# labkit vs llama.cpp on this CPU, by instruction-set level
+
+measured 2026-12-07 on: Some CPU; torch ISA AVX512
+
+## LABKIT_ISA=avx2: Batch-1 decode, 1 thread(s): labkit vs llama.cpp
+
+| system | decode tokens/s (median) | min-max | vs labkit fp32 | labkit / llama.cpp, same precision |
+|---|---|---|---|---|
+| labkit fp32 | 40.0 | 39.0-41.0 | 1.00x | absent |
+| labkit bf16 | 60.0 | 59.0-61.0 | 1.50x | absent |
+
+## LABKIT_ISA=avx512: Batch-16 decode, 2 thread(s): labkit vs llama.cpp
+
+| system | decode tokens/s (median) | min-max | vs labkit fp32 | labkit / llama.cpp, same precision |
+|---|---|---|---|---|
+| labkit q4_1 | 250.8 | 250.8-250.8 | 1.15x | 1.70x |
+"""
+
+
+def test_a_forced_level_report_adds_one_headline_row_per_level_table_with_absent_kept(tmp_path):
+    kind = tmp_path / "some-cpu"
+    kind.mkdir()
+    (kind / "llama_cpp_peer_isa_avx2_avx512.md").write_text(LEVELS)
+    assert page.level_ratios(LEVELS) == [("avx2", "1", "1", {"fp32": "absent", "bf16": "absent"}),
+                                         ("avx512", "16", "2", {"q4_1": "1.70x"})]
+    assert page.peer_ratios(LEVELS) == []          # a level's table is not the CPU's own row
+    table = page.headline([kind])
+    assert "| Some CPU; torch ISA AVX512; forced LABKIT_ISA=avx2 | 1 | 1 | absent | absent | — |" in table
+    assert "| Some CPU; torch ISA AVX512; forced LABKIT_ISA=avx512 | 16 | 2 | — | — | 1.70x |" in table
