@@ -68,7 +68,7 @@ def test_where_two_cpus_disagree_the_question_asks_why_in_the_records_words(tmp_
     b = bundle(tmp_path, "amd-epyc/fast", matrix(there))
     q = B.show_beside("04", results_dir=tmp_path / "nobody", bundles=[a, b]).question
     words = {d: B.SPECULATION[i][0] for i, d in enumerate(("greater", "less", "same"))}
-    assert q.startswith("§4-matrix") and q.endswith(q[q.index("为什么"):]) and "为什么" in q
+    assert q.startswith("第 4 节（matrix）") and q.endswith(q[q.index("为什么"):]) and "为什么" in q
     first, second = q.index("Intel Xeon"), q.index("AMD EPYC")
     assert first < second
     assert q.index(words[here]) < second < q.index(words[there], second)

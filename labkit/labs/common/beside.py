@@ -78,6 +78,13 @@ RECOMPUTE = phrases(greater=("不用缓存更费 CPU 时间", "recomputing costs
                     same=("用不用缓存一样费时", "recomputing costs the same"))
 
 
+def section_label(section: str, lang: Lang) -> str:
+    """A record's section id as the learner sees it in the notebook: ``4-matrix`` -> "第 4 节（matrix）" /
+    "Section 4 (matrix)"."""
+    number, _, slug = section.partition("-")
+    return _t(lang, f"第 {number} 节" + (f"（{slug}）" if slug else ""), f"Section {number}" + (f" ({slug})" if slug else ""))
+
+
 def _numbers(name: str) -> tuple[float, ...]:
     return tuple(float(x) for x in re.findall(r"\d+(?:\.\d+)?", name))
 
@@ -332,7 +339,7 @@ class Beside:
     def text(self) -> str:
         lines = []
         for s in self.sections:
-            lines.append(f"§{s.section}")
+            lines.append(section_label(s.section, self.lang))
             lines += [" | ".join((r.run, r.cpu, r.mode, r.load, r.recorded, r.claim, r.mark, r.ratio)) for r in s.rows]
             if s.missing_yours:
                 lines.append(_t(self.lang, "（你还没有运行这一节）", "(you have not run this section yet)"))
@@ -353,7 +360,7 @@ class Beside:
             extra = (f'<div style="font-size:85%;color:#555">{html.escape(_t(self.lang, "你还没有运行这一节：运行上面测量它的格子，再运行本格。", "You have not run this section yet: run its measuring cell above, then this one."))}</div>'
                      if s.missing_yours else "")
             parts.append(f'<table style="border-collapse:collapse;margin:6px 0"><caption style="caption-side:top;'
-                         f'text-align:left;font-weight:600;padding:4px 0">§{html.escape(s.section)}</caption>'
+                         f'text-align:left;font-weight:600;padding:4px 0">{html.escape(section_label(s.section, self.lang))}</caption>'
                          f'<tr>{head}</tr>{body}</table>{extra}')
         notes = "".join(f'<div style="font-size:85%;color:#555">{html.escape(n)}</div>' for n in self.notes)
         return "".join(parts) + notes + f'<p style="font-weight:600">{html.escape(self.question)}</p>'
@@ -390,10 +397,10 @@ def question(lab: str, sections: Iterable[SectionBeside], lang: Lang) -> str:
         if len(by_direction) >= 2:
             a, b = list(by_direction.values())[:2]
             return _t(lang,
-                      f"§{s.section}：在{_who(a, lang)}上{_phrase(lab, s.section, a, lang)}（{a.ratio}），"
+                      f"{section_label(s.section, lang)}：在{_who(a, lang)}上{_phrase(lab, s.section, a, lang)}（{a.ratio}），"
                       f"在{_who(b, lang)}上却{_phrase(lab, s.section, b, lang)}（{b.ratio}）：为什么？"
                       "想一想两台机器每一步要从内存搬多少字节、指令集（AVX512_BF16、AMX）能帮上多少。",
-                      f"§{s.section}: on {_who(a, lang)} {_phrase(lab, s.section, a, lang)} ({a.ratio}), but on "
+                      f"{section_label(s.section, lang)}: on {_who(a, lang)} {_phrase(lab, s.section, a, lang)} ({a.ratio}), but on "
                       f"{_who(b, lang)} {_phrase(lab, s.section, b, lang)} ({b.ratio}): why? Think about how many "
                       "bytes each step moves from memory on each machine, and what its instruction set "
                       "(AVX512_BF16, AMX) can do about it.")
@@ -402,9 +409,9 @@ def question(lab: str, sections: Iterable[SectionBeside], lang: Lang) -> str:
     if compared:
         s, clear = compared[0]
         return _t(lang,
-                  f"§{s.section}：这里有明确结论的 {len(clear)} 次运行都是「{_phrase(lab, s.section, clear[0], lang)}」"
+                  f"{section_label(s.section, lang)}：这里有明确结论的 {len(clear)} 次运行都是「{_phrase(lab, s.section, clear[0], lang)}」"
                   f"（{len(cpus)} 种 CPU）。换一台内存带宽更低、或没有 AVX512_BF16 / AMX 的 CPU，它会反过来吗？为什么？",
-                  f"§{s.section}: the {len(clear)} runs with a clear verdict here all say \"{_phrase(lab, s.section, clear[0], lang)}\" "
+                  f"{section_label(s.section, lang)}: the {len(clear)} runs with a clear verdict here all say \"{_phrase(lab, s.section, clear[0], lang)}\" "
                   f"({len(cpus)} CPU kind(s)). Would a CPU with lower memory bandwidth, or one without "
                   "AVX512_BF16 / AMX, reverse it? Why?")
     return _t(lang, "要比较，至少需要两次有明确结论的运行：运行本实验的测量格（机器空闲时），或加入别的机器录制的记录包"
