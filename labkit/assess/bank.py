@@ -1,31 +1,64 @@
-"""Question banks as data: one row per multiple-choice question, rendered by one function.
+"""Question banks as data: each lab's multiple-choice questions live in a TOML file beside its quiz.
 
-A row holds the question, its options, which option is right, why each option is right or wrong,
-and, for every distractor, the misconception it stands for. Writing banks this way keeps each lab's
-quiz a table a reader can scan, and lets one test check every bank at once: at least four options,
-every option explained, every distractor named, and the length cue (is the right option the
-longest one?) measured per lab.
+A teacher edits ``labkit/labs/<lab>/quiz.toml`` (text, options, feedback), never Python. ``load``
+reads a file and refuses a malformed one with the file, the question id and the field named;
+``render`` draws the rows as ``MultipleChoice`` questions, one function for every bank, so one test
+checks every bank at once: at least four options, every option explained, every distractor named,
+and the length cue (is the right option the longest one?) measured per lab. A question file:
 
-    ROWS = [
-        Row("kv-what", ("KV 缓存里存的是什么？", "What does the KV cache hold?"),
-            [("每层每个 KV 头的 K 和 V", "K and V of every layer and KV head", "对：……", "Right: ...", ""),
-             ("每个 token 的 Q 向量", "The Q vector of every token", "Q 只用一次……", "Q is used once ...",
-              "Q is cached too")]),
-    ]
-    questions = render(ROWS)
+    [[question]]
+    id = "kv-what"                        # stable: results are recorded under it
+    stem.zh = "KV 缓存里存的是什么？"
+    stem.en = "What does the KV cache hold?"
+    # shuffle = false                     # when the order means something (N, N log N, N², 2^N)
 
-An option is ``(zh, en, why_zh, why_en, misconception)``; the right option's misconception is "".
+    [[question.option]]
+    correct = true                        # exactly one option per question
+    text.zh = "每层每个 KV 头的 K 和 V"
+    text.en = "K and V of every layer and KV head"
+    feedback.zh = "对：……"
+    feedback.en = "Right: ..."
+
+    [[question.option]]
+    text.zh = "每个 token 的 Q 向量"
+    text.en = "The Q vector of every token"
+    feedback.zh = "Q 只用一次……"
+    feedback.en = "Q is used once ..."
+    misconception = "Q is cached too"     # every distractor names the misreading it stands for
+
+What must be computed stays in the lab's ``quiz.py``: numeric questions from formulas and cited
+shapes, questions on the learner's own run (``on_own_result``). ``from_file(path, after=...)``
+places them after the question they follow. The file is parsed as TOML only: its text is shown
+as written, never run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from pathlib import Path
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from labkit.assess.questions import MultipleChoice, Numeric
+from labkit.assess.questions import LETTERS, MultipleChoice, Numeric
 from labkit.report.results import read_summary
 
-Option = tuple[str, str, str, str, str]
+try:
+    import tomllib
+except ModuleNotFoundError:         # Python 3.10: the same parser, published as tomli
+    import tomli as tomllib
+
+LANGUAGES = ("zh", "en")
+QUESTION_FIELDS = ("id", "stem", "shuffle", "option")
+OPTION_FIELDS = ("text", "feedback", "correct", "misconception")
+
+
+class Option(NamedTuple):
+    """One option of a row: its text, why it is right or wrong, and (a distractor only) its misconception."""
+
+    zh: str
+    en: str
+    why_zh: str
+    why_en: str
+    misconception: str
 
 
 @dataclass(frozen=True)
@@ -49,19 +82,130 @@ class Row:
                                                                    "is a distractor and must name its misconception"))
 
 
+class BankError(ValueError):
+    """A question file that cannot be used; the message names the file, the question and the field."""
+
+
+def load(path: str | Path) -> list[Row]:
+    """The questions of a TOML question file, in file order; a malformed file is refused (``BankError``)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise BankError(f"{path}: not valid TOML ({e})") from None
+    unknown = sorted(set(data) - {"question"})
+    if unknown:
+        raise BankError(f"{path}: unknown field {unknown[0]!r} at the top (a file holds [[question]] tables only)")
+    questions = data.get("question")
+    if not questions:
+        raise BankError(f"{path}: field 'question' is missing: a file holds one or more [[question]] tables")
+    if not isinstance(questions, list):
+        raise BankError(f"{path}: field 'question' must be [[question]] tables (double brackets), one per question")
+    rows: list[Row] = []
+    seen: dict[str, int] = {}
+    for n, question in enumerate(questions, 1):
+        row = _row(path, n, question)
+        if row.id in seen:
+            raise BankError(f"{path}: question {row.id!r}: field 'id' repeats question {seen[row.id]}'s id "
+                            f"(question {n}); ids must be unique")
+        seen[row.id] = n
+        rows.append(row)
+    return rows
+
+
+def _row(path: Path, n: int, question: object) -> Row:
+    if not isinstance(question, dict):
+        raise BankError(f"{path}: question {n}: field 'question' must be a [[question]] table")
+    qid = question.get("id")
+    where = f"{path}: question {qid!r}" if isinstance(qid, str) and qid.strip() else f"{path}: question {n} (no id)"
+    _known(where, question, QUESTION_FIELDS)
+    if not isinstance(qid, str) or not qid.strip():
+        raise BankError(f"{where}: field 'id' is " + ("missing" if qid is None else "not a non-empty string"))
+    shuffle = question.get("shuffle", True)
+    if not isinstance(shuffle, bool):
+        raise BankError(f"{where}: field 'shuffle' must be true or false, got {shuffle!r}")
+    stem = _text(where, question, "stem")
+    options = question.get("option")
+    if options is None:
+        raise BankError(f"{where}: field 'option' is missing: a question has [[question.option]] tables")
+    if not isinstance(options, list) or not all(isinstance(o, dict) for o in options):
+        raise BankError(f"{where}: field 'option' must be [[question.option]] tables")
+    if not 2 <= len(options) <= len(LETTERS):
+        raise BankError(f"{where}: field 'option': a question has 2 to {len(LETTERS)} options, got {len(options)}")
+    parsed = [_option(f"{where}: option {i}", option) for i, option in enumerate(options, 1)]
+    correct = [i for i, (option, right) in enumerate(parsed, 1) if right]
+    if len(correct) != 1:
+        found = "no option is" if not correct else f"options {', '.join(map(str, correct))} are"
+        raise BankError(f"{where}: field 'correct': {found} marked correct = true; exactly one must be")
+    return Row(qid, stem, [option for option, _ in parsed], answer=correct[0] - 1, shuffle=shuffle)
+
+
+def _option(where: str, option: dict) -> tuple[Option, bool]:
+    _known(where, option, OPTION_FIELDS)
+    right = option.get("correct", False)
+    if not isinstance(right, bool):
+        raise BankError(f"{where}: field 'correct' must be true or false, got {right!r}")
+    text, feedback = _text(where, option, "text"), _text(where, option, "feedback")
+    misconception = option.get("misconception")
+    if misconception is not None and not isinstance(misconception, str):
+        raise BankError(f"{where}: field 'misconception' must be a string, got {misconception!r}")
+    if right and misconception is not None:
+        raise BankError(f"{where}: field 'misconception' on the correct option: only a distractor names one")
+    if not right and not (misconception or "").strip():
+        raise BankError(f"{where}: field 'misconception' is " + ("missing" if misconception is None else "empty")
+                        + ": every distractor names the misconception it stands for")
+    return Option(*text, *feedback, misconception or ""), right
+
+
+def _text(where: str, table: dict, name: str) -> tuple[str, str]:
+    value = table.get(name)
+    if value is None:
+        raise BankError(f"{where}: field '{name}' is missing: it needs {name}.zh and {name}.en")
+    if not isinstance(value, dict):
+        raise BankError(f"{where}: field '{name}' must hold {name}.zh and {name}.en, got {value!r}")
+    unknown = sorted(set(value) - set(LANGUAGES))
+    if unknown:
+        raise BankError(f"{where}: unknown field '{name}.{unknown[0]}' (languages: {', '.join(LANGUAGES)})")
+    for language in LANGUAGES:
+        text = value.get(language)
+        if text is None:
+            raise BankError(f"{where}: field '{name}.{language}' is missing")
+        if not isinstance(text, str) or not text.strip():
+            raise BankError(f"{where}: field '{name}.{language}' must be non-empty text, got {text!r}")
+    return value["zh"], value["en"]
+
+
+def _known(where: str, table: dict, fields: Sequence[str]) -> None:
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise BankError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(fields)})")
+
+
 def _t(zh: str, en: str) -> dict[str, str]:
     return {"zh": zh, "en": en}
 
 
 def render(rows: Iterable[Row]) -> list[MultipleChoice]:
     """The rows as ``MultipleChoice`` questions (one function draws every bank)."""
+    options = [(row, [Option(*o) for o in row.options]) for row in rows]
     return [MultipleChoice(question=_t(*row.question),
-                           options=[_t(o[0], o[1]) for o in row.options],
+                           options=[_t(o.zh, o.en) for o in opts],
                            answer=row.answer,
-                           explanations=[_t(o[2], o[3]) for o in row.options],
+                           explanations=[_t(o.why_zh, o.why_en) for o in opts],
                            shuffle=row.shuffle, id=row.id,
-                           misconceptions=tuple(o[4] for o in row.options))
-            for row in rows]
+                           misconceptions=tuple(o.misconception for o in opts))
+            for row, opts in options]
+
+
+def from_file(path: str | Path, after: Mapping[str, Sequence] | None = None) -> list:
+    """The file's multiple-choice questions in file order, with the computed questions ``after[id]``
+    placed right after question ``id`` (a question the file no longer has is refused by name)."""
+    after = dict(after or {})
+    choices = render(load(path))
+    missing = sorted(set(after) - {q.id for q in choices})
+    if missing:
+        raise BankError(f"{path}: question {missing[0]!r} is missing: the quiz places computed questions after it")
+    return [x for q in choices for x in (q, *after.get(q.id, ()))]
 
 
 def _length(text, language: str) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from labkit import i18n
+from labkit.assess.bank import load as load_bank
 from labkit.labs.common import records as R
 from labkit.labs.common.measure import Verdict, verdict_from_ratios
 from labkit.labs.lab01_kv_cache import measure as kv
@@ -539,12 +540,14 @@ def test_lab04_and_lab05_render_in_english_too(outcome):
 # ----------------------------------------------------------------------------- static text
 
 def static_text(lab: str) -> str:
-    """Every markdown cell of the lab, and its quiz module's text."""
+    """Every markdown cell of the lab, its quiz module's text, and every string of its question file."""
     nb = next((REPO / "labs").glob(f"{lab}_*.ipynb"))
     cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
     md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    quiz = next((REPO / "labkit" / "labs").glob(f"lab{lab}_*")) / "quiz.py"
-    return md + "\n" + quiz.read_text(encoding="utf-8")
+    package = next((REPO / "labkit" / "labs").glob(f"lab{lab}_*"))
+    rows = load_bank(package / "quiz.toml")
+    bank = "\n".join(text for row in rows for text in (*row.question, *(s for o in row.options for s in o)))
+    return md + "\n" + (package / "quiz.py").read_text(encoding="utf-8") + "\n" + bank
 
 
 # Outcome claims a lab's static text must not make: (lab, pattern, claim id prefix, values under which

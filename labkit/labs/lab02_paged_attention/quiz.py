@@ -2,169 +2,27 @@
 
 Numeric answers are computed here from the formulas the lab uses (``solutions.slot_mapping``,
 ``sharing.cacheable_tokens``), never typed in.
+
+The multiple-choice questions are data, ``quiz.toml`` beside this module: a teacher edits their text
+there, and ``labkit.assess.bank`` checks and loads the file. What must be computed stays here and
+``questions()`` places it after the question it follows.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from labkit.assess import Numeric, Quiz, WhichFigure
-from labkit.assess.bank import Row, render
+from labkit.assess.bank import from_file
 from labkit.labs.lab02_paged_attention.sharing import cacheable_tokens
 from labkit.labs.lab02_paged_attention.solutions import slot_mapping
+
+BANK = Path(__file__).with_name("quiz.toml")     # the multiple-choice questions, as data
 
 
 def _t(zh: str, en: str) -> dict[str, str]:
     return {"zh": zh, "en": en}
 
-
-ROWS = [
-    Row("pa-page-table", ("在 PagedAttention 里，和操作系统的页表（page table）对应的是什么？",
-                          "In PagedAttention, what plays the role of the OS page table?"), [
-        ("每个请求的块表（block table）：逻辑块号 → 物理块号", "Each request's block table: logical → physical block",
-         "对：请求看到的是连续的位置（虚拟地址），块表把第 p // B 个逻辑块翻译成物理块。",
-         "Right: a request sees contiguous positions (virtual addresses); its table translates logical block p // B.", ""),
-        ("KV 池本身：所有物理块按编号排成的一整块显存，块号就是地址",
-         "The KV pool itself: all physical blocks laid out by number in one buffer, the number being the address",
-         "KV 池对应物理内存（页框的集合），不是页表；翻译要靠每个请求自己的表。",
-         "The pool is physical memory (the frames), not the table; translation needs each request's own table.",
-         "the pool is the page table"),
-        ("前缀缓存的哈希表：从 token 内容查到存放它们 K/V 的物理块",
-         "The prefix cache's hash table: from token content to the physical block holding their K/V",
-         "前缀缓存把内容映射到块（用于共享），不做位置到槽位的地址翻译。",
-         "The prefix cache maps content to blocks (for sharing); it does not translate positions to slots.",
-         "content lookup is address translation"),
-        ("调度器的等待队列", "The scheduler's waiting queue",
-         "等待队列决定谁先运行，与地址翻译无关。", "The waiting queue orders requests; it translates nothing.",
-         "scheduling order is paging")]),
-    Row("pa-no-fault", ("请求的最后一个块写满了，下一个 token 要写到哪里？谁来安排？",
-                        "A request's last block is full. Where does the next token go, and who arranges it?"), [
-        ("调度器在这一步开始前给它分配一个新块：事先计划，不是陷入",
-         "The scheduler gives it a new block before the step runs: planned, not trapped",
-         "对：这就是“按需调页”，但由调度器在运行前计划（KVCacheManager.allocate_slots）。",
-         "Right: demand paging, planned by the scheduler before the step (KVCacheManager.allocate_slots).", ""),
-        ("注意力内核写到块外时触发缺页中断，由操作系统（或驱动）分配一个新页",
-         "The attention kernel writes past the block, a page fault fires, and the OS (or driver) maps a new page",
-         "类比在这里不成立：没有硬件陷入，也没有 TLB；内核只写调度器给的槽位。",
-         "The analogy stops here: no hardware trap and no TLB; the kernel writes only the slots it was given.",
-         "paging is driven by hardware faults"),
-        ("它接着写进自己预先预留好的那段连续区域，直到 max_model_len",
-         "It keeps writing into the contiguous region it reserved up front, up to max_model_len",
-         "分页布局不预留；预留是连续布局的做法。", "Paged KV reserves nothing ahead; reservation is the contiguous layout.",
-         "paged KV still reserves"),
-        ("这个请求必须先被抢占，等它的块全部释放后再重新分配更大的一段",
-         "The request must be preempted first and get a larger run once all its blocks are freed",
-         "只有池里没有空闲块时才会抢占；块不必连续，所以不用“更大的一段”。",
-         "Only when the pool has no free block is anything preempted; blocks need not be contiguous.",
-         "growing needs a contiguous reallocation")]),
-    Row("pa-what-removed", ("和按最大长度连续预留相比，分页布局消除了哪几种浪费？",
-                            "Compared with max-length contiguous reservation, which waste does paging remove?"), [
-        ("预留待用和外部碎片都没了，内部浪费只剩最后一块的尾部",
-         "Reserved-for-later and external waste vanish; internal waste is only the last block's tail",
-         "对：按需分配就不必预留；块大小相同，任何空闲块都能用，就没有外部碎片。",
-         "Right: on-demand allocation reserves nothing; equal-size blocks make any free block usable.", ""),
-        ("只消除了外部碎片；预留和内部碎片照旧，只是被切成了块",
-         "Only external fragmentation; reservation and internal waste remain, just cut into blocks",
-         "按需分配也消除了预留，内部碎片也只剩最后一块的尾部。",
-         "On-demand allocation also removes reservation and shrinks internal waste to the last block.",
-         "paging only fixes external fragmentation"),
-        ("三种浪费全部消除，每个槽位都存着 K/V，利用率正好 100%",
-         "All three vanish: every slot holds K/V and utilisation is exactly 100 %",
-         "最后一块的尾部仍然浪费（论文：vLLM 利用率 96.3%，不是 100%）。",
-         "The last block's tail is still wasted (paper: 96.3 %, not 100 %).",
-         "paging wastes nothing"),
-        ("分页让注意力读得更快，所以同样的显存里吞吐更高，浪费本身不变",
-         "Paging makes attention read faster, so throughput rises in the same memory; the waste is unchanged",
-         "不对：分页是内存管理，注意力反而多了一步按块表寻址、从分散的块里取数据（论文的 CUDA 内核因此慢 20–26%；"
-         "本机量出的结果见第 7 节）；吞吐变高是因为浪费少了、同时能放下更多请求。",
-         "No: paging manages memory; attention gains a step, looking up the block table and reading scattered blocks (the "
-         "paper's CUDA kernel is 20–26 % slower for it; section 7 shows what this CPU measured); throughput rises because "
-         "less waste fits more requests at once.",
-         "paging speeds up attention")]),
-    Row("pa-chained-hash", ("前缀缓存里，为什么一个块的键要把父块的键串进去：hash((父块的键, 本块的 token))？",
-                            "Why does a block's prefix-cache key chain its parent's key: hash((parent key, block tokens))?"), [
-        ("块里的 K/V 取决于它之前的所有 token；只有整个前缀相同，K/V 才相同",
-         "A block's K/V depend on every earlier token; only an equal whole prefix gives equal K/V",
-         "对：注意力让每个位置的 K/V 依赖全部前文；链式键保证命中意味着整个前缀一致。",
-         "Right: attention makes each position's K/V depend on all earlier text; the chain makes a hit mean the whole "
-         "prefix matches.", ""),
-        ("只是为了让哈希更难碰撞；只比较本块的 token 在语义上其实也完全正确",
-         "Only to make hash collisions rarer; comparing the block's own tokens alone would be just as correct",
-         "链式结构的主要目的是正确性：只比较本块内容会把不同前文下的块错当成相同。",
-         "It is about correctness: comparing the block alone would confuse blocks under different prefixes.",
-         "chaining is only about collisions"),
-        ("为了让还没填满的最后一块也能进入缓存，被下一个请求直接复用",
-         "So that the partly filled last block can enter the cache and be reused by the next request",
-         "只有满块才进缓存；部分填满的块还在写。", "Only full blocks are cached; a partial block is still being written.",
-         "partial blocks are cached"),
-        ("为了让不同请求里出现的相同句子共享同一份 K/V，不管它前面是什么",
-         "So that an equal sentence in different requests shares one copy of K/V, whatever came before it",
-         "这正是会出错的情况：前文不同，K/V 就不同。", "That would be wrong: a different prefix means different K/V.",
-         "K/V depend only on the block's own tokens")]),
-    Row("pa-block-size", ("把块大小从 16 调到 128，会怎样？", "What happens if the block size goes from 16 to 128?"), [
-        ("尾部浪费变大、能命中的整块变少；内核每块读得更顺",
-         "More tail waste, fewer whole-block hits; the kernel reads each block more smoothly",
-         "对：这就是论文选 16 的权衡（本实验第 6 节同一次运行里量了浪费、注意力时间和命中率）。",
-         "Right: the trade-off behind the paper's 16 (section 6 measured waste, attention time and hits in one run).", ""),
-        ("浪费变小：块数少了八倍，块表和每块的记账开销也随之减少",
-         "Less waste: eight times fewer blocks, so less block-table and per-block bookkeeping",
-         "块更少，但每块的尾部更大：每个请求最多浪费 B − 1 个槽位。",
-         "Fewer blocks, but each tail is bigger: up to B − 1 slots per request.",
-         "fewer blocks means less waste"),
-        ("前缀命中率变高：一个块装的 token 多了，一次命中就省下更多计算",
-         "The prefix hit rate rises: each block holds more tokens, so one hit saves more compute",
-         "只有满块才能命中；块越大，一段共享前缀里满块越少（前缀短于 B 时为 0）。",
-         "Only full blocks hit; larger blocks leave fewer full ones in a shared prefix (none if it is shorter than B).",
-         "bigger blocks hit more"),
-        ("没有可测的影响", "No measurable effect",
-         "第 6 节的表给出了变化：浪费、命中和注意力时间都随块大小而变。",
-         "Section 6's table shows the change: waste, hits and attention time all move with the block size.",
-         "block size is a free parameter")]),
-    Row("pa-preemption", ("池里没有空闲块时，vLLM 怎么办？本实验的引擎呢？",
-                          "With no free block left, what does vLLM do? And this lab's engine?"), [
-        ("抢占请求：论文和 V0 可换出到 CPU 或重算，V1 与本引擎只丢弃后重算",
-         "Preempt: the paper and V0 swap to CPU or recompute; V1 and this engine only recompute",
-         "对：论文 §4.5 比较了换出（swapping）与重算两种恢复方式；vLLM V1 只保留了重算，本引擎也一样。",
-         "Right: the paper's §4.5 compares swapping and recomputation; vLLM V1 kept only recomputation, "
-         "and so does this engine.", ""),
-        ("两者都让新来的请求直接失败并返回错误，运行中的请求不受任何影响",
-         "Both fail newly arriving requests with an error; running requests are not touched at all",
-         "请求不会失败，只是晚一点完成；而且运行中的请求自己也在要新块。",
-         "Requests do not fail; they finish later; and running requests themselves need new blocks.",
-         "out of blocks means errors"),
-        ("两者都像操作系统一样把最久没用的 KV 块写到磁盘的交换分区里",
-         "Both write the least recently used KV blocks to a swap partition on disk, as an OS would",
-         "论文的换出目标是 CPU 内存，不是磁盘；而且按请求整体换出，不是按块做 LRU。",
-         "The paper swaps to CPU memory, not disk, and whole requests at a time, not LRU blocks.",
-         "the analogy holds all the way to disk swap"),
-        ("两者都让所有请求原地等待，直到某个请求结束释放出块，从不抢占",
-         "Both make every request wait in place until one finishes and frees blocks, never preempting",
-         "所有运行中的请求都在等块时会死锁，所以必须抢占一个。",
-         "If every running request waited for a block they would deadlock; one must be preempted.",
-         "waiting is always safe")]),
-    Row("pa-indirection", ("和读连续 K/V 的注意力相比，分页注意力多做了什么？它可能付出的代价从哪里来？",
-                           "Compared with attention over contiguous K/V, what extra does paged attention do? Where does "
-                           "any cost it pays come from?"), [
-        ("每个位置先查块表算出槽位，再从分散的块里收集 K/V",
-         "Each position is looked up in the block table and K/V are gathered from scattered blocks",
-         "对：论文的 CUDA 内核比 FasterTransformer 慢 20–26%（图 18a）；这台机器上是否更慢、慢多少，看第 7 节同一内核两边对比的测量——"
-         "它可能在论文的范围之内，也可能在外，甚至测不出差别，取决于内核和机器。",
-         "Right: the paper's CUDA kernel is 20–26 % slower than FasterTransformer's (Fig. 18a); whether and how much slower it "
-         "is on this machine is section 7's measurement with the same kernel on both sides, inside or outside the paper's "
-         "range or not measurably different, depending on kernel and machine.", ""),
-        ("分页布局下注意力要多算浮点运算：每个块都要单独做一次 softmax 再合并",
-         "Paging adds floating-point work: every block gets its own softmax, merged afterwards",
-         "注意力本身的运算量一样，多出来的是寻址和搬数据。",
-         "The attention arithmetic is the same; the extra is addressing and moving data.",
-         "paging changes the arithmetic"),
-        ("分页的输出略有不同，要再修正", "Paged output differs and needs a correction",
-         "输出相同（第 7、8 节都检查了）。", "The output is the same (sections 7 and 8 check it).",
-         "paging is approximate"),
-        ("块表放在 CPU 上，每一步都要把整张表从主机拷贝到加速器上",
-         "Block tables live on the CPU and are copied to the accelerator in full every step",
-         "块表很小（每块一个整数），拷贝代价可以忽略；分页多做的是按块表寻址、收集分散的 K/V。",
-         "Block tables are tiny (one integer per block); what paging adds is addressing through the table and gathering "
-         "scattered K/V.",
-         "the table copy is the cost")]),
-]
 
 
 def _slot() -> Numeric:
@@ -215,9 +73,8 @@ def _fork_blocks() -> Numeric:
 
 
 def questions() -> list:
-    page_table, no_fault, what_removed, chained_hash, block_size, preemption, indirection = render(ROWS)
-    return [page_table, _slot(), no_fault, _max_waste(), what_removed, _prefix_tokens(), chained_hash,
-            _fork_blocks(), block_size, preemption, indirection]
+    return from_file(BANK, after={"pa-page-table": [_slot()], "pa-no-fault": [_max_waste()],
+                                  "pa-what-removed": [_prefix_tokens()], "pa-chained-hash": [_fork_blocks()]})
 
 
 def quiz() -> Quiz:
