@@ -451,3 +451,199 @@ def test_a_learner_without_a_home_here_is_read_through_their_running_server(monk
     assert (stopped.running, stopped.starting, stopped.source, stopped.opened) == (
         False, True, "none: server not running", frozenset())
     assert asyncio.run(class_view.learner(hub, {"name": "cy"})).starting is False
+
+
+def test_a_mounts_line_needs_its_type_and_options_fields_to_count():
+    # /proc/self/mounts: device, mount point, type, options, ... ; a line cut short of the options says nothing
+    assert hub_limits._v1_mounts("cgroup /a cgroup\ncgroup /b cgroup memory\n") == {"memory": Path("/b")}
+
+
+def test_a_learners_v1_directories_are_made_with_their_parents(tmp_path):
+    memory = tmp_path / "memory/hub/labkit-hub/ana"            # neither labkit-hub nor the hub's group exists yet
+    cpu = tmp_path / "cpu"
+
+    class NewCpuGroup:
+        """A v1 cpu group below a labkit-hub not made yet; once made, the kernel fills it with its files."""
+
+        def mkdir(self, parents=False, exist_ok=False):
+            if not parents:
+                raise FileNotFoundError(f"{tmp_path}/cpu/hub/labkit-hub does not exist")
+            cpu.mkdir()
+            (cpu / "cpu.cfs_period_us").write_text("100000\n")
+
+        def __truediv__(self, name):
+            return cpu / name
+
+    got = LearnerCgroup("ana", {"memory": memory, "cpu": NewCpuGroup()}).apply(Limits(memory_bytes=GIB, cpus=0.5))
+    assert got == Enforcement(memory / "memory.limit_in_bytes", cpu / "cpu.cfs_quota_us", ())
+    assert (memory / "memory.limit_in_bytes").read_text() == str(GIB)
+    assert (cpu / "cpu.cfs_quota_us").read_text() == "50000"
+
+
+def test_a_learners_v2_group_left_from_before_is_used_again(tmp_path):
+    where = v2_tree(tmp_path, "memory cpu", "memory cpu")
+    where.mkdir()                                          # a server that stopped without its group removed
+    group = LearnerCgroup("ana", {"v2": where})
+    assert group.apply(Limits(memory_bytes=GIB, cpus=2)) == Enforcement(where / "memory.max", where / "cpu.max", ())
+    assert (where / "cpu.max").read_text() == "200000 100000"
+
+
+def test_only_the_leading_slash_of_a_cgroup_path_is_dropped(tmp_path):
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    assert hub_limits.learner_dirs("ana", v2, proc_cgroup="0::/X11.slice\n") == {"v2": v2 / "X11.slice/labkit-hub/ana"}
+    mounts = f"cgroup {tmp_path}/memory cgroup rw,memory 0 0\n"
+    assert hub_limits.learner_dirs("ana", tmp_path, proc_cgroup="3:memory:/Xhub\n", proc_mounts=mounts) == {
+        "memory": tmp_path / "memory/Xhub/labkit-hub/ana"}
+
+
+@pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="Linux's /proc/self/cgroup")
+def test_without_the_proc_texts_a_learners_cgroup_is_read_from_this_process(tmp_path):
+    own = "/"                                                    # this process's v2 path, as the kernel lists it
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            own = line[3:]
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("memory\n")
+    assert hub_limits.learner_dirs("ana", v2) == {"v2": v2 / own.lstrip("/") / "labkit-hub/ana"}
+    mounted = {}                                                 # v1: the memory hierarchy, if one is mounted here
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[2] == "cgroup" and "memory" in fields[3].split(","):
+            mounted.setdefault("memory", Path(fields[1]) / "hub/labkit-hub/ana")
+    assert hub_limits.learner_dirs("ana", tmp_path / "v1", proc_cgroup="3:memory:/hub\n") == mounted
+
+
+def test_a_learners_cgroup_is_where_learner_dirs_puts_their_name_unless_given(monkeypatch):
+    asked = []
+    monkeypatch.setattr(hub_limits, "learner_dirs", lambda name: asked.append(name) or {"v2": Path("/cg") / name})
+    group = LearnerCgroup("ana")
+    assert (group.name, group.dirs, asked) == ("ana", {"v2": Path("/cg/ana")}, ["ana"])
+    assert LearnerCgroup("bo", {}).dirs == {} and asked == ["ana"]
+
+
+def test_ending_waits_5_s_by_default_and_retries_a_directory_until_it_empties(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(hub_limits, "kill_until_gone", lambda pids, wait_s, pause: seen.append((wait_s, pause)))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "kernel").write_text("")                  # a process still leaving: the directory is not empty yet
+    pauses = []
+
+    def sleep(s):                                     # meanwhile the last process leaves
+        pauses.append(s)
+        (busy / "kernel").unlink(missing_ok=True)
+
+    monkeypatch.setattr(hub_limits.time, "sleep", sleep)
+    assert LearnerCgroup("ana", {"v2": busy}).end() == [] and not busy.exists()
+    assert seen == [(5.0, 0.05)] and pauses == [0.05]     # killed again and retried well within the wait
+
+
+def test_killing_until_gone_pauses_a_tenth_of_a_second_between_rounds(monkeypatch):
+    pauses = []
+    monkeypatch.setattr(hub_limits.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(hub_limits.time, "sleep", pauses.append)
+    rounds = iter([[1], [1], []])
+    hub_limits.kill_until_gone(lambda: next(rounds), wait_s=5)
+    assert pauses == [0.1, 0.1]
+
+
+def test_the_hubs_api_is_asked_with_the_services_token_and_a_time_limit():
+    asked = []
+
+    class Http:
+        async def fetch(self, request):
+            asked.append(request)
+            return type("Response", (), {"body": b"{}"})()
+
+    hub = class_view.Hub("http://hub/api", "tok", "http://public")
+    hub.http = Http()
+    assert asyncio.run(hub.get("http://hub/api/users", Accept="application/json")) == b"{}"
+    (request,) = asked
+    assert (request.url, request.request_timeout) == ("http://hub/api/users", 15)
+    assert dict(request.headers) == {"Authorization": "token tok", "Accept": "application/json"}
+
+
+def test_the_class_view_service_serves_its_prefix_with_the_hubs_api_and_the_courses_exercise_totals(monkeypatch,
+                                                                                                   tmp_path):
+    from jupyterhub.services.auth import HubOAuthCallbackHandler
+    from tornado import web
+
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/services/class-view/")
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub:8081/hub/api/")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "tok")
+    monkeypatch.delenv("LABKIT_HUB_PUBLIC_URL", raising=False)
+    monkeypatch.setenv("LABKIT_HUB_COURSE", f" {tmp_path} ")
+    courses = []
+    monkeypatch.setattr(class_view, "exercise_totals", lambda path: courses.append(path) or {"01": 3})
+    app = class_view.make_app()
+    view, redirect, callback = [(r.matcher.regex.pattern, r.target, r.target_kwargs) for r in app.wildcard_router.rules]
+    assert view[:2] == ("/services/class-view/$", class_view.ClassViewHandler) and view[2]["totals"] == {"01": 3}
+    hub = view[2]["hub"]
+    assert (hub.api_url, hub.token, hub.public_url) == ("http://hub:8081/hub/api", "tok", "http://127.0.0.1:8000")
+    assert redirect == ("/services/class-view$", web.RedirectHandler, {"url": "/services/class-view/"})
+    assert callback[:2] == ("/services/class-view/oauth_callback$", HubOAuthCallbackHandler)
+    assert len(app.settings["cookie_secret"]) == 32 and courses == [tmp_path]
+    monkeypatch.setenv("LABKIT_HUB_PUBLIC_URL", "https://class.example/")
+    monkeypatch.setenv("LABKIT_HUB_COURSE", "  ")
+    app = class_view.make_app()
+    assert app.wildcard_router.rules[0].target_kwargs["hub"].public_url == "https://class.example"
+    assert courses[-1] == class_view.REPO / "labs"
+
+
+CELL_STYLE = "border:1px solid #ccc;padding:3px 8px;text-align:left"
+
+
+def html_table(cls, head, rows):
+    """A table as the class view's page defines it: bordered cells, a grey header row."""
+    header = "".join(f"<th style='{CELL_STYLE};background:#f3f3f3'>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td style='{CELL_STYLE}'>{v}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table class='{cls}' style='border-collapse:collapse;font-size:90%;margin:4px 0 10px 0'><tr>{header}</tr>{body}</table>"
+
+
+def test_a_lab_row_reads_in_chinese_too():
+    before = get_language()
+    set_language("zh")
+    try:
+        assert class_view.lab_cells(LabProgress("01"), 4) == ["—", "—", "—", "已打开，尚未作答"]
+        p = LabProgress("01", quiz_answered=3, quiz_first_right=2, quiz_size=5, exercises_attempted=2,
+                        exercises_passed=1, exercises_first_try=1, predictions=({"correct": True}, {"correct": None}))
+        assert class_view.lab_cells(p, 4) == ["2/5（已答 3）", "通过 1/4（一次通过 1）", "2 个，对 1/1", ""]
+        assert class_view.lab_cells(LabProgress("02", quiz_answered=3), 6)[:2] == ["0/3（已答 3）", "0/6，未尝试"]
+    finally:
+        set_language(before)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_class_page_is_the_servers_table_then_the_labs_table_then_the_self_reported_note(language):
+    before = get_language()
+    set_language(language)
+    try:
+        ana = class_view.Learner("ana", True, "2026-12-01T10:11:12.5Z", [LabProgress("01", quiz_answered=2,
+                                 quiz_first_right=1, quiz_size=4)], "home", opened=frozenset({"01"}))
+        bo = class_view.Learner("bo", False, None, [], "none")
+        got = class_view.page([ana, bo], {"01": 3})
+    finally:
+        set_language(before)
+    en = language == "en"
+    servers = html_table("labkit-hub-learners", ["learner", "server", "last active (UTC)", "results from"] if en
+                         else ["学习者", "服务器", "最近活动（UTC）", "结果来自"],
+                         [["ana", "running" if en else "运行中", "2026-12-01 10:11:12", "home"],
+                          ["bo", "stopped" if en else "未运行", "—", "none"]])
+    labs = html_table("labkit-class-table", ["learner", "lab", "quiz (first attempt)", "exercises", "predictions", "note"]
+                      if en else ["学习者", "实验", "测验（第一次就答对）", "练习", "预测", "说明"],
+                      [["ana", "01", "1/4 (answered 2)" if en else "1/4（已答 2）", "0/3, none attempted" if en else "0/3，未尝试",
+                        "—", ""], ["bo", "—", "—", "—", "—", "no lab opened yet" if en else "还没有打开任何实验"]])
+    title = "labkit class progress" if en else "labkit 全班进度"
+    note = ("These results are self-reported: files in each learner&#x27;s workspace (work/results/labNN.json), written "
+            "by their kernel, which the learner can also edit. Read them as progress, not as verified grades." if en else
+            "这些结果是学习者自报的：它们是每位学习者工作区里的文件（work/results/labNN.json），由其内核写入，"
+            "学习者也能自己改写。请把它们当作进度参考，而不是经过核验的成绩。")
+    assert got == (
+        "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='30'>"
+        f"<title>{title}</title></head><body style='font-family:sans-serif;margin:16px'><h3>{title}</h3>{servers}"
+        f"<h4 style='margin:2px 0'>{'Class view (2 learners)' if en else '全班视图（2 位学习者）'}</h4>{labs}"
+        f"<p class='labkit-self-reported' style='color:#444;font-size:90%'>{note}</p>"
+        f"<div style='color:#666;font-size:85%'>{'Reloads every 30 s.' if en else '每 30 秒自动刷新。'}</div></body></html>")

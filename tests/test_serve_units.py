@@ -961,3 +961,128 @@ def test_a_request_failing_alone_is_logged_with_its_id_and_reason(caplog):
     assert (record.levelname, record.getMessage()) == (
         "ERROR", "labkit serve: handling request r's output failed; it ends with an error")
     assert record.exc_info[0] is UnicodeError
+
+
+class Timer:
+    def __init__(self, delay, callback):
+        self.delay, self.callback, self.cancelled = delay, callback, False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class ManualLoop:
+    """The event loop as the protocol uses it: timers are kept (fired by hand), tasks are not run."""
+
+    def __init__(self):
+        self.timers = []
+
+    def call_later(self, delay, callback, *args):
+        self.timers.append(Timer(delay, callback))
+        return self.timers[-1]
+
+    def create_task(self, coro, **kwargs):
+        coro.close()
+        return type("Task", (), {"add_done_callback": lambda self, fn: None})()
+
+
+class Transport(asyncio.Transport):
+    def __init__(self):
+        super().__init__()
+        self.closed = 0
+
+    def get_extra_info(self, name, default=None):
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def is_closing(self):
+        return self.closed > 0
+
+    def close(self):
+        self.closed += 1
+
+    def write(self, data):
+        pass
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+def h11_connection(header_timeout_s=0.5):
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    loop, transport = ManualLoop(), Transport()
+    protocol = limits.limited_protocol(header_timeout_s, 10)(config=Config(App(), log_config=None),
+                                                             server_state=ServerState(), app_state={}, _loop=loop)
+    protocol.connection_made(transport)
+    return protocol, loop, transport
+
+
+def test_a_connection_whose_headers_do_not_complete_in_time_is_closed_and_logged(caplog):
+    protocol, loop, transport = h11_connection(0.5)
+    assert [(t.delay, t.cancelled) for t in loop.timers] == [(0.5, False)]       # the clock starts at the connection
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: a\r\n")                     # half the headers: still running
+    assert len(loop.timers) == 1 and not loop.timers[0].cancelled and transport.closed == 0
+    with caplog.at_level("INFO", logger="uvicorn.error"):
+        loop.timers[0].callback()
+    assert transport.closed == 1
+    assert [r.getMessage() for r in caplog.records] == ["closing a connection whose request headers took over 0.5s"]
+    loop.timers[0].callback()                                                     # already closing: nothing more
+    assert transport.closed == 1
+
+
+def test_complete_headers_stop_the_header_clock_and_the_next_requests_first_byte_starts_it_again():
+    protocol, loop, transport = h11_connection(0.5)
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert loop.timers[0].cancelled and len(loop.timers) == 1
+    loop.timers[0].callback()                               # a timer that fires late closes no request in progress
+    assert transport.closed == 0
+    protocol.cycle.response_complete = True                 # the response went out: the connection is kept alive
+    protocol.data_received(b"G")
+    assert [(t.delay, t.cancelled) for t in loop.timers] == [(0.5, True), (0.5, False)]
+    protocol.connection_lost(ConnectionResetError())
+    assert loop.timers[1].cancelled and transport.closed == 0      # lost, not closed again: uvicorn's own rule
+
+
+def test_an_error_the_layers_answer_on_their_own_states_its_length():
+    for status, wire in ((408, Wire(chunk(b"x", more=True), hang=True)), (503, Wire(chunk(b"{}")))):
+        if status == 408:
+            run(RequestBody(App(), timeout_s=0.01, max_bytes=10)(http(), wire.receive, wire.send))
+        else:
+            run(ConcurrencyGate(App(), 1, {1}, set())(http(), wire.receive, wire.send))
+        start = wire.sent[0]
+        assert start["status"] == status and dict(start["headers"]) == {
+            b"content-type": b"application/json", b"connection": b"close", b"content-length": str(len(wire.body())).encode()}
+
+
+def test_asgi_defaults_a_chunk_without_body_to_empty_and_without_more_body_to_the_last():
+    app, wire = App(), Wire(chunk(b"abc", more=True), {"type": "http.request"})
+    run(RequestBody(app, timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert app.bodies == [b"abc"] and wire.status() == 200
+    wire = Wire({"type": "http.request", "body": b"x" * 11}, chunk(b"never"), hang=True)
+    run(RequestBody(App(), timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert wire.status() == 413 and wire.received == 1          # the chunk past the limit was the last: no lingering
+
+
+def test_a_declared_length_past_the_limit_still_reads_and_drops_what_the_client_sends():
+    wire = Wire(chunk(b"x" * 6, more=True), chunk(b"x" * 5), chunk(b"never"))
+    run(RequestBody(App(), timeout_s=5, max_bytes=10)(http([(b"content-length", b"11")]), wire.receive, wire.send))
+    assert wire.status() == 413 and wire.received == 2
+    wire = Wire(chunk(b"x" * 11))
+    run(RequestBody(App(), timeout_s=5, max_bytes=10)(http(), wire.receive, wire.send))
+    assert json.loads(wire.body())["error"]["message"] == (
+        "the request body passed the limit, more than this server's limit of 10 bytes (--max-body-bytes; by default "
+        "1 MiB + 32 bytes per token of max_model_len)")
+
+
+def test_a_scope_that_is_not_http_reaches_the_app_with_its_own_receive_and_send():
+    wire = Wire(chunk(b""))
+
+    async def lifespan_app(scope, receive, send):
+        await send({"type": "lifespan.startup.complete", "got": await receive()})
+
+    run(RequestBody(lifespan_app, timeout_s=5, max_bytes=0)({"type": "lifespan"}, wire.receive, wire.send))
+    assert wire.sent == [{"type": "lifespan.startup.complete", "got": chunk(b"")}]
