@@ -16,34 +16,16 @@ from labkit.labs.lab02_paged_attention import layouts
 from labkit.labs.lab02_paged_attention import views as v02
 from labkit.labs.lab03_batching import offline, online, scaling
 from labkit.labs.lab03_batching import views as v03
-from tests.labs.test_lab_records import scaling_record, static_text
+from tests.labs.test_lab_records import chinese, expected, hedge_agrees, roundtrip, scaling_record, static_text  # noqa: F401
 
 QUIET, BUSY = 0.3, 1000.0       # BUSY is above any machine's cores
 # Per-round ratios for each way a verdict can fall (margin 0.05); "noise" stays within the spread bound.
 OUTCOMES = {"greater": [1.5, 1.6, 1.55], "less": [0.6, 0.62, 0.61], "same": [1.0, 1.01, 0.99],
             "noise": [0.9, 1.2, 1.05], "busy": [1.5, 1.6, 1.55]}
-EXPECTED = {"greater": ("greater", "clear"), "less": ("less", "clear"), "same": ("same", "clear"),
-            "noise": (None, "within noise"), "busy": ("greater", "machine busy")}
-
-
-@pytest.fixture(autouse=True)
-def chinese():
-    i18n.set_language("zh")
-    yield
-    i18n.set_language("zh")
-
-
-def roundtrip(rec: R.SectionRecord) -> R.SectionRecord:
-    return R.SectionRecord.from_json(rec.to_json())
-
-
-def hedge_agrees(outcome: str, text: str):
-    assert ("噪声之内" in text) == (outcome == "noise"), text
-    assert ("机器正忙" in text) == (outcome == "busy"), text
 
 
 def agrees(v, outcome: str):
-    direction, confidence = EXPECTED[outcome]
+    direction, confidence = expected(outcome)
     assert v.confidence == confidence and (direction is None or v.direction == direction), (outcome, v)
 
 

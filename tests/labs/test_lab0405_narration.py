@@ -24,26 +24,15 @@ from labkit.labs.lab05_engine_choice import narration as n05
 from labkit.labs.lab05_engine_choice import records as r05
 from labkit.labs.lab05_engine_choice.diagnose import LoadPoint, Sample
 from labkit.labs.lab05_engine_choice.fixed_shapes import FixedShapeResult
-from tests.labs.test_lab_records import OUTCOMES, expected, hedge_agrees, static_text
+from tests.labs.test_lab_records import OUTCOMES, chinese, expected, hedge_agrees, roundtrip, static_text  # noqa: F401
 
 QUIET, BUSY, CORES = 0.3, 9.0, 2
 HAN = re.compile("[\u4e00-\u9fff]")
 
 
-@pytest.fixture(autouse=True)
-def chinese():
-    i18n.set_language("zh")
-    yield
-    i18n.set_language("zh")
-
-
 def ctx(busy: bool = False) -> R.RunContext:
     return R.RunContext(cpu="Test CPU; torch ISA AVX512", isa="AVX512", threads=1, cores=CORES,
                         load=BUSY if busy else QUIET, mode="fast")
-
-
-def roundtrip(rec: R.SectionRecord) -> R.SectionRecord:
-    return R.SectionRecord.from_json(rec.to_json())
 
 
 def timed(outcome: str, ratios=None, **info):
