@@ -173,3 +173,34 @@ def test_the_class_view_lists_only_labs_with_something_done(english):
     assert "No progress file loaded yet." in P.class_html([]) and "<table" not in P.class_html([])
     assert P.Progress([done])._repr_html_() == P.progress_html([done])
     assert P.ClassView([("A", [done])])._repr_html_() == P.class_html([("A", [done])])
+
+
+def test_entries_without_a_quiz_name_are_one_quiz_named_quiz_of_its_largest_size():
+    s = summary(quiz={"1": {"quiz_size": 5}, "2": {"quiz": "quiz", "quiz_size": 3}, "3": {"quiz": "s2", "quiz_size": 2}})
+    assert lab_progress("01", s).quiz_size == 5 + 2
+
+
+def test_a_set_results_folder_wins_even_before_it_exists_and_over_make_labs_workspace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    workspace = tmp_path / "work/results"
+    workspace.mkdir(parents=True)
+    monkeypatch.setattr(P, "_WORKSPACE", workspace)
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "set"))
+    assert P.default_folder() == tmp_path / "set"
+
+
+def test_the_progress_of_a_given_folder_and_of_an_export_is_per_lab_in_order(tmp_path):
+    (tmp_path / "lab04.json").write_text(json.dumps(summary(quiz={"a": {"first_attempt_correct": True}})))
+    assert [p.quiz_answered for p in P.progress(tmp_path).labs] == [0, 0, 0, 1, 0]
+    name, labs = load_export({"schema": "labkit-progress/1", "learner": "a", "labs": {"02": summary()}})
+    assert [p.lab for p in labs] == ["01", "02", "03", "04", "05"]
+
+
+def test_a_judgement_without_a_translation_reads_as_written_in_chinese_too():
+    before = get_language()
+    set_language("zh")
+    try:
+        assert P._judgement({"judgement": "new word"}) == "new word"
+        assert P._judgement({}) == ""
+    finally:
+        set_language(before)

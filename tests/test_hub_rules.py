@@ -647,3 +647,47 @@ def test_the_class_page_is_the_servers_table_then_the_labs_table_then_the_self_r
         f"<h4 style='margin:2px 0'>{'Class view (2 learners)' if en else '全班视图（2 位学习者）'}</h4>{labs}"
         f"<p class='labkit-self-reported' style='color:#444;font-size:90%'>{note}</p>"
         f"<div style='color:#666;font-size:85%'>{'Reloads every 30 s.' if en else '每 30 秒自动刷新。'}</div></body></html>")
+
+
+def test_a_learner_with_a_home_here_is_read_from_it_and_each_source_is_said_in_chinese_too(monkeypatch):
+    from labkit.report.results import SCHEMA
+
+    copied = []
+
+    def copy_own_results(account, folder):
+        copied.append(account)
+        (folder / "lab02.json").write_text(json.dumps({"schema": SCHEMA, "quiz": {"a": {"first_attempt_correct": True}}}))
+
+    monkeypatch.setattr(class_view, "local_account", lambda name: f"account of {name}")
+    monkeypatch.setattr(class_view, "copy_own_results", copy_own_results)
+    before = get_language()
+    set_language("en")
+    try:
+        got = asyncio.run(class_view.learner(FakeHub(), {"name": "ana", "servers": {"": {"ready": True, "url": "/u/"}}}))
+        assert (got.source, got.opened, copied) == ("home on this machine", frozenset({"02"}), ["account of ana"])
+        assert [p.quiz_first_right for p in got.labs] == [0, 1, 0, 0, 0]
+        set_language("zh")
+        assert asyncio.run(class_view.learner(FakeHub(), {"name": "ana"})).source == "本机主目录"
+        monkeypatch.setattr(class_view, "local_account", lambda name: None)
+        url = "http://public/u/api/contents/" + class_view.RESULTS + "/lab03.json?content=1&type=file&format=text"
+        hub = FakeHub(files={url: json.dumps({"schema": SCHEMA})})         # lab 01 and 02 missing: 404, skipped
+        got = asyncio.run(class_view.learner(hub, {"name": "bo", "servers": {"": {"ready": True, "url": "/u/"}}}))
+        assert (got.source, got.opened) == ("经由其服务器", frozenset({"03"}))
+        assert asyncio.run(class_view.learner(hub, {"name": "cy"})).source == "服务器未运行，暂无"
+        assert class_view.Learner("cy", False, None, [], "x", starting=True).state() == "启动中"
+    finally:
+        set_language(before)
+
+
+def test_the_hub_client_is_tornados_and_the_course_defaults_to_the_checkouts_labs(monkeypatch):
+    from tornado.httpclient import AsyncHTTPClient
+
+    assert isinstance(class_view.Hub("http://hub/api", "t", "http://p").http, AsyncHTTPClient)
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/services/class-view/")
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub/api")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "tok")
+    monkeypatch.delenv("LABKIT_HUB_COURSE", raising=False)
+    courses = []
+    monkeypatch.setattr(class_view, "exercise_totals", lambda path: courses.append(path) or {})
+    class_view.make_app()
+    assert courses == [class_view.REPO / "labs"]

@@ -1,6 +1,7 @@
 """The measurement module (labkit.labs.common.measure): how rounds run, how a verdict is reached,
 how it is worded, and that injected contention never turns a verdict clearly the wrong way."""
 
+import dataclasses
 import json
 
 import pytest
@@ -349,3 +350,233 @@ def test_a_verdict_comes_back_whole_from_its_saved_entry_even_with_an_undefined_
     saved = json.loads(json.dumps(finite(v.as_entry())))          # as a results summary stores it
     assert saved["ratio"] is None and saved["claim"] == {"zh": "快", "en": "fast"} and "load" in saved
     assert Verdict.from_entry(saved) == v
+
+
+# ----------------------------------------------------------------------------- the rule, mark and sentence at each case
+
+@pytest.mark.parametrize("ratios, direction, confidence", [
+    ([1.3, 1.5], "greater", "clear"),
+    ([0.5, 0.7], "less", "clear"),
+    ([1.25, 1.25], "same", "clear"),                # exactly 1 + m is within the margin, not beyond it
+    ([0.75, 0.75], "same", "clear"),                # exactly 1 - m likewise
+    ([1.25, 1.5], "greater", "within noise"),       # the lowest round on the margin: not all beyond it
+    ([0.5, 0.75], "less", "within noise"),
+    ([0.75, 1.25], "same", "clear"),
+])
+def test_a_round_exactly_on_the_margin_is_within_it(ratios, direction, confidence):
+    v = verdict_from_ratios(ratios, margin=0.25)
+    assert (v.direction, v.confidence, v.margin, v.rounds) == (direction, confidence, 0.25, 2)
+
+
+def test_the_headline_is_the_median_round_unless_given_and_zero_is_a_ratio():
+    v = verdict_from_ratios([1.0, 4.0, 1.5])
+    assert (v.ratio, v.ratio_min, v.ratio_max, v.rounds) == (1.5, 1.0, 4.0, 3)
+    assert verdict_from_ratios([0.0, 0.0]).direction == "less"
+    assert verdict_from_ratios([1.0, 1.0], margin=0).confidence == "clear"
+    with pytest.raises(ValueError, match="margin"):
+        verdict_from_ratios([1.0, 1.0], margin=-0.01)
+    with pytest.raises(ValueError, match="ratios"):
+        verdict_from_ratios([1.0, float("inf")])
+
+
+def test_each_reason_a_verdict_is_not_clear_is_said_with_its_numbers():
+    assert verdict_from_ratios([2.0, 2.5]).reasons == ()
+    assert verdict_from_ratios([0.9, 1.3]).reasons == (
+        "round ratios 0.9–1.3 do not all lie on one side of 1 ± 0.05",)
+    assert verdict_from_ratios([3.0]).reasons == ("one round only: no spread to judge the noise by",)
+    v = verdict_from_ratios([2.0, 2.5], load=5.0, cores=2, spread=3.0)
+    assert v.confidence == "machine busy" and v.reasons == (
+        "load 5.0 above 2 cores", "an arm's rounds spread 3.00× (more than 1.5×): disturbed")
+    assert (v.cores, v.spread, v.load_after) == (2, 3.0, 5.0)
+
+
+def test_load_equal_to_the_cores_and_spread_equal_to_the_limit_are_not_busy():
+    assert verdict_from_ratios([2.0, 2.5], load=2.0, cores=2, spread=1.5).confidence == "clear"
+    assert verdict_from_ratios([2.0, 2.5], load=2.01, cores=2).confidence == "machine busy"
+    assert verdict_from_ratios([2.0, 2.5], spread=1.51).confidence == "machine busy"
+    assert verdict_from_ratios([2.0, 2.5], spread=4.0, max_spread=4.0).confidence == "clear"
+
+
+def test_the_load_seen_is_the_load_after_unless_the_caller_says_it():
+    assert verdict_from_ratios([2.0, 2.5], load=1.5, cores=4).load_after == 1.5
+    assert verdict_from_ratios([2.0, 2.5], load=1.5, cores=4, load_after=0.5).load_after == 0.5
+    assert verdict_from_ratios([2.0, 2.5]).load_after is None
+
+
+def test_an_exact_verdict_is_one_clear_round_of_its_ratio_with_the_margin_inclusive():
+    v = Verdict.exact(2.0)
+    assert (v.confidence, v.ratio, v.ratio_min, v.ratio_max, v.margin, v.rounds, v.deterministic, v.clock) == (
+        "clear", 2.0, 2.0, 2.0, 0.0, 1, True, "exact (counted or simulated)")
+    assert Verdict.exact(1.25, margin=0.25).direction == "same"
+    assert Verdict.exact(0.75, margin=0.25).direction == "same"
+    assert Verdict.exact(1.26, margin=0.25).direction == "greater"
+    assert Verdict.exact(0.74, margin=0.25).direction == "less"
+    assert Verdict.exact_ratio(3, 0).ratio == float("inf") and Verdict.exact_ratio(3, 2).ratio == 1.5
+    assert Verdict.exact_ratio(2.5, 2, margin=0.25).direction == "same"
+    assert Verdict.exact(2.0, id="n").id == "n"
+
+
+def test_clear_and_busy_name_the_confidence():
+    assert verdict_from_ratios([2.0, 2.5]).clear and not verdict_from_ratios([2.0, 2.5]).busy
+    noisy, busy = verdict_from_ratios([0.9, 1.3]), verdict_from_ratios([2.0, 2.5], load=9, cores=2)
+    assert not noisy.clear and not noisy.busy and busy.busy and not busy.clear
+
+
+MARKS = dict(greater=("更快", "faster"), less=("更慢", "slower"), same=("一样", "same"))
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+def test_a_clear_verdict_marks_its_direction_and_any_other_its_confidence(language):
+    set_language(language)
+    zh = language == "zh"
+    assert Verdict.exact(2.0).mark(**MARKS) == ("更快" if zh else "faster")
+    assert Verdict.exact(0.5).mark(**MARKS) == ("更慢" if zh else "slower")
+    assert Verdict.exact(1.0).mark(**MARKS) == ("一样" if zh else "same")
+    assert Verdict.exact(1.0).mark() == ""
+    assert verdict_from_ratios([0.9, 1.3]).mark(**MARKS) == ("（噪声之内）" if zh else " (within noise)")
+    assert verdict_from_ratios([2.0, 2.5], load=9, cores=2).mark(**MARKS) == (
+        "（机器正忙）" if zh else " (machine busy)")
+    labels = {c: Verdict("same", c, 1, 1, 1, 0).confidence_label for c in measure.CONFIDENCES}
+    assert labels == ({"clear": "明确（clear）", "within noise": "噪声之内（within noise）",
+                       "machine busy": "机器正忙（machine busy）"} if zh else
+                      {"clear": "clear", "within noise": "within noise", "machine busy": "machine busy"})
+
+
+NUMBERED = dict(greater=("A 快 {ratio}（{lo} 到 {hi}）", "A is faster by {ratio} ({lo} to {hi})"),
+                less=("A 慢", "A is slower"), same=("一样", "As fast"))
+
+
+def test_a_clear_sentence_states_the_finding_then_its_rounds_range_and_clock():
+    v = verdict_from_ratios([2.0, 2.5], clock="CPU time (time.process_time)")
+    assert v.sentence(**NUMBERED) == "A 快 2.25×（2.00× 到 2.50×）（2 轮在 2.00×–2.50×，CPU 时间）。"
+    assert v.sentence(**NUMBERED, unit=" 倍", digits=1) == "A 快 2.2 倍（2.0 倍 到 2.5 倍）（2 轮在 2.0 倍–2.5 倍，CPU 时间）。"
+    assert verdict_from_ratios([0.5, 0.5]).sentence(**NUMBERED) == "A 慢（2 轮在 0.50×）。"
+    set_language("en")
+    assert v.sentence(**NUMBERED) == (
+        "A is faster by 2.25× (2.00× to 2.50×) (2 rounds 2.00×–2.50×; CPU time (time.process_time)).")
+    assert verdict_from_ratios([1.0, 1.0]).sentence(**NUMBERED) == "As fast (2 rounds 1.00×)."
+
+
+def test_one_round_hedges_and_asks_for_more_rounds():
+    v = verdict_from_ratios([3.0], clock="wall clock")
+    assert v.sentence(**NUMBERED) == ("只测了一轮（3.00×，1 轮在 3.00×，墙钟时间），看不出噪声有多大：看起来A 快 3.00×"
+                                      "（3.00× 到 3.00×），但这一轮不足以下结论；多测几轮（重跑这一格）才能确定。")
+    set_language("en")
+    assert v.sentence(**NUMBERED) == (
+        "Only one round (3.00×; 1 rounds 3.00×; wall clock), so the noise is unknown: it suggests that a is faster "
+        "by 3.00× (3.00× to 3.00×), but one round is not enough to conclude; measure more rounds (rerun this cell) "
+        "to be sure.")
+
+
+def test_within_noise_says_the_measurement_does_not_show_the_finding():
+    v = verdict_from_ratios([0.5, 1.5])
+    assert v.sentence(**NUMBERED) == "测得 1.00×，2 轮在 0.50×–1.50×：差别在噪声之内，这次测量不能说明「一样」。"
+    set_language("en")
+    assert v.sentence(**NUMBERED) == ("Measured 1.00×; 2 rounds 0.50×–1.50×: the difference is within noise; "
+                                      "this measurement does not show that as fast.")
+
+
+def test_machine_busy_names_the_load_or_the_spread_and_without_warning_only_hedges(monkeypatch):
+    monkeypatch.setenv("LABKIT_FAST", "1")
+    by_load = Verdict("less", "machine busy", 0.5, 0.5, 0.5, 0.05, rounds=2, load_before=9.0, load_after=0.5,
+                      cores=2)
+    assert by_load.sentence(**NUMBERED) == ("测得 0.50×，2 轮在 0.50×，看起来A 慢；但测量时机器正忙（负载 9.0，2 个核），"
+                                            "这个结论不可靠。关掉别的程序，然后再运行这个单元格。")
+    by_spread = verdict_from_ratios([2.0, 2.5], spread=3.0, load=1.0, cores=2)
+    assert by_spread.sentence(**NUMBERED) == (
+        "测得 2.25×，2 轮在 2.00×–2.50×，看起来A 快 2.25×（2.00× 到 2.50×）；但测量时机器正忙"
+        "（同一件事各轮用时相差到 3.0 倍），这个结论不可靠。关掉别的程序，然后再运行这个单元格。")
+    assert by_load.sentence(**NUMBERED, warn=False) == "测得 0.50×，2 轮在 0.50×，看起来A 慢（机器正忙，不可靠）。"
+    set_language("en")
+    assert by_load.sentence(**NUMBERED) == (
+        "Measured 0.50×; 2 rounds 0.50×, which suggests that a is slower; but the machine was busy while measuring "
+        "(load 9.0 on 2 cores), so this is not reliable. Close other programs, then run this cell again.")
+    assert by_spread.sentence(**NUMBERED).endswith(
+        "(the same work took up to 3.0× longer in one round than in another), so this is not reliable. "
+        "Close other programs, then run this cell again.")
+    assert by_load.sentence(**NUMBERED, warn=False) == (
+        "Measured 0.50×; 2 rounds 0.50×, which suggests that a is slower (machine busy: not reliable).")
+    monkeypatch.setenv("LABKIT_FAST", "0")
+    assert by_load.sentence(**NUMBERED).endswith(
+        "Close other programs, or set LABKIT_FAST=1 before the first cell, then run this cell again.")
+
+
+def test_the_busy_warning_counts_the_busy_verdicts_of_a_section(monkeypatch):
+    monkeypatch.setenv("LABKIT_FAST", "1")
+    busy = verdict_from_ratios([2.0, 2.5], load=9, cores=2)
+    assert busy_warning([Verdict.exact(2.0), None, verdict_from_ratios([0.9, 1.3])]) == ""
+    assert busy_warning([busy, None, busy, Verdict.exact(2.0)]) == (
+        "本节 2 个结论测量时机器正忙（负载高于核数，或同一件事各轮用时相差太大），上面标着“不可靠”或“机器正忙”的结论和表格行不要当真。"
+        "关掉别的程序，然后重跑本节。")
+    set_language("en")
+    monkeypatch.setenv("LABKIT_FAST", "0")
+    assert busy_warning([busy]) == (
+        "1 conclusion(s) in this section were measured while the machine was busy (load above the cores, or rounds "
+        "of the same work far apart); do not trust the conclusions and table rows marked 'not reliable' or "
+        "'machine busy'. Close other programs, or set LABKIT_FAST=1 before the first cell, then rerun this section.")
+
+
+def test_an_undefined_ratio_prints_as_infinity_and_other_clocks_as_named():
+    v = Verdict.exact_ratio(1.0, 0)
+    assert v.sentence(greater=("快 {ratio}", "faster by {ratio}"), less=("", ""), same=("", "")) == "快 ∞×。"
+    v = verdict_from_ratios([2.0, 2.5], clock="simulated steps")
+    assert v.sentence(**NUMBERED).endswith("（2 轮在 2.00×–2.50×，simulated steps）。")
+    v = verdict_from_ratios([2.0, 2.5], clock="wall clock (client-side latency)")
+    assert v.sentence(**NUMBERED).endswith("（2 轮在 2.00×–2.50×，墙钟时间（客户端计时））。")
+
+
+def test_a_verdicts_entry_names_its_claim_and_load_and_comes_back_from_a_plain_record():
+    v = verdict_from_ratios([2.0, 2.5], load=1.0, cores=4, id="x", claim=("快", "fast"), load_before=0.5)
+    entry = v.as_entry()
+    assert entry["claim"] == {"zh": "快", "en": "fast"}
+    assert entry["load"] == {"before": 0.5, "after": 1.0, "cores": 4}
+    plain = json.loads(json.dumps(dataclasses.asdict(v)))          # a section record: the claim a list
+    assert Verdict.from_entry(plain) == v
+    plain.update(reasons=None, ratio_max=None)
+    back = Verdict.from_entry(plain)
+    assert back.reasons == () and back.ratio_max == float("inf")
+    assert Verdict.from_entry({k: val for k, val in plain.items() if k != "claim"}).claim == ("", "")
+
+
+def test_the_thread_count_is_the_positive_integer_set_or_one(monkeypatch):
+    for raw, n in (("", 1), (" 1 ", 1), ("2", 2)):
+        monkeypatch.setenv("LABKIT_THREADS", raw)
+        assert measure.measure_threads() == n
+    for raw in ("0", "-1", "1.5"):
+        monkeypatch.setenv("LABKIT_THREADS", raw)
+        with pytest.raises(ValueError, match=f"LABKIT_THREADS must be a positive integer, got '{raw}'"):
+            measure.measure_threads()
+
+
+def test_the_wall_clock_is_perf_counter_by_its_name_unless_overridden():
+    import time
+
+    clock = measure.wall_clock()
+    assert (clock.name, clock.read) == ("wall clock (time.perf_counter)", time.perf_counter)
+    assert measure.wall_clock("threads overlap").name == "threads overlap"
+    fake = Clock("fake", FakeTime())
+    with measure.clock_override(fake):
+        assert measure.wall_clock() is fake
+    assert measure.wall_clock().read is time.perf_counter
+
+
+def test_a_saved_entry_missing_a_language_or_a_range_end_comes_back_with_the_gaps_filled():
+    v = Verdict.exact_ratio(3, 2, id="n", claim=("快", "fast"))
+    assert (v.id, v.claim, v.ratio) == ("n", ("快", "fast"), 1.5)
+    entry = v.as_entry()
+    entry.update(ratio_min=None, claim={"en": "fast"})
+    back = Verdict.from_entry(entry)
+    assert back.ratio_min == float("inf") and back.claim == ("", "fast")
+    entry["claim"] = {"zh": "快"}
+    assert Verdict.from_entry(entry).claim == ("快", "")
+
+
+def test_a_busy_verdict_names_the_load_only_when_it_was_above_the_cores():
+    spread_words = "（同一件事各轮用时相差到 2.0 倍）"
+    no_load = Verdict("less", "machine busy", 0.5, 0.5, 0.5, 0.05, rounds=2, spread=2.0)
+    at_cores = Verdict("less", "machine busy", 0.5, 0.5, 0.5, 0.05, rounds=2, load_after=2.0, cores=2, spread=2.0)
+    assert spread_words in no_load.sentence(**NUMBERED) and spread_words in at_cores.sentence(**NUMBERED)
+    v = verdict_from_ratios([2.0, 2.5], clock="wall clock after torch.cuda.synchronize()")
+    assert v.sentence(**NUMBERED).endswith("（2 轮在 2.00×–2.50×，墙钟时间（同步 GPU 后））。")
+    set_language("en")
+    assert Verdict.exact(0.5).sentence(**NUMBERED) == "A is slower."
