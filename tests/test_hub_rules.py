@@ -691,3 +691,21 @@ def test_the_hub_client_is_tornados_and_the_course_defaults_to_the_checkouts_lab
     monkeypatch.setattr(class_view, "exercise_totals", lambda path: courses.append(path) or {})
     class_view.make_app()
     assert courses == [class_view.REPO / "labs"]
+
+
+def test_a_users_processes_leave_out_zombies_and_read_the_state_after_the_names_last_parenthesis(tmp_path):
+    import shutil
+    import subprocess
+
+    odd = tmp_path / "a) Z (b"                                  # /proc/PID/stat: "PID (a) Z (b) S ..."
+    odd.symlink_to(shutil.which("sleep"))
+    alive = subprocess.Popen([str(odd), "30"])
+    zombie = subprocess.Popen(["true"])                         # ended, not yet waited for: state Z
+    try:
+        os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)    # it has ended; left unreaped, a zombie
+        mine = learners.user_pids(os.getuid())
+        assert alive.pid in mine and zombie.pid not in mine
+    finally:
+        alive.kill()
+        alive.wait()
+        zombie.wait()
