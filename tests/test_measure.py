@@ -580,3 +580,23 @@ def test_a_busy_verdict_names_the_load_only_when_it_was_above_the_cores():
     assert v.sentence(**NUMBERED).endswith("（2 轮在 2.00×–2.50×，墙钟时间（同步 GPU 后））。")
     set_language("en")
     assert Verdict.exact(0.5).sentence(**NUMBERED) == "A is slower."
+
+
+def test_a_comparisons_entry_is_one_candidates_verdict_with_its_and_the_baselines_arms(tmp_path, monkeypatch):
+    arms = {"base": lambda: Sample(2.0, 4, None), "a": lambda: Sample(1.0, 4, None), "b": lambda: Sample(4.0, 4, None)}
+    c = compare(arms, baseline="base", rounds=2, clock=FakeTime(), load=quiet_load, id="x")
+    b = c.as_entry("b")
+    first = compare({n: arms[n] for n in ("base", "a")}, baseline="base", rounds=2, clock=FakeTime(),
+                    load=quiet_load).as_entry()                 # one candidate: the entry is its verdict's
+    assert (first["candidate"], first["baseline"], first["ratio"], sorted(first["arms"])) == ("a", "base", 0.5, ["a", "base"])
+    assert (b["candidate"], b["ratio"], sorted(b["arms"])) == ("b", 2.0, ["b", "base"])
+    assert b["arms"]["b"] == {"values": [1.0, 1.0], "best": 1.0, "median": 1.0, "seconds": [4.0, 4.0], "units": [4, 4]}
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    record_verdict("09", c, candidate="b", key="k")
+    assert json.loads((tmp_path / "lab09.json").read_text())["verdicts"]["k"]["candidate"] == "b"
+    with pytest.raises(TypeError) as info:
+        record_verdict("09", 3)
+    assert str(info.value) == "measured must be a Comparison or a Verdict, got int"
+    with pytest.raises(ValueError) as info:
+        record_verdict("09", Verdict.exact(2.0))
+    assert str(info.value) == "a recorded verdict needs an id: pass id= to compare/Verdict, or key="
