@@ -600,3 +600,29 @@ def test_a_comparisons_entry_is_one_candidates_verdict_with_its_and_the_baseline
     with pytest.raises(ValueError) as info:
         record_verdict("09", Verdict.exact(2.0))
     assert str(info.value) == "a recorded verdict needs an id: pass id= to compare/Verdict, or key="
+
+
+def test_the_contended_clock_checks_its_arguments_names_itself_and_repeats_its_seed():
+    fake = FakeTime()
+    assert ContendedClock(fake, seed=1).p == 0.5
+    for p in (0.0, 1.0):
+        ContendedClock(fake, seed=1, p=p)
+    ContendedClock(fake, seed=1, slow=(1.0, 1.0), episode=(0.5, 0.5))
+    for kwargs, message in ((dict(p=-0.01), "p must be in [0, 1], got -0.01"), (dict(p=1.01), "p must be in [0, 1]"),
+                            (dict(slow=(0.5, 2.0)), "slow must be (low, high) with 1 <= low <= high, got (0.5, 2.0)"),
+                            (dict(slow=(3.0, 2.0)), "slow must be"), (dict(episode=(0.0, 1.0)),
+                            "episode must be (low, high) seconds with 0 < low <= high, got (0.0, 1.0)"),
+                            (dict(episode=(2.0, 1.0)), "episode must be")):
+        with pytest.raises(ValueError) as info:
+            ContendedClock(fake, seed=1, **kwargs)
+        assert str(info.value).startswith(message), kwargs
+    assert ContendedClock(fake, seed=7, p=0.25, slow=(2, 3)).name == "contended clock (seed 7, p=0.25, 2–3×)"
+    runs = []
+    for _ in range(2):
+        fake = FakeTime()
+        clock = ContendedClock(fake, seed=5, p=0.5, slow=(2.0, 3.0), episode=(0.1, 0.2))
+        runs.append([(fake.work(0.07), clock())[1] for _ in range(50)])
+    assert runs[0] == runs[1]
+    fake = FakeTime()
+    quiet = ContendedClock(fake, seed=5, p=0.0, slow=(2.0, 3.0), episode=(0.1, 0.2))   # never slowed: base time
+    assert [(fake.work(0.07), quiet())[1] for _ in range(50)] == pytest.approx([0.07 * i for i in range(1, 51)])
