@@ -626,3 +626,29 @@ def test_the_contended_clock_checks_its_arguments_names_itself_and_repeats_its_s
     fake = FakeTime()
     quiet = ContendedClock(fake, seed=5, p=0.0, slow=(2.0, 3.0), episode=(0.1, 0.2))   # never slowed: base time
     assert [(fake.work(0.07), quiet())[1] for _ in range(50)] == pytest.approx([0.07 * i for i in range(1, 51)])
+
+
+def test_the_load_is_the_larger_of_the_1_minute_average_and_the_median_runnable_count(monkeypatch):
+    import io
+
+    from labkit.labs.common.measure import load as L
+
+    counts, opened, pauses = iter(["3/456", "1/456", "2/456", "9/456", "4/456"]), [], []
+
+    def fake_open(path, encoding=None):
+        opened.append(path)
+        return io.StringIO(f"0.50 0.40 0.30 {next(counts)} 789\n")
+
+    monkeypatch.setattr(L, "open", fake_open, raising=False)
+    monkeypatch.setattr(L.time, "sleep", pauses.append)
+    monkeypatch.setattr(L.os, "getloadavg", lambda: (2.5, 9.0, 9.0))
+    assert L.machine_load() == 3.0                      # median of 5 instant counts, above the 1-minute 2.5
+    assert opened == ["/proc/loadavg"] * 5 and pauses == [0.01] * 4
+    monkeypatch.setattr(L, "_runnable_now", lambda: None)
+    assert L.machine_load() == 2.5
+
+    def no_loadavg():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(L.os, "getloadavg", no_loadavg)
+    assert L.machine_load() is None
