@@ -80,6 +80,7 @@ class Row:
                 raise ValueError(f"row {self.id!r}: option {i} " + ("is the answer and must not name a misconception"
                                                                    if i == self.answer else
                                                                    "is a distractor and must name its misconception"))
+        object.__setattr__(self, "options", [Option(*option) for option in self.options])   # named fields
 
 
 class BankError(ValueError):
@@ -187,14 +188,13 @@ def _t(zh: str, en: str) -> dict[str, str]:
 
 def render(rows: Iterable[Row]) -> list[MultipleChoice]:
     """The rows as ``MultipleChoice`` questions (one function draws every bank)."""
-    options = [(row, [Option(*o) for o in row.options]) for row in rows]
     return [MultipleChoice(question=_t(*row.question),
-                           options=[_t(o.zh, o.en) for o in opts],
+                           options=[_t(o.zh, o.en) for o in row.options],
                            answer=row.answer,
-                           explanations=[_t(o.why_zh, o.why_en) for o in opts],
+                           explanations=[_t(o.why_zh, o.why_en) for o in row.options],
                            shuffle=row.shuffle, id=row.id,
-                           misconceptions=tuple(o.misconception for o in opts))
-            for row, opts in options]
+                           misconceptions=tuple(o.misconception for o in row.options))
+            for row in rows]
 
 
 def from_file(path: str | Path, after: Mapping[str, Sequence] | None = None) -> list:
