@@ -62,27 +62,28 @@ PRECISIONS = ("fp32", "bf16", "q4_1")
 
 def peer_ratios(report: str) -> list[tuple[str, str, dict[str, str]]]:
     """From a `bench.llama_cpp_peer` report: (batch, threads, {precision: "labkit / llama.cpp" ratio}) per table."""
-    return [row[1:] for row in _ratios(report, PEER_TABLE, levels=False)]
+    return _ratios(report, PEER_TABLE)
 
 
 def level_ratios(report: str) -> list[tuple[str, str, str, dict[str, str]]]:
     """From a `bench.llama_cpp_peer --isa` report: (level, batch, threads, {precision: ratio or "absent"})."""
-    return _ratios(report, LEVEL_TABLE, levels=True)
+    return _ratios(report, LEVEL_TABLE)
 
 
-def _ratios(report: str, pattern: re.Pattern, levels: bool) -> list[tuple]:
+def _ratios(report: str, pattern: re.Pattern) -> list[tuple]:
+    """Each table ``pattern`` heads: its heading's groups, then {precision: the labkit row's last cell}."""
     rows, current = [], None
     for line in report.splitlines():
         heading = pattern.match(line)
         if heading:
-            current = ((*heading.groups(), {}) if levels else ("", *heading.groups(), {}))
+            current = (*heading.groups(), {})
             rows.append(current)
         elif current and line.startswith("| labkit "):
             cells = [c.strip() for c in line.strip("|").split("|")]
             precision = cells[0].removeprefix("labkit ")
             if precision in PRECISIONS and cells[-1]:
-                current[3][precision] = cells[-1]
-    return [row for row in rows if row[3]]
+                current[-1][precision] = cells[-1]
+    return [row for row in rows if row[-1]]
 
 
 def headline(kinds: list[Path]) -> str:
@@ -95,33 +96,27 @@ def headline(kinds: list[Path]) -> str:
              "is labkit's C kernels built for that instruction-set level on that CPU (`bench.llama_cpp_peer --isa`), "
              "against the llama.cpp build its report names (\"absent\": none without AVX-512 was given).", "",
              "| CPU | batch | threads | fp32 | bf16 | q4_1 |", "|---|---|---|---|---|---|"]
-    found = False
+    rows = []
     for kind in kinds:
         report = kind / "llama_cpp_peer.md"
-        if not report.is_file():
-            continue
-        text = report.read_text(encoding="utf-8")
-        cpu = next((line.split("on: ", 1)[1] for line in text.splitlines() if line.startswith("measured ")), kind.name)
-        for batch, threads, ratios in peer_ratios(text):
-            found = True
-            lines.append(f"| {cpu} | {batch} | {threads} | " + " | ".join(ratios.get(p, "—") for p in PRECISIONS) + " |")
+        if report.is_file():
+            text = report.read_text(encoding="utf-8")
+            rows += [_row(_measured_on(text, kind.name), *table) for table in peer_ratios(text)]
     for kind in kinds:           # labkit's C kernels forced to each instruction-set level on that CPU
         for report in sorted(kind.glob("llama_cpp_peer_isa*.md")):   # one per run, named by its levels
             text = report.read_text(encoding="utf-8")
-            cpu = next((line.split("on: ", 1)[1] for line in text.splitlines() if line.startswith("measured ")),
-                       kind.name)
-            lines += level_rows(cpu, text)
-            found = found or bool(level_ratios(text))
-    return "\n".join(lines) + "\n" if found else ""
+            cpu = _measured_on(text, kind.name)
+            rows += [_row(f"{cpu}; forced LABKIT_ISA={level}", *table) for level, *table in level_ratios(text)]
+    return "\n".join(lines + rows) + "\n" if rows else ""
 
 
-def level_rows(cpu: str, text: str) -> list[str]:
-    """The headline rows of one `bench.llama_cpp_peer --isa` report."""
-    lines = []
-    for level, batch, threads, ratios in level_ratios(text):
-        lines.append(f"| {cpu}; forced LABKIT_ISA={level} | {batch} | {threads} | " +
-                     " | ".join(ratios.get(p, "—") for p in PRECISIONS) + " |")
-    return lines
+def _measured_on(report: str, default: str) -> str:
+    """The CPU a saved report names in its ``measured <date> on: <cpu>`` line."""
+    return next((line.split("on: ", 1)[1] for line in report.splitlines() if line.startswith("measured ")), default)
+
+
+def _row(cpu: str, batch: str, threads: str, ratios: dict[str, str]) -> str:
+    return f"| {cpu} | {batch} | {threads} | " + " | ".join(ratios.get(p, "—") for p in PRECISIONS) + " |"
 
 
 def page() -> str:
