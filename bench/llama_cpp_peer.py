@@ -298,7 +298,7 @@ def table(results: list[dict], title: str, notes: list[str]) -> Section:
 
 
 def run(args) -> list[Section]:
-    reason = args.no_llama or skip_reason()
+    reason = args.llama_absent
     if reason and not args.labkit_only:
         return [Section("llama.cpp peer: skipped", ["reason"], [[reason]])]
     threads = set_threads(args.threads[0])
@@ -338,7 +338,7 @@ def thread_sections(args, engines: dict, singles: list, batch: list, threads: in
     from labkit.model.cpu_features import describe_cpu
 
     llama = (f"llama.cpp build: {llama_build()}" if "llama.cpp F32" in engines else
-             f"llama.cpp: absent ({args.no_llama or skip_reason()})")
+             f"llama.cpp: absent ({args.llama_absent})")
     common = [f"cpu: {describe_cpu()}; labkit's C kernels: {native.threading_kind()}, instruction-set level "
               f"{native.isa_level()}, bf16 product {native.bf16_kind()}", llama,
               f"greedy, {threads} intra-op thread(s) on both sides, {clock_name()} clock; ratios are medians of "
@@ -488,7 +488,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-rounds", type=int, default=None, help="batch-N rounds (default 2, quick 1; 0 skips)")
     p.add_argument("--batch-max-tokens", type=int, default=None, help="batch-N new tokens (default 24, quick 12)")
     args = p.parse_args(argv)
-    args.labkit_only = args.as_json and (args.no_llama or skip_reason()) is not None    # a --isa child without llama.cpp
+    args.llama_absent = args.no_llama or skip_reason()     # why llama.cpp's columns are absent, or None
+    args.labkit_only = args.as_json and args.llama_absent is not None    # a --isa child without llama.cpp
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     rounds_, tokens, b_rounds, b_tokens = {"full": (4, 48, 2, 24), "quick": (2, 24, 1, 12), "tiny": (1, 4, 1, 3)}[size]
     args.rounds = args.rounds or rounds_
