@@ -92,8 +92,7 @@ REF = {dtype: logits(dtype, plain=True)[0] for dtype in ("float32", "bfloat16")}
 for level in sys.argv[1:]:
     os.environ[native.ISA_ENV] = level
     native._kernel.cache_clear()
-    for cached in (native_ops._native_ops, native_ops._norm_lanes, native_ops._swiglu_exact, native_ops._int4_exact):
-        cached.clear()                            # checks made against the previous level's library
+    native_ops.forget_checks()                    # checks made against the previous level's library
     needs = [f for f in native.ISA_LEVELS[level][1] if f not in cpu_flags()]
     if needs:
         assert not native.available() and "does not have" in native.why_unavailable(), native.why_unavailable()

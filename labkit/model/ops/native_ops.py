@@ -242,6 +242,13 @@ class NativeOps:
 _native_ops: dict[tuple, NativeOps] = {}
 
 
+def forget_checks() -> None:
+    """Forget every check made against the loaded library (its exactness probes and the ops built on them):
+    a process that loads another library (``LABKIT_ISA`` swapped, as the instruction-set tests do) calls it."""
+    for cached in (_native_ops, _norm_lanes, _swiglu_exact, _int4_exact):
+        cached.clear()
+
+
 def for_input(x: torch.Tensor, cfg: ModelConfig) -> NativeOps | None:
     """The C ops for a forward over x (the embedded tokens), or None where they do not apply (not the
     CPU, not fp32 or bf16, a graph being compiled, no C kernel). Each op inside is one that gives
