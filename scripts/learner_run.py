@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import multiprocessing as mp
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scripts.time_labs import busy_loops  # noqa: E402
 from tests.browser_util import (  # noqa: E402
     CLOSE_AND_SHUTDOWN_JS,
     OPEN_AND_RUN_ALL_JS,
@@ -72,11 +72,6 @@ RUN_CELLS_JS = """async ([path, indices, source]) => {
     const last = nb.widgets[indices[indices.length - 1]];
     return last.node.querySelector(".jp-OutputArea")?.innerText || "";
 }"""
-def _spin() -> None:
-    while True:
-        pass
-
-
 def solutions() -> dict[str, tuple[object, object]]:
     """exercise name -> (a typical wrong solution, a correct one), from the exercise audit."""
     from tests import test_assess_exercises as audit
@@ -206,12 +201,9 @@ def main() -> None:
         cmd = jupyterlab_command(port, work, tmp, {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
         server = start_server("jupyterlab", cmd, f"http://127.0.0.1:{port}/", tmp / "lab.log", env, work,
                               probe_url=f"http://127.0.0.1:{port}/api")
-        spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]
-        for s in spinners:
-            s.start()
         summary = []
         try:
-            with sync_playwright() as pw:
+            with busy_loops(args.busy), sync_playwright() as pw:
                 browser = launch_chromium(pw)
                 context = browser.new_context(viewport={"width": 1400, "height": 1100})
                 errors = PageErrors(aborted=block_external_requests(context))
@@ -233,8 +225,6 @@ def main() -> None:
                     errors.errors.clear()
                 browser.close()
         finally:
-            for s in spinners:
-                s.terminate()
             server.stop()
         (args.out / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1))
 

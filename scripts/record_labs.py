@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import multiprocessing as mp
 import os
 import shutil
 import sys
@@ -109,23 +108,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from labkit.labs.common.measure import cores, describe_machine, machine_load
     from labkit.labs.common.records import cpu_kind
+    from scripts.time_labs import busy_loops
 
     mode = "full" if args.full else "fast"
     bundle = args.out / cpu_kind() / (f"{mode}-busy{args.busy}" if args.busy else mode)
     bundle.mkdir(parents=True, exist_ok=True)
-    spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]
-    for p in spinners:
-        p.start()
-    manifest = {"cpu": describe_machine(), "kind": cpu_kind(), "mode": mode, "cores": cores(),
-                "busy_loops": args.busy,
-                "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "load_before": machine_load(), "labs": {}}
     timed: list[dict] = []
-    try:
+    with busy_loops(args.busy):
+        manifest = {"cpu": describe_machine(), "kind": cpu_kind(), "mode": mode, "cores": cores(),
+                    "busy_loops": args.busy,
+                    "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "load_before": machine_load(), "labs": {}}
         _record(args, mode, bundle, manifest, timed)
-    finally:
-        for p in spinners:
-            p.terminate()
     manifest["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     manifest["load_after"] = machine_load()
     manifest["busy"] = max(x or 0.0 for x in (manifest["load_before"], manifest["load_after"])) > manifest["cores"]
@@ -138,11 +132,6 @@ def main(argv: list[str] | None = None) -> int:
         for note in accept_shared(REPO.parent / "shared" / "lab-runs", args.out):
             print(note)
     return 0 if all(v == "ran" for v in manifest["labs"].values()) else 1
-
-
-def _spin() -> None:   # a busy loop: one process, one core's worth of load
-    while True:
-        pass
 
 
 def _record(args, mode: str, bundle: Path, manifest: dict, timed: list[dict]) -> None:

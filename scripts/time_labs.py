@@ -16,6 +16,7 @@ Nothing here is a test: timings are measured, never asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -31,6 +32,27 @@ LABS = REPO / "labs"
 def _spin() -> None:   # a busy loop: one process, one core's worth of load
     while True:
         pass
+
+
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """Run ``n`` busy-loop processes (one core's load each) for the body, then stop and reap every one.
+
+    Each loop is joined after it is terminated, so none is still alive (or a zombie) when the body's caller
+    goes on: a script that ends, or a test that checks nothing is left running, sees no stray process."""
+    spinners = [mp.Process(target=_spin, daemon=True) for _ in range(n)]
+    for p in spinners:
+        p.start()
+    try:
+        yield spinners
+    finally:
+        for p in spinners:
+            p.terminate()
+        for p in spinners:
+            p.join(10)
+            if p.is_alive():    # SIGTERM ignored: a spinner never handles it, but do not leave one behind
+                p.kill()
+                p.join(10)
 
 
 def _cpu_line() -> str:
@@ -126,11 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.busy < 0:
         parser.error("--busy: a count of processes, 0 or more")
 
-    spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]
-    for p in spinners:
-        p.start()
     rows = []
-    try:
+    with busy_loops(args.busy):
         print(f"CPU: {_cpu_line()}; cores {os.cpu_count()}; busy-loop processes beside the kernel: {args.busy}",
               flush=True)
         for path in notebooks(args.labs):
@@ -139,9 +158,6 @@ def main(argv: list[str] | None = None) -> int:
             slow = "; ".join(f"cell {c['cell']} {c['s']} s" for c in row["slowest"][:3])
             print(f"{row['lab']:<28} {row['mode']:<4} {row['wall_s']:>7.1f} s   load {row['load_before']:.1f} -> "
                   f"{row['load_after']:.1f}   slowest: {slow}", flush=True)
-    finally:
-        for p in spinners:
-            p.terminate()
     if args.timings:
         write_timings(args.timings, rows, args.fast, time_conversion() if args.convert else None)
     if args.json:
