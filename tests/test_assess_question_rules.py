@@ -1,0 +1,178 @@
+"""The questions' rules from their definition (``labkit/assess/questions.py``), each on a constructed case:
+which key a question is recorded and shuffled under; that a learner's shuffle is stable and another learner's
+differs; how a typed number is read; where "right" ends (the tolerance's very edge); which power of ten or of
+1024 a unit slip is named by; and the whole sentence a learner reads, in both languages."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import pytest
+
+from labkit.assess.learner import learner_id
+from labkit.assess.questions import MultipleChoice, Numeric, Ordering, parse_number, scale_factor
+from labkit.i18n import get_language, set_language
+
+Q = sys.modules["labkit.assess.questions"]
+LEARNERS = [f"learner-{i}" for i in range(200)]
+
+
+@pytest.fixture(autouse=True)
+def english():
+    before = get_language()
+    set_language("en")
+    yield
+    set_language(before)
+
+
+# --- keys: what a result is recorded under, and what seeds a learner's shuffle -------------------------------
+
+@pytest.mark.parametrize("text,key", [
+    ("plain", "plain"),
+    ({"en": "E", "zh": "中"}, "中"),            # the Chinese text, wherever it stands in the dict
+    ({"en": "E"}, "E"),                         # no Chinese: the first text there is
+    ({}, ""),                                   # no text at all: the empty key, not an error
+])
+def test_a_question_without_an_id_is_keyed_by_its_chinese_text_else_its_first(text, key):
+    assert Numeric(text, 1.0).key() == key
+    assert Ordering(text, ["a", "b", "c"]).key() == key
+    assert MultipleChoice(text, ["a", "b"], answer=0).key() == key + "|a|b"
+
+
+def test_a_choice_questions_key_joins_the_question_and_every_option_with_a_bar():
+    q = MultipleChoice({"en": "Q", "zh": "问"}, ["x", {"en": "Y", "zh": "乙"}, {"en": "Z"}], answer=0)
+    assert q.key() == "问|x|乙|Z"
+
+
+def test_an_id_is_the_key_whatever_the_text():
+    assert Numeric("q", 1.0, id="n-1").key() == "n-1"
+    assert Ordering("q", ["a", "b", "c"], id="o-1").key() == "o-1"
+    assert MultipleChoice("q", ["a", "b"], answer=0, id="m-1").key() == "m-1"
+
+
+# --- shuffles: stable per learner, different between learners ---------------------------------------------------
+
+def eight_options(**kw) -> MultipleChoice:
+    return MultipleChoice("Which?", [f"option {i}" for i in range(8)], answer=3, id="mc-8", **kw)
+
+
+def test_a_learner_sees_the_same_option_order_every_time_and_learners_differ():
+    q = eight_options()
+    assert q.order("alice") == q.order("alice") == eight_options().order("alice")
+    assert sorted(q.order("alice")) == list(range(8))
+    assert len({tuple(q.order(x)) for x in LEARNERS[:20]}) > 10       # 8! orders: twenty learners nearly all differ
+    assert q.order() == q.order(learner_id())                           # no learner named: this machine's learner
+    assert eight_options(shuffle=False).order("alice") == list(range(8))
+
+
+def test_a_learners_start_order_is_a_derangement_that_depends_on_the_question_too():
+    items = ["a", "b", "c", "d", "e"]
+    q, other = Ordering("q", items, id="first"), Ordering("q", items, id="second")
+    starts = [q.start_order(x) for x in LEARNERS]
+    assert all(sorted(s) == list(range(5)) and all(i != j for i, j in enumerate(s)) for s in starts)
+    assert starts == [q.start_order(x) for x in LEARNERS]               # stable per learner
+    # 44 derangements of five: two questions coincide for about 1 learner in 44 when both are drawn from the
+    # question's key; a draw that ignored the key would coincide whenever the learner's first draw is one (~37 %).
+    same = sum(q.start_order(x) == other.start_order(x) for x in LEARNERS)
+    assert same < 20, same
+
+
+def test_both_derangements_of_three_items_are_used_not_only_the_rotation():
+    """Three items have two derangements, [1, 2, 0] (the fall-back rotation) and [2, 0, 1]. A learner whose first
+    draw puts an item in its place is drawn again, so each shows for about half the learners."""
+    q = Ordering("q", ["a", "b", "c"], id="three")
+    seen = Counter(tuple(q.start_order(x)) for x in LEARNERS)
+    assert set(seen) == {(1, 2, 0), (2, 0, 1)}
+    assert 60 <= seen[(2, 0, 1)] <= 140, seen
+
+
+def test_when_no_draw_is_a_derangement_the_start_order_is_the_rotation(monkeypatch):
+    monkeypatch.setattr(Q, "_seeded_order", lambda n, key, learner: list(range(n)))
+    assert Ordering("q", ["a", "b", "c", "d"]).start_order("alice") == [1, 2, 3, 0]
+
+
+def test_a_redrawn_start_order_is_drawn_for_the_same_learner_and_question(monkeypatch):
+    calls = []
+
+    def seeded(n, key, learner):
+        calls.append((key, learner))
+        return [2, 0, 1] if key.startswith("three#") else [0, 1, 2]
+
+    monkeypatch.setattr(Q, "_seeded_order", seeded)
+    assert Ordering("q", ["a", "b", "c"], id="three").start_order("alice") == [2, 0, 1]
+    assert calls[0] == ("three", "alice") and calls[1][1] == "alice" and calls[1][0].startswith("three#")
+
+
+# --- reading a typed number ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("typed,value", [
+    ("819,200", 819200.0), ("819，200", 819200.0), ("819_200", 819200.0), ("819 200", 819200.0),
+    (" 8e5 ", 800000.0), (3, 3.0), (2.5, 2.5),
+])
+def test_a_typed_number_is_read_with_its_separators_dropped(typed, value):
+    assert parse_number(typed) == value
+
+
+@pytest.mark.parametrize("typed", ["inf", "-inf", "nan", float("inf"), True, "", "abc", None])
+def test_what_is_no_finite_number_is_refused(typed):
+    assert parse_number(typed) is None
+
+
+# --- where "right" ends ------------------------------------------------------------------------------------------
+
+def test_right_ends_exactly_at_the_tolerance_plus_a_rounding_margin():
+    exact = Numeric("q", 0.0)                           # margin 1e-12 (relative to max(1, |answer|))
+    assert exact.is_close(1e-12) and not exact.is_close(1.5e-12)
+    big = Numeric("q", 1e6)                             # margin 1e-6
+    assert big.is_close(1e6 + 5e-7) and not big.is_close(1e6 + 2e-6)
+    tolerant = Numeric("q", 100.0, tol=1.0)
+    assert tolerant.is_close(101.0) and tolerant.is_close(99.0) and not tolerant.is_close(101.001)
+    relative = Numeric("q", 1000.0, tol=1.0, rel_tol=0.05)     # the larger of the two: 50
+    assert relative.is_close(1050.0) and not relative.is_close(1050.1)
+
+
+# --- unit slips ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x,answer,allowed,name", [
+    (1, 1000, 0, "1000"), (8000, 8, 0, "1000"), (-8, -8000, 0, "1000"), (0.5, 500, 0, "1000"), (500, 0.5, 0, "1000"),
+    (1, 1e6, 0, "1000000"), (1, 1e7, 0, "10^7"), (1, 1e12, 0, "10^12"), (1, 1e13, 0, None),
+    (800, 819200, 0, "1024"), (1, 1024 ** 2, 0, "1024^2"), (1, 1024 ** 4, 0, "1024^4"), (1, 1024 ** 5, 0, None),
+    (0, 1000, 0, None), (1000, 0, 0, None), (8, -8000, 0, None), (-8, 8000, 0, None),
+    (10.05, 1000, 0, "100"),       # within 1 % of the answer
+    (10.2, 1000, 0, None),         # 2 % off: no slip, a wrong number
+    (10.2, 1000, 30, "100"),       # unless the question allows more
+    (1, 1048, 24, "1024"),         # at the allowance's very edge (1048 - 1024 = 24)
+    (1000, 1_000_000, 30000, "1000"), (1000, 1_024_000, 30000, "1024"),   # both fit: the closer one is named
+])
+def test_a_unit_slip_is_named_by_the_power_that_fits_best(x, answer, allowed, name):
+    assert scale_factor(x, answer, allowed) == name
+
+
+def kv_question(unit={"zh": "字节", "en": "bytes"}) -> Numeric:
+    return Numeric("bytes per token?", 819200.0, unit=unit, hint={"zh": "数因子。", "en": "Count the factors."},
+                   explanation={"zh": "每层 K 和 V。", "en": "K and V per layer."})
+
+
+def test_the_whole_feedback_a_learner_reads_for_each_kind_of_answer():
+    q = kv_question()
+    assert q.check("819,200") == Q.Feedback(True, "✓ Correct: 819,200 bytes. K and V per layer.")
+    low = q.check(800)
+    assert low == Q.Feedback(False, "✗ 800 is too low. It is off by exactly a factor of 1024: did a unit or an "
+                                    "order of magnitude slip (the answer is in bytes)? Count the factors.")
+    assert q.check(900000) == Q.Feedback(False, "✗ 900,000 is too high. Count the factors.")
+    assert q.check("abc") == Q.Feedback(False, "Please enter a number (got 'abc').")
+    assert kv_question(unit="").unit_hint(800) == ("It is off by exactly a factor of 1024: did a unit or an order "
+                                                   "of magnitude slip?")
+    assert q.unit_hint(900000) == ""
+    set_language("zh")
+    assert q.check(819200).message == "✓ 正确：819,200 字节。 每层 K 和 V。"
+    assert q.check(800) == Q.Feedback(False, "✗ 800 偏小。它与答案正好差了 1024 倍：是单位或数量级出了错吗（答案以「字节」为单位）？数因子。")
+    assert q.check(900000).message == "✗ 900,000 偏大。数因子。"
+    assert q.check("abc") == Q.Feedback(False, "请输入一个数字（收到 'abc'）。")
+
+
+def test_the_unit_hint_uses_the_questions_own_allowance():
+    assert Numeric("q", 1000.0).unit_hint(10.4) == ""                       # 4 % off, only 1 % allowed
+    assert Numeric("q", 1000.0, rel_tol=0.05).unit_hint(10.4) != ""           # 5 % allowed: a slip
+    assert Numeric("q", 1000.0, tol=50).unit_hint(10.4) != ""
