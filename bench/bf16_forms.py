@@ -34,7 +34,7 @@ ARMS = {"C kernel": "1", "PyTorch": "0"}
 
 def run(args) -> list[Section]:
     from labkit import LLM, EngineConfig, SamplingParams
-    from labkit.model import linear_forms as lf
+    from labkit.kernels import linear_forms as lf
 
     threads = set_threads(args.threads)
     set_clock("auto", threads)

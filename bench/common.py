@@ -31,7 +31,7 @@ from typing import Callable
 
 import torch
 
-from labkit.model.cpu_features import describe_cpu
+from labkit.kernels.cpu_features import describe_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # ``python bench/gpu.py`` from a checkout, uninstalled
@@ -89,7 +89,7 @@ def report(title: str, module: str, argv: list[str] | None, sections, saved_as: 
         parts.append(text)
     folder = os.environ.get(RESULTS_ENV)
     if folder:
-        from labkit.model.cpu_features import describe_cpu
+        from labkit.kernels.cpu_features import describe_cpu
 
         cpu = describe_cpu()
         path = Path(folder) / cpu_kind_slug(cpu) / f"{saved_as or module.rsplit('.', 1)[-1]}.md"

@@ -73,9 +73,10 @@ class Profiler:
     def _patched(self, stub: bool):
         import torch
 
-        from labkit.model import llama, native
-        from labkit.model.ops import native_ops, torch_ops
-        from labkit.model.ops.native_ops import NativeOps
+        from labkit.kernels import native
+        from labkit.kernels.ops import native_ops, torch_ops
+        from labkit.kernels.ops.native_ops import NativeOps
+        from labkit.model import llama
 
         model = self.engine.runner.model
         backend = self.engine.runner.backend
@@ -175,12 +176,12 @@ def run(args) -> list[Section]:
     threads = set_threads(1)
     set_clock("cpu", threads)
     env = Section("Environment", ["item", "value"], environment_rows(threads))
-    from labkit.model.ops import native_ops
+    from labkit.kernels.ops import native_ops
     native_ops.DECODE_LAYER_CALL = not args.per_op
     env.rows.append(["decode layers", "op by op (--per-op)" if args.per_op else
                      "one C call each where the step allows (NativeOps.decode_layer)"])
     prof = Profiler(args.batch, args.model, args.dtype, args.weights)
-    from labkit.model import linear_forms
+    from labkit.kernels import linear_forms
     if args.weights == "q4_1":
         env.rows.append(["weights", "q4_1: the GGUF's Q4_1 codes (bf16 activations inside the products: PyTorch's int4 "
                                     "kernel op by op, labkit's with its bits inside the whole-layer call), the LM head "

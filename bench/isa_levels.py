@@ -48,10 +48,10 @@ def child(level: str, rows: list[int], rounds: int) -> dict:
     import torch.nn.functional as F
 
     from bench.common import interleaved, set_clock, set_threads, timed
-    from labkit.model import linear_forms, native
-    from labkit.model.cpu_features import describe_cpu
+    from labkit.kernels import linear_forms, native
+    from labkit.kernels.cpu_features import describe_cpu
+    from labkit.kernels.ops import torch_ops
     from labkit.model.loader import load_model
-    from labkit.model.ops import torch_ops
 
     set_threads(1)
     clock = set_clock("auto", 1)
@@ -106,7 +106,7 @@ def level_section(found: dict, rows: list[int]) -> Section:
 
 
 def available_levels() -> list[str]:
-    from labkit.model import native
+    from labkit.kernels import native
 
     out = []
     for level in LEVELS:
@@ -123,7 +123,7 @@ def available_levels() -> list[str]:
 
 def run(args) -> list[Section]:
     sections = [Section("Environment", ["item", "value"], [["load average at start", load_average()]])]
-    from labkit.model.cpu_features import describe_cpu
+    from labkit.kernels.cpu_features import describe_cpu
 
     sections[0].rows.append(["cpu", describe_cpu()])
     for level in args.levels:

@@ -6,8 +6,8 @@
 A decode step multiplies T rows (T = batch size, or k + 1 when verifying k drafts) by every weight
 matrix of the model. Memory-bound, T rows should cost about what one row costs, since the weights
 are read once either way; how close a formulation gets depends on the BLAS kernel it lands in.
-``labkit.model.ops.torch_ops.linear`` picks the form per weight shape and T: for fp32 by a timing probe among
-the forms that pass an exactness gate (``labkit.model.linear_forms``, its table printed under the
+``labkit.kernels.ops.torch_ops.linear`` picks the form per weight shape and T: for fp32 by a timing probe among
+the forms that pass an exactness gate (``labkit.kernels.linear_forms``, its table printed under the
 fp32 tables), for bf16 by the rule printed under the bf16 tables. This table is the evidence on the
 machine at hand. The weights are the default model's, fused as the engine holds them (qkv, o,
 gate_up, down per layer, then the LM head).
@@ -41,8 +41,8 @@ from bench.common import (
     set_threads,
     timed,
 )
-from labkit.model import native
-from labkit.model.cpu_features import describe_cpu, has_amx
+from labkit.kernels import native
+from labkit.kernels.cpu_features import describe_cpu, has_amx
 
 TARGET_VS_BEST = 1.1     # no row count slower than 1.1x the best available form
 TARGET_READ_SHARE = 0.85  # labkit's one-row sweep reads at least 85 % of the read roofline, at any thread count
@@ -93,7 +93,7 @@ def sweep(weights: list[torch.Tensor], fn, rows: int):
 
 def gate_note(weights: list[torch.Tensor], forms: dict) -> str:
     """Which measured forms pass the fp32 exactness gate, on every weight shape, at 1 and at 2..16 rows."""
-    from labkit.model import linear_forms
+    from labkit.kernels import linear_forms
 
     verdicts = {name: [True, True] for name in forms}
     for shape in sorted({tuple(w.shape) for w in weights}):
@@ -115,7 +115,7 @@ def gate_note(weights: list[torch.Tensor], forms: dict) -> str:
 
 
 def _bf16_probe_note(threads: int) -> str:
-    from labkit.model import linear_forms
+    from labkit.kernels import linear_forms
 
     times = linear_forms.bf16_timings(threads)
     if not times:
@@ -157,8 +157,8 @@ def read_note(results: list[dict], nbytes: int, read_bytes: int, threads: int, f
 def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rounds: int) -> Section:
     set_threads(threads)
     clock = set_clock("auto", threads)
-    from labkit.model import linear_forms
-    from labkit.model.ops import torch_ops
+    from labkit.kernels import linear_forms
+    from labkit.kernels.ops import torch_ops
 
     dtype = weights[0].dtype
     name = str(dtype).removeprefix("torch.")

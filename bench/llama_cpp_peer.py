@@ -10,7 +10,7 @@ Optional: it needs ``llama_cpp`` (the ``llama-cpp-python`` package, built from s
 ``pip install llama-cpp-python``; 10-20 minutes on 2 cores) and skips with a message otherwise.
 
 ``--isa LEVELS`` runs the whole benchmark once per instruction-set level, each in a child process with
-``LABKIT_ISA=<level>`` (labkit's C kernels built for it: ``labkit.model.native.ISA_LEVELS``),
+``LABKIT_ISA=<level>`` (labkit's C kernels built for it: ``labkit.kernels.native.ISA_LEVELS``),
 ``ATEN_CPU_CAPABILITY`` at PyTorch's nearest level and ``ONEDNN_MAX_CPU_ISA`` at oneDNN's, and prints its tables under the level's name: what an
 AVX2-only laptop or an AVX-512 CPU without AVX512_BF16 gets, measured on this one. llama.cpp's pip build
 targets this CPU (AVX-512 included), so below AVX-512 (generic, avx2) its columns come from another build of
@@ -219,7 +219,7 @@ class Labkit:
         return self._run(prompts, max_tokens)
 
     def set_threads(self, threads: int) -> None:
-        """torch's thread count, which labkit's C kernels follow (``labkit.model.native.sync_threads``)."""
+        """torch's thread count, which labkit's C kernels follow (``labkit.kernels.native.sync_threads``)."""
         set_threads(threads)
 
 
@@ -251,7 +251,7 @@ def extra_bufts(kind: str) -> bool:
     blocks). Not for Q4_1 on an AMX CPU: there llama-cpp-python 0.3.36, built from source, segfaults in
     its first ``llama_decode`` (seen on a 2-core Xeon with AMX; F32 and BF16 run, and Q4_1 runs with
     the plain CPU buffers)."""
-    from labkit.model.cpu_features import has_amx
+    from labkit.kernels.cpu_features import has_amx
 
     return not (kind == "Q4_1" and has_amx())
 
@@ -312,7 +312,8 @@ def run(args) -> list[Section]:
         env.rows.append(["llama.cpp extra buffer types (AMX, repacked weights)",
                          f"off for {', '.join(plain)} (it segfaults with them on this AMX CPU; see extra_bufts)"])
     engines = systems(args)
-    from labkit.model import linear_forms, quant
+    from labkit.kernels import linear_forms
+    from labkit.model import quant
     singles, batch = prompt_set(engines["labkit fp32"].llm.tokenizer, args.batch)
     sections = [env]
     for threads in args.threads:
@@ -334,8 +335,8 @@ def thread_sections(args, engines: dict, singles: list, batch: list, threads: in
     """The batch-1 and batch-N tables at one thread count."""
     on = f"{threads} thread(s)"
     b1 = rounds(engines, singles, args.max_tokens, args.rounds, batched=False)
-    from labkit.model import native
-    from labkit.model.cpu_features import describe_cpu
+    from labkit.kernels import native
+    from labkit.kernels.cpu_features import describe_cpu
 
     llama = (f"llama.cpp build: {llama_build()}" if "llama.cpp F32" in engines else
              f"llama.cpp: absent ({args.llama_absent})")
@@ -419,7 +420,7 @@ ONEDNN_LEVELS = {"generic": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE", "a
 
 
 def isa_levels(text: str) -> list[str]:
-    """``--isa``: comma-separated levels of ``labkit.model.native.ISA_NAMES``, or ``all``."""
+    """``--isa``: comma-separated levels of ``labkit.kernels.native.ISA_NAMES``, or ``all``."""
     names = list(ATEN_LEVELS) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in ATEN_LEVELS]
     if bad or not names:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from bench.common import Section, load_average, median, report
-from labkit.model.cpu_features import describe_cpu
+from labkit.kernels.cpu_features import describe_cpu
 
 CHILD = r"""
 import json, sys, time

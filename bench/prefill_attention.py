@@ -61,7 +61,7 @@ def _timed_calls(fn, calls: int) -> float:
 def run(args) -> list[Section]:
     from labkit import LLM, EngineConfig, SamplingParams
     from labkit.attention import cpu_batched
-    from labkit.model import native
+    from labkit.kernels import native
 
     threads = set_threads(args.threads)
     set_clock("cpu", threads)

@@ -38,6 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.common import REPO, Section, load_average, report
+from labkit.kernels.cpu_features import describe_cpu
 from labkit.labs.lab03_batching.overhead import (
     PROFILES,
     RUNGS,
@@ -48,7 +49,6 @@ from labkit.labs.lab03_batching.overhead import (
     remedies,
     saturation_concurrency,
 )
-from labkit.model.cpu_features import describe_cpu
 
 ACCELERATOR_S = 0.005
 SIZES = {"full": [1, 16, 64, 256, 1024, 4096], "quick": [1, 64, 256, 1024], "tiny": [1, 64]}

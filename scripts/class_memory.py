@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     if not labs:
         parser.error(f"--lab {args.lab}: no notebook in labs/ starts with it")
 
+    from labkit.kernels.cpu_features import describe_cpu
     from labkit.model import shared_cache, weight_pack
-    from labkit.model.cpu_features import describe_cpu
 
     with tempfile.TemporaryDirectory(prefix="labkit-class-") as tmp_name:
         tmp = Path(tmp_name)

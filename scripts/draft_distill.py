@@ -26,8 +26,8 @@ from draft_corpus import Sample
 
 from labkit.attention import reference
 from labkit.attention.metadata import AttentionMetadata
+from labkit.kernels.ops.torch_ops import rms_norm
 from labkit.kv.paged_kv import PagedKVCache
-from labkit.model.ops.torch_ops import rms_norm
 from labkit.spec_decode.draft_model import DraftLlama
 
 

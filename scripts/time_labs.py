@@ -57,7 +57,7 @@ def busy_loops(n: int):
 
 def _cpu_line() -> str:
     sys.path.insert(0, str(REPO))
-    from labkit.model.cpu_features import describe_cpu
+    from labkit.kernels.cpu_features import describe_cpu
     return describe_cpu()
 
 

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 import pytest
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit.model import linear_forms as lf
-from labkit.model import native
+from labkit.kernels import linear_forms as lf
+from labkit.kernels import native
 from labkit.traces import load_prompts
 
 pytestmark = pytest.mark.timeout(900)

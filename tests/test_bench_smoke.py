@@ -208,7 +208,7 @@ def test_decode_profile_splits_a_step_into_its_stages(tiny_model, per_op):
         assert stage["whole layer (one C call)"] == 0
         assert stage["layer matmuls"] > 0 and stage[decode_profile.NORM] > 0 and stage["paged attention"] > 0
     else:       # decode steps run each layer as one C call (where the C kernels build)
-        from labkit.model import native
+        from labkit.kernels import native
 
         assert (stage["whole layer (one C call)"] > 0) == native.available()
     assert stubbed["layer matmuls"] == "(stubbed)" and float(stubbed[decode_profile.NORM]) > 0   # the stubbed arm still norms
@@ -239,7 +239,7 @@ def test_prefill_attention_benchmark_prints_one_row_per_length(tiny_model):
 
 def test_bf16_forms_benchmark_times_each_offered_form_and_names_the_choice(tiny_model):
     from bench import bf16_forms
-    from labkit.model import linear_forms as lf
+    from labkit.kernels import linear_forms as lf
 
     env, table = bf16_forms.main(["--tiny", "--model", tiny_model])
     assert any(r[0] == "bf16 form the engine chose" for r in env.rows)

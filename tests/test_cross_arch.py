@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.model import native
+from labkit.kernels import native
 
 CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
 CHECK = Path(__file__).with_name("c") / "kernel_check.c"

@@ -12,7 +12,7 @@ prefix cache, whole prefill, synchronous):
   recomputes; partial: a shared 32-token prefix), a batch of 16, chunked prefill, async scheduling;
 - the greedy tokens: speculative verification (k + 1 rows at once) and recompute after preemption.
 
-Why a form can fail this on one CPU and pass on another: see ``labkit/model/invariance.py``. The last
+Why a form can fail this on one CPU and pass on another: see ``labkit/kernels/invariance.py``. The last
 test shows that this check catches a product whose bits follow the row count (an emulated one).
 """
 
@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit.model import invariance, native, quant
-from labkit.model import linear_forms as lf
-from labkit.model.ops import torch_ops
-from labkit.model.tuning import bf16
+from labkit.kernels import invariance, native
+from labkit.kernels import linear_forms as lf
+from labkit.kernels.ops import torch_ops
+from labkit.kernels.tuning import bf16
+from labkit.model import quant
 from labkit.traces import load_prompts
 from tests.test_batch_invariance import run
 

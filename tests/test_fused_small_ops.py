@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit.model import native
-from labkit.model.ops import native_ops, torch_ops
-from labkit.model.ops.native_ops import NativeOps
+from labkit.kernels import native
+from labkit.kernels.ops import native_ops, torch_ops
+from labkit.kernels.ops.native_ops import NativeOps
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 needs_silu = pytest.mark.skipif(not native.has_silu_mul(), reason="PyTorch's vector exp was not found on this CPU")
@@ -179,7 +179,7 @@ def test_the_fused_small_ops_change_no_logit_bit(dtype, monkeypatch):
     assert ops is not None and ops._norm is not None and (ops._silu is not None or not native.has_silu_mul())
     # prefill op by op; decode steps as one C call a layer, where every product is the C kernel (bf16:
     # where the one-time timing chose it on this machine)
-    from labkit.model import linear_forms
+    from labkit.kernels import linear_forms
 
     whole_layer = (native_ops._native_int4_exact() if weights == "q4_1" else
                    dtype == "float32" or linear_forms.bf16_uses_kernel())

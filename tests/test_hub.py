@@ -612,7 +612,7 @@ def test_the_learners_load_the_one_library_the_set_up_built_and_start_no_compile
     """Every learner's kernel got LABKIT_SHARED_CACHE and maps the one library ``prepare`` built into it; no
     process of any learner started a compiler (not even ``cc --version``: the set-up recorded its compiler),
     and no learner has a library of their own."""
-    from labkit.model import native
+    from labkit.kernels import native
 
     built = sorted((shared_cache / "kernels").glob("labkit-*.so"))
     assert built, f"prepare built no C kernels into {shared_cache / 'kernels'}"

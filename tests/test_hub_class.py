@@ -311,7 +311,7 @@ def test_a_learner_loads_the_kernels_the_class_set_up_built_and_starts_no_compil
     library, read-only, without starting any process: no build, and no ``cc --version`` either."""
     import subprocess
 
-    from labkit.model import native
+    from labkit.kernels import native
 
     if not native.available():
         pytest.skip(f"no C kernels here: {native.why_unavailable()}")
@@ -344,7 +344,7 @@ def test_a_learner_whose_compiler_is_not_the_recorded_one_runs_it_and_gets_a_key
     """The recorded version line is used only for the very file the set-up ran (same path, same bytes): a
     compiler with other bytes, or another compiler ($CC), is asked for its version as before, so its library
     has another key and a wrong one is never loaded."""
-    from labkit.model import native
+    from labkit.kernels import native
 
     cc = native.compiler()
     if cc is None:

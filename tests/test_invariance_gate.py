@@ -1,5 +1,5 @@
 """The row-invariance gate and the choice it drives: a product form whose bits follow the row count is
-never offered, and the engine falls back to one that does not (``labkit/model/invariance.py``).
+never offered, and the engine falls back to one that does not (``labkit/kernels/invariance.py``).
 
 These run on any CPU: the non-invariant product is emulated (one ulp up whenever the row count is not a
 multiple of 16, the shape of a BLAS tail kernel), so the fallback rules are exercised here even where
@@ -12,9 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labkit.model import invariance, native, quant
-from labkit.model import linear_forms as lf
-from labkit.model.tuning import bf16, cache
+from labkit.kernels import invariance, native
+from labkit.kernels import linear_forms as lf
+from labkit.kernels.tuning import bf16, cache
+from labkit.model import quant
 
 
 def tail_kernel(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -79,7 +80,7 @@ def test_without_any_invariant_bf16_form_products_run_in_fp32(bf16_registry, mon
     monkeypatch.setattr(native, "has_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="no row-invariant bf16 product"):
         assert lf.bf16_form() == lf.Bf16Form.UPCAST
-    from labkit.model.ops import torch_ops
+    from labkit.kernels.ops import torch_ops
     x, w = torch.randn(5, 96).bfloat16(), torch.randn(64, 96).bfloat16()
     assert torch.equal(torch_ops.linear(x, w), lf.invariant_product(x.float(), w.float()).bfloat16())
     assert torch.equal(torch_ops.linear(x[:1], w), torch_ops.linear(x, w)[:1])

@@ -1,4 +1,4 @@
-"""The invariance gate's rules from its definition (``labkit/model/invariance.py``): every row count in
+"""The invariance gate's rules from its definition (``labkit/kernels/invariance.py``): every row count in
 ``COUNTS`` and every window in ``WINDOWS`` is compared, on the order probe's rows first and then the
 random rows, and the sentence names the first that differs; the probe's inputs and weight are exactly
 what their docstrings say. Products here are emulated row by row, so the answers hold on any CPU."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.model import invariance as inv
+from labkit.kernels import invariance as inv
 
 
 def exact(x: torch.Tensor) -> torch.Tensor:

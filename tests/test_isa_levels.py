@@ -35,14 +35,14 @@ from pathlib import Path
 
 import pytest
 
-from labkit.model import native
+from labkit.kernels import native
 
 LEVEL_CHECK = r"""
 import sys
 import torch
 import torch.nn.functional as F
-from labkit.model import invariance, native
-from labkit.model.cpu_features import cpu_flags
+from labkit.kernels import invariance, native
+from labkit.kernels.cpu_features import cpu_flags
 
 def rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
@@ -50,9 +50,9 @@ def rand(*shape, seed=0):
 import os
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit.model import linear_forms
-from labkit.model.ops import native_ops
-from labkit.model.ops.native_ops import NativeOps
+from labkit.kernels import linear_forms
+from labkit.kernels.ops import native_ops
+from labkit.kernels.ops.native_ops import NativeOps
 
 os.environ[linear_forms.ENV] = "C kernel"       # the fp32 product form is fixed here: no timing probe
 os.environ["LABKIT_HUGE_PAGES"] = "0"           # no copy of the weights into huge pages: speed is not measured here

@@ -1,7 +1,8 @@
 """The engine's layering, held by a test: no import cycles between modules, nor between packages but for
-the known upward arrows (``UPWARD_ARROWS``, which may only shrink); the runner and the
-model never import the scheduler; the model reaches its kernels only through ``labkit.model.ops``; the
-engine core never imports widgets; widgets never reach into the scheduler or the KV manager; the
+the known upward arrows (``UPWARD_ARROWS``, which may only shrink, and is empty); the kernels
+(``labkit.kernels``) import nothing above them, while the model and attention import them; the runner and
+the model never import the scheduler; the model reaches its kernels only through ``labkit.kernels.ops``;
+the engine core never imports widgets; widgets never reach into the scheduler or the KV manager; the
 bookkeeping modules import without torch.
 
 Imports are read from the source with ``ast`` (function-local imports included, so a local import
@@ -26,9 +27,12 @@ TORCH_FREE = ["labkit.request", "labkit.scheduler", "labkit.scheduler.continuous
 # The model's stack, top to bottom; a layer never imports one above it.
 MODEL_STACK = [
     ("labkit.model.llama",),                                    # the Llama: RoPE, its layers, the forward
-    ("labkit.model.ops",),                                      # its ops: PyTorch's and labkit's C implementation
-    ("labkit.model.native", "labkit.model.tuning", "labkit.model.linear_forms"),  # C kernels, product forms
+    ("labkit.kernels.ops",),                                    # its ops: PyTorch's and labkit's C implementation
+    ("labkit.kernels.native", "labkit.kernels.tuning", "labkit.kernels.linear_forms",  # C kernels, product forms,
+     "labkit.kernels.invariance", "labkit.kernels.cpu_features"),                      # their gate, the CPU
 ]
+# What labkit.kernels may import of labkit: itself, and where labkit keeps what it builds.
+KERNELS_MAY_IMPORT = ("labkit.kernels", "labkit.cache_dir")
 
 
 def module_name(path: Path) -> str:
@@ -109,9 +113,9 @@ def package_graph() -> dict[str, set[str]]:
     return graph
 
 
-# The package pairs that import each other today, by the arrow of each that runs up the house:
-# attention/cpu_batched.py -> model.native (the C kernels live in model/). None may be added.
-UPWARD_ARROWS = {("labkit.attention", "labkit.model")}
+# The package pairs that import each other today, by the arrow of each that runs up the house (none since
+# the C kernels left model/ for labkit/kernels, below both the model and attention). None may be added.
+UPWARD_ARROWS: set[tuple[str, str]] = set()
 
 
 def test_no_new_import_loop_between_packages():
@@ -123,7 +127,7 @@ def test_no_new_import_loop_between_packages():
     assert find_cycle(pruned) is None, find_cycle(pruned)
 
 
-@pytest.mark.parametrize("importers", ["labkit.model", "labkit.attention", "labkit.sample"])
+@pytest.mark.parametrize("importers", ["labkit.model", "labkit.attention", "labkit.kernels", "labkit.sample"])
 def test_the_compute_side_never_imports_the_scheduler(importers):
     assert violations(importers, ("labkit.scheduler",)) == []
 
@@ -135,13 +139,29 @@ def test_the_models_stack_never_imports_upward(depth):
 
 
 def test_the_model_reaches_its_kernels_only_through_ops():
-    """``llama.py`` is the model: which kernel runs an op is decided in ``labkit.model.ops``, not there."""
-    kernels = MODEL_STACK[2] + ("labkit.model.cpu_features",)
-    assert "labkit.model.ops" in GRAPH["labkit.model.llama"] and violations("labkit.model.llama", kernels) == []
+    """``llama.py`` is the model: which kernel runs an op is decided in ``labkit.kernels.ops``, not there.
+    Of the kernels it imports that interface alone (not ``native``, the tuning, nor ``ops``' own modules)."""
+    assert "labkit.kernels.ops" in GRAPH["labkit.model.llama"]
+    found = violations("labkit.model.llama", ("labkit.kernels",))
+    assert [v for v in found if not v.endswith(" imports labkit.kernels.ops")] == []
+
+
+def test_the_kernels_import_nothing_above_them():
+    """``labkit.kernels`` (the C sources, their loader, the tuning, the ops) sits below the model and the
+    attention backends, which import it; it imports no other part of labkit: not the model, attention, the
+    scheduler, the engine, nor anything above them."""
+    assert "labkit.kernels.native" in GRAPH["labkit.attention.cpu_batched"]      # the arrows run downward
+    assert "labkit.kernels.native" in GRAPH["labkit.model.quant"]
+    assert "labkit.cache_dir" in GRAPH["labkit.kernels.native"]                 # the parser sees the package
+    others = {".".join(m.split(".")[:2]) for m in MODULES if m.startswith("labkit.")} - set(KERNELS_MAY_IMPORT)
+    assert {"labkit.model", "labkit.attention", "labkit.scheduler", "labkit.engine", "labkit.llm"} <= others
+    assert violations("labkit.kernels", tuple(sorted(others))) == []
+    # nor the package labkit itself (its __init__ reaches the engine through ``LLM``)
+    assert [m for m, deps in GRAPH.items() if (m + ".").startswith("labkit.kernels.") and "labkit" in deps] == []
 
 
 @pytest.mark.parametrize("importers", ["labkit.scheduler", "labkit.kv", "labkit.engine", "labkit.model",
-                                       "labkit.attention", "labkit.sample", "labkit.spec_decode", "labkit.llm",
+                                       "labkit.kernels", "labkit.attention", "labkit.sample", "labkit.spec_decode", "labkit.llm",
                                        "labkit.builder", "labkit.sim", "labkit.events", "labkit.metrics"])
 def test_the_engine_never_imports_widgets_or_labs(importers):
     assert violations(importers, ("labkit.widgets", "labkit.labs", "labkit.assess")) == []

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labkit.model import native
-from labkit.model.ops.torch_ops import linear
-from labkit.model.tuning import bf16, cache, forms, fp32, timing, walks
-from labkit.model.tuning.forms import Form
-from labkit.model.tuning.walks import Walk
+from labkit.kernels import native
+from labkit.kernels.ops.torch_ops import linear
+from labkit.kernels.tuning import bf16, cache, forms, fp32, timing, walks
+from labkit.kernels.tuning.forms import Form
+from labkit.kernels.tuning.walks import Walk
 
 SHAPES = [(200, 96), (64, 1152)]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.model.ops import torch_ops
-from labkit.model.ops.torch_ops import linear, rms_norm
+from labkit.kernels.ops import torch_ops
+from labkit.kernels.ops.torch_ops import linear, rms_norm
 
 
 def hf_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -61,7 +61,7 @@ def test_bf16_linear_rows_have_the_same_bits_at_any_row_count_even_on_order_sens
     # The order probe's sums come out differently under any other split of the reduction, so this
     # fails wherever one row and several rows take kernels that sum in different orders (as the
     # one-row gemv and the multi-row gemm do for in_features > 1024 on AVX-512 without AMX).
-    from labkit.model.tuning.forms import order_probe
+    from labkit.kernels.tuning.forms import order_probe
     w, one = order_probe(*shape)
     x = torch.cat([one, one * 2, one * 3, one, -one, one * 0.5, one, one, one])
     alone = torch.cat([linear(x[i:i + 1], w) for i in range(len(x))])

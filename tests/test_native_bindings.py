@@ -1,4 +1,4 @@
-"""Each C entry point's ctypes signature has one owner: its definition in ``labkit/model/csrc/*.c``.
+"""Each C entry point's ctypes signature has one owner: its definition in ``labkit/kernels/csrc/*.c``.
 
 ``native.prototypes`` reads every ``labkit_*`` definition and ``native.bind`` gives the loaded library
 those signatures, so a prototype cannot drift from its binding. These tests hold the reading itself:
@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from labkit.model import native
+from labkit.kernels import native
 
 VP, I64, I32, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labkit.model import linear_forms as lf
-from labkit.model import native
-from labkit.model.ops.torch_ops import linear
-from labkit.model.tuning import cache, forms, walks
+from labkit.kernels import linear_forms as lf
+from labkit.kernels import native
+from labkit.kernels.ops.torch_ops import linear
+from labkit.kernels.tuning import cache, forms, walks
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 
@@ -434,7 +434,7 @@ def test_rope_and_kv_write_in_c_give_pytorchs_bits(heads, kv_heads, head_dim):
 @needs_kernel
 def test_the_fused_attention_input_changes_no_logit_bit(llm, monkeypatch):
     from labkit import SamplingParams
-    from labkit.model.ops.native_ops import NativeOps
+    from labkit.kernels.ops.native_ops import NativeOps
 
     execute, fuses = llm.engine.runner.execute, NativeOps.fuses_rope_and_kv_write
     used: list[bool] = []
@@ -456,8 +456,8 @@ def test_the_fused_attention_input_changes_no_logit_bit(llm, monkeypatch):
 
 AVX2_CHECK = """
 import torch
-from labkit.model import native
-from labkit.model.ops import native_ops
+from labkit.kernels import native
+from labkit.kernels.ops import native_ops
 assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
 assert native.available(), native.why_unavailable()
 assert native.isa_level() == "avx2" and native.bf16_kind() == "widened", (native.isa_level(), native.bf16_kind())

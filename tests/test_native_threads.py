@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams
-from labkit.model import linear_forms, native
-from labkit.model.ops import native_ops
-from labkit.model.ops.native_ops import NativeOps
+from labkit.kernels import linear_forms, native
+from labkit.kernels.ops import native_ops
+from labkit.kernels.ops.native_ops import NativeOps
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.model import linear_forms as lf
-from labkit.model import native
+from labkit.kernels import linear_forms as lf
+from labkit.kernels import native
+from labkit.kernels.ops import native_ops
+from labkit.kernels.ops.torch_ops import linear
+from labkit.kernels.tuning import cache, walks
 from labkit.model.gguf_codes import QuantizedWeight
-from labkit.model.ops import native_ops
-from labkit.model.ops.torch_ops import linear
 from labkit.model.q4_model import Q8Head
 from labkit.model.quant import Int4Linear
-from labkit.model.tuning import cache, walks
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"C kernel unavailable: {native.why_unavailable()}")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
-from labkit.model import native
+from labkit.kernels import native
 from labkit.model.agreement import first_divergence, greedy_agreement
 from labkit.model.gguf_codes import QuantizedWeight, q4_1_blocks, q8_0_blocks
 from labkit.model.q4_model import Q8Head

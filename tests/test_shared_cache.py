@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from labkit.cache_dir import SHARED_ENV
+from labkit.kernels.tuning import cache
 from labkit.model import shared_cache, weight_pack
-from labkit.model.cache_dir import SHARED_ENV
-from labkit.model.tuning import cache
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -212,7 +212,7 @@ def test_prepare_by_default_converts_with_progress_in_memory_both_dtypes_and_tun
 
 
 def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores_both(tmp_path, monkeypatch):
-    from labkit.model import linear_forms
+    from labkit.kernels import linear_forms
 
     during = []
 

@@ -18,8 +18,8 @@ import warnings
 import pytest
 import torch
 
+from labkit.cache_dir import SHARED_ENV
 from labkit.model import weight_pack
-from labkit.model.cache_dir import SHARED_ENV
 from labkit.model.weight_pack import DATA_ALIGN, MAGIC
 
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from labkit.attention.metadata import AttentionMetadata
 from labkit.attention.reference import KV_POOL_LAYOUT, write_kv  # noqa: F401  (writing K/V has one form)
-from labkit.model import native
+from labkit.kernels import native
 
 
 def _work_dtype(query: torch.Tensor) -> torch.dtype:
@@ -88,7 +88,8 @@ def one_kernel_call(rows: torch.Tensor, key_cache: torch.Tensor, meta: Attention
     """(slots [B or 1, L], lens [B]) where this step's attention is one call of the C kernel over all its
     query rows in order (``rows``: any tensor with a row per query token): every row a single new token,
     or every row one sequence's (its verification rows, or its prefill). Else None. The whole-layer C
-    call (``ops.native_ops.NativeOps.decode_plan``) runs exactly where this is not None."""
+    call (``labkit.kernels.ops.native_ops.NativeOps.decode_plan``, which finds this function on the backend
+    by its name) runs exactly where this is not None."""
     if not uses_decode_kernel(rows, key_cache):
         return None
     plans = _plan(meta, rows.shape[0], rows.device, True)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from labkit.attention.metadata import AttentionMetadata
 
 # The pool is [..., kv_heads, head_dim] addressed by slot, written by `write_kv` below: a model may
-# write it in a fused call of its own (``labkit.model.native.rope_write_kv``).
+# write it in a fused call of its own (``labkit.kernels.native.rope_write_kv``).
 KV_POOL_LAYOUT = "slots"
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from labkit.model.cache_dir import cache_root
+from labkit.cache_dir import cache_root
 from labkit.model.loader import _hf_name, _unpermute
 
 BLOCK = 32

@@ -7,7 +7,7 @@ and a target model can share a process). Each layer::
     x ─ RMSNorm ─ QKV ─ RoPE ─ write K,V via slot_mapping ─ paged attention ─ O ─(+)─ RMSNorm ─ SwiGLU ─(+)
 
 Numerics mirror Hugging Face's ``LlamaForCausalLM`` so greedy output matches token for token. The ops
-(products, RMSNorm, SwiGLU) run through ``labkit.model.ops``: PyTorch's kernels, or labkit's C kernels
+(products, RMSNorm, SwiGLU) run through ``labkit.kernels.ops``: PyTorch's kernels, or labkit's C kernels
 where they give the same bits.
 """
 
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
+from labkit.kernels.ops import TORCH_OPS, Ops, for_input, prepare_forms
 from labkit.model.config import ModelConfig
-from labkit.model.ops import TORCH_OPS, Ops, for_input, prepare_forms
 
 
 class Rotary(nn.Module):
@@ -95,7 +95,7 @@ class LlamaLayer(nn.Module):
 
     def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType,
                 ops: Ops = TORCH_OPS, pieces: tuple | None = None):
-        """``ops``: the implementation of the ops (`labkit.model.ops.for_input`). ``pieces``: compiled
+        """``ops``: the implementation of the ops (`labkit.kernels.ops.for_input`). ``pieces``: compiled
         versions of (attention_input, attention_output_and_mlp), or None for eager
         (``labkit.model.compiled``); the paged KV write and attention always run eagerly."""
         key_cache, value_cache = kv_cache
@@ -178,6 +178,6 @@ class LlamaModel(nn.Module):
                 layer.down_proj.copy_(take(p + "mlp.down_proj.weight"))
 
     def tune(self) -> None:
-        """Choose the product forms for these weights on this CPU (`labkit.model.ops.prepare_forms`: from the
+        """Choose the product forms for these weights on this CPU (`labkit.kernels.ops.prepare_forms`: from the
         disk cache, or timed once). Called where an engine is built, after the weights are in place."""
         prepare_forms(self.linear_weights(), self.embed_tokens.dtype, self.embed_tokens.device)

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from labkit.cache_dir import cache_root, shared_root
 from labkit.model import huge_pages, weight_pack
-from labkit.model.cache_dir import cache_root, shared_root
 from labkit.model.config import ModelConfig
 from labkit.model.llama import LlamaModel
 from labkit.model.tokenizer import Tokenizer

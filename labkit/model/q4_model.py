@@ -54,10 +54,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.model import huge_pages, linear_forms, native
+from labkit.kernels import linear_forms, native
+from labkit.kernels.ops.torch_ops import linear
+from labkit.model import huge_pages
 from labkit.model.gguf_codes import QuantizedWeight, gguf_source, read_quantized
 from labkit.model.llama import LlamaModel
-from labkit.model.ops.torch_ops import linear
 from labkit.model.quant import Int4Linear
 
 WEIGHTS = ("dense", "q4_1")

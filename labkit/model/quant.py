@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.model import invariance, linear_forms, native
+from labkit.kernels import invariance, linear_forms, native
 from labkit.model.llama import LlamaModel
 
 GROUP_SIZE = 32
@@ -91,7 +91,7 @@ def _int4_packed(out_features: int, in_features: int, group_size: int) -> tuple[
 
 def int4_offered(out_features: int, in_features: int, group_size: int) -> list[str]:
     """The 4-bit product forms that give a row the same bits at every row count on this CPU, for a weight
-    of this shape (`labkit.model.invariance`, checked once per shape and thread count; ~0.2 s)."""
+    of this shape (`labkit.kernels.invariance`, checked once per shape and thread count; ~0.2 s)."""
     if not int4_kernel_available("cpu") or out_features % 16:
         return []
     packed, scales_zeros = _int4_packed(out_features, in_features, group_size)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from labkit.model import native
-from labkit.model.cache_dir import SHARED_ENV, shared_root
+from labkit.cache_dir import SHARED_ENV, shared_root
+from labkit.kernels import native
 from labkit.model.llama import LlamaModel
 from labkit.model.loader import LazyTensors, ensure_default_converted, read_model_config
 from labkit.model.weight_pack import PACKS, model_tensors, pack_name, use_pack, write_pack
@@ -98,7 +98,7 @@ def _tune_into(root: Path, model_dir: Path, cfg, dtypes) -> None:
     """Time the product forms with ``root`` as the cache, the weights mapped from the packs, at the thread
     count the learners' labs compute with (``LABKIT_THREADS``, default 1): other counts are timed by the
     first process that uses them."""
-    from labkit.model import linear_forms
+    from labkit.kernels import linear_forms
 
     saved, threads = os.environ.get("LABKIT_CACHE"), torch.get_num_threads()
     os.environ["LABKIT_CACHE"] = str(root)

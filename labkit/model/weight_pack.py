@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from labkit.model.cache_dir import shared_root
+from labkit.cache_dir import shared_root
 
 MAGIC = b"LKWPACK1"
 VERSION = 1

@@ -60,7 +60,7 @@ def _check_lab(lab: str) -> str:
 def _machine() -> dict[str, Any]:
     import torch
 
-    from labkit.model.cpu_features import describe_cpu
+    from labkit.kernels.cpu_features import describe_cpu
 
     return {"cpu": describe_cpu(), "cores": os.cpu_count() or 1, "torch": torch.__version__}
 

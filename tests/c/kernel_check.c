@@ -1,4 +1,4 @@
-/* A stand-alone check of labkit's product kernels (labkit/model/csrc/linear_rows.c, threads.c) for a CPU
+/* A stand-alone check of labkit's product kernels (labkit/kernels/csrc/linear_rows.c, threads.c) for a CPU
  * the tests cannot run natively: tests/test_cross_arch.py cross-compiles it for aarch64 and runs it under
  * qemu-aarch64. For fp32 and bf16 (the build's widened form there), on shapes with tails:
  *

@@ -66,7 +66,7 @@ def cpu_kind(cpu: str | None = None, flags: frozenset[str] | None = None) -> str
     override = os.environ.get("LABKIT_CPU_KIND", "").strip()
     if override and cpu is None:
         return _slug(override)
-    from labkit.model.cpu_features import cpu_flags, describe_cpu
+    from labkit.kernels.cpu_features import cpu_flags, describe_cpu
 
     line = describe_cpu() if cpu is None else cpu
     flags = cpu_flags() if flags is None else flags

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from labkit.attention import cpu_batched
 from labkit.attention.backend import get_backend
 from labkit.attention.metadata import AttentionMetadata
+from labkit.kernels import native
 from labkit.labs.common.machine import one_thread
 from labkit.labs.common.measure import Verdict, compare, cpu_clock
-from labkit.model import native
 
 # SmolLM2-135M's attention shape (config.json): 9 query heads, 3 KV heads, head_dim 64, 30 layers.
 LAB = "02"     # verdicts go to results/lab02.json

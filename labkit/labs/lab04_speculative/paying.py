@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.i18n import t
+from labkit.kernels.cpu_features import has_amx
 from labkit.labs.common.measure import Comparison, Sample, Verdict, compare
 from labkit.labs.lab04_speculative.speedup import Row, aggregate, run_one
 from labkit.labs.lab04_speculative.sweeps import LAB_CONFIG, Engines, engine_name
 from labkit.labs.lab04_speculative.views import workload_label
-from labkit.model.cpu_features import has_amx
 from labkit.report.tables import Table
 
 PAIRS = (("ngram", "copy"), ("int4", "chat"))     # (method, workload) that suit each other

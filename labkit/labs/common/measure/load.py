@@ -42,7 +42,7 @@ def cores() -> int:
 
 
 def describe_machine() -> str:
-    from labkit.model.cpu_features import describe_cpu
+    from labkit.kernels.cpu_features import describe_cpu
 
     try:
         return describe_cpu()

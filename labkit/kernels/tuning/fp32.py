@@ -8,12 +8,12 @@ stop tokens are known), a prompt may be cut into chunks, and speculative decodin
 at once. If a row's bits followed the row count, each of these could flip a greedy near-tie (seen:
 async scheduling changed the greedy output of 2 of 8 prompts on a Xeon where the probe had chosen a
 different PyTorch form at 7 rows than at 8). The forms and the gate that admits them are in
-`labkit.model.tuning.forms`.
+`labkit.kernels.tuning.forms`.
 
 The probe (`probe_shapes`) times the invariant forms that serve every registered shape over a sweep
 through the model's own weights at decode row counts and at prefill sizes together, and keeps
 ``F.linear, padded`` unless the C kernel is faster by more than the margin (`timing.choose`). The choice
-is cached on disk per CPU, torch version and thread count (`labkit.model.tuning.cache`). The table
+is cached on disk per CPU, torch version and thread count (`labkit.kernels.tuning.cache`). The table
 still answers per (shape, rows, threads), with one form in every row of it.
 
 Tests and demonstrations can fix the choice: ``with forced(Form.F_LINEAR): ...`` (or the environment
@@ -30,9 +30,9 @@ from typing import Iterator
 
 import torch
 
-from labkit.model import native
-from labkit.model.tuning import cache, forms, timing, walks
-from labkit.model.tuning.forms import FORMS, INVARIANT, MAX_ROWS, Form, candidates, kernel_admitted, pad_rows
+from labkit.kernels import native
+from labkit.kernels.tuning import cache, forms, timing, walks
+from labkit.kernels.tuning.forms import FORMS, INVARIANT, MAX_ROWS, Form, candidates, kernel_admitted, pad_rows
 
 PREFILL = MAX_ROWS + 1          # the table's key for "more rows than MAX_ROWS" (prefill)
 ROWS = range(1, PREFILL + 1)    # the table's row counts
@@ -159,7 +159,7 @@ def _runnable(name: str, asked: str) -> Form:
 
 
 def form_name(shape: tuple[int, int], rows: int, threads: int | None = None) -> Form:
-    """The form ``labkit.model.ops.torch_ops.linear`` uses for an fp32 CPU product of this shape and row count."""
+    """The form ``labkit.kernels.ops.torch_ops.linear`` uses for an fp32 CPU product of this shape and row count."""
     if _forced:
         return _forced[-1]
     env = os.environ.get(ENV)

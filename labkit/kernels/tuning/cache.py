@@ -25,9 +25,9 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from labkit.model import native
-from labkit.model.cache_dir import cache_root, shared_root
-from labkit.model.cpu_features import describe_cpu
+from labkit.cache_dir import cache_root, shared_root
+from labkit.kernels import native
+from labkit.kernels.cpu_features import describe_cpu
 
 VERSION = 7                              # part of `machine_key`: bump when a form, a gate or an entry changes
 PROVISIONAL = " | timed while busy"      # key + this -> True: the value under key was timed while busy

@@ -1,7 +1,7 @@
 """The ops of a forward through PyTorch's kernels: the reference path, and the one every other
 implementation (`native_ops`) is tested against.
 
-``linear`` takes the product form the tuning chose for this CPU (`labkit.model.tuning`, which may be
+``linear`` takes the product form the tuning chose for this CPU (`labkit.kernels.tuning`, which may be
 labkit's C product); ``rms_norm``, ``add_rms_norm`` and ``swiglu`` are PyTorch's kernels. Each keeps
 the bits Hugging Face's ``LlamaForCausalLM`` computes, so greedy output matches it token for token
 (tests/test_parity.py).
@@ -16,17 +16,17 @@ from array import array
 import torch
 import torch.nn.functional as F
 
-from labkit.model import native
-from labkit.model.cpu_features import has_amx
-from labkit.model.tuning import bf16, fp32
-from labkit.model.tuning.bf16 import Bf16Form
-from labkit.model.tuning.forms import order_probe
+from labkit.kernels import native
+from labkit.kernels.cpu_features import has_amx
+from labkit.kernels.tuning import bf16, fp32
+from labkit.kernels.tuning.bf16 import Bf16Form
+from labkit.kernels.tuning.forms import order_probe
 
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
 # fp32: one batch-invariant form for every row count (a row gets the same bits in any batch, so the
 # scheduler never changes a token: tests/test_batch_invariance.py), the faster of two on the CPU at hand by a timing probe
-# (`labkit.model.tuning.fp32`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
+# (`labkit.kernels.tuning.fp32`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
 # 2 rows on an AMD EPYC.
 # bf16: the products must give each row the same bits at any row count, because speculative decoding
 # verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
@@ -154,7 +154,7 @@ def _scalar_rms_norm_is_exact() -> bool:
 
 
 def prepare_forms(weights: list, dtype: torch.dtype, device: torch.device) -> None:
-    """Choose the product forms `linear` takes for a model's weights on this CPU (`labkit.model.tuning`:
+    """Choose the product forms `linear` takes for a model's weights on this CPU (`labkit.kernels.tuning`:
     from the disk cache, or timed once); ``dtype`` and ``device`` are the model's. fp32: a form per shape;
     bf16: the C kernel or PyTorch's forms (`_bf16_torch`)."""
     if device.type != "cpu":
@@ -166,7 +166,7 @@ def prepare_forms(weights: list, dtype: torch.dtype, device: torch.device) -> No
 
 
 class TorchOps:
-    """The `labkit.model.ops.Ops` of a forward through the functions above. Each method calls the module
+    """The `labkit.kernels.ops.Ops` of a forward through the functions above. Each method calls the module
     function of its name when it runs, so a test or `bench.decode_profile` that replaces the function
     reaches every caller. RoPE and the K/V write stay apart (``Rotary``, the backend's ``write_kv``) and
     the layers run op by op."""

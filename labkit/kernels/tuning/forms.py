@@ -2,14 +2,14 @@
 
 ``F.linear`` is not batch-invariant: MKL's one-row kernel (a gemv) sums in one order, and a few rows in
 another (on the AMD EPYC measured: 1-3 rows differ from 4 and more on one thread, 1-11 on two; on a Xeon
-with AMX: 1, 2-15 and 16+). Two forms are invariant, and `labkit.model.tuning.fp32` chooses between them:
+with AMX: 1, 2-15 and 16+). Two forms are invariant, and `labkit.kernels.tuning.fp32` chooses between them:
 
 - ``F.linear, padded`` (`Form.PADDED`): ``F.linear`` on at least ``m`` rows, a smaller batch padded with
   zero rows, where ``m`` is the least row count from which ``F.linear`` gives every row the same bits at
   every row count and position, found on this CPU for each weight shape and thread count (`pad_rows`, on
   `order_probe`). Its bits are those transformers' ``F.linear`` computes for the batch of ``m`` rows; the
   padding costs a few rows of compute in a memory-bound product.
-- labkit's C kernel (`Form.NATIVE`, ``labkit.model.native``, offered only where it builds): row-invariant
+- labkit's C kernel (`Form.NATIVE`, ``labkit.kernels.native``, offered only where it builds): row-invariant
   by construction, and admitted only if the gate confirms it (`kernel_admitted`: the same bits at every
   row count 1..17 and position, and as accurate as ``F.linear``). Its bits differ from transformers' in
   the last places, as MKL's differ from one CPU to the next; greedy parity with transformers is
@@ -28,9 +28,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from labkit.model import native
-from labkit.model.invariance import order_pattern
-from labkit.model.tuning.timing import with_threads
+from labkit.kernels import native
+from labkit.kernels.invariance import order_pattern
+from labkit.kernels.tuning.timing import with_threads
 
 MAX_ROWS = 16                    # row counts up to which the gate checks a form row by row
 PAD_CHECK_ROWS = (32, 64, 256)   # row counts past MAX_ROWS + 1 where `pad_rows` checks F.linear too
@@ -43,7 +43,7 @@ class Form(str, Enum):
     W_XT = "(W @ xᵀ)ᵀ"
     F_LINEAR_PAIR = "F.linear of a pair"          # one row computed as two copies of itself
     W_XT_PAIR = "(W @ xᵀ)ᵀ of a pair"
-    NATIVE = "C kernel"                           # labkit.model.native: only where it builds on this machine
+    NATIVE = "C kernel"                           # labkit.kernels.native: only where it builds on this machine
     PADDED = "F.linear, padded"
 
     def __str__(self) -> str:

@@ -1,5 +1,6 @@
 """Where labkit keeps what it builds once per machine: converted models, GGUF block files, the timed
-fp32 product forms. A module of its own so that every part below the loader can reach it."""
+fp32 product forms, the C kernels. A top-level module so that the kernels (``labkit.kernels``) and the
+model (``labkit.model``) both reach it."""
 
 from __future__ import annotations
 

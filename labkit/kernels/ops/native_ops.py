@@ -1,4 +1,4 @@
-"""The ops of a CPU forward through labkit's C kernels (``labkit.model.native``), each used only where it
+"""The ops of a CPU forward through labkit's C kernels (``labkit.kernels.native``), each used only where it
 gives the bits of its PyTorch form (`torch_ops`) on this machine, checked once per dtype, width and thread
 count on random rows across magnitudes (the check is about bits, never timing). Where a check fails, or
 a kernel is not built, that op is PyTorch's.
@@ -11,17 +11,16 @@ holds every fused op to PyTorch's bits, op by op and on the real model's logits.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.attention import cpu_batched
-from labkit.attention.metadata import AttentionMetadata
-from labkit.model import native
-from labkit.model.config import ModelConfig
-from labkit.model.ops import torch_ops
-from labkit.model.tuning import bf16, fp32
-from labkit.model.tuning.forms import Form
+from labkit.kernels import native
+from labkit.kernels.ops import torch_ops
+from labkit.kernels.tuning import bf16, fp32
+from labkit.kernels.tuning.forms import Form
 
 _NORM_PROBE_ROWS = 64
 _norm_lanes: dict[tuple, int | None] = {}
@@ -30,6 +29,14 @@ _int4_exact: dict[int, bool] = {}
 # Run a decode step's layers as one C call each where `NativeOps.decode_plan` allows (bench.decode_profile
 # --per-op switches it off to show the ops one by one).
 DECODE_LAYER_CALL = True
+
+
+class Dimensions(Protocol):
+    """What `for_input` reads of a model's config (``labkit.model.config.ModelConfig`` has these)."""
+
+    hidden_size: int
+    intermediate_size: int
+    rms_norm_eps: float
 
 
 def _native_norm_lanes(dtype: torch.dtype, n: int, eps: float) -> int | None:
@@ -116,7 +123,7 @@ def _int4_layer_weight(w) -> bool:
 
 
 class NativeOps:
-    """The `labkit.model.ops.Ops` of a CPU forward in one dtype through labkit's C kernels, checked once
+    """The `labkit.kernels.ops.Ops` of a CPU forward in one dtype through labkit's C kernels, checked once
     (`for_input`) and then called straight through ctypes: at about 60 calls a step, the per-call checks
     of the ``native`` functions and of the helpers above cost more than the C work (2 to 4 µs each
     against 1 to 2). An op whose C form is not used here calls its PyTorch form (`torch_ops`)."""
@@ -180,18 +187,20 @@ class NativeOps:
         return native.rope_write_kv_unchecked(self._rope, heads, rotary.cos, rotary.signed_sin, positions, slots,
                                               key_pool, value_pool, num_heads, num_kv_heads)
 
-    def decode_plan(self, model: nn.Module, x: torch.Tensor, meta: AttentionMetadata, backend,
-                    kv_caches: list) -> tuple | None:
+    def decode_plan(self, model: nn.Module, x: torch.Tensor, meta, backend, kv_caches: list) -> tuple | None:
         """(context slots, their row stride, context lengths, 4-bit products?) for `decode_layer`, where a
         whole layer of ``model`` (a ``LlamaModel``) can run as one C call this step: every row a single new
         token, or every row one sequence's (its verification rows or its prefill); the batch-invariant CPU
-        attention backend with its C kernel; every layer product the C kernel at this row count, or (the
-        q4_1 model) 4-bit weights where `_native_int4_exact` found PyTorch's int4 bits. Else None."""
+        attention backend with its C kernel (a backend that has ``one_kernel_call``, which says where its
+        attention is one C call: ``labkit.attention.cpu_batched``; ``meta`` goes to it as it is); every layer
+        product the C kernel at this row count, or (the q4_1 model) 4-bit weights where `_native_int4_exact`
+        found PyTorch's int4 bits. Else None."""
         if self._layer is None or not DECODE_LAYER_CALL or not model.layers:
             return None
         layer = model.layers[0]
         weights = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
-        if (backend is not cpu_batched or not x.is_contiguous()
+        one_kernel_call = getattr(backend, "one_kernel_call", None)
+        if (one_kernel_call is None or not x.is_contiguous()
                 or any(w.dtype != self.dtype or not w.is_contiguous() for w in (layer.input_layernorm, layer.post_attention_layernorm))):
             return None
         rows = x.shape[0]
@@ -203,7 +212,7 @@ class NativeOps:
             if not (bf16.bf16_uses_kernel() if self.bf else
                     all(fp32.form_name(tuple(w.shape), rows) is Form.NATIVE for w in weights)):
                 return None
-        call = cpu_batched.one_kernel_call(x, kv_caches[0][0], meta)
+        call = one_kernel_call(x, kv_caches[0][0], meta)
         if call is None:
             return None
         slots, lens = call
@@ -249,7 +258,7 @@ def forget_checks() -> None:
         cached.clear()
 
 
-def for_input(x: torch.Tensor, cfg: ModelConfig) -> NativeOps | None:
+def for_input(x: torch.Tensor, cfg: Dimensions) -> NativeOps | None:
     """The C ops for a forward over x (the embedded tokens), or None where they do not apply (not the
     CPU, not fp32 or bf16, a graph being compiled, no C kernel). Each op inside is one that gives
     PyTorch's bits on this machine (`_probe_norm_lanes`, `_native_swiglu_exact`), else the PyTorch form."""

@@ -13,7 +13,7 @@ flags and the CPU line, so a changed source, compiler or CPU builds anew and a s
 loaded. A class's set-up records its compiler's version line beside the library it built
 (`record_compiler`); a learner's process whose compiler is that same file reads the line there and starts
 no compiler process at all. Where there is no compiler, or the build fails, `available()` is False,
-`why_unavailable()` says why, and labkit keeps to PyTorch's forms (``labkit.model.tuning.forms`` only offers this one when it
+`why_unavailable()` says why, and labkit keeps to PyTorch's forms (``labkit.kernels.tuning.forms`` only offers this one when it
 builds). ``LABKIT_NATIVE=0`` switches it off. ``LABKIT_ISA=generic|avx2|avx512|avx512bf16`` builds (and
 loads, a library per level) the kernels for that instruction-set level instead of this CPU's own, so an
 AVX-512 machine runs what an AVX2-only laptop runs (`ISA_LEVELS`).
@@ -41,8 +41,8 @@ from pathlib import Path
 
 import torch
 
-from labkit.model.cache_dir import cache_root, shared_root
-from labkit.model.cpu_features import cpu_flags, describe_cpu
+from labkit.cache_dir import cache_root, shared_root
+from labkit.kernels.cpu_features import cpu_flags, describe_cpu
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "decode_layer.c", "q8_rows.c",

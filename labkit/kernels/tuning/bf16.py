@@ -8,7 +8,7 @@ form for all of them, never a mix:
   AVX512_BF16 through its dot-product instruction, elsewhere with the weights widened to fp32 in registers
   (``native.bf16_kind``), so it reads half the bytes of the fp32 product on every CPU;
 - PyTorch's product (`Bf16Form.TORCH`, ``ops.torch_ops._bf16_torch``), where the gate (`bf16_torch_refused`,
-  `labkit.model.invariance`) finds that this CPU gives a row the same bits at every row count and position
+  `labkit.kernels.invariance`) finds that this CPU gives a row the same bits at every row count and position
   (refused where, as on a Xeon with AMX, oneDNN gives tail rows other bits);
 - both offered: the faster as timed once on this CPU (`choose_bf16`); neither: `Bf16Form.UPCAST`, the fp32
   form of the widened weights, rounded to bf16 (exact, slower), with a warning.
@@ -25,8 +25,8 @@ from typing import Callable
 
 import torch
 
-from labkit.model import invariance, native
-from labkit.model.tuning import cache, timing, walks
+from labkit.kernels import invariance, native
+from labkit.kernels.tuning import cache, timing, walks
 
 BF16_ROWS = (1, 2, 4, 8, 16)      # row counts the bf16 probe times on the sweep (and PREFILL_ROWS on a sample)
 BF16_ENV = "LABKIT_BF16_KERNEL"   # 1 or 0 asks for the kernel or PyTorch's form (tests, demonstrations)
@@ -119,7 +119,7 @@ def _uses_kernel_as_timed(threads: int) -> bool:
 
 def bf16_torch_refused(threads: int | None = None) -> str | None:
     """Why PyTorch's bf16 product is not offered on this CPU at this thread count (a row's bits change
-    with the row count or position: `labkit.model.invariance`), or None where it passes. Checked once per
+    with the row count or position: `labkit.kernels.invariance`), or None where it passes. Checked once per
     CPU, torch version and thread count on every registered weight shape (about 3 s for the default
     model), then read from the disk cache."""
     threads = torch.get_num_threads() if threads is None else threads

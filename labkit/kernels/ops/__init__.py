@@ -4,7 +4,8 @@
     native_ops.NativeOps  labkit's C kernels, each where it gives PyTorch's bits on this machine
 
 `for_input` picks one per forward. The model (``labkit.model.llama``) reaches its kernels only through
-here, and nothing here imports the model (tests/test_layering.py holds both).
+here, and nothing here imports the model or the attention backends: a model's config and a backend are
+read through the attributes they carry (tests/test_layering.py holds both).
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from labkit.attention.metadata import AttentionMetadata
-from labkit.model.config import ModelConfig
-from labkit.model.ops import native_ops
-from labkit.model.ops.native_ops import NativeOps
-from labkit.model.ops.torch_ops import TORCH_OPS, TorchOps, prepare_forms
+from labkit.kernels.ops import native_ops
+from labkit.kernels.ops.native_ops import Dimensions, NativeOps
+from labkit.kernels.ops.torch_ops import TORCH_OPS, TorchOps, prepare_forms
 
-__all__ = ["TORCH_OPS", "NativeOps", "Ops", "TorchOps", "for_input", "prepare_forms"]
+__all__ = ["TORCH_OPS", "Dimensions", "NativeOps", "Ops", "TorchOps", "for_input", "prepare_forms"]
 
 
 class Ops(Protocol):
@@ -51,17 +50,16 @@ class Ops(Protocol):
         """RoPE on q and k of the fused QKV output ``heads`` and K, V written to the pools at ``slots``:
         returns q [T, num_heads, head_dim]."""
 
-    def decode_plan(self, model: nn.Module, x: torch.Tensor, meta: AttentionMetadata, backend,
-                    kv_caches: list) -> tuple | None:
+    def decode_plan(self, model: nn.Module, x: torch.Tensor, meta, backend, kv_caches: list) -> tuple | None:
         """What `decode_layer` needs where every layer of this step runs as one call, else None (the
-        layers run op by op)."""
+        layers run op by op). ``meta``: the step's attention metadata, handed to ``backend`` as it is."""
 
     def decode_layer(self, layer: nn.Module, x: torch.Tensor, positions: torch.Tensor, rotary: nn.Module,
                      kv_cache, slot_mapping: torch.Tensor, plan: tuple) -> torch.Tensor:
         """``LlamaLayer.forward`` in one call, with the same bits."""
 
 
-def for_input(x: torch.Tensor, cfg: ModelConfig, compiled: bool = False) -> Ops:
+def for_input(x: torch.Tensor, cfg: Dimensions, compiled: bool = False) -> Ops:
     """The ops for a forward over x (the embedded tokens): the C ones where they apply (fp32 or bf16 on the
     CPU with the kernels built), else PyTorch's. ``compiled``: the layers run torch.compile'd halves
     (``labkit.model.compiled``), which trace PyTorch's ops."""

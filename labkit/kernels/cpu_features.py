@@ -25,7 +25,7 @@ def cpu_flags() -> frozenset[str]:
 @functools.lru_cache(maxsize=1)
 def has_amx() -> bool:
     """Intel AMX tiles (Sapphire Rapids and later): bf16 matmuls run on the matrix units. Cached: a
-    bf16 linear asks on every call (``labkit.model.ops.torch_ops.linear``)."""
+    bf16 linear asks on every call (``labkit.kernels.ops.torch_ops.linear``)."""
     return "amx_tile" in cpu_flags() and "amx_bf16" in cpu_flags()
 
 

@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from labkit.model import native
-from labkit.model.tuning import cache, timing
+from labkit.kernels import native
+from labkit.kernels.tuning import cache, timing
 
 WALK_ROWS = (1, 2, 4, 8, 16)    # row counts the two walks are timed at
 LINEAR_SUBJECT = "C kernel: sequential walk up to rows"        # the cache key's subject for `linear_rows`
