@@ -102,7 +102,7 @@ def test_on_kubernetes_the_instructors_password_is_a_mounted_secret_never_first_
 
     from labkit.hub.__main__ import main
 
-    hub = yaml.safe_load((REPO / "hub" / "z2jh-values.yaml").read_text(encoding="utf-8"))["hub"]
+    hub = yaml.safe_load((REPO / "deploy" / "z2jh-values.yaml").read_text(encoding="utf-8"))["hub"]
     c = Config()
     exec(hub["extraConfig"]["labkit-instructor"], {"c": c})      # the chart: exec(config_py) in its config file
     authenticator = c.JupyterHub.authenticator_class
