@@ -18,7 +18,7 @@ from labkit.sampling_params import SamplingParams
 from labkit.serve import limits, protocol, responses
 from labkit.serve.engine_loop import Accepted, Rejected, SequenceDelta, check_context
 from labkit.serve.limits import ConcurrencyGate, RequestBody, ServeLimits
-from labkit.serve.metrics import COUNTERS, E2E_BUCKETS, GAUGES, ITL_BUCKETS, TTFT_BUCKETS, ServerMetrics
+from labkit.serve.prometheus import COUNTERS, E2E_BUCKETS, GAUGES, ITL_BUCKETS, TTFT_BUCKETS, ServerMetrics
 from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest
 from labkit.serve.request_stream import RequestStream
 
