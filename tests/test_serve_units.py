@@ -651,7 +651,7 @@ class FakeEngine:
     """The engine calls the loop makes, recorded; ``add`` says what ``add_request`` does."""
 
     def __init__(self, add=None, num_prompt_tokens=9):
-        from labkit.sim.engine import SimTokenizer
+        from labkit.sim.simulator import SimTokenizer
         self.tokenizer, self.requests, self.calls = SimTokenizer(), {}, []
         self.add, self.num_prompt_tokens, self.outputs = add, num_prompt_tokens, []
 
