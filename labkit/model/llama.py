@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.model.config import ModelConfig
+from labkit.model.model_config import ModelConfig
 from labkit.model.ops import TORCH_OPS, Ops, for_input, prepare_forms
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.model.config import ModelConfig
+from labkit.model.model_config import ModelConfig
 from labkit.model.ops import native_ops
 from labkit.model.ops.native_ops import NativeOps
 from labkit.model.ops.torch_ops import TORCH_OPS, TorchOps, prepare_forms

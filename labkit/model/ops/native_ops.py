@@ -18,7 +18,7 @@ from torch import nn
 from labkit.attention import cpu_batched
 from labkit.attention.metadata import AttentionMetadata
 from labkit.model import native
-from labkit.model.config import ModelConfig
+from labkit.model.model_config import ModelConfig
 from labkit.model.ops import torch_ops
 from labkit.model.tuning import bf16, fp32
 from labkit.model.tuning.forms import Form
