@@ -87,7 +87,7 @@ TEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(2, len(os.sched_g
 # The suite, then the course site built from the labs it executed (broken links, missing figures, cell
 # errors fail it; chromium opens two pages).
 test: setup-test hub-proxy-for-tests
-	$(PY) -m ruff check labkit tests bench scripts hub
+	$(PY) -m ruff check labkit tests bench scripts deploy
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 	$(PY) scripts/build_book.py --executed build/book/executed --check
 
@@ -104,7 +104,7 @@ HUB_CPUS ?= 1
 HUB_FLAGS ?=
 HUB_ENV = LABKIT_HUB_DIR=$(HUB_DIR) LABKIT_HUB_PORT=$(HUB_PORT) LABKIT_HUB_INSTRUCTOR=$(INSTRUCTOR) \
 	LABKIT_HUB_MEM=$(HUB_MEM) LABKIT_HUB_CPUS=$(HUB_CPUS) $(HUB_FLAGS)
-# configurable-http-proxy from npm, pinned with its whole tree (hub/package-lock.json), in this checkout only.
+# configurable-http-proxy from npm, pinned with its whole tree (deploy/package-lock.json), in this checkout only.
 PROXY := build/hub/node_modules/.bin/configurable-http-proxy
 
 # The recipe lines are not echoed: HUB_FLAGS may hold LABKIT_HUB_ADMIN_TOKEN. `instructor` asks for the
@@ -118,9 +118,9 @@ hub: setup-hub hub-proxy
 
 hub-proxy: $(PROXY)
 
-$(PROXY): hub/package.json hub/package-lock.json
+$(PROXY): deploy/package.json deploy/package-lock.json
 	@command -v npm >/dev/null || { echo "make hub needs node >= 20 and npm (apt-get install nodejs npm)" >&2; exit 1; }
-	mkdir -p build/hub && cp hub/package.json hub/package-lock.json build/hub/
+	mkdir -p build/hub && cp deploy/package.json deploy/package-lock.json build/hub/
 	cd build/hub && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 

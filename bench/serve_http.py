@@ -5,7 +5,7 @@
 
 1. Starts ``labkit serve`` (default model, default EngineConfig) as a separate process on a free
    loopback port, exactly as a user would, and runs ``labkit bench`` against it at each rate
-   (result files in ``--out-dir``, loadable with ``labkit.benchmark.load_results``).
+   (result files in ``--out-dir``, loadable with ``labkit.serve_bench.load_results``).
 2. Overhead: the same requests (same prompts, ``max_tokens``, ``ignore_eos``, greedy) all at once,
    through HTTP (rate inf) and through ``LLM.generate`` in this process, alternating
    (generate, HTTP, HTTP, generate, ...); output tokens per wall second and per CPU second of each,
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import httpx
 
-from labkit.benchmark import BenchResult, compute_metrics
-from labkit.benchmark.client import Target
-from labkit.benchmark.runner import LoadShape, run_load
-from labkit.benchmark.workload import build_workload
 from labkit.serve.cli import DEFAULT_MODEL_NAME
+from labkit.serve_bench import BenchResult, compute_metrics
+from labkit.serve_bench.client import Target
+from labkit.serve_bench.load_generator import LoadShape, run_load
+from labkit.serve_bench.workload import build_workload
 
 
 def free_port() -> int:

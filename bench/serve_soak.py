@@ -23,9 +23,9 @@ import time
 import httpx
 import numpy as np
 
-from labkit.benchmark.client import Target
-from labkit.benchmark.runner import LoadShape, run_load
-from labkit.benchmark.workload import build_workload
+from labkit.serve_bench.client import Target
+from labkit.serve_bench.load_generator import LoadShape, run_load
+from labkit.serve_bench.workload import build_workload
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ from labkit.model.q4_model import q4_1_model
 from labkit.model.runner import ModelRunner
 from labkit.sample.sampler import Sampler
 from labkit.scheduler import make_scheduler
-from labkit.sim.engine import build_sim_engine
+from labkit.sim.simulator import build_sim_engine
 from labkit.spec_decode.factory import make_proposer
 
 

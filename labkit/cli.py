@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
         from labkit.serve.cli import main as serve_main
         serve_main(rest)
     elif command == "bench":
-        from labkit.benchmark.cli import main as bench_main
+        from labkit.serve_bench.cli import main as bench_main
         bench_main(rest)
     else:
         print(USAGE, file=sys.stderr)

@@ -32,7 +32,7 @@ from labkit.model.input_batch import ModelInput
 from labkit.scheduler.continuous import step_kind
 from labkit.scheduler_output import PLACEHOLDER
 from labkit.sim.cost import step_time
-from labkit.sim.engine import SIM_EOS, SIM_VOCAB, SimRunner
+from labkit.sim.simulator import SIM_EOS, SIM_VOCAB, SimRunner
 
 PERIOD = 5          # next_token copies the token this many places back (n-gram lookup can find it)
 EOS_ONE_IN = 40     # roughly one position in this many ends the sequence (unless ignore_eos)

@@ -16,11 +16,11 @@ import sys
 import pytest
 
 from labkit import set_language
-from labkit.benchmark.metrics import compute_metrics
 from labkit.kv.kv_cache_manager import hash_block
 from labkit.labs.exercises import EXERCISES, exercise
 from labkit.labs.lab03_batching.exercises import _OCCUPANCY_CASES
 from labkit.replay import static_decode_occupancy
+from labkit.serve_bench.client_metrics import compute_metrics
 from labkit.spec_decode.theory import expected_tokens_per_step
 from tests.test_assess_exercises import BlocksByDeque, FirstFitByMarks, occupancy_loop, step_literal
 

@@ -18,7 +18,7 @@ import sys
 import httpx
 import pytest
 
-from labkit.benchmark.cli import DEFAULT_OUTPUT_LEN, add_bench_args, run_bench
+from labkit.serve_bench.cli import DEFAULT_OUTPUT_LEN, add_bench_args, run_bench
 from tests.serve_util import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

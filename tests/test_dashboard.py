@@ -236,7 +236,7 @@ def test_synthetic_requests_fit_the_pool_and_run_to_their_sampled_length(llm):
 @pytest.mark.parametrize("settings, module", [
     (dict(kv_cache="contiguous"), "labkit.kv.contiguous"),
     (dict(scheduler="static"), "labkit.scheduler.static"),
-    (dict(model="sim"), "labkit.sim.engine"),
+    (dict(model="sim"), "labkit.sim.simulator"),
 ])
 def test_other_engine_choices_run_a_workload_once_they_exist(settings, module):
     pytest.importorskip(module)

@@ -75,7 +75,7 @@ def test_the_instructors_name_is_never_first_use_and_learners_still_are(tmp_path
     consulted for them); a learner's first login still sets their password."""
     import asyncio
 
-    from labkit.hub.config import ClassAuthenticator
+    from labkit.hub.jupyterhub_setup import ClassAuthenticator
 
     auth = ClassAuthenticator(instructor="teacher", password_file=str(tmp_path / "instructor-password"),
                               dbm_path=str(tmp_path / "passwords.dbm"), create_users=True)
@@ -102,7 +102,7 @@ def test_on_kubernetes_the_instructors_password_is_a_mounted_secret_never_first_
 
     from labkit.hub.__main__ import main
 
-    hub = yaml.safe_load((REPO / "hub" / "z2jh-values.yaml").read_text(encoding="utf-8"))["hub"]
+    hub = yaml.safe_load((REPO / "deploy" / "z2jh-values.yaml").read_text(encoding="utf-8"))["hub"]
     c = Config()
     exec(hub["extraConfig"]["labkit-instructor"], {"c": c})      # the chart: exec(config_py) in its config file
     authenticator = c.JupyterHub.authenticator_class
@@ -156,11 +156,11 @@ def test_the_hub_waits_for_a_busy_machines_server_well_past_the_90_s_that_gave_u
 
     from traitlets.config import Config
 
-    from labkit.hub import config
+    from labkit.hub import jupyterhub_setup
 
-    monkeypatch.setattr(config, "learner_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(jupyterhub_setup, "learner_python", lambda: Path(sys.executable))
     c = Config()
-    config.configure_spawner(c, from_env({}))
+    jupyterhub_setup.configure_spawner(c, from_env({}))
     assert c.Spawner.http_timeout >= 240 and c.Spawner.start_timeout >= c.Spawner.http_timeout
     docs = " ".join((REPO / "docs" / "hub.md").read_text(encoding="utf-8").split())
     assert (f"(`http_timeout` {c.Spawner.http_timeout} s, `start_timeout` {c.Spawner.start_timeout} s)" in docs)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.benchmark.metrics import RequestRecord, Summary, compute_metrics, meets, summarize
+from labkit.serve_bench.client_metrics import RequestRecord, Summary, compute_metrics, meets, summarize
 
 approx = lambda x: pytest.approx(x, rel=1e-9, abs=1e-12)      # noqa: E731
 
@@ -153,7 +153,7 @@ def test_an_unknown_objective_is_refused():
 def test_goodput_limits_are_name_colon_milliseconds_above_zero():
     """``--goodput NAME:MS``: the name is what stands before the first colon, the limit a positive number
     of milliseconds (a fraction of one included); zero or a negative limit is refused by name."""
-    from labkit.benchmark.metrics import parse_goodput
+    from labkit.serve_bench.client_metrics import parse_goodput
 
     assert parse_goodput(["ttft:500", "tpot:0.5"]) == {"ttft": 500.0, "tpot": 0.5}
     for bad, says in (("ttft:0", "must be > 0 ms"), ("tpot:-3", "must be > 0 ms"),

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from labkit import EngineConfig, SamplingParams, SpecConfig
 from labkit.request import Request, RequestStatus
-from labkit.sim.engine import SIM_EOS
+from labkit.sim.simulator import SIM_EOS
 from tests.sim_oracle import expected_output, shadow_llm
 
 ALPHABET = st.integers(97, 100)          # four letters: n-grams repeat, so speculation has matches

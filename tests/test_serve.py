@@ -17,7 +17,7 @@ from bench.common import tiny_model_dir
 from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit.serve.cli import add_serve_args, engine_config, served_model_name
 from labkit.serve.detokenize import SequenceText
-from labkit.sim.engine import SimTokenizer
+from labkit.sim.simulator import SimTokenizer
 from tests.serve_util import scrape, serving, sim_llm, wait_until
 
 TINY = "tiny-llama"

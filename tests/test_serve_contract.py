@@ -18,7 +18,7 @@ from labkit.config import DEFAULT_MAX_MODEL_LEN
 from labkit.serve import BackgroundServer, ServedModel
 from labkit.serve.app import REFUSALS_DOC
 from labkit.serve.limits import ServeLimits, default_max_body_bytes
-from labkit.serve.metrics import VLLM_NAMES
+from labkit.serve.prometheus import VLLM_NAMES
 from tests.serve_util import PacedEngine, serving, sim_llm, sse_data
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,7 +24,7 @@ from labkit.serve.limits import ServeLimits
 from labkit.serve.protocol import MAX_STOP_CHARS
 from labkit.serve.protocol import UNSUPPORTED as UNSUPPORTED_FIELDS
 from labkit.serve.server import bind
-from labkit.sim.engine import SimTokenizer
+from labkit.sim.simulator import SimTokenizer
 from tests.serve_util import serving, sim_llm, wait_until
 
 pytestmark = pytest.mark.timeout(120)

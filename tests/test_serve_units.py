@@ -18,7 +18,7 @@ from labkit.sampling_params import SamplingParams
 from labkit.serve import limits, protocol, responses
 from labkit.serve.engine_loop import Accepted, Rejected, SequenceDelta, check_context
 from labkit.serve.limits import ConcurrencyGate, RequestBody, ServeLimits
-from labkit.serve.metrics import COUNTERS, E2E_BUCKETS, GAUGES, ITL_BUCKETS, TTFT_BUCKETS, ServerMetrics
+from labkit.serve.prometheus import COUNTERS, E2E_BUCKETS, GAUGES, ITL_BUCKETS, TTFT_BUCKETS, ServerMetrics
 from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest
 from labkit.serve.request_stream import RequestStream
 
@@ -651,7 +651,7 @@ class FakeEngine:
     """The engine calls the loop makes, recorded; ``add`` says what ``add_request`` does."""
 
     def __init__(self, add=None, num_prompt_tokens=9):
-        from labkit.sim.engine import SimTokenizer
+        from labkit.sim.simulator import SimTokenizer
         self.tokenizer, self.requests, self.calls = SimTokenizer(), {}, []
         self.add, self.num_prompt_tokens, self.outputs = add, num_prompt_tokens, []
 

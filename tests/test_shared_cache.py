@@ -63,8 +63,8 @@ def test_a_damaged_pack_is_refused_by_name(tmp_path, damage, message):
 
 
 def test_a_pack_of_another_model_is_refused(tmp_path):
-    from labkit.model.config import ModelConfig
     from labkit.model.llama import LlamaModel
+    from labkit.model.model_config import ModelConfig
 
     cfg = ModelConfig.from_hf({"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32,
                                "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1})

@@ -271,9 +271,9 @@ def tiny_hf_dir(where: Path) -> Path:
 
 
 def test_prepare_writes_one_pack_per_dtype_holding_the_models_converted_weights(tmp_path, monkeypatch):
-    from labkit.model.config import ModelConfig
     from labkit.model.llama import LlamaModel
     from labkit.model.loader import LazyTensors
+    from labkit.model.model_config import ModelConfig
 
     root = tmp_path / "class"
     model_dir = tiny_hf_dir(root / "models" / "tiny")

@@ -13,7 +13,7 @@ from labkit import LLM, EngineConfig, SamplingParams, SpecConfig
 from labkit import events as ev
 from labkit.replay import replay
 from labkit.sim.cost import HARDWARE, MODELS, HardwareProfile, ModelProfile, step_time
-from labkit.sim.engine import SIM_EOS, SimRunner
+from labkit.sim.simulator import SIM_EOS, SimRunner
 from labkit.traces import TraceRequest, synthetic_trace
 
 A100, LLAMA3 = HARDWARE["a100-80gb"], MODELS["llama-3-8b"]

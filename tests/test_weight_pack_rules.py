@@ -24,8 +24,8 @@ from labkit.model.weight_pack import DATA_ALIGN, MAGIC
 
 
 def tiny_model():
-    from labkit.model.config import ModelConfig
     from labkit.model.llama import LlamaModel
+    from labkit.model.model_config import ModelConfig
 
     cfg = ModelConfig.from_hf({"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32,
                                "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1})

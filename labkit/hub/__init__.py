@@ -8,8 +8,8 @@ What runs, and which file holds it::
                           push-update | reset-lab | export-csv         class_tools.py (results.py)
                           password-file (zero-to-jupyterhub's secret)  instructor.py
         │
-        jupyterhub (root) ─ configurable-http-proxy (npm, build/hub/)  config.py, hub/jupyterhub_config.py
-        ├─ authenticator: first-use passwords for learners, the         config.py, instructor.py
+        jupyterhub (root) ─ configurable-http-proxy (npm, build/hub/)  jupyterhub_setup.py, deploy/jupyterhub_config.py
+        ├─ authenticator: first-use passwords for learners, the         jupyterhub_setup.py, instructor.py
         │    instructor's set before the start (or PAM)
         ├─ spawner: LabkitSpawner, one process tree per learner,        spawner.py
         │    in a cgroup with the learner's memory and CPU limits       limits.py
@@ -20,5 +20,5 @@ What runs, and which file holds it::
 
 A learner is a local system user (learners.py) whose home is theirs alone (mode 0700): their copy of the
 labs is in ``~/work`` and their results in ``~/work/results``. docs/hub.md walks through it, including
-zero-to-jupyterhub on Kubernetes (hub/z2jh-values.yaml) for a class past one machine.
+zero-to-jupyterhub on Kubernetes (deploy/z2jh-values.yaml) for a class past one machine.
 """

@@ -6,7 +6,7 @@
     python -m labkit.hub remove-learners bo      # the account and its home (only accounts labkit made)
     python -m labkit.hub prepare                 # the class's one copy of the model, read-only
     python -m labkit.hub check                   # what this machine enforces per learner
-    python -m labkit.hub start                   # JupyterHub with hub/jupyterhub_config.py
+    python -m labkit.hub start                   # JupyterHub with deploy/jupyterhub_config.py
 
 and, while a class runs (class_tools.py): ``push-update``, ``reset-lab NAME LAB``, ``export-csv FILE``.
 """
@@ -23,7 +23,7 @@ from labkit.hub.interpreter import learner_python, readable_by_all
 from labkit.hub.limits import LearnerCgroup, Limits
 from labkit.hub.settings import REPO, HubSettings, from_env
 
-CONFIG = REPO / "hub" / "jupyterhub_config.py"
+CONFIG = REPO / "deploy" / "jupyterhub_config.py"
 
 
 def need_root(what: str) -> None:

@@ -1,6 +1,6 @@
 """The instructor's class view, live from the hub: every learner's progress, no files handed in.
 
-A JupyterHub service (config.py starts it; the hub routes ``/services/class-view/`` to it). It opens
+A JupyterHub service (jupyterhub_setup.py starts it; the hub routes ``/services/class-view/`` to it). It opens
 only for a user the hub grants ``access:services!service=class-view``: the admins, that is the
 instructor. A learner is refused (403); they see their own progress in their own workspace
 (``dashboards/progress.ipynb``), and their home is theirs alone, so no learner reads another's work.

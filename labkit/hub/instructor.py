@@ -7,7 +7,7 @@ it. Their password is set before the hub starts, as a bcrypt hash in a file only
     python -m labkit.hub instructor               # asks twice on the terminal (or reads one line of stdin)
         -> $LABKIT_HUB_DIR/instructor-password      mode 0600, owner root
 
-`config.ClassAuthenticator` checks the instructor's logins against that file (read at each login, so a new
+`jupyterhub_setup.ClassAuthenticator` checks the instructor's logins against that file (read at each login, so a new
 password needs no restart) and leaves every other name to the first-use rules. `start` refuses to run
 while the file is missing, or readable by anyone but its owner.
 """

@@ -12,7 +12,7 @@ cgroup v2 (one hierarchy at /sys/fs/cgroup): ``memory.max`` and ``cpu.max``, onc
 ``memory`` and ``cpu`` controllers down to its children. cgroup v1 (one hierarchy per controller):
 ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes`` where swap is accounted) and
 ``cpu.cfs_quota_us``. A limit that cannot be written is reported as not enforced, with the reason, in
-the hub's log: nothing pretends. On a systemd host, SystemdSpawner does this job instead (config.py).
+the hub's log: nothing pretends. On a systemd host, SystemdSpawner does this job instead (jupyterhub_setup.py).
 
 A page is charged to the cgroup that first brought it into memory: the shared weight pack, written by
 the hub's set-up (``python -m labkit.hub prepare``), is charged to the hub's cgroup, not to a learner's.

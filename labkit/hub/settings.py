@@ -2,7 +2,7 @@
 
 The Makefile, the command line (``python -m labkit.hub``), the JupyterHub config file and the tests all
 pass settings the same way, through the environment, so the hub that ``make hub`` starts and the hub the
-tests start are configured by the same code (``config.configure``).
+tests start are configured by the same code (``jupyterhub_setup.configure``).
 
 =========================  ==============================  ===========================================
 variable                   default                         what

@@ -9,7 +9,7 @@
 - ``LABKIT_SHARED_CACHE``: the class's one copy of the model (labkit.model.shared_cache).
 
 `LabkitSpawner` starts it as a local process (JupyterHub's LocalProcessSpawner) inside a cgroup with the
-learner's memory and CPU limits (`limits`). On a systemd host config.py pairs `LearnerCourse` with
+learner's memory and CPU limits (`limits`). On a systemd host jupyterhub_setup.py pairs `LearnerCourse` with
 SystemdSpawner instead, which enforces the same limits through systemd.
 """
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
 from labkit.kernels.ops import TORCH_OPS, Ops, for_input, prepare_forms
-from labkit.model.config import ModelConfig
+from labkit.model.model_config import ModelConfig
 
 
 class Rotary(nn.Module):

@@ -21,8 +21,8 @@ import torch
 
 from labkit.cache_dir import cache_root, shared_root
 from labkit.model import huge_pages, weight_pack
-from labkit.model.config import ModelConfig
 from labkit.model.llama import LlamaModel
+from labkit.model.model_config import ModelConfig
 from labkit.model.tokenizer import Tokenizer
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"

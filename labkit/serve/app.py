@@ -32,7 +32,7 @@ from labkit.serve import responses as doc
 from labkit.serve.engine_loop import EngineLoop, check_context
 from labkit.serve.errors import APIError, bad_value, error_object, error_response, validation_error
 from labkit.serve.limits import RequestBody, ServeLimits, unparsable_body
-from labkit.serve.metrics import ServerMetrics
+from labkit.serve.prometheus import ServerMetrics
 from labkit.serve.prompt import PromptEncoder
 from labkit.serve.protocol import ChatCompletionRequest, CompletionRequest, invalid_unicode_field, unsupported_field
 from labkit.serve.request_stream import RequestStream

@@ -24,7 +24,7 @@ gets a last delta with ``finish_reason="abort"`` and can end properly; later sub
 
 The engine's run statistics keep no per-request samples while it serves (``reset_metrics(keep_samples=
 False)``): a long-lived server would otherwise grow by about 1 KB a request; the latency histograms
-are the server's own (metrics.py).
+are the server's own (prometheus.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Callable
 
 from labkit.sampling_params import SamplingParams
 from labkit.serve.detokenize import SequenceText
-from labkit.serve.metrics import ServerMetrics
+from labkit.serve.prometheus import ServerMetrics
 
 logger = logging.getLogger("labkit.serve")
 

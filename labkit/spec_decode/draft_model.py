@@ -40,10 +40,10 @@ from torch import nn
 from labkit.config import EngineConfig, SpecConfig
 from labkit.kv.kv_cache_manager import KVCacheManager
 from labkit.kv.paged_kv import PagedKVCache
-from labkit.model.config import ModelConfig
 from labkit.model.input_batch import build_from_lists
 from labkit.model.llama import LlamaLayer, LlamaModel
 from labkit.model.loader import load_model
+from labkit.model.model_config import ModelConfig
 from labkit.model.quant import quantized_copy
 from labkit.request import Request
 from labkit.sample.sampler import Sampler, to_probs

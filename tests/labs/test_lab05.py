@@ -10,12 +10,12 @@ import math
 import pytest
 
 from labkit import EngineConfig
-from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary, compute_metrics
 from labkit.labs.exercises import exercise
 from labkit.labs.lab05_engine_choice import ablation, advisor, chapter, compare, diagnose, facts
 from labkit.labs.lab05_engine_choice.quiz import questions
 from labkit.labs.lab05_engine_choice.solutions import goodput_and_p99_tpot, pick_config
 from labkit.metrics import percentile
+from labkit.serve_bench.client_metrics import BenchMetrics, RequestRecord, Summary, compute_metrics
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from labkit.labs.lab05_engine_choice import fixed_shapes as fs
-from labkit.model.config import ModelConfig
+from labkit.model.model_config import ModelConfig
 
 pytestmark = pytest.mark.timeout(300)
 

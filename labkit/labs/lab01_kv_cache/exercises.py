@@ -58,7 +58,7 @@ def kv_bytes_per_token_exercise() -> Exercise:
         checks=[call_check("kv_bytes_per_token", args, note, explain=functools.partial(_explain_kv, args),
                            diagnose=functools.partial(_diagnose_kv, args)) for args, note in _KV_CASES],
         reference="labkit.labs.lab01_kv_cache.solutions:kv_bytes_per_token",
-        engine=["labkit.model.config:ModelConfig.kv_bytes_per_token", "labkit.sim.cost",
+        engine=["labkit.model.model_config:ModelConfig.kv_bytes_per_token", "labkit.sim.cost",
                 "labkit.labs.lab01_kv_cache.measure:KVShape"],
         lab="01",
         hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存长度为 head_dim 的向量。每个头存几个这样的向量？",

@@ -89,7 +89,7 @@ def serve_trace(llm, trace: list[TraceRequest], rate: float, slo: SLO, label: st
 @contextmanager
 def _host_cpu_time(simulated: bool):
     """The simulator's virtual clock moves by the engine's host work as well as the modelled
-    accelerator step (``labkit.sim.engine``). Timed on the wall clock, another program on a busy
+    accelerator step (``labkit.sim.simulator``). Timed on the wall clock, another program on a busy
     machine would stretch every simulated step: a busy run then serves a different simulation.
     So a simulated replay reads the host work in this process's CPU time (an injected clock, e.g. a
     test's, is left alone). The real model keeps the wall clock: its latencies are wall time."""

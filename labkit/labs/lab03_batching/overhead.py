@@ -24,7 +24,7 @@ The remedies are ``EngineConfig`` switches measured one at a time (``remedies``)
 the persistent batch (input preparation from columns kept across steps) and async scheduling (the
 accelerator's step overlaps the host's; the step is about max(host, model) instead of the sum). Each
 rung reports the accelerator's busy share and the decode throughput from the simulator's virtual clock,
-which every piece of host work advances (``labkit.sim.engine.SimEngine.step``).
+which every piece of host work advances (``labkit.sim.simulator.SimEngine.step``).
 
 ``config_overrides`` go into ``EngineConfig``: the on/off comparison of an engine optimisation is one
 more call with its switch flipped.

@@ -33,11 +33,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from labkit.benchmark.client import Target
-from labkit.benchmark.metrics import BenchMetrics, compute_metrics
-from labkit.benchmark.results import BenchResult
-from labkit.benchmark.runner import LoadShape, run_load
-from labkit.benchmark.workload import BenchRequest
 from labkit.config import EngineConfig, SpecConfig
 from labkit.events import StepEnd
 from labkit.labs.common.display import fast
@@ -45,6 +40,11 @@ from labkit.labs.common.measure import cpu_clock, machine_load, measuring, wall_
 from labkit.llm import LLM
 from labkit.sampling_params import SamplingParams
 from labkit.serve import BackgroundServer, ServedModel
+from labkit.serve_bench.client import Target
+from labkit.serve_bench.client_metrics import BenchMetrics, compute_metrics
+from labkit.serve_bench.load_generator import LoadShape, run_load
+from labkit.serve_bench.results import BenchResult
+from labkit.serve_bench.workload import BenchRequest
 from labkit.traces import load_prompts
 
 SERVED_NAME = "labkit-lab05"

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from labkit.benchmark.client import Target
-from labkit.benchmark.metrics import compute_metrics
-from labkit.benchmark.runner import LoadShape, run_load
 from labkit.events import StepEnd
 from labkit.i18n import t
 from labkit.labs.lab05_engine_choice.ablation import SERVED_NAME, StepTotals, Workload, run_blocking
 from labkit.llm import LLM
 from labkit.serve import BackgroundServer, ServedModel
+from labkit.serve_bench.client import Target
+from labkit.serve_bench.client_metrics import compute_metrics
+from labkit.serve_bench.load_generator import LoadShape, run_load
 
 NAMES = {
     "kv_usage": ("kv_cache_usage_perc", "gpu_cache_usage_perc"),

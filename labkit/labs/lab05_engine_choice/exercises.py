@@ -87,7 +87,7 @@ def goodput_exercise(result_path: str | Path | None = None, ttft_ms: float = 200
                     "of ITL, which pools every inter-token gap). When no request has a TPOT, the P99 is None."},
         checks=checks,
         reference="labkit.labs.lab05_engine_choice.solutions:goodput_and_p99_tpot",
-        engine=["labkit.benchmark.metrics", "labkit.metrics:percentile"], diagnose=_diagnose_goodput, lab="05",
+        engine=["labkit.serve_bench.client_metrics", "labkit.metrics:percentile"], diagnose=_diagnose_goodput, lab="05",
         hints=[{"zh": "只数 success 为真的请求；TPOT = (e2el − ttft) / (输出 token 数 − 1)，换成毫秒。",
                 "en": "Count only successful requests; TPOT = (e2el − ttft) / (output tokens − 1), in milliseconds."},
                {"zh": "只有 1 个 token 的回复没有 TPOT（不进 P99），但算作满足 TPOT 目标。",

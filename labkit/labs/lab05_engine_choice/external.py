@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from labkit.benchmark.client import Target, probe_metrics
-from labkit.benchmark.metrics import compute_metrics
-from labkit.benchmark.results import BenchResult
-from labkit.benchmark.runner import run_load
 from labkit.i18n import t
 from labkit.labs.lab05_engine_choice.ablation import Workload, run_blocking
 from labkit.labs.lab05_engine_choice.diagnose import MetricsSampler
+from labkit.serve_bench.client import Target, probe_metrics
+from labkit.serve_bench.client_metrics import compute_metrics
+from labkit.serve_bench.load_generator import run_load
+from labkit.serve_bench.results import BenchResult
 
 COMMANDS = {
     "vLLM": "vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000",

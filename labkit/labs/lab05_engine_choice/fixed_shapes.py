@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import torch
 
 from labkit.labs.common.measure import Comparison, compare, cpu_clock, measuring
-from labkit.model.config import ModelConfig
 from labkit.model.llama import LlamaLayer
 from labkit.model.loader import read_model_config, resolve_model_dir
+from labkit.model.model_config import ModelConfig
 
 BUCKETS = (1, 2, 4, 8, 16)
 _STEP_IDS = itertools.count()

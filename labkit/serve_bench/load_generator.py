@@ -27,9 +27,9 @@ from typing import Callable
 import httpx
 import numpy as np
 
-from labkit.benchmark.client import Target, send
-from labkit.benchmark.metrics import RequestRecord
-from labkit.benchmark.workload import BenchRequest
+from labkit.serve_bench.client import Target, send
+from labkit.serve_bench.client_metrics import RequestRecord
+from labkit.serve_bench.workload import BenchRequest
 
 KEEPALIVE_EXPIRY_S = 2.0      # < uvicorn's timeout_keep_alive (5 s): the client lets go of a connection first
 

@@ -1,4 +1,4 @@
-"""JupyterHub's configuration for a class, from `HubSettings` (hub/jupyterhub_config.py calls `configure`).
+"""JupyterHub's configuration for a class, from `HubSettings` (deploy/jupyterhub_config.py calls `configure`).
 
 =================  ============================================================================
 part               choice, and why

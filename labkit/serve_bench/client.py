@@ -32,8 +32,8 @@ from typing import Callable
 
 import httpx
 
-from labkit.benchmark.metrics import RequestRecord
-from labkit.benchmark.workload import BenchRequest
+from labkit.serve_bench.client_metrics import RequestRecord
+from labkit.serve_bench.workload import BenchRequest
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 

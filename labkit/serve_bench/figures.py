@@ -6,8 +6,8 @@ import math
 
 import plotly.graph_objects as go
 
-from labkit.benchmark.results import BenchResult
 from labkit.report.figures import style
+from labkit.serve_bench.results import BenchResult
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
 

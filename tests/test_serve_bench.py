@@ -14,18 +14,18 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from labkit.benchmark import BenchResult, compute_metrics, latency_cdf, load_results, results_table, ttft_vs_rate
-from labkit.benchmark.cli import DEFAULT_OUTPUT_LEN, format_report
-from labkit.benchmark.cli import main as bench_main
-from labkit.benchmark.client import Target
-from labkit.benchmark.metrics import RequestRecord, Summary, parse_goodput
-from labkit.benchmark.runner import LoadShape, arrival_gaps, run_load
-from labkit.benchmark.workload import BenchRequest, build_workload
 from labkit.i18n import get_language, set_language
 from labkit.labs.lab05_engine_choice import external
 from labkit.labs.lab05_engine_choice.ablation import Workload
 from labkit.serve import BackgroundServer, ServedModel
 from labkit.serve.limits import ServeLimits
+from labkit.serve_bench import BenchResult, compute_metrics, latency_cdf, load_results, results_table, ttft_vs_rate
+from labkit.serve_bench.cli import DEFAULT_OUTPUT_LEN, format_report
+from labkit.serve_bench.cli import main as bench_main
+from labkit.serve_bench.client import Target
+from labkit.serve_bench.client_metrics import RequestRecord, Summary, parse_goodput
+from labkit.serve_bench.load_generator import LoadShape, arrival_gaps, run_load
+from labkit.serve_bench.workload import BenchRequest, build_workload
 from tests.serve_util import PacedEngine, running, scrape, serving, sim_llm, strict_openai_server, wait_until
 
 pytestmark = pytest.mark.timeout(180)     # a stuck run fails its test with every thread's stack
@@ -505,8 +505,8 @@ def test_a_time_bounded_run_counts_neither_unsent_nor_cut_requests_as_failures(c
 
 
 def test_the_client_lets_go_of_an_idle_connection_before_the_server_closes_it():
-    from labkit.benchmark.runner import KEEPALIVE_EXPIRY_S
     from labkit.serve.server import make_server
+    from labkit.serve_bench.load_generator import KEEPALIVE_EXPIRY_S
 
     app = FastAPI()
     app.state.engine_loop = None

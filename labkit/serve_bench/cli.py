@@ -8,11 +8,11 @@ import datetime as dt
 import math
 import platform
 
-from labkit.benchmark.client import ENDPOINTS, Target, probe_metrics
-from labkit.benchmark.metrics import BenchMetrics, compute_metrics, parse_goodput
-from labkit.benchmark.results import BenchResult
-from labkit.benchmark.runner import LoadShape, run_load
-from labkit.benchmark.workload import DATASETS, build_workload
+from labkit.serve_bench.client import ENDPOINTS, Target, probe_metrics
+from labkit.serve_bench.client_metrics import BenchMetrics, compute_metrics, parse_goodput
+from labkit.serve_bench.load_generator import LoadShape, run_load
+from labkit.serve_bench.results import BenchResult
+from labkit.serve_bench.workload import DATASETS, build_workload
 
 DEFAULT_OUTPUT_LEN = 128
 

@@ -1,6 +1,6 @@
 """The result file of ``labkit bench`` (JSON) and what a notebook does with it.
 
-    from labkit.benchmark import load_results, results_table, latency_cdf, ttft_vs_rate
+    from labkit.serve_bench import load_results, results_table, latency_cdf, ttft_vs_rate
     results = load_results("results/*.json")       # one call: every run, sorted by request rate
     results_table(results)                          # the summary table (HTML in Jupyter)
     latency_cdf(results, "ttft"); ttft_vs_rate(results)
@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.benchmark.client import failure_kind
-from labkit.benchmark.metrics import BenchMetrics, RequestRecord, Summary
 from labkit.report.tables import Table
+from labkit.serve_bench.client import failure_kind
+from labkit.serve_bench.client_metrics import BenchMetrics, RequestRecord, Summary
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 
