@@ -235,6 +235,7 @@ def _exercise(where: str, name: str, entry: object) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise BankError(f"{where}: must be a [{name}] table with title, task and hints, got {entry!r}")
     _known(where, entry, EXERCISE_FIELDS)
+    title, task = _t(*_text(where, entry, "title")), _t(*_text(where, entry, "task"))
     hints = entry.get("hints")
     if hints is None:
         raise BankError(f"{where}: field 'hints' is missing: one [[{name}.hints]] table per hint "
@@ -246,8 +247,7 @@ def _exercise(where: str, name: str, entry: object) -> dict[str, Any]:
         if not isinstance(hint, dict):
             raise BankError(f"{where}: hint {i}: field 'hints' must hold tables with zh and en, got {hint!r}")
         _languages(f"{where}: hint {i}", hint)
-    return {"title": _t(*_text(where, entry, "title")), "task": _t(*_text(where, entry, "task")),
-            "hints": [_t(hint["zh"], hint["en"]) for hint in hints]}
+    return {"title": title, "task": task, "hints": [_t(hint["zh"], hint["en"]) for hint in hints]}
 
 
 class ExerciseText:
