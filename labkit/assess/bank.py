@@ -30,13 +30,29 @@ What must be computed stays in the lab's ``quiz.py``: numeric questions from for
 shapes, questions on the learner's own run (``on_own_result``). ``from_file(path, after=...)``
 places them after the question they follow. The file is parsed as TOML only: its text is shown
 as written, never run.
+
+An exercise's text is data the same way: ``labkit/labs/<lab>/exercises.toml`` holds each exercise's
+title, task and hints, keyed by its stable name; ``ExerciseText`` reads it once and refuses a
+malformed file, or one that lacks an exercise of the lab or names another, with the file, the
+exercise and the field named. Its checks, case data and the feedback computed from a wrong answer
+stay in the lab's ``exercises.py``. An exercise file:
+
+    [kv_bytes_per_token]                  # the exercise's name: stable, results are recorded under it
+    title.zh = "练习：每个 token 的 KV 缓存字节数"
+    title.en = "Exercise: KV cache bytes per token"
+    task.zh = "实现 kv_bytes_per_token(...)：……"
+    task.en = "Write kv_bytes_per_token(...) returning ..."
+
+    [[kv_bytes_per_token.hints]]          # in order: a failing check picks a hint by its position
+    zh = "每一层、每个 KV 头……"
+    en = "Every layer and every KV head ..."
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from labkit.assess.questions import LETTERS, MultipleChoice, Numeric
 from labkit.report.results import read_summary
@@ -49,6 +65,7 @@ except ModuleNotFoundError:         # Python 3.10: the same parser, published as
 LANGUAGES = ("zh", "en")
 QUESTION_FIELDS = ("id", "stem", "shuffle", "option")
 OPTION_FIELDS = ("text", "feedback", "correct", "misconception")
+EXERCISE_FIELDS = ("title", "task", "hints")
 
 
 class Option(NamedTuple):
@@ -84,16 +101,21 @@ class Row:
 
 
 class BankError(ValueError):
-    """A question file that cannot be used; the message names the file, the question and the field."""
+    """A question or exercise file that cannot be used; the message names the file, the question or
+    exercise, and the field."""
+
+
+def _parse(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise BankError(f"{path}: not valid TOML ({e})") from None
 
 
 def load(path: str | Path) -> list[Row]:
     """The questions of a TOML question file, in file order; a malformed file is refused (``BankError``)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise BankError(f"{path}: not valid TOML ({e})") from None
+    data = _parse(path)
     unknown = sorted(set(data) - {"question"})
     if unknown:
         raise BankError(f"{path}: unknown field {unknown[0]!r} at the top (a file holds [[question]] tables only)")
@@ -164,15 +186,20 @@ def _text(where: str, table: dict, name: str) -> tuple[str, str]:
         raise BankError(f"{where}: field '{name}' is missing: it needs {name}.zh and {name}.en")
     if not isinstance(value, dict):
         raise BankError(f"{where}: field '{name}' must hold {name}.zh and {name}.en, got {value!r}")
+    return _languages(where, value, f"{name}.")
+
+
+def _languages(where: str, value: dict, prefix: str = "") -> tuple[str, str]:
+    """The text in every language, each present and non-empty; ``prefix`` names the field in messages."""
     unknown = sorted(set(value) - set(LANGUAGES))
     if unknown:
-        raise BankError(f"{where}: unknown field '{name}.{unknown[0]}' (languages: {', '.join(LANGUAGES)})")
+        raise BankError(f"{where}: unknown field '{prefix}{unknown[0]}' (languages: {', '.join(LANGUAGES)})")
     for language in LANGUAGES:
         text = value.get(language)
         if text is None:
-            raise BankError(f"{where}: field '{name}.{language}' is missing")
+            raise BankError(f"{where}: field '{prefix}{language}' is missing")
         if not isinstance(text, str) or not text.strip():
-            raise BankError(f"{where}: field '{name}.{language}' must be non-empty text, got {text!r}")
+            raise BankError(f"{where}: field '{prefix}{language}' must be non-empty text, got {text!r}")
     return value["zh"], value["en"]
 
 
@@ -184,6 +211,65 @@ def _known(where: str, table: dict, fields: Sequence[str]) -> None:
 
 def _t(zh: str, en: str) -> dict[str, str]:
     return {"zh": zh, "en": en}
+
+
+def load_exercises(path: str | Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The text of each exercise in a TOML exercise file, ``{name: {"title", "task", "hints"}}`` (texts as
+    ``{"zh", "en"}``); the file holds exactly the exercises ``names``, else it is refused (``BankError``)."""
+    path = Path(path)
+    data = _parse(path)
+    extra = [name for name in data if name not in names]
+    if extra and extra[0] in EXERCISE_FIELDS:
+        raise BankError(f"{path}: field {extra[0]!r} at the top: it belongs under its exercise's [name] table")
+    if extra:
+        raise BankError(f"{path}: exercise {extra[0]!r} is not an exercise of this lab "
+                        f"(its exercises: {', '.join(names)})")
+    missing = [name for name in names if name not in data]
+    if missing:
+        raise BankError(f"{path}: exercise {missing[0]!r} is missing: every exercise of the lab has a "
+                        f"[{missing[0]}] table with its title, task and hints")
+    return {name: _exercise(f"{path}: exercise {name!r}", name, data[name]) for name in names}
+
+
+def _exercise(where: str, name: str, entry: object) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise BankError(f"{where}: must be a [{name}] table with title, task and hints, got {entry!r}")
+    _known(where, entry, EXERCISE_FIELDS)
+    title, task = _t(*_text(where, entry, "title")), _t(*_text(where, entry, "task"))
+    hints = entry.get("hints")
+    if hints is None:
+        raise BankError(f"{where}: field 'hints' is missing: one [[{name}.hints]] table per hint "
+                        "(or hints = [] for none)")
+    if not isinstance(hints, list):
+        raise BankError(f"{where}: field 'hints' must be a list: [[{name}.hints]] tables (double brackets), "
+                        f"one per hint, got {hints!r}")
+    for i, hint in enumerate(hints, 1):
+        if not isinstance(hint, dict):
+            raise BankError(f"{where}: hint {i}: field 'hints' must hold tables with zh and en, got {hint!r}")
+        _languages(f"{where}: hint {i}", hint)
+    return {"title": title, "task": task, "hints": [_t(hint["zh"], hint["en"]) for hint in hints]}
+
+
+class ExerciseText:
+    """A lab's exercise text (``exercises.toml``), read and checked once, on first use; ``names`` are the
+    lab's exercises. ``text(name)`` gives that ``Exercise``'s name, title, task and hints as keywords:
+
+        TEXT = ExerciseText(Path(__file__).with_name("exercises.toml"), ("kv_bytes_per_token", ...))
+        Exercise(**TEXT("kv_bytes_per_token"), checks=..., reference=...)
+    """
+
+    def __init__(self, path: str | Path, names: Sequence[str]) -> None:
+        self.path, self.names = Path(path), tuple(names)
+        self._texts: dict[str, dict[str, Any]] | None = None
+
+    def __call__(self, name: str) -> dict[str, Any]:
+        if name not in self.names:
+            raise ValueError(f"{name!r} is not one of the exercises {self.names} of {self.path}")
+        if self._texts is None:
+            self._texts = load_exercises(self.path, self.names)
+        text = self._texts[name]                  # copies: an exercise cannot change the next one's text
+        return {"name": name, "title": dict(text["title"]), "task": dict(text["task"]),
+                "hints": [dict(hint) for hint in text["hints"]]}
 
 
 def render(rows: Iterable[Row]) -> list[MultipleChoice]:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import functools
 import random
+from pathlib import Path
 
+from labkit.assess.bank import ExerciseText
 from labkit.assess.checks import Ref, call_check, first_wrong_step, ops_check
 from labkit.assess.exercise import Exercise
 from labkit.i18n import t
+
+# Each exercise's title, task and hints: data a teacher edits, beside this file.
+TEXT = ExerciseText(Path(__file__).with_name("exercises.toml"),
+                    ("kv_bytes_per_token", "first_fit_allocator"))
 
 # (num_layers, num_kv_heads, head_dim, dtype_bytes), note: shapes from each model's config.json
 _KV_CASES = [
@@ -48,24 +54,13 @@ def _diagnose_kv(args: tuple, expected, got) -> int | None:
 
 def kv_bytes_per_token_exercise() -> Exercise:
     return Exercise(
-        name="kv_bytes_per_token",
-        title={"zh": "练习：每个 token 的 KV 缓存字节数", "en": "Exercise: KV cache bytes per token"},
-        task={"zh": "实现 kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)，"
-                    "返回一个 token 在所有层中占用的 KV 缓存字节数：一个数（int，或值为整数的 float），单位是字节，不是 KB。",
-              "en": "Write kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes) returning "
-                    "the KV cache bytes one token occupies across all layers: a number (an int, or a float with an "
-                    "integer value), in bytes, not KB."},
+        **TEXT("kv_bytes_per_token"),
         checks=[call_check("kv_bytes_per_token", args, note, explain=functools.partial(_explain_kv, args),
                            diagnose=functools.partial(_diagnose_kv, args)) for args, note in _KV_CASES],
         reference="labkit.labs.lab01_kv_cache.solutions:kv_bytes_per_token",
         engine=["labkit.model.model_config:ModelConfig.kv_bytes_per_token", "labkit.sim.cost",
                 "labkit.labs.lab01_kv_cache.measure:KVShape"],
         lab="01",
-        hints=[{"zh": "每一层、每个 KV 头，都要为这个 token 存长度为 head_dim 的向量。每个头存几个这样的向量？",
-                "en": "Every layer and every KV head stores vectors of length head_dim for the token. How many per head?"},
-               {"zh": "数一数每一个因子：向量有几种、有几层、每层几个 KV 头、每个向量几个数、每个数几字节。少了哪一个？",
-                "en": "Count every factor: kinds of vector, layers, KV heads per layer, numbers per vector, bytes per "
-                      "number. Which one is missing?"}],
     )
 
 
@@ -120,23 +115,8 @@ def first_fit_allocator_exercise() -> Exercise:
     checks += [ops_check({"zh": f"FirstFitAllocator(32)：随机序列 {s}", "en": f"FirstFitAllocator(32): random sequence {s}"},
                          (32,), _random_first_fit_ops(s, 32, 40), reveal=False) for s in range(3)]
     return Exercise(
-        name="first_fit_allocator",
-        title={"zh": "练习：首次适配（first-fit）连续分配器", "en": "Exercise: a first-fit contiguous allocator"},
-        task={"zh": "实现类 FirstFitAllocator(num_slots)：allocate(size) 返回第一段（起点最小的）连续 size 个空闲槽位的起点"
-                    "（int），放不下时返回 None；free(start) 释放 allocate 曾返回 start 的那一段，返回值不检查。"
-                    "相邻的空闲段自然连成一段。",
-              "en": "Write class FirstFitAllocator(num_slots): allocate(size) returns the start (an int) of the first "
-                    "(lowest) run of size free slots, or None if none fits; free(start) releases the region "
-                    "that allocate returned as start (its return value is not checked). Neighbouring free runs join."},
+        **TEXT("first_fit_allocator"),
         checks=checks,
         reference="labkit.labs.lab01_kv_cache.solutions:FirstFitAllocator",
         engine=["labkit.kv.contiguous"], diagnose=_diagnose_first_fit, lab="01",
-        hints=[{"zh": "先选一种表示：比如每个槽位记一个“占用/空闲”标记，再另记每段的起点与长度。",
-                "en": "Pick a representation first: e.g. a used/free mark per slot, plus each region's start and length."},
-               {"zh": "allocate 要找最左边的一段足够长的连续空闲：从左往右数连续空闲的槽位，数够了就找到了；"
-                      "遇到占用的槽位，计数从头开始。",
-                "en": "allocate looks for the leftmost long-enough free run: count consecutive free slots from the "
-                      "left; when the count is enough you found it; an occupied slot resets the count."},
-               {"zh": "free 只拿到起点：这段有多长，要在 allocate 的时候记下来。",
-                "en": "free gets only the start: the region's length has to be remembered when allocating."}],
     )

@@ -4,10 +4,16 @@ copy-on-write), and chained prefix hashes (optional)."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+from labkit.assess.bank import ExerciseText
 from labkit.assess.checks import Check, Ref, call_check, first_wrong_step, ops_check, same_sequence
 from labkit.assess.exercise import Exercise
 from labkit.i18n import t
+
+# Each exercise's title, task and hints: data a teacher edits, beside this file.
+TEXT = ExerciseText(Path(__file__).with_name("exercises.toml"),
+                    ("block_allocator", "slot_mapping", "prefix_hash"))
 
 # Ref(i) is the block id returned by op i (an allocate).
 _BLOCK_SEQUENCES = [
@@ -88,35 +94,10 @@ def block_allocator_exercise() -> Exercise:
                           "en": f"BlockAllocator(6): random sequence with copy-on-write {s}"},
                          (6,), _random_block_ops(10 + s, 6, 50, cow=True), reveal=False) for s in range(3)]
     return Exercise(
-        name="block_allocator",
-        title={"zh": "练习：分页 KV 块分配器（空闲队列 + 引用计数 + 写时复制）",
-               "en": "Exercise: a paged KV block allocator (free list + ref counts + copy-on-write)"},
-        task={"zh": "实现类 BlockAllocator(num_blocks)：空闲队列初始为 0…num_blocks-1。allocate() 取队首的块、"
-                    "引用计数置 1，没有空闲块时返回 None；share(block_id) 计数 +1；free(block_id) 计数 -1，"
-                    "归零时块排到队尾；num_free_blocks() 与 ref_count(block_id) 返回当前值；copy_on_write(block_id) "
-                    "在写入 block_id 之前调用：只有一个持有者时原地写、返回 block_id；被共享时分配一个新块（计数 1）、"
-                    "旧块计数 -1、返回新块（没有空闲块时返回 None，旧块不变）。块号是 int；share 与 free 的返回值不检查。",
-              "en": "Write class BlockAllocator(num_blocks): the free list starts as 0…num_blocks-1. allocate() takes "
-                    "the block at the front and sets its count to 1, or returns None when none is free; "
-                    "share(block_id) adds 1; free(block_id) subtracts 1 and at 0 puts the block at the back; "
-                    "num_free_blocks() and ref_count(block_id) report the current values; copy_on_write(block_id) is called "
-                    "before writing into block_id: with one holder it is written in place (return block_id); when shared, "
-                    "allocate a fresh block (count 1), drop one holder from the old one and return the new id (None, "
-                    "old block untouched, when nothing is free). Block ids are ints; share and free return values "
-                    "are not checked."},
+        **TEXT("block_allocator"),
         checks=checks,
         reference="labkit.labs.lab02_paged_attention.solutions:BlockAllocator",
         engine=["labkit.kv.block_pool"], diagnose=_diagnose_blocks, lab="02",
-        hints=[{"zh": "空闲队列是先进先出（FIFO）：取从队首取，还回的块排到队尾。collections.deque 很适合。",
-                "en": "The free list is first in, first out: take from the front, freed blocks go to the back. "
-                      "collections.deque suits it."},
-               {"zh": "用一个列表 ref_counts[block_id] 记录计数；free 只在计数变成 0 时才把块放回空闲队列。",
-                "en": "Keep ref_counts[block_id] in a list; free returns the block to the free list only when the count hits 0."},
-               {"zh": "copy_on_write 可以复用你已有的方法；想清楚三种情形：只有一个持有者、被共享且有空闲块、被共享但没有空闲块。"
-                      "（真实引擎还要把旧块的 K/V 复制到新块：labkit.kv.paged_kv.PagedKVCache.copy_blocks。）",
-                "en": "copy_on_write can reuse your methods; think through three cases: one holder, shared with a free "
-                      "block, shared with none free. (A real engine also copies the K/V: "
-                      "labkit.kv.paged_kv.PagedKVCache.copy_blocks.)"}],
     )
 
 
@@ -165,24 +146,13 @@ def _slot_check(args: tuple, note: dict) -> Check:
 def slot_mapping_exercise() -> Exercise:
     checks = [_slot_check(args, note) for args, note in _SLOT_CASES]
     return Exercise(
-        name="slot_mapping",
-        title={"zh": "练习：槽位映射（slot mapping）", "en": "Exercise: slot mapping"},
-        task={"zh": "实现 slot_mapping(block_tables, seq_ids, positions, block_size)：第 i 个 token 属于序列 "
-                    "seq_ids[i]，位于它的第 positions[i] 个位置；返回每个 token 在 KV 池里的物理槽位，"
-                    "顺序与输入相同（整数的列表、元组或张量都可以）。block_tables[s] 是序列 s 的块表。",
-              "en": "Write slot_mapping(block_tables, seq_ids, positions, block_size): token i belongs to sequence "
-                    "seq_ids[i] at position positions[i]; return each token's physical slot in the KV pool, in input "
-                    "order (a list, tuple or tensor of ints). block_tables[s] is sequence s's block table."},
+        **TEXT("slot_mapping"),
         checks=checks,
         reference="labkit.labs.lab02_paged_attention.solutions:slot_mapping",
         engine=["labkit.kv.slots", "labkit.kv.kv_cache_manager:KVCacheManager.slot_mapping",
                 "labkit.labs.lab02_paged_attention.analogy:address_rows"],
         diagnose=lambda expected, got, _c: 1 if _as_int_list(got) is not None and len(_as_int_list(got)) == len(expected) else None,
         lab="02",
-        hints=[{"zh": "位置 pos 在第 pos // block_size 个逻辑块里，块内偏移是 pos % block_size。",
-                "en": "Position pos is in logical block pos // block_size, at offset pos % block_size."},
-               {"zh": "逻辑块号查块表得到物理块号 b；物理槽位 = b * block_size + 偏移。",
-                "en": "The table maps the logical block to a physical block b; the slot is b * block_size + offset."}],
     )
 
 
@@ -217,19 +187,9 @@ def _diagnose_hashes(expected, got, _check) -> int | None:
 
 def prefix_hash_exercise() -> Exercise:
     return Exercise(
-        name="prefix_hash",
-        title={"zh": "练习（选做）：链式前缀哈希", "en": "Exercise (optional): chained prefix hashes"},
-        task={"zh": "实现 block_hashes(token_ids, block_size)：只为满块计算键，第 i 块的键是 "
-                    "hash((第 i-1 块的键, 第 i 块 token 组成的元组))，第 0 块的父键是 None（用 Python 内置的 hash）。"
-                    "返回键的列表（元组也可以），按块的顺序。",
-              "en": "Write block_hashes(token_ids, block_size): keys for full blocks only; block i's key is "
-                    "hash((key of block i-1, tuple of block i's tokens)) (Python's built-in hash), with parent None for "
-                    "block 0. Return the keys in block order, as a list (a tuple is fine too)."},
+        **TEXT("prefix_hash"),
         checks=[call_check("block_hashes", args, note, explain=_explain_hashes, compare=same_sequence)
                 for args, note in _HASH_CASES],
         reference="labkit.labs.lab02_paged_attention.solutions:block_hashes",
         engine=["labkit.kv.kv_cache_manager:hash_block"], diagnose=_diagnose_hashes, lab="02",
-        hints=[{"zh": "满块的个数是 len(token_ids) // block_size。", "en": "There are len(token_ids) // block_size full blocks."},
-               {"zh": "token 切片要转成 tuple 才能哈希；父键从 None 开始，每算出一个就作为下一块的父键。",
-                "en": "Turn each slice into a tuple to hash it; the parent starts as None and each key becomes the next parent."}],
     )

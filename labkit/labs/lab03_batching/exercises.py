@@ -6,10 +6,16 @@ from __future__ import annotations
 import functools
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
+from labkit.assess.bank import ExerciseText
 from labkit.assess.checks import Check, call_check
 from labkit.assess.exercise import Exercise
 from labkit.i18n import t
+
+# Each exercise's title, task and hints: data a teacher edits, beside this file.
+TEXT = ExerciseText(Path(__file__).with_name("exercises.toml"),
+                    ("schedule_step", "static_occupancy", "preemption_victims"))
 
 
 @dataclass(frozen=True)
@@ -118,30 +124,10 @@ def _random_step_case(seed: int) -> tuple:
 def schedule_step_exercise() -> Exercise:
     cases = _STEP_CASES + [_random_step_case(s) for s in range(12)]
     return Exercise(
-        name="schedule_step",
-        title={"zh": "练习：连续批处理的一步调度", "en": "Exercise: one continuous-batching scheduler step"},
-        task={"zh": "实现 schedule_step(running, waiting, max_num_batched_tokens, max_num_seqs)，返回字典 "
-                    "{request_id: 本步计算的 token 数（int）}。先按顺序服务 running，再按先来先服务接纳 waiting；"
-                    "每个请求得到 min(仍需计算的 token 数, 剩余预算)。得到 0 个 token 的请求可以不放进字典，也可以写 0，"
-                    "两种都算对。预算为 0，或 len(running) + 新接纳数 达到 max_num_seqs 时，停止接纳 waiting。"
-                    "不要修改输入（RequestState 是冻结的 dataclass）。",
-              "en": "Write schedule_step(running, waiting, max_num_batched_tokens, max_num_seqs) returning a dict "
-                    "{request_id: tokens computed this step (an int)}. Serve running requests in order, then admit waiting "
-                    "ones first come first served; each gets min(tokens it still needs, budget left). A request that "
-                    "gets 0 tokens may be left out or given 0; both are right. Stop admitting waiting requests when the "
-                    "budget is 0 or len(running) + admitted reaches max_num_seqs. Do not modify the inputs "
-                    "(RequestState is a frozen dataclass)."},
+        **TEXT("schedule_step"),
         checks=[step_check(*case) for case in cases],
         reference="labkit.labs.lab03_batching.solutions:schedule_step",
         lab="03",
-        hints=[{"zh": "一个请求仍需计算的 token 数是 num_tokens - num_computed_tokens：新请求是整段未缓存的提示，解码时是 1。",
-                "en": "A request still needs num_tokens - num_computed_tokens tokens: the uncached prompt when new, 1 while decoding."},
-               {"zh": "预算是整步共享的：每给一个请求分配 token，剩下给后面请求的预算就少这么多。",
-                "en": "The budget is shared by the whole step: whatever one request gets, the requests after it cannot."},
-               {"zh": "waiting 里的请求只有在还有预算、且运行中的加上已接纳的还没到 max_num_seqs 时才能进来；"
-                      "一旦停下，后面的也都要等（先来先服务）。",
-                "en": "A waiting request gets in only while budget remains and running + admitted is below max_num_seqs; "
-                      "once admission stops, everyone behind it waits too (first come first served)."}],
     )
 
 
@@ -200,29 +186,12 @@ def _diagnose_occupancy(args: tuple, expected, got) -> int | None:
 def static_occupancy_exercise() -> Exercise:
     cases = [(*case, False) for case in _OCCUPANCY_CASES] + [_random_occupancy_case(s) for s in range(10)]
     return Exercise(
-        name="static_occupancy",
-        title={"zh": "练习：从长度预测静态批处理的占用率", "en": "Exercise: predict static batching's occupancy from the lengths"},
-        task={"zh": "实现 static_decode_occupancy(output_lens, max_num_seqs)：请求按到达顺序每 max_num_seqs 个一批，"
-                    "每批一直解码到最长的请求结束（第一个 token 来自预填充，所以请求 i 占用 o_i − 1 个解码步）。"
-                    "返回所有批合计的 忙碌槽位·步 / 全部槽位·步（max_num_seqs × 每批的解码步数），单位是百分数"
-                    "（0–100 的数，不是 0–1 的比例；误差 1e-6 以内算对）；没有解码步时返回 0.0。",
-              "en": "Write static_decode_occupancy(output_lens, max_num_seqs): requests form batches of max_num_seqs "
-                    "in arrival order; each batch decodes until its longest request ends (the first token comes from "
-                    "prefill, so request i is busy for o_i - 1 decode steps). Return busy slot-steps / all slot-steps "
-                    "(max_num_seqs x the batch's decode steps), summed over batches, as a percentage (a number in "
-                    "0-100, not a fraction in 0-1; within 1e-6 counts as right); 0.0 when there are no decode steps."},
+        **TEXT("static_occupancy"),
         checks=[call_check("static_decode_occupancy", args, note, compare=_close, explain=_explain_occupancy,
                            reveal=not random_case, diagnose=functools.partial(_diagnose_occupancy, args))
                 for args, note, random_case in cases],
         reference="labkit.labs.lab03_batching.solutions:static_decode_occupancy",
         engine=["labkit.replay:static_decode_occupancy"], lab="03",
-        hints=[{"zh": "一批的解码步数是 max(o_i) − 1；这一批提供 max_num_seqs × (max(o_i) − 1) 个槽位·步。",
-                "en": "A batch decodes for max(o_i) - 1 steps and offers max_num_seqs x (max(o_i) - 1) slot-steps."},
-               {"zh": "先把所有批的忙碌槽位·步和全部槽位·步分别加起来，最后再相除（不是对每批的比例取平均）。",
-                "en": "Sum busy and total slot-steps over all batches first, then divide (not a mean of per-batch ratios)."},
-               {"zh": "按到达顺序每 max_num_seqs 个请求切成一批；最后一批可能不满，它的空槽位也算在全部槽位·步里。",
-                "en": "Cut the requests into batches of max_num_seqs in arrival order; the last batch may be short, and "
-                      "its empty slots still count in all slot-steps."}],
     )
 
 
@@ -269,24 +238,9 @@ def _diagnose_victims(expected, got, _check) -> int | None:
 
 def preemption_victims_exercise() -> Exercise:
     return Exercise(
-        name="preemption_victims",
-        title={"zh": "练习（选做）：选择抢占对象并计算重算量", "en": "Exercise (optional): choose preemption victims and count the recompute"},
-        task={"zh": "实现 preemption_victims(running, free_blocks, blocks_needed)。running 是按接纳顺序排列的 "
-                    "(request_id, num_computed_tokens, num_blocks)。像 vLLM 的重算（recompute）策略那样，从最后接纳的请求开始"
-                    "依次抢占、释放它的块，直到 free_blocks ≥ blocks_needed 或没有请求可抢。返回一对 (被抢占的 id 列表（按抢占顺序）, "
-                    "之后要重算的 token 总数)；这一对和 id 列表都可以是列表或元组。",
-              "en": "Write preemption_victims(running, free_blocks, blocks_needed). running lists (request_id, "
-                    "num_computed_tokens, num_blocks) in admission order. Like vLLM's recompute policy, preempt from the "
-                    "most recently admitted, freeing its blocks, until free_blocks >= blocks_needed or nobody is left. "
-                    "Return a pair (victim ids in preemption order, total tokens to recompute later); the pair and the "
-                    "id list may each be a list or a tuple."},
+        **TEXT("preemption_victims"),
         checks=[call_check("preemption_victims", args, note, compare=_same_victims, explain=_explain_victims)
                 for args, note in _VICTIM_CASES],
         reference="labkit.labs.lab03_batching.solutions:preemption_victims",
         diagnose=_diagnose_victims, lab="03",
-        hints=[{"zh": "从最后接纳的请求开始往前抢；每抢一个，它的块就回到空闲里。每抢之前先看看够不够了。",
-                "en": "Preempt from the most recently admitted backwards; each victim's blocks become free. Check "
-                      "whether there is enough before each preemption."},
-               {"zh": "被抢占的请求丢掉它全部已算的 K/V：重算量就是这些请求 num_computed_tokens 之和。",
-                "en": "A victim loses all its computed K/V: the recompute is the sum of the victims' num_computed_tokens."}],
     )

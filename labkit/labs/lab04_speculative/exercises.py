@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import random
 import secrets
+from pathlib import Path
 
+from labkit.assess.bank import ExerciseText
 from labkit.assess.checks import FROM_REFERENCE, Check, call_check, same_sequence
 from labkit.assess.exercise import Exercise
 from labkit.i18n import t
+
+# Each exercise's title, task and hints: data a teacher edits, beside this file.
+TEXT = ExerciseText(Path(__file__).with_name("exercises.toml"),
+                    ("greedy_verify", "rejection_verify", "expected_tokens_per_step", "best_k", "ngram_propose"))
 
 STAT_TRIALS = 10_000
 STAT_MAX_TV = 0.04
@@ -49,24 +55,10 @@ def greedy_verify_exercise() -> Exercise:
         (([1, 1, 1, 1], [1, 1, 1, 1, 1]), {"zh": "重复 token", "en": "repeated tokens"}),
     ]
     return Exercise(
-        name="greedy_verify",
-        title={"zh": "练习：贪心验证（speculative decoding）", "en": "Exercise: greedy verification (speculative decoding)"},
-        task={"zh": "实现 greedy_verify(draft_token_ids, target_token_ids)：target_token_ids 有 k+1 个（目标模型在每个位置的 argmax）。"
-                    "从头接受与目标一致的草稿 token，在第一个不一致处放入目标的 token 并停止；全部一致时再加上第 k+1 个（bonus）。"
-                    "返回输出 token 的列表（元组也可以）。",
-              "en": "Write greedy_verify(draft_token_ids, target_token_ids); target_token_ids has k+1 entries (the target's argmax "
-                    "at each position). Accept drafts from the start while they equal the target's; at the first mismatch "
-                    "append the target's token and stop; if all match, append the (k+1)-th (bonus). Return the output "
-                    "tokens as a list (a tuple is fine too)."},
+        **TEXT("greedy_verify"),
         checks=[call_check("greedy_verify", args, note, compare=same_sequence) for args, note in cases],
         reference="labkit.labs.lab04_speculative.solutions:greedy_verify",
         engine=["labkit.sample.rejection_sampler"], diagnose=_diagnose_greedy, lab="04",
-        hints=[{"zh": "结果总有 1 到 k+1 个 token：被接受的草稿，加上目标模型自己的一个 token（纠正或 bonus）。",
-                "en": "The result always has 1 to k+1 tokens: the accepted drafts plus one token of the target's own "
-                      "(recovered or bonus)."},
-               {"zh": "第一次不一致之后的草稿是在错误的前文上起草的：即使后面又一致，也不能再接受。",
-                "en": "Drafts after the first mismatch were drafted on a wrong prefix: even if later ones agree, they "
-                      "cannot be accepted."}],
     )
 
 
@@ -120,29 +112,11 @@ def rejection_verify_exercise() -> Exercise:
                             {"zh": "草稿从不提出的 token 只能来自残差分布", "en": "a token the draft never proposes comes only from the residual"}),
     ]
     return Exercise(
-        name="rejection_verify",
-        title={"zh": "练习：拒绝采样验证（speculative sampling）", "en": "Exercise: rejection-sampling verification (speculative sampling)"},
-        task={"zh": "实现 rejection_verify(draft_token_ids, draft_probs, target_probs, rng)。draft_probs 有 k 行（q），target_probs 有 k+1 行（p）。"
-                    "在位置 i 以概率 min(1, p_i(x)/q_i(x)) 接受草稿 x；第一次拒绝时从 normalize(max(0, p_i - q_i)) 采样一个 token 并停止；"
-                    "全部接受则再从 p_k 采样 bonus。随机数只用 rng（random.Random）。返回输出 token 的列表（元组也可以）。",
-              "en": "Write rejection_verify(draft_token_ids, draft_probs, target_probs, rng). draft_probs has k rows (q), "
-                    "target_probs k+1 rows (p). At position i accept draft x with probability min(1, p_i(x)/q_i(x)); at the "
-                    "first rejection sample one token from normalize(max(0, p_i - q_i)) and stop; if all are accepted, "
-                    "sample a bonus token from p_k. Use only rng (a random.Random) for randomness. Return the output "
-                    "tokens as a list (a tuple is fine too)."},
+        **TEXT("rejection_verify"),
         checks=checks,
         reference="labkit.labs.lab04_speculative.solutions:rejection_verify",
         engine=["labkit.sample.rejection_sampler", "labkit.sample.sampler"], lab="04",
         diagnose=lambda expected, got, check: 2 if check.expected is not FROM_REFERENCE else None,
-        hints=[{"zh": "接受检验：rng.random() < min(1, p[x] / q[x])。",
-                "en": "The acceptance test: rng.random() < min(1, p[x] / q[x])."},
-               {"zh": "按权重采样可以用 rng.choices(候选 token, weights=权重)：它返回一个列表，权重不必归一化。",
-                "en": "To sample by weights use rng.choices(candidate tokens, weights=weights): it returns a list, and "
-                      "the weights need not sum to 1."},
-               {"zh": "被拒绝后不能直接从 p 采：q 已经“用掉”了 min(p, q) 那一部分概率，剩下要补的只是 p 超出 q 的部分。"
-                      "采到这个 token，这一步就结束。",
-                "en": "After a rejection you cannot sample from p itself: acceptance already supplied min(p, q); what is "
-                      "left to supply is where p exceeds q. That token ends the step."}],
     )
 
 
@@ -185,26 +159,13 @@ def expected_tokens_exercise() -> Exercise:
              ((0.6, 8), "α = 0.6, k = 8"), ((1.0, 5), {"zh": "α = 1：不能除以 0", "en": "α = 1: no division by zero"}),
              ((0.3, 0), {"zh": "k = 0：不投机", "en": "k = 0: no speculation"})]
     return Exercise(
-        name="expected_tokens_per_step",
-        title={"zh": "练习：每步期望产出的 token 数", "en": "Exercise: expected tokens per step"},
-        task={"zh": "实现 expected_tokens_per_step(alpha, k)：每个草稿以概率 alpha 被接受（相互独立），每步起草 k 个，"
-                    "返回一次验证步期望产出的 token 数（Leviathan 等 2023，式 (1)），alpha = 1 时也要正确；"
-                    "返回一个数，相对误差 1e-6 以内算对。",
-              "en": "Write expected_tokens_per_step(alpha, k): each draft is accepted with probability alpha (independently), "
-                    "k drafts per step; return the expected tokens one verification step emits (Leviathan et al. 2023, "
-                    "Eq. 1), correct for alpha = 1 too, as a number (within 1e-6 relative counts as right)."},
+        **TEXT("expected_tokens_per_step"),
         checks=[call_check("expected_tokens_per_step", args, note, compare=_close, explain=_explain_tokens)
                 for args, note in cases] + [call_check("expected_tokens_per_step", args, _HIDDEN_NOTE, compare=_close,
                                                        reveal=False) for args in _random_alpha_k()],
         reference="labkit.labs.lab04_speculative.solutions:expected_tokens_per_step",
         engine=["labkit.spec_decode.theory"], lab="04",
         diagnose=lambda expected, got, _c: 0 if isinstance(got, (int, float)) and abs(got + 1 - expected) < 1e-6 else 1,
-        hints=[{"zh": "第 i+1 个 token 被产出，当且仅当前 i 个草稿都被接受，概率 alpha**i；第 1 个 token 总会产出。",
-                "en": "Token i+1 is emitted iff the first i drafts were all accepted: probability alpha**i; the first "
-                      "token is always emitted."},
-               {"zh": "期望值就是每个位置被产出的概率之和，一共 k+1 个位置。闭式 (1 − α^(k+1)) / (1 − α) 在 α = 1 时要除以 0。",
-                "en": "The expectation is the sum of each position's chance of being emitted, over k+1 positions. The "
-                      "closed form (1 − α^(k+1)) / (1 − α) divides by zero at α = 1."}],
     )
 
 
@@ -214,22 +175,12 @@ def best_k_exercise() -> Exercise:
              ((0.5, 0.2), "α = 0.5, c = 0.2"), ((0.3, 0.5), {"zh": "α < c：不投机最好（k = 0）", "en": "α < c: best not to speculate (k = 0)"}),
              ((0.6, 0.1), "α = 0.6, c = 0.1"), ((0.95, 0.02), "α = 0.95, c = 0.02")]
     return Exercise(
-        name="best_k",
-        title={"zh": "练习：由 α 和 c 选出最好的 k", "en": "Exercise: the best k from α and c"},
-        task={"zh": "实现 best_k(alpha, c, k_max=16)：在 k = 0…k_max 中返回期望加速比 E[token/步] / (k·c + 1) 最大的 k"
-                    "（Leviathan 定理 3.8；并列时取较小的 k）。返回 int。可以沿用你上一题的思路。",
-              "en": "Write best_k(alpha, c, k_max=16): among k = 0..k_max return the k with the largest expected speed-up "
-                    "E[tokens/step] / (k·c + 1) (Leviathan, Theorem 3.8; the smaller k on ties), as an int."},
+        **TEXT("best_k"),
         checks=[call_check("best_k", args, note) for args, note in cases]
                + [call_check("best_k", args, _HIDDEN_NOTE, reveal=False) for args in _random_alpha_c()],
         reference="labkit.labs.lab04_speculative.solutions:best_k",
         engine=["labkit.spec_decode.theory"], lab="04",
         diagnose=lambda expected, got, _c: 1 if expected == 0 or got == 0 else 0,
-        hints=[{"zh": "先写出每个 k 的加速比 (1 + α + … + α^k) / (k·c + 1)，再比较。",
-                "en": "Write each k's speed-up (1 + α + … + α^k) / (k·c + 1), then compare them."},
-               {"zh": "k = 0（不投机，加速比 1）也是候选；并列时要较小的 k，所以只有严格更大才换掉目前最好的。",
-                "en": "k = 0 (no speculation, speed-up 1) is a candidate too; ties go to the smaller k, so replace the "
-                      "best so far only when strictly larger."}],
     )
 
 
@@ -251,22 +202,11 @@ def ngram_propose_exercise() -> Exercise:
              (([4, 4, 4, 4], 2, 3), {"zh": "重叠的匹配也算", "en": "overlapping matches count"}),
              (([3, 1, 2], 2, 3), {"zh": "序列不比 n 长：返回 []", "en": "sequence not longer than n: return []"})]
     return Exercise(
-        name="ngram_propose",
-        title={"zh": "选做练习：提示查找（n-gram）提议器", "en": "Optional exercise: a prompt-lookup (n-gram) proposer"},
-        task={"zh": "实现 ngram_propose(token_ids, k, n)：取最后 n 个 token 作为后缀，在它之前的位置里找最近一次出现，"
-                    "返回紧跟其后的至多 k 个 token（列表，元组也可以）；找不到返回 []。",
-              "en": "Write ngram_propose(token_ids, k, n): take the last n tokens as the suffix, find its most recent "
-                    "earlier occurrence, and return up to k tokens that followed it (a list; a tuple is fine); [] if "
-                    "there is none."},
+        **TEXT("ngram_propose"),
         checks=[call_check("ngram_propose", args, note, compare=same_sequence) for args, note in cases]
                + [call_check("ngram_propose", args, _HIDDEN_NOTE, compare=same_sequence, reveal=False)
                   for args in _random_token_ids()],
         reference="labkit.labs.lab04_speculative.solutions:ngram_propose",
         engine=["labkit.spec_decode.ngram"], lab="04",
         diagnose=_diagnose_ngram,
-        hints=[{"zh": "后缀自己不算“之前的一次出现”：只在它之前开始的位置里找；要最近的一次，就从后往前找。",
-                "en": "The suffix itself is not an earlier occurrence: search only starts before it; for the most "
-                      "recent one, search from the back."},
-               {"zh": "找到后，提议的是紧跟在那次出现后面的 token，最多 k 个；不足 k 个就有几个给几个。",
-                "en": "Once found, propose the tokens right after that occurrence, at most k; fewer if the sequence ends."}],
     )

@@ -12,8 +12,13 @@ import random
 import secrets
 from pathlib import Path
 
+from labkit.assess.bank import ExerciseText
 from labkit.assess.checks import Check
 from labkit.assess.exercise import Exercise
+
+# Each exercise's title, task and hints: data a teacher edits, beside this file.
+TEXT = ExerciseText(Path(__file__).with_name("exercises.toml"),
+                    ("goodput_p99", "pick_config"))
 
 _REQ = ("success", "ttft_s", "e2el_s", "output_tokens")
 
@@ -72,28 +77,10 @@ def goodput_exercise(result_path: str | Path | None = None, ttft_ms: float = 200
                              "en": f"your result file {name}, objectives TTFT ≤ {ttft_ms:g} ms, TPOT ≤ {tpot_ms:g} ms"},
                             (reqs, duration, ttft_ms, tpot_ms), reveal=False))
     return Exercise(
-        name="goodput_p99",
-        title={"zh": "练习：从结果文件算 goodput 与 P99 TPOT", "en": "Exercise: goodput and P99 TPOT from a result file"},
-        task={"zh": "实现 goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms)，返回一对 (goodput 请求/秒, P99 TPOT 毫秒)"
-                    "（元组或列表都可以；相对误差 1e-6 以内算对）。requests 是结果文件里的请求记录（success, ttft_s, e2el_s, "
-                    "output_tokens，时间单位秒）。P99 TPOT 指“各请求 TPOT 的第 99 百分位”：先给每个成功、至少 2 个输出 token 的请求算一个 "
-                    "TPOT，再在这些请求之间取 P99（vllm bench serve 的口径；不是把所有 token 间隔混在一起的 ITL 的 P99）。"
-                    "没有任何请求有 TPOT 时，P99 返回 None。",
-              "en": "Write goodput_and_p99_tpot(requests, duration_s, ttft_ms, tpot_ms) returning a pair (goodput in "
-                    "requests/s, P99 TPOT in ms) (a tuple or a list; within 1e-6 relative counts as right). requests are "
-                    "the result file's records (success, ttft_s, e2el_s, output_tokens; times in seconds). P99 TPOT is the "
-                    "99th percentile across requests of each request's TPOT: one TPOT per successful request with at "
-                    "least two output tokens, then the P99 over those requests (vllm bench serve's definition; not the P99 "
-                    "of ITL, which pools every inter-token gap). When no request has a TPOT, the P99 is None."},
+        **TEXT("goodput_p99"),
         checks=checks,
         reference="labkit.labs.lab05_engine_choice.solutions:goodput_and_p99_tpot",
         engine=["labkit.serve_bench.client_metrics", "labkit.metrics:percentile"], diagnose=_diagnose_goodput, lab="05",
-        hints=[{"zh": "只数 success 为真的请求；TPOT = (e2el − ttft) / (输出 token 数 − 1)，换成毫秒。",
-                "en": "Count only successful requests; TPOT = (e2el − ttft) / (output tokens − 1), in milliseconds."},
-               {"zh": "只有 1 个 token 的回复没有 TPOT（不进 P99），但算作满足 TPOT 目标。",
-                "en": "A one-token reply has no TPOT (not in the P99) but meets the TPOT objective."},
-               {"zh": "P99：排序后位置 (n−1)×0.99，在相邻两个值之间线性插值。goodput 除以 duration_s。",
-                "en": "P99: sort, position (n−1)×0.99, interpolate linearly between neighbours. Divide goodput by duration_s."}],
     )
 
 
@@ -143,20 +130,8 @@ def pick_config_exercise(table: list[dict] | None = None) -> Exercise:
                      run=lambda fn, _e, a=(tab, m, p): fn(*a), reveal=False)
                for i, (tab, m, p) in enumerate(_random_cases())]
     return Exercise(
-        name="pick_config",
-        title={"zh": "练习：按预算和 SLO 从实测表中选配置", "en": "Exercise: pick a configuration for a budget and an SLO"},
-        task={"zh": "实现 pick_config(table, max_memory_mib, max_tpot_p99_ms)：在内存不超预算且 TPOT P99 满足目标的行中，"
-                    "返回每 CPU 秒输出 token 最多的那一行的 variant（字符串）；没有满足的返回 None。"
-                    "tpot_p99_ms 为 None 的行不满足任何目标；边界值（等于预算或目标）算满足。",
-              "en": "Write pick_config(table, max_memory_mib, max_tpot_p99_ms): among rows within the memory budget whose "
-                    "TPOT P99 meets the objective, return the variant (a string) of the row with the most output tokens "
-                    "per CPU second; None if none fits. A row whose tpot_p99_ms is None meets no objective; a value equal "
-                    "to the budget or the objective meets it."},
+        **TEXT("pick_config"),
         checks=checks,
         reference="labkit.labs.lab05_engine_choice.solutions:pick_config",
         diagnose=lambda expected, got, _c: 0 if (got is None) != (expected is None) else 1, lab="05",
-        hints=[{"zh": "先过滤：memory_mib ≤ 预算，且 tpot_p99_ms 不是 None 并且 ≤ 目标。",
-                "en": "Filter first: memory_mib ≤ budget, and tpot_p99_ms is not None and ≤ the objective."},
-               {"zh": "过滤后为空就返回 None；否则按 tokens_per_cpu_s 取最大的那一行的 variant。",
-                "en": "Return None if nothing is left; otherwise the variant of the row with the largest tokens_per_cpu_s."}],
     )
