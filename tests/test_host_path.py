@@ -228,14 +228,16 @@ def test_a_steady_decode_row_with_room_in_its_last_block_asks_the_kv_manager_for
     assert all(k is StepKind.DECODE for _, kinds in per_step[1:] for k in kinds)
 
 
-def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensors():
+@pytest.mark.parametrize("rows", [3, 1])
+def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensors(rows):
     """After each step's ``prepare``, a scheduled request's row holds its KV manager's block table and
     that table's length (which the next step compares against, so only rows that changed are written
     again), and every tensor equals the list path's. Blocks of 4, prompts of 2 to 9 tokens, a request
-    admitted mid-run and requests finishing: tables grow, rows are bound, freed and bound again."""
+    admitted mid-run and requests finishing: tables grow, rows are bound, freed and bound again. Made
+    with one row for three running requests, the batch doubles its rows (1, 2, 4) and keeps every table."""
     kv = KVCacheManager(64, 4)
     sched = ContinuousScheduler(EngineConfig(max_num_seqs=3, max_num_batched_tokens=64), kv, max_model_len=64)
-    batch = InputBatch(3, 17, 4, "cpu")
+    batch = InputBatch(rows, 17, 4, "cpu")
     for i, (n, max_tokens) in enumerate(((2, 6), (5, 11), (9, 3), (3, 7))):
         sched.add(Request(f"r{i}", list(range(1, n + 1)), SamplingParams(max_tokens=max_tokens, ignore_eos=True), 0.0))
     rows_seen, step = set(), 0
@@ -257,4 +259,9 @@ def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensor
             rows_seen.add((rid, row))
         sched.update_from_output(out, SampledTokens.of(out, {rid: (7,) for rid in out.request_ids}), float(step))
         step += 1
-    assert len(rows_seen) == 4 and len({row for _, row in rows_seen}) == 3      # r3 took a freed row
+    if rows == 3:
+        assert len(rows_seen) == 4 and len({row for _, row in rows_seen}) == 3      # r3 took a freed row
+    else:
+        assert len(rows_seen) == 4 and {row for _, row in rows_seen} <= set(range(4))
+        assert batch.block_table.shape == (4, 17) and len(batch.num_blocks) == len(batch.seen_end) == 4
+        assert sorted(batch._free_rows + list(batch.row_of.values())) == [0, 1, 2, 3]   # every row once
