@@ -124,10 +124,10 @@ $(PROXY): deploy/package.json deploy/package-lock.json
 	cd build/hub && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# tests/test_hub.py runs the hub with its real proxy: installed here where npm is, else the test says why it skips.
+# tests/hub/test_hub.py runs the hub with its real proxy: installed here where npm is, else the test says why it skips.
 hub-proxy-for-tests:
 	@if command -v npm >/dev/null; then $(MAKE) -s --no-print-directory hub-proxy; \
-	else echo "npm not found: tests/test_hub.py will skip (apt-get install nodejs npm)"; fi
+	else echo "npm not found: tests/hub/test_hub.py will skip (apt-get install nodejs npm)"; fi
 
 # The course as a static site in build/book/html: the five labs executed in fast mode, every recorded section
 # rendered from a quiet recorded bundle (BUNDLE=data/lab-runs/<cpu kind>/<mode> picks one; default the first quiet

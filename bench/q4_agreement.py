@@ -2,7 +2,7 @@
 
     python -m bench.q4_agreement               # about a minute: 8 prompts x 48 new tokens per mode
 
-fp32 labkit equals ``transformers`` token for token (tests/test_parity.py), so it is the reference
+fp32 labkit equals ``transformers`` token for token (tests/engine/test_parity.py), so it is the reference
 here. Each mode generates the same prompts (all eight at once, as the parity test does) and the
 report gives how many continuations are identical and where the others first differ.
 """
@@ -19,7 +19,7 @@ MODES = {"q4_1 (fp32 activations around the int4 matmuls)": dict(weights="q4_1")
 
 
 def parity_prompts() -> list[str]:
-    from tests.prompts import PARITY_PROMPTS  # the prompts tests/test_parity.py checks
+    from tests.prompts import PARITY_PROMPTS  # the prompts tests/engine/test_parity.py checks
 
     return PARITY_PROMPTS
 
@@ -39,7 +39,7 @@ def agreement_section(max_tokens: int) -> Section:
         firsts = ", ".join("—" if d is None else str(d) for d in a.divergences)
         rows.append([label, f"{a.num_identical}/{a.num_prompts}", f"{a.mean_first_divergence:.1f}", firsts])
     notes = [f"{len(prompts)} parity prompts (tests/prompts.py), {max_tokens} new tokens, greedy, batched as in "
-             "tests/test_parity.py; reference: labkit fp32 (= transformers token for token)",
+             "tests/engine/test_parity.py; reference: labkit fp32 (= transformers token for token)",
              f"mean first divergence: position of the first differing token, an identical prompt counting as "
              f"{max_tokens}; — = identical"]
     headers = ["mode", "identical prompts", "mean first divergence", "first divergence per prompt"]

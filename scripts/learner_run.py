@@ -10,7 +10,7 @@ writes ``<out>/<lab>.md``: the wall time of Run All, every code cell's output te
 (widgets and tables included), the titles of the plotly figures it drew, the exercise feedback for a
 wrong and a right solution, and any traceback or broken widget; a screenshot of the notebook's end goes
 beside it. The wrong and right solutions are the independently written ones of
-``tests/test_assess_exercises.py`` (never the reference in ``labkit.labs.*.solutions``), typed into the
+``tests/assess/test_assess_exercises.py`` (never the reference in ``labkit.labs.*.solutions``), typed into the
 exercise's cell and run there, then checked by the lab's own check cell.
 
 Nothing here is a test and nothing is asserted: a person reads the report. Needs Debian's chromium

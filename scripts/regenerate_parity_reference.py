@@ -1,4 +1,4 @@
-"""Store transformers' greedy outputs for tests/test_parity.py in tests/data/parity_reference.json.
+"""Store transformers' greedy outputs for tests/engine/test_parity.py in tests/data/parity_reference.json.
 
     PYTHONPATH=. .venv/bin/python scripts/regenerate_parity_reference.py
 
@@ -15,8 +15,8 @@ from transformers import LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 from labkit import LLM
+from tests.engine.test_parity import HF_SETTINGS, NEW_TOKENS, PARITY_PROMPTS, REFERENCE, hf_greedy
 from tests.reference_cache import cached_reference, reference_key
-from tests.test_parity import HF_SETTINGS, NEW_TOKENS, PARITY_PROMPTS, REFERENCE, hf_greedy
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
     python scripts/time_labs.py --busy 2              # two busy-loop processes beside the kernel
     python scripts/time_labs.py --timings data/lab-timings.json --convert      # what `make lab` tells learners
 
-Each notebook runs in a fresh ``python3`` kernel through nbclient (the way ``tests/test_notebooks.py``
+Each notebook runs in a fresh ``python3`` kernel through nbclient (the way ``tests/course/test_notebooks.py``
 runs it), in a throw-away copy of the workspace (``LABKIT_RESULTS`` points into a temporary folder, so a
 learner's ``results/`` is never touched). ``--busy N`` starts N processes that spin on the CPU for the
 whole run, the "two busy-loop processes beside it" a lab must stand. The table gives the wall-clock time of

@@ -11,7 +11,7 @@ verification) never change a token. A batched kernel breaks this: PyTorch's SDPA
 the shape it is given (sequences padded to the longest query and context of the group, a mask), so
 its rounding depends on the other sequences in the batch; in bf16, or at a greedy near-tie in fp32,
 that flips tokens (seen: async scheduling changed the greedy output of 2 of 8 prompts;
-tests/test_batch_invariance.py holds it).
+tests/kernels/test_batch_invariance.py holds it).
 
 - Where labkit's C kernel builds (``native.decode_attention``, fp32 or bf16 K/V): one call a step
   for the decode rows, one call per multi-token sequence (a prefill chunk, a verification), each

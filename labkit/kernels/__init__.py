@@ -3,7 +3,7 @@ features (``cpu_features``), the row-invariance gate (``invariance``), the choic
 weight shape (``tuning``, ``linear_forms``), and the ops a forward calls behind one interface (``ops``:
 PyTorch's and labkit's C implementation).
 
-The layering rule (tests/test_layering.py holds it): nothing here imports the model, the attention
+The layering rule (tests/project/test_layering.py holds it): nothing here imports the model, the attention
 backends or anything above them; ``labkit.model`` and ``labkit.attention`` import the kernels, and the
 Llama forward reaches them only through ``ops``.
 """

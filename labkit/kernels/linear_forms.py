@@ -9,7 +9,7 @@ cache's set-up and the tests call. The work is in `labkit.kernels.tuning`, one c
     tuning/cache.py    the disk cache every probe goes through (`cached_or_probe`)
 
 `labkit.kernels.ops` calls those modules directly, so a test replaces a function in its module (as
-tests/test_form_invariance.py replaces ``tuning.bf16.bf16_form``), never here. `LlamaModel.tune()`, called
+tests/kernels/test_form_invariance.py replaces ``tuning.bf16.bf16_form``), never here. `LlamaModel.tune()`, called
 where the engine is built, registers the model's weights with them.
 """
 

@@ -21,7 +21,7 @@ AVX-512 machine runs what an AVX2-only laptop runs (`ISA_LEVELS`).
 What it computes: ``x @ wᵀ`` for fp32 ``x [T, K]`` and ``w [N, K]``, and for bf16 (on CPUs with
 AVX512_BF16 through their bf16 dot-product instruction, elsewhere with the weights widened to fp32 in
 registers: `bf16_kind`), with one summation order for every output whatever T is (the source's header
-comment has the order), so a row gets the same bits alone or among 16 (tests/test_native_kernel.py).
+comment has the order), so a row gets the same bits alone or among 16 (tests/kernels/test_native_kernel.py).
 """
 
 from __future__ import annotations
@@ -399,7 +399,7 @@ def why_unavailable() -> str | None:
 # The threads the kernels run on: torch.get_num_threads() of the thread that calls them (one in the labs,
 # which measure on one thread; every core in a learner's own script or `labkit serve`), told to the C side
 # per calling thread (csrc/threads.c) when it changes. Each output is computed whole by one thread in its
-# one order, so the count changes no bit (tests/test_native_threads.py).
+# one order, so the count changes no bit (tests/kernels/test_native_threads.py).
 _threads_told = threading.local()
 
 

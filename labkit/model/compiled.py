@@ -10,7 +10,7 @@ in place, which is the part a compiler cannot see through.
 The price is paid once per process and row-count range: the first forward passes trace and compile
 (tens of seconds on a laptop CPU; a shape range not seen before compiles again). The numbers are
 an approximation of eager's: Inductor may fuse and reorder the RMSNorm's and SwiGLU's arithmetic,
-so the last bits can differ and a greedy near-tie may flip (``tests/test_compiled.py`` checks greedy
+so the last bits can differ and a greedy near-tie may flip (``tests/model/test_compiled.py`` checks greedy
 agreement on a prompt; it is not part of the bit-exact guarantees).
 """
 

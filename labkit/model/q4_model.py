@@ -41,7 +41,7 @@ decode step reads, not yet in the process's footprint.
 Invariances are those of bf16: the int4 kernel is row-invariant, but bf16 rounding of its inputs can
 turn a last-bit difference upstream into another token. Greedy speculative decoding reproduces plain
 q4_1 greedy at batch 1, and with ``attention_backend="reference"`` the batch does not change a
-request's output (tests/test_quant_gguf.py).
+request's output (tests/model/test_quant_gguf.py).
 """
 
 from __future__ import annotations

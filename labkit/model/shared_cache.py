@@ -12,7 +12,7 @@ Huge pages for shared memory: the page cache of an ordinary disk file is held in
 costs a one-row weight sweep the TLB misses `huge_pages` removes. `prepare(..., in_memory=True)`
 therefore puts the packs on a tmpfs mounted with ``huge=always`` where it may mount one (root), and
 every mapping asks for huge pages (``MADV_HUGEPAGE``); `describe` says which the learners get.
-Held by tests/test_shared_cache.py.
+Held by tests/model/test_shared_cache.py.
 """
 
 from __future__ import annotations

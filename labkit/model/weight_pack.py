@@ -7,7 +7,7 @@ The mapping is private copy-on-write over the file's page cache: every process r
 same physical pages, and a write (nothing in labkit writes weights) copies one page for that process
 instead of faulting. A pack is data, never code: a fixed magic, a JSON header (names, dtypes, shapes,
 offsets) checked against the file's size and against the model it is loaded into, then raw
-little-endian tensors. Held by tests/test_shared_cache.py.
+little-endian tensors. Held by tests/model/test_shared_cache.py.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ class ContinuousScheduler:
         Steady decode rows (one token, a slot left in the last block) skip the allocation call and
         ``_add_row``: they gather in four plain lists and reach ``out`` in one ``add_decode_rows``, before
         any other row and at the end, so the decision's columns are whole at every write. The decision is
-        the reference's, row for row (``tests/test_scheduler_reference.py``)."""
+        the reference's, row for row (``tests/engine/test_scheduler_reference.py``)."""
         running, max_model_len, decode_table = self.running, self.max_model_len, self.kv.decode_table
         ids, starts, tokens, tables = [], [], [], []      # steady decode rows not yet written to out
         add_id, add_start, add_token, add_table = ids.append, starts.append, tokens.append, tables.append

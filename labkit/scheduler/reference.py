@@ -3,7 +3,7 @@
 The engine runs ``ContinuousScheduler`` (``continuous.py``), which decides the same thing faster: its
 running loop gathers steady decode rows (one token, a slot left in the last block) without asking the
 KV manager to allocate, and writes them in bulk. Everything else (preemption, admission, the update
-after the forward pass) is the same code, inherited. ``tests/test_scheduler_reference.py`` holds the two
+after the forward pass) is the same code, inherited. ``tests/engine/test_scheduler_reference.py`` holds the two
 equal on random traces: every step's decision, column by column, and every request's tokens.
 """
 

@@ -2,7 +2,7 @@
 objects, their stream chunks, the error body, and each route's status codes.
 
 openai_format.py builds the same objects as plain dicts (one per streamed token: no model is built on
-the hot path); tests/test_serve_openapi.py checks every dict against these models, and a schemathesis
+the hot path); tests/serve/test_serve_openapi.py checks every dict against these models, and a schemathesis
 pass checks the server's answers against the document.
 """
 

@@ -1,5 +1,5 @@
 /* A stand-alone check of labkit's product kernels (labkit/kernels/csrc/linear_rows.c, threads.c) for a CPU
- * the tests cannot run natively: tests/test_cross_arch.py cross-compiles it for aarch64 and runs it under
+ * the tests cannot run natively: tests/kernels/test_cross_arch.py cross-compiles it for aarch64 and runs it under
  * qemu-aarch64. For fp32 and bf16 (the build's widened form there), on shapes with tails:
  *
  *   - a row gets the same bits at every row count 1..16 (on 2 and 3 threads: 1, 6, 11, 16) and on 1, 2

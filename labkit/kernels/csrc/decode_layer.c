@@ -2,7 +2,7 @@
  * token (decode), or every row one sequence's (its verification rows, or its prefill), each row against
  * its own prefix. The same entry points the Python forward calls one by one, called here in the same
  * order on the same values, so every output bit is the one the op-by-op path gives
- * (tests/test_fused_small_ops.py compares the logits).
+ * (tests/kernels/test_fused_small_ops.py compares the logits).
  * What it removes is the Python between them: about 60 µs a layer on the lab machine, 2 ms a token.
  *
  *   x [R, h]  ->  out [R, h]        (fp32, or bf16 with bf16 weights; x is left as it was)

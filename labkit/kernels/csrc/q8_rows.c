@@ -8,7 +8,7 @@
  * The summation order is linear_rows.c's (`tile`, `reduce4`): with L = LANES, lane l accumulates
  * fma(x[t][k], w[n][k], acc[l]) for k = l, l + L, ...; the lanes are added as the fixed tree of
  * simd.h. K is a multiple of 32, so there is no tail. So y equals, bit for bit, linear_rows over the
- * dequantised fp32 weight (tests/test_q8_head.py), and a row gets the same bits whatever rows are beside
+ * dequantised fp32 weight (tests/kernels/test_q4_1_kernels.py), and a row gets the same bits whatever rows are beside
  * it (the walk and the tiles only decide how many accumulators are live at once).
  *
  * The weights are walked one row after the other for at most `sequential_rows` input rows, else 4 rows

@@ -1,7 +1,7 @@
 /* labkit's kernels on several threads (threads.c): one job split into contiguous parts of its outputs.
  *
  * A part computes whole outputs, each in the one order the kernel's header gives it, so which thread
- * computes an output, and how many threads there are, changes no bit (tests/test_native_threads.py). */
+ * computes an output, and how many threads there are, changes no bit (tests/kernels/test_native_threads.py). */
 #ifndef LABKIT_THREADS_H
 #define LABKIT_THREADS_H
 

@@ -5,7 +5,7 @@
 
 `for_input` picks one per forward. The model (``labkit.model.llama``) reaches its kernels only through
 here, and nothing here imports the model or the attention backends: a model's config and a backend are
-read through the attributes they carry (tests/test_layering.py holds both).
+read through the attributes they carry (tests/project/test_layering.py holds both).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ __all__ = ["TORCH_OPS", "Dimensions", "NativeOps", "Ops", "TorchOps", "for_input
 
 class Ops(Protocol):
     """What a forward pass computes its layers with: four ops every implementation computes, with the same
-    bits (tests/test_fused_small_ops.py, tests/test_native_kernel.py), and two fusions an implementation may
-    offer where its predicate says so (PyTorch's offers neither): RoPE with the K/V write, and a whole
-    decode layer in one call."""
+    bits (tests/kernels/test_fused_small_ops.py, tests/kernels/test_native_kernel.py), and two fusions an
+    implementation may offer where its predicate says so (PyTorch's offers neither): RoPE with the K/V write,
+    and a whole decode layer in one call."""
 
     def linear(self, x: torch.Tensor, weight) -> torch.Tensor:
         """x: [T, in], weight: [out, in] (a tensor, or a module such as ``quant.Int4Linear``) -> [T, out]."""

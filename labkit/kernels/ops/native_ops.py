@@ -5,7 +5,7 @@ a kernel is not built, that op is PyTorch's.
 
 RMSNorm's sum of squares follows PyTorch's vectorised sum, whose lane count varies by CPU (and by
 build): the check finds the one that matches, in fp32, where a wrong lane count shows within a few
-rows (bf16 rounds most differences away), then confirms bf16 with it. tests/test_fused_small_ops.py
+rows (bf16 rounds most differences away), then confirms bf16 with it. tests/kernels/test_fused_small_ops.py
 holds every fused op to PyTorch's bits, op by op and on the real model's logits.
 """
 

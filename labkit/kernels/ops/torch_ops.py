@@ -4,7 +4,7 @@ implementation (`native_ops`) is tested against.
 ``linear`` takes the product form the tuning chose for this CPU (`labkit.kernels.tuning`, which may be
 labkit's C product); ``rms_norm``, ``add_rms_norm`` and ``swiglu`` are PyTorch's kernels. Each keeps
 the bits Hugging Face's ``LlamaForCausalLM`` computes, so greedy output matches it token for token
-(tests/test_parity.py).
+(tests/engine/test_parity.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from labkit.kernels.tuning.forms import order_probe
 # Which CPU matmul to use for a [T, in] x [in, out] linear, by row count T (`python -m bench.linear_rows`
 # measures the forms and prints the CPU it ran on).
 # fp32: one batch-invariant form for every row count (a row gets the same bits in any batch, so the
-# scheduler never changes a token: tests/test_batch_invariance.py), the faster of two on the CPU at hand by a timing probe
-# (`labkit.kernels.tuning.fp32`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
+# scheduler never changes a token: tests/kernels/test_batch_invariance.py), the faster of two on the CPU at hand by a
+# timing probe (`labkit.kernels.tuning.fp32`); a fixed table tuned on one Xeon was 2.5x slower than the best form at
 # 2 rows on an AMD EPYC.
 # bf16: the products must give each row the same bits at any row count, because speculative decoding
 # verifies k + 1 rows at once and its bf16 output must equal plain one-row greedy output bit for bit.
@@ -94,7 +94,7 @@ def linear(x: torch.Tensor, weight) -> torch.Tensor:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / sqrt(mean(x²) + eps), in fp32 like Hugging Face's LlamaRMSNorm, through PyTorch's
     kernels (labkit's C form, with these bits, is `native_ops.NativeOps.rms_norm`). fp32 input takes torch's
-    fused kernel (one op instead of six; bit-identical to the written-out form, which tests/test_model_ops.py
+    fused kernel (one op instead of six; bit-identical to the written-out form, which tests/kernels/test_model_ops.py
     checks), or for a single row `_one_row_rms_norm`; other dtypes upcast as Hugging Face does."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
         if (x.dim() == 2 and x.shape[0] == 1 and not torch.compiler.is_compiling()   # .item() would break the graph

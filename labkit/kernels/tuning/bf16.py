@@ -1,7 +1,7 @@
 """Which form every bf16 CPU product takes on this CPU: one row-invariant form for every row count.
 
 A row must get the same bits at every row count (speculative verification, a decode row sharing a step
-with a prefill, the tail a prefix-cache hit recomputes; tests/test_form_invariance.py), so there is one
+with a prefill, the tail a prefix-cache hit recomputes; tests/kernels/test_form_invariance.py), so there is one
 form for all of them, never a mix:
 
 - labkit's C kernel (`Bf16Form.NATIVE`), row-invariant by construction, wherever the kernels build: with

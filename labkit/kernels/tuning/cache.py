@@ -9,7 +9,7 @@ class's shared copy, and one helper, `cached_or_probe`, that every probe goes th
 A choice timed while other work loaded the machine may be the load's, not the CPU's: it is used, marked
 provisional, and timed again by the first process that finds the machine quiet (a bf16 choice timed beside
 a CI run once picked PyTorch's form and kept it; on the quiet machine the C kernel was 1.4x faster).
-Held by tests/test_linear_forms.py::test_a_choice_timed_while_busy_is_timed_again_once_the_machine_is_quiet.
+Held by tests/kernels/test_linear_forms.py::test_a_choice_timed_while_busy_is_timed_again_once_the_machine_is_quiet.
 
 A key names what was chosen and everything the choice depends on (`machine_key`, `kernel_key`); a change
 to a form, a gate or what is stored bumps `VERSION`, so old entries are simply probed again.
@@ -57,7 +57,7 @@ def kernel_key(subject: str) -> str:
 
 def read() -> dict:
     """The choices on disk: a class's shared cache (timed once by the hub's set-up, read-only), with this
-    user's own over it (tests/test_shared_cache.py::test_the_shared_timings_are_read_under_the_learners_own)."""
+    user's own over it (tests/model/test_shared_cache.py::test_the_shared_timings_are_read_under_the_learners_own)."""
     shared = shared_root()
     data: dict = {}
     for path in ([shared / cache_path().name] if shared is not None else []) + [cache_path()]:

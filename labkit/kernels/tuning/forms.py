@@ -13,7 +13,7 @@ with AMX: 1, 2-15 and 16+). Two forms are invariant, and `labkit.kernels.tuning.
   by construction, and admitted only if the gate confirms it (`kernel_admitted`: the same bits at every
   row count 1..17 and position, and as accurate as ``F.linear``). Its bits differ from transformers' in
   the last places, as MKL's differ from one CPU to the next; greedy parity with transformers is
-  token-level in fp32 and tested with whatever the probe chooses (tests/test_parity.py).
+  token-level in fp32 and tested with whatever the probe chooses (tests/engine/test_parity.py).
 
 The other forms ((W @ xᵀ)ᵀ, "of a pair") and the exactness gate `exact_forms` (does a form return bits
 ``F.linear`` gives at some row count?) stay for ``bench.linear_rows``, which measures every form, and for

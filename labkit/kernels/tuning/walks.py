@@ -1,6 +1,6 @@
 """Up to how many rows labkit's C kernels walk a weight sequentially rather than in tiles.
 
-Both walks give the same bits (tests/test_native_kernel.py); which is faster at a few rows depends on how
+Both walks give the same bits (tests/kernels/test_native_kernel.py); which is faster at a few rows depends on how
 the CPU streams memory, so each crossover is timed once per CPU on the model's own weights and cached
 (`cache.kernel_key`: the CPU and the kernel's build, not the dtype or torch). ``native.linear_rows`` gets
 its crossover from `prepare` (fp32 or bf16 weights), ``native.q8_rows`` from `prepare_q8` (the LM head).
