@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from labkit.assess.learner import learner_id
-from labkit.assess.questions import MultipleChoice, Numeric, Ordering, parse_number, scale_factor
+from labkit.assess.questions import MultipleChoice, Numeric, Ordering, WhichFigure, parse_number, scale_factor
 from labkit.i18n import get_language, set_language
 
 Q = sys.modules["labkit.assess.questions"]
@@ -176,3 +176,56 @@ def test_the_unit_hint_uses_the_questions_own_allowance():
     assert Numeric("q", 1000.0).unit_hint(10.4) == ""                       # 4 % off, only 1 % allowed
     assert Numeric("q", 1000.0, rel_tol=0.05).unit_hint(10.4) != ""           # 5 % allowed: a slip
     assert Numeric("q", 1000.0, tol=50).unit_hint(10.4) != ""
+
+
+# --- a question built wrong is refused, saying what is wrong ---------------------------------------------------
+
+def figures(n: int) -> list:
+    return [object()] * n
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: MultipleChoice("q", ["a"], answer=0), "options must have 2 to 10 entries, got 1"),
+    (lambda: MultipleChoice("q", list("abcdefghijk"), answer=0), "options must have 2 to 10 entries, got 11"),
+    (lambda: MultipleChoice("q", ["a", "b", "c"], answer=3), "answer must be an option index in [0, 2], got 3"),
+    (lambda: MultipleChoice("q", ["a", "b", "c"], answer=-1), "answer must be an option index in [0, 2], got -1"),
+    (lambda: MultipleChoice("q", ["a", "b"], answer=0, explanations=["x"]),
+     "explanations must have one entry per option, got 1 for 2 options"),
+    (lambda: MultipleChoice("q", ["a", "b"], answer=0, misconceptions=["", "m", "n"]),
+     "misconceptions must have one entry per option, got 3 for 2 options"),
+    (lambda: Numeric("q", 1.0, tol=-1), "tol and rel_tol must be >= 0, got -1, 0.0"),
+    (lambda: Numeric("q", 1.0, rel_tol=-0.5), "tol and rel_tol must be >= 0, got 0.0, -0.5"),
+    (lambda: Ordering("q", ["a", "b"]), "items must have 3 to 10 entries, got 2"),
+    (lambda: Ordering("q", list("abcdefghijk")), "items must have 3 to 10 entries, got 11"),
+    (lambda: Ordering("q", ["a", "b", "c"], reasons=["x"]), "reasons must have one entry per item, got 1 for 3 items"),
+    (lambda: Ordering("q", ["a", {"zh": "a", "en": "A"}, "c"]), "items must be distinct"),
+    (lambda: WhichFigure("q", figures(1), 0, ["e"], [""]), "figures must have 2 to 4 entries, got 1"),
+    (lambda: WhichFigure("q", figures(5), 0, ["e"] * 5, ["", "m", "m", "m", "m"]), "figures must have 2 to 4 entries, got 5"),
+    (lambda: WhichFigure("q", figures(2), 2, ["e", "f"], ["m", ""]), "answer must be a figure index in [0, 1], got 2"),
+    (lambda: WhichFigure("q", figures(2), 0, ["e"], ["", "m"]), "explanations must have one entry per figure, got 1 for 2 figures"),
+    (lambda: WhichFigure("q", figures(2), 0, ["e", "f"], ["", "m", "n"]),
+     "misconceptions must have one entry per figure, got 3 for 2 figures"),
+    (lambda: WhichFigure("q", figures(2), 0, ["e", "f"], ["m", "m"]), "figure 0 is the answer and must not name a misconception"),
+    (lambda: WhichFigure("q", figures(2), 0, ["e", "f"], ["", " "]), "figure 1 is a distractor and must name its misconception"),
+])
+def test_a_question_built_wrong_is_refused_by_what_is_wrong(build, message):
+    with pytest.raises(ValueError) as error:
+        build()
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("build", [
+    lambda: MultipleChoice("q", list("abcdefghij"), answer=9),
+    lambda: Ordering("q", list("abcdefghij")),
+    lambda: WhichFigure("q", figures(4), 3, ["e"] * 4, ["m", "m", "m", ""]),
+])
+def test_the_largest_question_of_each_kind_is_accepted(build):
+    build()
+
+
+def test_a_figure_questions_key_and_order_follow_its_id_and_shuffle():
+    q = WhichFigure({"en": "E", "zh": "中"}, figures(4), 0, ["e"] * 4, ["", "m", "m", "m"])
+    assert q.key() == "中" and WhichFigure("q", figures(2), 0, ["e", "f"], ["", "m"], id="f-1").key() == "f-1"
+    assert WhichFigure("q", figures(4), 0, ["e"] * 4, ["", "m", "m", "m"], shuffle=False).order("a") == [0, 1, 2, 3]
+    assert q.order("alice") == q.order("alice") and sorted(q.order("alice")) == [0, 1, 2, 3]
+    assert len({tuple(q.order(x)) for x in LEARNERS[:20]}) > 5

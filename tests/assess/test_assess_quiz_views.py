@@ -135,3 +135,36 @@ def test_each_figure_is_drawn_under_its_letter_as_a_plotly_output_and_its_button
     view.buttons[view.order.index(1)].click()
     assert view.result.correct and calls.n == 1 and view.title.value == "<b>5.</b> Which shows it?"
     assert [b.button_style for b in view.buttons] == ["success" if i == 1 else "" for i in view.order]
+
+
+def test_a_quiz_numbers_its_questions_from_one_and_records_them_under_its_id(tmp_path, monkeypatch):
+    from labkit.assess.quiz import Quiz, QuizView, _view_for
+    from labkit.report.results import read_summary
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    questions = [MultipleChoice("First?", ["a", "b"], answer=0, id="v-1", shuffle=False),
+                 Numeric("Second?", 2.0, id="v-2"), Ordering("Third?", ["x", "y", "z"], id="v-3")]
+    view = QuizView(questions, None, lab="07")
+    assert [v.title.value.split("</b>")[0] for v in view.views] == ["<b>1.", "<b>2.", "<b>3."]
+    assert view.box.children == (view.header, *[v.box for v in view.views], view.score)
+    view.views[0].buttons[0].click()
+    assert read_summary("07")["quiz"]["v-1"]["quiz"] == "quiz"          # the default id of a lab's final quiz
+    Quiz(questions[1:2], lab="07").view().views[0].answer("2")
+    assert read_summary("07")["quiz"]["v-2"]["quiz"] == "quiz"
+    with pytest.raises(TypeError, match="^a quiz question must be MultipleChoice, Numeric, Ordering or WhichFigure, "
+                                        "got str$"):
+        _view_for("not a question", 1, lambda: None)
+
+
+def test_the_ordering_rows_carry_their_arrows_and_label():
+    view, _ = ordering_view([0, 1, 2, 3])
+    assert [(u.description, d.description) for u, d in zip(view.ups, view.downs)] == [("▲", "▼")] * 4
+    rows = view.box.children[1:5]
+    assert [row.children for row in rows] == [(u, d, label) for u, d, label in zip(view.ups, view.downs, view.labels)]
+
+
+def test_a_figure_output_is_display_data_with_empty_metadata():
+    from labkit.assess.quiz import _plotly_output
+
+    out = _plotly_output(go.Figure(go.Bar(y=[1])))
+    assert out["metadata"] == {} and set(out) == {"output_type", "metadata", "data"}
