@@ -229,3 +229,5 @@ def test_a_figure_questions_key_and_order_follow_its_id_and_shuffle():
     assert WhichFigure("q", figures(4), 0, ["e"] * 4, ["", "m", "m", "m"], shuffle=False).order("a") == [0, 1, 2, 3]
     assert q.order("alice") == q.order("alice") and sorted(q.order("alice")) == [0, 1, 2, 3]
     assert len({tuple(q.order(x)) for x in LEARNERS[:20]}) > 5
+    other = WhichFigure({"en": "E", "zh": "另一个"}, figures(4), 0, ["e"] * 4, ["", "m", "m", "m"])
+    assert sum(q.order(x) == other.order(x) for x in LEARNERS) < 40      # 24 orders: ~8 of 200 coincide by chance

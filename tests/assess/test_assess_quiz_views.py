@@ -122,6 +122,7 @@ def test_each_figure_is_drawn_under_its_letter_as_a_plotly_output_and_its_button
                     misconceptions=["m0", "", "m2"], id="views-f")
     calls = Calls()
     view = FigureView(q, 5, calls)
+    assert view.choice is None and view.result is None and view.feedback.value == ""     # nothing said before a click
     assert [b.description for b in view.buttons] == ["A", "B", "C"]
     grid = view.box.children[1]
     for row, (cell, index) in enumerate(zip(grid.children, view.order)):
