@@ -74,7 +74,7 @@ RUN_CELLS_JS = """async ([path, indices, source]) => {
 }"""
 def solutions() -> dict[str, tuple[object, object]]:
     """exercise name -> (a typical wrong solution, a correct one), from the exercise audit."""
-    from tests import test_assess_exercises as audit
+    from tests.assess import test_assess_exercises as audit
 
     wrong: dict[str, object] = {}
     for case in audit.WRONG:
@@ -86,7 +86,7 @@ def solutions() -> dict[str, tuple[object, object]]:
 
 def as_cell_source(fn, name: str) -> str:
     """``fn``'s source, renamed to the name the lab expects, after the audit-module helpers it uses."""
-    from tests import test_assess_exercises as audit
+    from tests.assess import test_assess_exercises as audit
 
     src = re.sub(rf"\b{re.escape(fn.__name__)}\b", name, inspect.getsource(fn))
     helpers, seen, todo = [], {fn.__name__}, [src]
