@@ -72,6 +72,8 @@ RUN_CELLS_JS = """async ([path, indices, source]) => {
     const last = nb.widgets[indices[indices.length - 1]];
     return last.node.querySelector(".jp-OutputArea")?.innerText || "";
 }"""
+
+
 def solutions() -> dict[str, tuple[object, object]]:
     """exercise name -> (a typical wrong solution, a correct one), from the exercise audit."""
     from tests.assess import test_assess_exercises as audit
