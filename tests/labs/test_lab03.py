@@ -498,3 +498,23 @@ def test_learner_visible_row_labels_are_chinese_first_with_the_english_term():
     assert overhead_view.rung_name("+ async scheduling") == "+ 异步调度（async scheduling）"
     pools = preemption.compare_pressure([TraceRequest(0.0, 8, 8) for _ in range(4)], share=0.5)
     assert pools[0].label.startswith("够大的池（ample pool")
+
+
+@pytest.mark.parametrize("load,steps,zh", [
+    (0.5, [1.0, 1.2], "各轮相差 1.20 倍"),
+    (9.0, [1.0, 1.0], "机器正忙（负载 9.0，2 个核）"),
+    (0.5, [1.0, 1.7], "机器正忙（各轮相差 1.70 倍）"),
+    (9.0, [1.0, 1.7], "机器正忙（负载 9.0，2 个核；各轮相差 1.70 倍）"),
+])
+def test_a_busy_rung_says_which_made_it_busy_the_load_or_the_rounds(load, steps, zh, monkeypatch):
+    from labkit.i18n import get_language, set_language
+    from labkit.labs.lab03_batching import overhead_view
+
+    monkeypatch.setattr(overhead_view, "cores", lambda: 2)
+    run = overhead.RemedyRun("SmolLM2-135M / H100", 64, {}, {"plain": steps}, load)
+    before = get_language()
+    try:
+        set_language("zh")
+        assert overhead_view.rung_confidence(run, "plain") == zh
+    finally:
+        set_language(before)

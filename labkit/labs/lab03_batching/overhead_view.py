@@ -170,13 +170,20 @@ def step_over_bound(run: RemedyRun, rung: str) -> list[float]:
 
 def rung_confidence(run: RemedyRun, rung: str) -> str:
     """"机器正忙" when the load was above the cores or the rung's step moved by more than ``measure``'s
-    spread limit between rounds; else "各轮一致" (the numbers of a quiet run)."""
+    spread limit between rounds, naming which of the two it was; else how far apart the rounds were
+    (the numbers of a quiet run)."""
     from labkit.labs.common.measure import DEFAULT_MAX_SPREAD
 
     steps = run.steps[rung]
     spread = max(steps) / min(steps) if steps and min(steps) > 0 else 1.0
-    if (run.load is not None and run.load > cores()) or spread > DEFAULT_MAX_SPREAD:
-        return t(f"机器正忙（各轮相差 {spread:.1f} 倍）", f"machine busy (rounds {spread:.1f}× apart)")
+    why = []
+    if run.load is not None and run.load > cores():
+        why.append((f"负载 {run.load:.1f}，{cores()} 个核", f"load {run.load:.1f} on {cores()} cores"))
+    if spread > DEFAULT_MAX_SPREAD:
+        why.append((f"各轮相差 {spread:.2f} 倍", f"rounds {spread:.2f}× apart"))
+    if why:
+        return t("机器正忙（" + "；".join(zh for zh, _ in why) + "）",
+                 "machine busy (" + "; ".join(en for _, en in why) + ")")
     return t(f"各轮相差 {spread:.2f} 倍", f"rounds {spread:.2f}× apart")
 
 
