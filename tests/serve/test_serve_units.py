@@ -60,6 +60,20 @@ def test_each_metric_says_what_it_is_in_its_help_and_type():
         assert f"# HELP {name} {doc}\n# TYPE {name} gauge" in text
     for name, doc in COUNTERS.values():
         assert f"# HELP {name}_total {doc}\n# TYPE {name}_total counter" in text
+    # The server's own histograms and counters: what a Prometheus user reads each one is.
+    for name, kind, doc in [
+            ("labkit:time_to_first_token_seconds", "histogram", "Time to first token (arrival to first token)."),
+            ("labkit:inter_token_latency_seconds", "histogram", "Gap between consecutive output tokens of one request."),
+            ("labkit:e2e_request_latency_seconds", "histogram", "Arrival to finish."),
+            ("labkit:request_success_total", "counter", "Requests finished, by reason."),
+            ("labkit:prompt_tokens_total", "counter", "Prompt tokens of accepted requests."),
+            ("labkit:generation_tokens_total", "counter", "Output tokens produced.")]:
+        assert f"# HELP {name} {doc}\n# TYPE {name} {kind}" in text, name
+
+
+def test_the_streams_schema_ends_with_the_literal_done_event():
+    data = responses._sse(protocol.CompletionRequest)["itemSchema"]["properties"]["data"]["anyOf"]
+    assert data[1] == {"const": "[DONE]", "description": "the last event"}
 
 
 def test_a_finished_request_is_counted_by_reason_and_its_latencies_observed_in_seconds():
