@@ -246,6 +246,9 @@ def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensor
         got, want = batch.prepare(out), build_from_lists(out, 4, "cpu")
         for name in ("input_ids", "positions", "logits_indices"):
             assert torch.equal(getattr(got, name), getattr(want, name)), (step, name)
+            assert getattr(got, name).dtype == getattr(want, name).dtype, (step, name)
+        for name in ("query_start_loc", "seq_lens", "slot_mapping", "block_tables"):   # the C kernels read int32/64
+            assert getattr(got.metadata, name).dtype == getattr(want.metadata, name).dtype, (step, name)
         for name in ("query_start_loc", "seq_lens", "slot_mapping"):
             assert torch.equal(getattr(got.metadata, name), getattr(want.metadata, name)), (step, name)
         # Past a table's end the padding may differ (a reused row keeps an old entry; attention never reads it).
@@ -261,6 +264,7 @@ def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensor
         step += 1
     if rows == 3:
         assert len(rows_seen) == 4 and len({row for _, row in rows_seen}) == 3      # r3 took a freed row
+        assert batch.block_table.shape == (3, 17)                                   # three rows were enough
     else:
         assert len(rows_seen) == 4 and {row for _, row in rows_seen} <= set(range(4))
         assert batch.block_table.shape == (4, 17) and len(batch.num_blocks) == len(batch.seen_end) == 4
