@@ -241,8 +241,13 @@ def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensor
     for i, (n, max_tokens) in enumerate(((2, 6), (5, 11), (9, 3), (3, 7))):
         sched.add(Request(f"r{i}", list(range(1, n + 1)), SamplingParams(max_tokens=max_tokens, ignore_eos=True), 0.0))
     rows_seen, step = set(), 0
+    binds, bind = [], batch._bind
+    batch._bind = lambda rids: (binds.append(list(rids)), bind(rids))[1]
+    changes, last = 0, None
     while sched.has_unfinished():
         out = sched.schedule(float(step))
+        changes += out.request_ids != last
+        last = list(out.request_ids)
         got, want = batch.prepare(out), build_from_lists(out, 4, "cpu")
         for name in ("input_ids", "positions", "logits_indices"):
             assert torch.equal(getattr(got, name), getattr(want, name)), (step, name)
@@ -262,6 +267,7 @@ def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensor
             rows_seen.add((rid, row))
         sched.update_from_output(out, SampledTokens.of(out, {rid: (7,) for rid in out.request_ids}), float(step))
         step += 1
+    assert len(binds) == changes < step           # rows are bound again only when the step's requests change
     if rows == 3:
         assert len(rows_seen) == 4 and len({row for _, row in rows_seen}) == 3      # r3 took a freed row
         assert batch.block_table.shape == (3, 17)                                   # three rows were enough
