@@ -47,7 +47,23 @@ UNSUPPORTED: dict[str, tuple] = {
     "min_p": (0,), "min_tokens": (0,), "best_of": (1,), "stop_token_ids": ([],), "suffix": ("",),
     "prompt_logprobs": (), "guided_json": (), "guided_regex": (), "guided_choice": (), "guided_grammar": (),
     "structured_outputs": (), "reasoning_effort": (), "audio": (), "prediction": (), "modalities": (["text"],),
-    "web_search_options": (),
+    "web_search_options": (), "verbosity": ("medium",),
+}
+# OpenAI request fields that are accepted and ignored, because ignoring them changes no token the server
+# returns: bookkeeping for the caller's platform (who asked, what to store, which tier, cache routing hints)
+# and a switch that means something only with tools, which are refused above. Every other field of OpenAI's
+# request types is either implemented here or in ``UNSUPPORTED`` (tests/serve/test_serve_units.py holds that).
+IGNORED: dict[str, str] = {
+    "user": "who the caller says the end user is",
+    "safety_identifier": "who the caller says the end user is",
+    "metadata": "tags the platform stores with a stored completion",
+    "store": "whether the platform stores the completion",
+    "service_tier": "the platform's processing tier",
+    "moderation": "the platform's moderation of stored completions",
+    "prompt_cache_key": "a routing hint for the platform's prompt cache",
+    "prompt_cache_options": "a routing hint for the platform's prompt cache",
+    "prompt_cache_retention": "how long the platform keeps a cached prompt",
+    "parallel_tool_calls": "meaningful only with tools, which are refused",
 }
 
 

@@ -1100,3 +1100,26 @@ def test_a_scope_that_is_not_http_reaches_the_app_with_its_own_receive_and_send(
 
     run(RequestBody(lifespan_app, timeout_s=5, max_bytes=0)({"type": "lifespan"}, wire.receive, wire.send))
     assert wire.sent == [{"type": "lifespan.startup.complete", "got": chunk(b"")}]
+
+
+@pytest.mark.parametrize("route,request_model", [("completions", "CompletionRequest"),
+                                                 ("chat completions", "ChatCompletionRequest")])
+def test_every_field_of_openais_request_is_implemented_refused_or_harmlessly_ignored(route, request_model):
+    """From OpenAI's own request types (the ``openai`` package): a field labkit neither implements nor lists
+    would be silently ignored, so a client asking for a feature would get tokens made without it."""
+    import typing
+
+    from openai.types import completion_create_params as completion
+    from openai.types.chat import completion_create_params as chat
+
+    params = completion if route == "completions" else chat
+    openai_fields = set(typing.get_type_hints(params.CompletionCreateParamsBase)) - {"stream"}
+    implemented = set(getattr(protocol, request_model).model_fields)
+    unlisted = openai_fields - implemented - set(protocol.UNSUPPORTED) - set(protocol.IGNORED)
+    assert not unlisted, f"OpenAI's {route} request has fields labkit neither implements nor lists: {sorted(unlisted)}"
+    assert not set(protocol.IGNORED) & (implemented | set(protocol.UNSUPPORTED))       # each field in one place
+
+
+def test_verbosity_other_than_its_default_is_refused_by_name():
+    assert protocol.unsupported_field({"verbosity": "medium"}) is None
+    assert protocol.unsupported_field({"verbosity": "low"}) == "verbosity"
