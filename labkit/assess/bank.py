@@ -243,11 +243,12 @@ def _exercise(where: str, name: str, entry: object) -> dict[str, Any]:
     if not isinstance(hints, list):
         raise BankError(f"{where}: field 'hints' must be a list: [[{name}.hints]] tables (double brackets), "
                         f"one per hint, got {hints!r}")
+    texts = []
     for i, hint in enumerate(hints, 1):
         if not isinstance(hint, dict):
             raise BankError(f"{where}: hint {i}: field 'hints' must hold tables with zh and en, got {hint!r}")
-        _languages(f"{where}: hint {i}", hint)
-    return {"title": title, "task": task, "hints": [_t(hint["zh"], hint["en"]) for hint in hints]}
+        texts.append(_t(*_languages(f"{where}: hint {i}", hint)))
+    return {"title": title, "task": task, "hints": texts}
 
 
 class ExerciseText:

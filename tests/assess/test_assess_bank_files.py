@@ -15,14 +15,7 @@ import pytest
 
 from labkit.assess import MultipleChoice, bank
 from labkit.assess.bank import BankError, from_file, load, render
-
-try:
-    import tomllib
-except ModuleNotFoundError:
-    import tomli as tomllib
-
-REPO = Path(__file__).resolve().parents[2]
-LABS = ["lab01_kv_cache", "lab02_paged_attention", "lab03_batching", "lab04_speculative", "lab05_engine_choice"]
+from tests.assess.lab_files import LABS, REPO, leaf_values, tomllib
 
 
 def bank_file(lab: str) -> Path:
@@ -142,14 +135,8 @@ def test_a_question_files_text_is_shown_as_written_never_run(tmp_path):
 
 @pytest.mark.parametrize("lab", LABS)
 def test_a_labs_question_file_holds_only_text_and_true_or_false(lab):
-    def values(node):
-        if isinstance(node, dict):
-            return [v for x in node.values() for v in values(x)]
-        if isinstance(node, list):
-            return [v for x in node for v in values(x)]
-        return [node]
     text = bank_file(lab).read_text(encoding="utf-8")
-    assert {type(v) for v in values(tomllib.loads(text))} <= {str, bool}
+    assert {type(v) for v in leaf_values(tomllib.loads(text))} <= {str, bool}
     assert not re.search(r"\b[Ii]ssues? \d+\b|#\d+\b", text)        # no tracker numbers in what learners read
 
 
@@ -166,9 +153,10 @@ def test_the_loader_reads_toml_and_runs_nothing():
 
 # ----------------------------------------------------------------------------- the files ship with the package
 
-def test_the_question_files_are_package_data():
+@pytest.mark.parametrize("name", ["quiz.toml", "exercises.toml"])
+def test_the_question_and_exercise_files_are_package_data(name):
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     patterns = pyproject["tool"]["setuptools"]["package-data"]["labkit"]
     for lab in LABS:
-        relative = bank_file(lab).relative_to(REPO / "labkit").as_posix()
+        relative = (REPO / "labkit" / "labs" / lab / name).relative_to(REPO / "labkit").as_posix()
         assert any(fnmatch.fnmatch(relative, p) for p in patterns), f"{relative} is not in {patterns}"

@@ -9,8 +9,7 @@ import pytest
 
 from labkit.assess import MultipleChoice, Numeric, Ordering, WhichFigure
 from labkit.assess.bank import Row, answer_is_longest, longest_share, render
-
-LABS = ["lab01_kv_cache", "lab02_paged_attention", "lab03_batching", "lab04_speculative", "lab05_engine_choice"]
+from tests.assess.lab_files import LABS
 
 
 def bank(lab: str) -> list:

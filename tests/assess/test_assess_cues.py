@@ -10,11 +10,11 @@ import re
 import pytest
 
 from labkit.assess import MultipleChoice
+from tests.assess.lab_files import LABS
 
 ABSOLUTE_ZH = ("一定", "总是", "从不", "只有", "只能", "只需", "只是", "只", "全部", "完全", "必须", "不会", "永远", "所有",
                "任何", "都", "绝不", "唯一", "必", "毫无", "根本", "从来", "一律", "凡是", "才是", "没有意义", "不可信")
 ABSOLUTE_EN = ("always", "never", "only", "all", "every", "must", "nothing", "entire", "whole", "cannot", "no")
-LABS = ("lab01_kv_cache", "lab02_paged_attention", "lab03_batching", "lab04_speculative", "lab05_engine_choice")
 # Questions of banks outside this change that still gave the cue when this test was written: named here
 # so the lead sees them; drop an id once its bank is reworded.
 KNOWN = {"bt-chunked"}

@@ -6,7 +6,6 @@ parsed as TOML only, its text shown as written; and the files ship inside the in
 from __future__ import annotations
 
 import ast
-import fnmatch
 import importlib
 import re
 from pathlib import Path
@@ -15,14 +14,7 @@ import pytest
 
 from labkit.assess.bank import BankError, ExerciseText, load_exercises
 from labkit.labs.exercises import EXERCISES
-
-try:
-    import tomllib
-except ModuleNotFoundError:
-    import tomli as tomllib
-
-REPO = Path(__file__).resolve().parents[2]
-LABS = ["lab01_kv_cache", "lab02_paged_attention", "lab03_batching", "lab04_speculative", "lab05_engine_choice"]
+from tests.assess.lab_files import LABS, REPO, leaf_values, tomllib
 
 
 def text_file(lab: str) -> Path:
@@ -168,22 +160,6 @@ def test_an_exercise_files_text_is_shown_as_written_never_run(tmp_path, monkeypa
 
 @pytest.mark.parametrize("lab", LABS)
 def test_a_labs_exercise_file_holds_only_text(lab):
-    def values(node):
-        if isinstance(node, dict):
-            return [v for x in node.values() for v in values(x)]
-        if isinstance(node, list):
-            return [v for x in node for v in values(x)]
-        return [node]
     text = text_file(lab).read_text(encoding="utf-8")
-    assert {type(v) for v in values(tomllib.loads(text))} == {str}
+    assert {type(v) for v in leaf_values(tomllib.loads(text))} == {str}
     assert text.startswith("# ")                                       # the header tells a teacher what it is
-
-
-# ----------------------------------------------------------------------------- the files ship with the package
-
-def test_the_exercise_files_are_package_data():
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["labkit"]
-    for lab in LABS:
-        relative = text_file(lab).relative_to(REPO / "labkit").as_posix()
-        assert any(fnmatch.fnmatch(relative, p) for p in patterns), f"{relative} is not in {patterns}"
