@@ -67,16 +67,24 @@ class Copies:
         return self.copies[key]
 
 
-def extra_forms() -> dict:
-    """Measured-only forms: a transposed contiguous copy, and oneDNN's prepacked weight (when this
-    torch build has the op)."""
+def extra_forms(weights: list[torch.Tensor]) -> tuple[dict, list[str]]:
+    """Measured-only forms: a transposed contiguous copy, and oneDNN's prepacked weight (when this torch
+    build has the op and packs this dtype on this CPU: its bf16 packing needs AVX-512BW/VL/DQ or
+    AVX-NE-CONVERT); and a note for each form left out, saying why."""
     transposed = Copies(lambda w: w.t().contiguous())
     forms = {"x @ Wᵀ, transposed copy": lambda x, w: torch.mm(x, transposed.get(w))}
-    if hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and torch.backends.mkldnn.is_available():
-        packed = Copies(lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 1))
-        forms["oneDNN prepacked"] = lambda x, w: torch.ops.mkldnn._linear_pointwise(
-            x, packed.get(w), None, "none", [None], "")
-    return forms
+    if not (hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and torch.backends.mkldnn.is_available()):
+        return forms, ["oneDNN prepacked: not measured (this torch build has no oneDNN linear packing)"]
+    packed = Copies(lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 1))
+    try:
+        packed.get(weights[0])
+    except RuntimeError as exc:
+        reason = str(exc).strip().splitlines()[0]
+        return forms, [f"oneDNN prepacked: not measured for {str(weights[0].dtype).removeprefix('torch.')} "
+                       f"on this CPU ({reason})"]
+    forms["oneDNN prepacked"] = lambda x, w: torch.ops.mkldnn._linear_pointwise(
+        x, packed.get(w), None, "none", [None], "")
+    return forms, []
 
 
 def model_weights(model: str | None) -> list[torch.Tensor]:
@@ -166,7 +174,7 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
         linear_forms.prepare(weights)       # the probe's table for this thread count (cached on disk)
     else:
         linear_forms.prepare_bf16(weights, torch_ops._bf16_torch)    # the C kernel or not (cached on disk)
-    extras = extra_forms()
+    extras, left_out = extra_forms(weights)
     formulations = dict(FORMULATIONS, **extras, **{"labkit linear()": torch_ops.linear})
     table, one_row, vs_best, read_rounds, read_bytes = [], {}, {}, [], 0
     nbytes = sum(w.numel() * w.element_size() for w in weights)
@@ -185,7 +193,8 @@ def rows_section(weights: list[torch.Tensor], threads: int, rows: list[int], rou
         table.append([str(t)] + [f"{ms[n]:.1f} ({ms[n] / one_row[n]:.2f}x)" for n in formulations] + [best])
     notes = [f"ms per sweep of all weights ({clock} clock), median of {rounds} interleaved rounds; in brackets: "
              "relative to the same formulation at T = 1",
-             f"cpu: {describe_cpu()}; torch {torch.__version__}; load average {load_average()} at the end"]
+             f"cpu: {describe_cpu()}; torch {torch.__version__}; load average {load_average()} at the end",
+             *left_out]
     worst = max(vs_best, key=vs_best.get)
     notes.append(f"labkit linear() / the faster of {' and '.join(FORMULATIONS)} at each T: at most "
                  f"{vs_best[worst]:.2f}x (T = {worst}); target: <= {TARGET_VS_BEST}x at every T")

@@ -49,8 +49,10 @@ SOURCES = ("linear_rows.c", "decode_attention.c", "rope_kv.c", "norm_act.c", "de
            "int4_rows.c", "threads.c")   # one library
 VERSION = 9                 # labkit_linear_rows_version() in the source
 ENV = "LABKIT_NATIVE"
-# -ffp-contract=fast: a*b + c is one fused multiply-add wherever the CPU has one, in every tile alike.
-FLAGS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC", "-pthread", "-std=gnu11", "-Wno-psabi",
+# -ffp-contract=off: the kernels write out every fused multiply-add (simd.h's `fmadd` and `FMA`). Left to
+# the compiler, contraction is a tuning decision: GCC's -march=znver3 kept some loop-carried a*b + c chains
+# unfused and fused others, so a row's bits depended on the tile that computed it.
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC", "-pthread", "-std=gnu11", "-Wno-psabi",
          f"-I{CSRC}")
 ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())   # tried in turn: x86 and most others, Arm, none
 # LABKIT_NATIVE_MARCH=x86-64-v3 (say) builds for that instruction set instead of this CPU's own: how the

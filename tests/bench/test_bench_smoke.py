@@ -255,3 +255,19 @@ def test_shared_weights_benchmark_maps_the_pack_and_gets_the_same_tokens():
     assert [row[0] for row in table.rows] == ["2"]
     assert table.rows[0][-1] == "yes" and float(table.rows[0][3]) > 0
     assert any("file's page cache" in note for note in table.notes)
+
+
+def test_a_form_this_cpu_cannot_pack_is_left_out_with_the_reason(monkeypatch):
+    """oneDNN packs bf16 weights only with AVX-512BW/VL/DQ or AVX-NE-CONVERT: on an AVX2-only CPU the
+    benchmark must time the other forms and say why this one is missing, not die."""
+    from bench import linear_rows
+
+    def refuse(w, batch):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert\nmore")
+
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse, raising=False)
+    forms, notes = linear_rows.extra_forms([torch.ones(4, 8, dtype=torch.bfloat16)])
+    assert "oneDNN prepacked" not in forms and "x @ Wᵀ, transposed copy" in forms
+    assert notes == ["oneDNN prepacked: not measured for bfloat16 on this CPU (mkldnn_reorder_linear_weight: "
+                     "bf16 path needs the cpu support avx_ne_convert)"]

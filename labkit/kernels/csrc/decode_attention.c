@@ -112,7 +112,7 @@ static inline __attribute__((always_inline)) void heads(const float *qr, const v
                 s = FMA(d < MAX_D ? qv[d / LANES] : LOAD(qh + d), load_kv(k, at + d, is_bf16), s);
             float dot = reduce(s);
             for (int64_t d = DL; d < D; d++)
-                dot = qh[d] * kv_scalar(k, at + d, is_bf16) + dot;
+                dot = fmadd(qh[d], kv_scalar(k, at + d, is_bf16), dot);
             const float score = dot * scale;
             p[i * L + l] = score;
             m[i] = score > m[i] ? score : m[i];
@@ -148,7 +148,7 @@ static inline __attribute__((always_inline)) void heads(const float *qr, const v
                 memcpy(ai + d, &a, sizeof a);
             }
             for (int64_t d = DL; d < D; d++)
-                ai[d] = kv_scalar(v, at + d, is_bf16) * pi[l] + ai[d];
+                ai[d] = fmadd(kv_scalar(v, at + d, is_bf16), pi[l], ai[d]);
         }
     }
     for (int i = 0; i < G; i++)

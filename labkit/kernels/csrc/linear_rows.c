@@ -32,9 +32,10 @@
  * The tiles below only decide how many accumulators are live at once (4 weight rows x 4, 2 or 1 input
  * rows); they never change an output's order. So a row gets the same bits alone or in a batch of 16
  * (row invariance), which speculative decoding relies on: its k + 1 verification rows must give what
- * k + 1 one-row decode steps would. The build uses -ffp-contract=fast, so a*b + c is one fused
- * multiply-add wherever the CPU has one, in every tile alike. The order differs from MKL's (and from
- * one CPU to another, as MKL's does): labkit's greedy parity with transformers is token-level in fp32.
+ * k + 1 one-row decode steps would. Every fused multiply-add is written out (`mac`, `fmadd`: simd.h),
+ * never left to the compiler's contraction, so every tile fuses the same operations. The order differs
+ * from MKL's (and from one CPU to another, as MKL's does): labkit's greedy parity with transformers is
+ * token-level in fp32.
  */
 #include "kernels.h"
 #include "simd.h"
@@ -100,7 +101,7 @@ static inline vec mac(vec acc, vec x, vec w, const int bf) {
 
 static inline float tail(const void *x, const void *w, int64_t k, int64_t K, float s, const int bf) {
     for (; k < K; k++)
-        s = element_x(x, k, bf) * element_w(w, k, bf) + s;
+        s = fmadd(element_x(x, k, bf), element_w(w, k, bf), s);
     return s;
 }
 

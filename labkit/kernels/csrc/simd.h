@@ -19,6 +19,25 @@ static inline float widen(bf16 v) {
     return f;
 }
 
+/* a·b + c, rounded once where the CPU has a fused multiply-add (FMA3 on x86, every aarch64), else
+ * rounded after each operation. The build compiles with -ffp-contract=off, so every fusion in these
+ * kernels is written out (this, FMA below) and none is left to the compiler: with contraction on, GCC's
+ * tuning for AMD Zen keeps multiply-add chains in loops unfused (a shorter latency) while it fuses others,
+ * and an output's bits then depended on which tile computed it (seen on a Zen 3 EPYC with -march=native). */
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+#define FUSED_MULTIPLY_ADD 1
+#else
+#define FUSED_MULTIPLY_ADD 0
+#endif
+
+static inline float fmadd(float a, float b, float c) {
+#if FUSED_MULTIPLY_ADD
+    return __builtin_fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 static inline bf16 narrow(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -82,8 +101,24 @@ typedef float vec __attribute__((vector_size(LANES * sizeof(float))));
 typedef float half4 __attribute__((vector_size(4 * sizeof(float))));
 #define ZERO() ((vec){0})
 #define SPLAT(x) ((vec){0} + (x))
-#define FMA(a, b, c) ((a) * (b) + (c))
 #define IN_REGISTER(v) ((void)0)
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+/* a · b + c lane by lane, fused where the CPU fuses (`fmadd`). */
+static inline vec FMA(vec a, vec b, vec c) {
+#if defined(__AVX2__) && defined(__FMA__)
+    return (vec)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif FUSED_MULTIPLY_ADD
+    vec r;
+    for (int l = 0; l < LANES; l++)
+        r[l] = __builtin_fmaf(a[l], b[l], c[l]);
+    return r;
+#else
+    return a * b + c;
+#endif
+}
 
 static inline vec LOAD(const float *p) {
     vec v;
