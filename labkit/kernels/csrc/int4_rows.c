@@ -65,28 +65,29 @@ static inline __attribute__((always_inline)) void int4_block(const float *x, con
                                                              int64_t K, int64_t G, const int R) {
     const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     const uint8_t *codes = packed + b * K * 32;
-    __m512 acc[4][4], scale[4] = {0}, zero[4] = {0};     /* set at k = 0, a group start */
+    __m512 acc[4][4], scale[4], zero[4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < 4; j++)
             acc[i][j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-        if (k % G == 0)
-            for (int j = 0; j < 4; j++)
-                scales_zeros_of(sz + ((k / G) * N + b * 64 + 16 * j) * 2, &scale[j], &zero[j]);
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(codes + k * 32));
-        if ((k & 1) == 0)
-            _mm_prefetch((const char *)(codes + (k + PREFETCH_K) * 32), _MM_HINT_T0);
-        const __m512i first = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes));      /* rows 0-15 | 32-47 */
-        const __m512i second = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1)); /* rows 16-31 | 48-63 */
-        __m512 w[4];     /* a permute reads only the low 4 bits of each index: the low nibble as it is */
-        w[0] = _mm512_fmadd_ps(_mm512_permutexvar_ps(first, lut), scale[0], zero[0]);
-        w[1] = _mm512_fmadd_ps(_mm512_permutexvar_ps(second, lut), scale[1], zero[1]);
-        w[2] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(first, 4), lut), scale[2], zero[2]);
-        w[3] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(second, 4), lut), scale[3], zero[3]);
-        for (int i = 0; i < R; i++) {
-            const __m512 a = _mm512_set1_ps(x[(t + i) * K + k]);
-            for (int j = 0; j < 4; j++)
-                acc[i][j] = _mm512_fmadd_ps(a, w[j], acc[i][j]);
+    for (int64_t k0 = 0; k0 < K; k0 += G) {     /* a group at a time: no division per k */
+        for (int j = 0; j < 4; j++)
+            scales_zeros_of(sz + ((k0 / G) * N + b * 64 + 16 * j) * 2, &scale[j], &zero[j]);
+        for (int64_t k = k0; k < k0 + G; k++) {
+            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(codes + k * 32));
+            if ((k & 1) == 0)
+                _mm_prefetch((const char *)(codes + (k + PREFETCH_K) * 32), _MM_HINT_T0);
+            const __m512i first = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes));      /* rows 0-15 | 32-47 */
+            const __m512i second = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1)); /* rows 16-31 | 48-63 */
+            __m512 w[4];     /* a permute reads only the low 4 bits of each index: the low nibble as it is */
+            w[0] = _mm512_fmadd_ps(_mm512_permutexvar_ps(first, lut), scale[0], zero[0]);
+            w[1] = _mm512_fmadd_ps(_mm512_permutexvar_ps(second, lut), scale[1], zero[1]);
+            w[2] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(first, 4), lut), scale[2], zero[2]);
+            w[3] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(second, 4), lut), scale[3], zero[3]);
+            for (int i = 0; i < R; i++) {
+                const __m512 a = _mm512_set1_ps(x[(t + i) * K + k]);
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = _mm512_fmadd_ps(a, w[j], acc[i][j]);
+            }
         }
     }
     for (int i = 0; i < R; i++)
@@ -99,6 +100,8 @@ static inline __attribute__((always_inline)) void int4_block(const float *x, con
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
+#define PREFETCH_K32 128    /* codes asked for this many k ahead (2 KiB), once a cache line (every 4 k) */
+
 /* The 8 scales and 8 shifted zero points of one group for rows 8j..8j+7 of a 32-row block. */
 static inline void scales_zeros_of8(const bf16 *sz, __m256 *scale, __m256 *zero) {
     const __m256i pairs = _mm256_loadu_si256((const __m256i *)sz);                  /* s0 z0 s1 z1 ... s7 z7 */
@@ -117,26 +120,29 @@ static inline __attribute__((always_inline)) void int4_block32(const float *x, c
                                                                const int R) {
     const __m256i low = _mm256_set1_epi32(15);
     const uint8_t *codes = packed + b * K * 16;
-    __m256 acc[4][4], scale[4] = {0}, zero[4] = {0};    /* set at k = 0, a group start */
+    __m256 acc[4][4], scale[4], zero[4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < 4; j++)
             acc[i][j] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-        if (k % G == 0)
-            for (int j = 0; j < 4; j++)
-                scales_zeros_of8(sz + ((k / G) * N + b * 32 + 8 * j) * 2, &scale[j], &zero[j]);
-        const __m128i bytes = _mm_loadu_si128((const __m128i *)(codes + k * 16));
-        const __m256i first = _mm256_cvtepu8_epi32(bytes);                              /* rows 0-7 | 16-23 */
-        const __m256i second = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));  /* rows 8-15 | 24-31 */
-        __m256 w[4];
-        w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(first, low)), scale[0], zero[0]);
-        w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(second, low)), scale[1], zero[1]);
-        w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(first, 4)), scale[2], zero[2]);
-        w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(second, 4)), scale[3], zero[3]);
-        for (int i = 0; i < R; i++) {
-            const __m256 a = _mm256_set1_ps(x[(t + i) * K + k]);
-            for (int j = 0; j < 4; j++)
-                acc[i][j] = _mm256_fmadd_ps(a, w[j], acc[i][j]);
+    for (int64_t k0 = 0; k0 < K; k0 += G) {     /* a group at a time: no division per k */
+        for (int j = 0; j < 4; j++)
+            scales_zeros_of8(sz + ((k0 / G) * N + b * 32 + 8 * j) * 2, &scale[j], &zero[j]);
+        for (int64_t k = k0; k < k0 + G; k++) {
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)(codes + k * 16));
+            if ((k & 3) == 0)
+                _mm_prefetch((const char *)(codes + (k + PREFETCH_K32) * 16), _MM_HINT_T0);
+            const __m256i first = _mm256_cvtepu8_epi32(bytes);                              /* rows 0-7 | 16-23 */
+            const __m256i second = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));  /* rows 8-15 | 24-31 */
+            __m256 w[4];
+            w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(first, low)), scale[0], zero[0]);
+            w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(second, low)), scale[1], zero[1]);
+            w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(first, 4)), scale[2], zero[2]);
+            w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(second, 4)), scale[3], zero[3]);
+            for (int i = 0; i < R; i++) {
+                const __m256 a = _mm256_set1_ps(x[(t + i) * K + k]);
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = _mm256_fmadd_ps(a, w[j], acc[i][j]);
+            }
         }
     }
     for (int i = 0; i < R; i++)
