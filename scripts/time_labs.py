@@ -116,13 +116,17 @@ def time_conversion() -> float:
 
 def write_timings(path: Path, rows: list[dict], fast: bool, convert_s: float | None,
                   tool: str = "scripts/time_labs.py") -> None:
-    """Merge one mode's Run All times into ``path`` (the other mode's times and the conversion are kept)."""
+    """Merge one mode's Run All times into ``path``: the other mode's times and the conversion are kept when
+    they were measured on this CPU, and dropped when the file names another (one file, one CPU)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
+    cpu = f"{_cpu_line()}, {os.cpu_count()} cores"
+    if data.get("cpu") != cpu:
+        data = {}
     loads = [row["load_before"] for row in rows]
-    data.update(cpu=f"{_cpu_line()}, {os.cpu_count()} cores", measured_on=time.strftime("%Y-%m-%d"),
+    data.update(cpu=cpu, measured_on=time.strftime("%Y-%m-%d"),
                 load=round(max(loads), 1) if loads else None, tool=tool)
     data.setdefault("full_s", {})
     data.setdefault("fast_s", {})
