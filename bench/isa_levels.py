@@ -7,7 +7,9 @@ Each level runs in a child process with ``LABKIT_ISA=<level>`` (labkit's C kerne
 ``generic`` the compiler's own vectors without AVX2, ``avx2`` AVX2 + FMA as most laptops have, ``avx512``
 AVX-512 without AVX512_BF16, ``avx512bf16`` with it), ``ATEN_CPU_CAPABILITY`` set to PyTorch's nearest
 level (default, avx2, avx512) and ``ONEDNN_MAX_CPU_ISA`` to oneDNN's (PyTorch's bf16 matmuls: SSE41, AVX2,
-AVX512_CORE, AVX512_CORE_BF16), so both sides run what a CPU of that level runs. In each child, one sweep
+AVX512_CORE, AVX512_CORE_BF16), so both sides run what a CPU of that level runs. On a CPU with AMX one more
+level, ``amx``, runs labkit's ``avx512bf16`` build against PyTorch with oneDNN allowed AMX
+(``AVX512_CORE_AMX``): labkit has no AMX kernel, so this is the AMX machine's own row. In each child, one sweep
 through every weight matrix of the default model (qkv, o, gate_up, down per layer, then the LM head, as a
 decode step streams them) at T rows, timed in interleaved rounds on the process CPU clock, one thread:
 
@@ -35,11 +37,14 @@ import torch
 
 from bench.common import Section, load_average, median, report
 
-LEVELS = ("generic", "avx2", "avx512", "avx512bf16")
-ATEN = {"generic": "default", "avx2": "avx2", "avx512": "avx512", "avx512bf16": "avx512"}
+LEVELS = ("generic", "avx2", "avx512", "avx512bf16", "amx")
+# labkit's build per level (``LABKIT_ISA``): its own name, but AMX is not a labkit level (no AMX kernel).
+LABKIT = {"generic": "generic", "avx2": "avx2", "avx512": "avx512", "avx512bf16": "avx512bf16", "amx": "avx512bf16"}
+ATEN = {"generic": "default", "avx2": "avx2", "avx512": "avx512", "avx512bf16": "avx512", "amx": "avx512"}
 # oneDNN (PyTorch's bf16 matmuls) picks its own instructions from the CPU, whatever ATEN_CPU_CAPABILITY says:
 # its ceiling per level, so PyTorch's bf16 runs without AVX512_BF16 where the level has none.
-ONEDNN = {"generic": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE", "avx512bf16": "AVX512_CORE_BF16"}
+ONEDNN = {"generic": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE", "avx512bf16": "AVX512_CORE_BF16",
+          "amx": "AVX512_CORE_AMX"}
 FORMS = ("labkit fp32", "labkit bf16", "PyTorch bf16", "PyTorch fp32")
 
 
@@ -94,7 +99,7 @@ def level_section(found: dict, rows: list[int]) -> Section:
                       f"{found['bytes']['fp32'] / 2 / (ms['labkit bf16'] / 1e3) / 1e9:.1f}"])
     kind = {"widened": "bf16 weights widened to fp32 in registers, the fp32 kernel's order",
             "dot": "the AVX512_BF16 dot-product instruction"}[found["bf16_kind"]]
-    notes = [f"cpu: {found['cpu']}; forced: LABKIT_ISA={level} (the build reports {found['isa']}), "
+    notes = [f"cpu: {found['cpu']}; forced: LABKIT_ISA={LABKIT[level]} (the build reports {found['isa']}), "
              f"ATEN_CPU_CAPABILITY={ATEN[level]} (PyTorch runs {found['torch_isa']}), ONEDNN_MAX_CPU_ISA={ONEDNN[level]}",
              f"ms per sweep of every weight matrix of the default model ({found['clock']} clock, one thread), medians "
              f"of {len(found['rows'][str(rows[0])])} interleaved rounds; speed-ups are medians of per-round ratios",
@@ -107,10 +112,13 @@ def level_section(found: dict, rows: list[int]) -> Section:
 
 def available_levels() -> list[str]:
     from labkit.kernels import native
+    from labkit.kernels.cpu_features import has_amx
 
     out = []
     for level in LEVELS:
-        os.environ[native.ISA_ENV] = level
+        if level == "amx" and not has_amx():
+            continue
+        os.environ[native.ISA_ENV] = LABKIT[level]
         try:
             native.forced_isa()
             out.append(level)
@@ -126,8 +134,13 @@ def run(args) -> list[Section]:
     from labkit.kernels.cpu_features import describe_cpu
 
     sections[0].rows.append(["cpu", describe_cpu()])
+    from labkit.kernels.cpu_features import has_amx
+
     for level in args.levels:
-        env = {**os.environ, "LABKIT_ISA": level, "ATEN_CPU_CAPABILITY": ATEN[level], "ONEDNN_MAX_CPU_ISA": ONEDNN[level]}
+        if level == "amx" and not has_amx():
+            sections.append(Section("ISA level amx: not run", ["reason"], [["this CPU has no AMX (amx_tile, amx_bf16)"]]))
+            continue
+        env = {**os.environ, "LABKIT_ISA": LABKIT[level], "ATEN_CPU_CAPABILITY": ATEN[level], "ONEDNN_MAX_CPU_ISA": ONEDNN[level]}
         out = subprocess.run([sys.executable, "-m", "bench.isa_levels", "--child", level,
                               "--rows", ",".join(map(str, args.rows)), "--rounds", str(args.rounds)],
                              env=env, capture_output=True, text=True)

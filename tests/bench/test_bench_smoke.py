@@ -271,3 +271,20 @@ def test_a_form_this_cpu_cannot_pack_is_left_out_with_the_reason(monkeypatch):
     assert "oneDNN prepacked" not in forms and "x @ Wᵀ, transposed copy" in forms
     assert notes == ["oneDNN prepacked: not measured for bfloat16 on this CPU (mkldnn_reorder_linear_weight: "
                      "bf16 path needs the cpu support avx_ne_convert)"]
+
+
+def test_isa_levels_runs_the_amx_row_only_where_the_cpu_has_amx(monkeypatch):
+    """The ``amx`` row is labkit's AVX512_BF16 build against PyTorch with oneDNN allowed AMX: offered by
+    default only on an AMX CPU, and asked for by name elsewhere it says why it did not run."""
+    from bench import isa_levels
+    from labkit.kernels import cpu_features, native
+
+    assert isa_levels.LABKIT["amx"] == "avx512bf16" and isa_levels.ONEDNN["amx"] == "AVX512_CORE_AMX"
+    assert all(isa_levels.LABKIT[level] == level for level in isa_levels.LEVELS if level != "amx")
+    monkeypatch.setattr(native, "forced_isa", lambda: None)       # every labkit level builds here
+    for amx in (True, False):
+        monkeypatch.setattr(cpu_features, "has_amx", lambda amx=amx: amx)
+        assert ("amx" in isa_levels.available_levels()) is amx
+    sections = isa_levels.run(isa_levels.parse_args(["--levels", "amx"]))
+    assert [s.title for s in sections] == ["Environment", "ISA level amx: not run"]
+    assert "no AMX" in sections[1].rows[0][0]
