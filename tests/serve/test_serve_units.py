@@ -565,6 +565,16 @@ def test_a_refused_request_ends_every_sequence_as_rejected_and_an_open_one_is_ab
     asyncio.run(go())
 
 
+def test_a_refused_request_counts_no_tokens():
+    async def go():
+        loop, stream = stream_of()
+        stream._put(Rejected("too long"))
+        await stream.start()
+        assert stream.usage().as_dict() == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+    asyncio.run(go())
+
+
 def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(monkeypatch, caplog):
     caplog.set_level("INFO", logger="labkit.serve")
     clock = [100.0]
