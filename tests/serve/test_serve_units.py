@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -986,6 +988,89 @@ def test_a_request_failing_alone_is_logged_with_its_id_and_reason(caplog):
         "ERROR", "labkit serve: handling request r's output failed; it ends with an error")
     assert record.exc_info[0] is UnicodeError
 
+
+
+def test_a_failed_step_is_logged_as_an_error_with_its_traceback_and_what_the_server_does_now(caplog):
+    caplog.set_level("ERROR", logger="labkit.serve")
+    loop, *_ = loop_with()
+    lost = RuntimeError("device lost")
+    try:
+        raise lost
+    except RuntimeError:
+        loop._engine_failed(lost)
+    [record] = caplog.records
+    assert (record.levelname, record.getMessage()) == (
+        "ERROR", "labkit serve: engine.step() failed; every open request ends with an error, new requests get a "
+                 "503 and GET /health answers 503 until the server is restarted")
+    assert record.exc_info[1] is lost and "RuntimeError: device lost" in loop.error
+
+
+def test_the_request_itself_is_completion_0_whichever_sequence_answers_first():
+    # Choice 0 is the request the engine was given (with a seed, the completion n=1 would give); its forked
+    # children are numbered from 1, in the order their first output arrives.
+    loop, engine, metrics, submit, got = loop_with(n=3)
+    loop._apply(submit)
+    engine.fork("r", "r-1")
+    engine.fork("r", "r-2")
+    loop._dispatch([emit(engine, Out("r-2", [98]), [98])])
+    loop._dispatch([emit(engine, Out("r", [97]), [97]), emit(engine, Out("r-1", [99]), [99])])
+    assert got[1:] == [SequenceDelta(1, "b", 1), SequenceDelta(0, "a", 1), SequenceDelta(2, "c", 1)]
+
+
+def test_a_client_that_leaves_aborts_its_request_through_the_command_queue():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    loop.abort("r")                                     # from the handler's thread: only a command
+    assert engine.calls == [("add", "r", False)]
+    assert loop._drain(block=False)                    # the loop applies it between two steps
+    assert engine.calls[1:] == [("abort", "r"), ("release", "r")] and loop._groups == {}
+
+
+def test_the_engine_is_stepped_by_a_daemon_thread_named_for_thread_dumps():
+    # A daemon thread: a step that never returns cannot keep the process alive after the server exits. The
+    # name is what a thread dump (faulthandler, py-spy, pytest-timeout) shows for it.
+    loop, *_ = loop_with()
+    loop.start()
+    try:
+        assert loop._thread.is_alive() and loop._thread.daemon and loop._thread.name == "labkit-engine-loop"
+    finally:
+        loop.stop(timeout=10)
+
+
+def test_an_idle_loop_waits_on_its_commands_without_spinning():
+    loop, engine, *_ = loop_with()
+    polls = []
+
+    def has_unfinished_requests():
+        polls.append(time.monotonic())
+        return False
+
+    engine.has_unfinished_requests = has_unfinished_requests
+    loop.start()
+    time.sleep(0.3)
+    loop.stop(timeout=10)
+    assert not loop._thread.is_alive() and len(polls) <= 3        # one look before it blocks, not thousands
+
+
+def test_stop_returns_within_its_timeout_even_when_a_step_never_returns():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    stepping, release = threading.Event(), threading.Event()
+
+    def stuck_step():
+        stepping.set()
+        release.wait(5)
+        return []
+
+    engine.step, engine.has_unfinished_requests = stuck_step, lambda: True
+    loop.start()
+    assert stepping.wait(10)
+    began = time.monotonic()
+    loop.stop(timeout=0.1)
+    assert time.monotonic() - began < 2 and loop._thread.is_alive()
+    release.set()                                       # the step returns: the loop reads the stop and ends
+    loop._thread.join(10)
+    assert not loop._thread.is_alive() and got[-1] == SequenceDelta(0, "", 0, "abort")
 
 class Timer:
     def __init__(self, delay, callback):
