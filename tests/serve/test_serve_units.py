@@ -605,6 +605,28 @@ def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(mon
     asyncio.run(go())
 
 
+def test_what_the_loop_thread_delivers_reaches_the_handler_in_order():
+    async def go():
+        loop, stream = stream_of()
+        started = asyncio.ensure_future(stream.start())
+        await asyncio.sleep(0)                              # start() has submitted and waits
+        [submit] = loop.submitted
+        assert (submit.request_id, submit.prompt_ids, submit.stop) == ("r1", [1, 2, 3], ["\n"])
+        assert submit.params == SamplingParams(n=1, max_tokens=8)
+        items = [Accepted(3), SequenceDelta(0, "a", 1), SequenceDelta(0, "b", 1, "length")]
+        sender = threading.Thread(target=lambda: [submit.deliver(item) for item in items])
+        sender.start()
+        assert await asyncio.wait_for(started, 10) is None and stream.num_prompt_tokens == 3
+        got = await asyncio.wait_for(collect(stream), 10)
+        sender.join()
+        assert got == items[1:]
+
+    async def collect(stream):
+        return [d async for d in stream.deltas()]
+
+    asyncio.run(go())
+
+
 def test_reading_restarts_the_stall_clock(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr("labkit.serve.request_stream.time.monotonic", lambda: clock[0])
@@ -1050,6 +1072,44 @@ def test_an_idle_loop_waits_on_its_commands_without_spinning():
     time.sleep(0.3)
     loop.stop(timeout=10)
     assert not loop._thread.is_alive() and len(polls) <= 3        # one look before it blocks, not thousands
+
+
+def test_the_engine_gets_the_handlers_token_ids_and_sampling_params_as_they_are():
+    loop, engine, metrics, submit, got = loop_with()
+    given = []
+    add_request = engine.add_request
+
+    def recording_add_request(prompt_ids, params, request_id, chat):
+        given.append((prompt_ids, params))
+        return add_request(prompt_ids, params, request_id, chat)
+
+    engine.add_request = recording_add_request
+    loop._apply(submit)
+    assert given == [([1, 2, 3], SamplingParams(n=1, max_tokens=8))]
+
+
+def test_the_loop_thread_answers_snapshots_while_idle_and_refuses_requests_once_the_engine_failed():
+    loop, engine, metrics, submit, got = loop_with()
+    loop.start()
+    try:
+        for _ in range(2):                              # an idle loop answers, and is still there to answer again
+            assert loop.snapshot().result(timeout=10) == {"num_requests_running": 1}
+        assert loop.alive
+        engine.outputs = [RuntimeError("device lost")]
+        loop.snapshot().result(timeout=10)              # wakes the loop, which steps and fails
+        refused = []
+        answered = threading.Event()
+
+        def deliver(item):
+            refused.append(item)
+            answered.set()
+
+        submit.deliver = deliver
+        loop.submit(submit)
+        assert answered.wait(10), "a request sent after the engine failed got no answer"
+        assert refused[0].status == 503 and "device lost" in refused[0].message
+    finally:
+        loop.stop(timeout=10)
 
 
 def test_stop_returns_within_its_timeout_even_when_a_step_never_returns():
