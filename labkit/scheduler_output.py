@@ -102,10 +102,16 @@ class SchedulerOutput:
     preempted: list[str] = field(default_factory=list)
     new_blocks: dict[str, list[int]] = field(default_factory=dict)
     prefix_hits: dict[str, int] = field(default_factory=dict)
-    # Requests admitted from the waiting queue this step (new, or resumed after preemption): their block
-    # table is new in full, whatever the runner remembers of an earlier one (vLLM v1's
-    # ``resumed_from_preemption``). The preempting step may have had no rows, so no runner saw it.
+    # How block tables changed since the last decision, named (``kv.table_changes``): the runner's persistent
+    # batch applies exactly these to the copies it keeps (``model/input_batch.py``), as vLLM v1's runner applies
+    # ``new_block_ids`` and ``resumed_from_preemption``.
+    # ``admitted``: requests admitted from the waiting queue this step (new, or resumed after preemption):
+    # their block table is new in full, whatever the runner remembers of an earlier one. The preempting step
+    # may have had no rows, so no runner saw it.
     admitted: list[str] = field(default_factory=list)
+    appended: dict[str, int] = field(default_factory=dict)    # rid -> j: table[j:] are blocks new at its end
+    replaced: dict[str, int] = field(default_factory=dict)    # rid -> j: copy-on-write made table[j] a copy
+    truncated: dict[str, int] = field(default_factory=dict)   # rid -> n: drafts rolled back, the table kept n
     idle: list[str] = field(default_factory=list)        # static batching: slots held by finished requests
     freed_blocks: dict[str, list[int]] = field(default_factory=dict)   # by preemption
     lost_tokens: dict[str, int] = field(default_factory=dict)          # computed tokens preemption dropped

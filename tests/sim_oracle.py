@@ -122,6 +122,8 @@ class ShadowRunner(SimRunner):
         assert meta.query_lens_list == want.query_lens and meta.seq_lens_list == want.seq_lens
         assert built.logits_indices.tolist() == want.logits_indices
         tables = meta.block_tables.tolist()
+        # As wide as the longest table: a persistent batch that missed a change keeps a wrong length.
+        assert meta.block_tables.shape[1] == max(max(map(len, want.block_tables), default=1), 1)
         for table, expected in zip(tables, want.block_tables):
             assert table[:len(expected)] == list(expected), (table, expected)
         return want

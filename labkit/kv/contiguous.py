@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.kv.snapshot import BlockMapSnapshot, KVLayout, KVWaste, Region
+from labkit.kv.table_changes import TableChanges, TableLog
 
 
 @dataclass
@@ -38,6 +39,7 @@ class ContiguousKVManager:
         self.num_slots, self.block_size = num_slots, block_size
         self.reserve, self.max_model_len = reserve, max_model_len
         self.regions: dict[str, _Region] = {}
+        self.table_log = TableLog()      # a region's table of slots grows and shrinks with high_water
 
     # -- sizing ------------------------------------------------------------------------------
     def reserve_size(self, needed: int) -> int:
@@ -91,7 +93,9 @@ class ContiguousKVManager:
             return self._blocks_of(region)
         if end > region.reserved:
             return None
-        region.high_water = max(region.high_water, end)
+        if end > region.high_water:
+            self.table_log.append(request_id, region.high_water)
+            region.high_water = end
         return []
 
     def _blocks_of(self, region: _Region) -> list[int]:
@@ -100,13 +104,15 @@ class ContiguousKVManager:
 
     def free(self, request_id: str) -> list[int]:
         region = self.regions.pop(request_id, None)
+        self.table_log.forget(request_id)
         return self._blocks_of(region) if region else []
 
     def trim(self, request_id: str, num_computed_tokens: int) -> list[int]:
         region = self.regions.get(request_id)
-        if region:
-            region.high_water = min(region.high_water, num_computed_tokens)
-        return []   # a contiguous region never shrinks
+        if region and num_computed_tokens < region.high_water:
+            region.high_water = num_computed_tokens
+            self.table_log.truncate(request_id, num_computed_tokens)
+        return []   # a contiguous region never shrinks (its table of slots does)
 
     def fork(self, parent_id: str, child_id: str) -> None:
         raise ValueError("parallel sampling (n > 1) shares blocks and needs kv_cache='paged'")
@@ -117,6 +123,9 @@ class ContiguousKVManager:
 
     def take_pending_copies(self) -> list[tuple[int, int]]:
         return []
+
+    def take_table_changes(self) -> TableChanges:
+        return self.table_log.take()
 
     def block_table(self, request_id: str) -> list[int]:
         region = self.regions[request_id]

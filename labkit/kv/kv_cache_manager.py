@@ -18,6 +18,7 @@ from itertools import repeat
 from labkit.kv import slots
 from labkit.kv.block_pool import BlockPool
 from labkit.kv.snapshot import BlockMapSnapshot, KVLayout, KVWaste
+from labkit.kv.table_changes import TableChanges, TableLog
 
 
 def hash_block(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
@@ -36,6 +37,7 @@ class KVCacheManager:
         self.num_cached_blocks: dict[str, int] = {}   # leading blocks already registered
         self.block_hashes: dict[str, list[int]] = {}
         self.pending_copies: list[tuple[int, int]] = []   # (src, dst) block copies for the runner
+        self.table_log = TableLog()                       # what changed in existing tables, for the runner
         self.prefix_queries = 0
         self.prefix_hits = 0
 
@@ -116,6 +118,7 @@ class KVCacheManager:
         cow = self._needs_copy(table, num_computed_tokens)
         if need + cow > self.pool.num_free_blocks() - (self._revived(computed_blocks) if computed_blocks else 0):
             return None
+        old_len = len(table) if request_id in self.block_tables else None    # None: a new table, not logged
         if computed_blocks:
             self.pool.share(computed_blocks)
             table = table + computed_blocks
@@ -123,8 +126,13 @@ class KVCacheManager:
         new = self.pool.allocate(max(need, 0))
         if cow:             # on a copy: a table handed out (a step in flight may read it) never changes
             table = list(table)
-            new += self._copy_on_write(table, num_computed_tokens // self.block_size)
-        self.block_tables[request_id] = table + new[:max(need, 0)]
+            index = num_computed_tokens // self.block_size
+            new += self._copy_on_write(table, index)
+            if old_len is not None:
+                self.table_log.replace(request_id, index)
+        table = self.block_tables[request_id] = table + new[:max(need, 0)]
+        if old_len is not None and len(table) > old_len:
+            self.table_log.append(request_id, old_len)
         return new
 
     def decode_table(self, request_id: str, position: int) -> list[int] | None:
@@ -176,6 +184,7 @@ class KVCacheManager:
         if dropped:
             self.pool.free(list(reversed(dropped)))
             self.block_tables[request_id] = table[:keep]     # a new list, as every change (see block_table)
+            self.table_log.truncate(request_id, keep)
         return dropped
 
     def free(self, request_id: str) -> list[int]:
@@ -184,11 +193,16 @@ class KVCacheManager:
         self.pool.free(list(reversed(table)))
         self.num_cached_blocks.pop(request_id, None)
         self.block_hashes.pop(request_id, None)
+        self.table_log.forget(request_id)
         return table
 
     def take_pending_copies(self) -> list[tuple[int, int]]:
         copies, self.pending_copies = self.pending_copies, []
         return copies
+
+    def take_table_changes(self) -> TableChanges:
+        """How existing tables changed since the last call (appended, replaced, truncated: ``kv.table_changes``)."""
+        return self.table_log.take()
 
     # -- what the runner needs ------------------------------------------------------------------
     def block_table(self, request_id: str) -> list[int]:

@@ -13,10 +13,22 @@ steps, one row per request::
                                                row 1: [4, 0, 0, ...]
                                                row 2: [9, 5, 8, ...]
 
-Each step it writes only what changed: a row for a request seen for the first time (or admitted again
-after a preemption: ``SchedulerOutput.admitted``), and the tail of a
-table that grew (a new block) or had its last block copied (copy-on-write; both are in the decision's
-``new_blocks``). The step's tensors are then slices and vectorised arithmetic over those columns:
+Each step it writes only what changed, and it is told what changed: it never compares tables, starts or
+lengths to find out. A row it binds now (a request it did not hold last step: new, forked, or back after a
+step without a row) holds no copy, so it gets the whole table. For a row it keeps, the decision names each
+change (vLLM v1's runner is told ``new_block_ids`` and ``resumed_from_preemption`` the same way)::
+
+    admitted    admitted (again, after a preemption)   the whole table
+    truncated   rid -> n: rejected drafts rolled back  the row keeps n entries
+    replaced    rid -> j: a copy-on-write target       entry j
+    appended    rid -> j: blocks new at the end        entries j on
+
+The scheduler names admissions; the KV manager logs the rest as it changes a table that already exists
+(``kv/table_changes.py``). A change the decision leaves out is never written: the row keeps its old
+entries (``tests/engine/test_input_batch_changes.py``). A decision with no rows is not run, and changes no
+table a kept row holds: with no rows, no request was given blocks, and a preempted one comes back admitted.
+
+The step's tensors are then slices and vectorised arithmetic over those columns:
 ``block_tables = block_table[rows]``, slots by ``kv.slots.slot_mapping_rows`` (the one slot formula), in numpy
 on the host. The decision's own columns (starts, token ids) become arrays in one C loop each. Both
 builders read the same ``SchedulerOutput`` and give the same values (``tests/sim_oracle.py`` writes and
@@ -111,7 +123,6 @@ class InputBatch:
         self.block_size, self.device = block_size, device
         self.block_table = np.zeros((max_num_reqs, max_blocks_per_req), dtype=np.int32)
         self.num_blocks = np.zeros(max_num_reqs, dtype=np.int32)     # valid entries per row
-        self.seen_end = np.zeros(max_num_reqs, dtype=np.int64)       # the row's last computed end
         self.row_of: dict[str, int] = {}
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
         self._rids: list[str] = []                  # the last step's requests, in row order
@@ -120,84 +131,81 @@ class InputBatch:
         self._rows = np.zeros(0, dtype=np.int64)
 
     # -- which row holds which request -------------------------------------------------------------
-    def _bind(self, rids: list[str]) -> None:
-        """Rows for this step's requests: new ones get a free row (written in full), gone ones free theirs."""
+    def _bind(self, rids: list[str]) -> list[int]:
+        """Rows for this step's requests: new ones get a free row, gone ones free theirs. Returns the step
+        positions of the requests given a row now (the batch holds no copy of their tables)."""
         present = set(rids)
         for rid in [r for r in self.row_of if r not in present]:
             self._free_rows.append(self.row_of.pop(rid))
-        for rid in rids:
+        bound = []
+        for i, rid in enumerate(rids):
             if rid not in self.row_of:
                 if not self._free_rows:
                     self._grow()
-                row = self.row_of[rid] = self._free_rows.pop()
-                self.num_blocks[row] = 0
-                self.seen_end[row] = 0
+                self.row_of[rid] = self._free_rows.pop()
+                bound.append(i)
         self._rids = rids
         self._row_list = [self.row_of[r] for r in rids]
         self._index = {rid: i for i, rid in enumerate(rids)}
         self._rows = np.array(self._row_list, dtype=np.int64)
+        return bound
 
     def _grow(self) -> None:
         """More sequences than rows (n > 1 children count beyond max_num_seqs): double the rows."""
         n = len(self.num_blocks)
         self.block_table = np.concatenate([self.block_table, np.zeros_like(self.block_table)])
         self.num_blocks = np.concatenate([self.num_blocks, np.zeros_like(self.num_blocks)])
-        self.seen_end = np.concatenate([self.seen_end, np.zeros_like(self.seen_end)])
         self._free_rows.extend(range(2 * n - 1, n - 1, -1))
 
-    def _write_tables(self, decision: SchedulerOutput, tables: list, starts: np.ndarray) -> np.ndarray:
-        """Write the block-table entries that changed; returns every row's table length. A request the
-        decision ``admitted`` (new, or resumed after a preemption this batch may never have seen: a step
-        with no rows is not run) gets its whole row rewritten; so does a row whose start is before its
-        last end (drafts rolled back)."""
-        lens_list = list(map(len, tables))
-        lens = np.array(lens_list, dtype=np.int32)
-        old = self.num_blocks[self._rows]           # a copy (fancy indexing)
-        old[starts < self.seen_end[self._rows]] = 0
-        for rid in decision.admitted:        # (re)admitted: a new table, though its start may equal the old end
-            i = self._index.get(rid)
+    def _write_tables(self, decision: SchedulerOutput, bound: list[int]) -> None:
+        """Apply the decision's named table changes to the rows of this step's requests::
+
+            bound this step, or admitted    write the whole table       num_blocks = its length
+            truncated[rid] = n              write nothing               num_blocks = n
+            replaced[rid] = j               write entry j
+            appended[rid] = j               write entries j on          num_blocks = its length
+
+        ``bound``: the step positions of rows bound now. A change named for a request without a row this
+        step is skipped: its row was freed, and it is written whole when it is bound again."""
+        index, tables, row_list, num_blocks = self._index, decision.block_tables, self._row_list, self.num_blocks
+        for rid, n in decision.truncated.items():
+            i = index.get(rid)
             if i is not None:
-                old[i] = 0
-        # A row whose length changed: entries past the shorter length (a grown contiguous region, or none
-        # after a rollback). A row given blocks: from its first new block on (appended blocks sit at the
-        # end; a copy-on-write target may sit before them, then the whole row). Plain lists from here:
-        # reading array elements one by one costs more than reading a list's.
-        differ = np.flatnonzero(lens != old).tolist()
-        old_list = old.tolist() if differ else []
-        changed = {i: max(0, min(old_list[i], lens_list[i]) - 1) for i in differ}
-        if decision.new_blocks:
-            index = self._index
-            for rid, new in decision.new_blocks.items():
-                i = index.get(rid)
-                if i is None:
-                    continue
-                table = tables[i]
-                start = len(table) - len(new)
-                if table[start:] != new and not set(new) <= set(table[start:]):
-                    start = 0                 # not appended at the end (a copy-on-write target): the whole row
-                changed[i] = min(changed.get(i, start), start)
-        if changed:
-            rows, cols, values = [], [], []
-            row_list = self._row_list
-            for i, start in changed.items():
-                table, row = tables[i], row_list[i]
-                rows += [row] * (len(table) - start)
-                cols += range(start, len(table))
-                values += table[start:]
-            if max(cols, default=0) >= self.block_table.shape[1]:
+                num_blocks[row_list[i]] = n
+        rows, cols, values = [], [], []
+        for rid, j in decision.replaced.items():
+            i = index.get(rid)
+            if i is not None:
+                rows.append(row_list[i])
+                cols.append(j)
+                values.append(tables[i][j])
+        written = [(i, 0) for i in bound]                 # (step position, first entry to write)
+        for rid in decision.admitted:
+            i = index.get(rid)
+            if i is not None:
+                written.append((i, 0))
+        for rid, j in decision.appended.items():
+            i = index.get(rid)
+            if i is not None:
+                written.append((i, j))
+        for i, j in written:
+            table, row = tables[i], row_list[i]
+            rows += [row] * (len(table) - j)
+            cols += range(j, len(table))
+            values += table[j:]
+            num_blocks[row] = len(table)
+        if rows:
+            if max(cols) >= self.block_table.shape[1]:
                 raise ValueError(f"a block table has more than max_blocks_per_req ({self.block_table.shape[1]}) blocks")
             self.block_table[rows, cols] = values
-            self.num_blocks[self._rows] = lens
-        return lens
 
     # -- one step ----------------------------------------------------------------------------------
     def prepare(self, decision: SchedulerOutput) -> BatchInput:
         rids, start_list, n = decision.request_ids, decision.starts, decision.num_rows
-        if rids != self._rids:                      # steady decode: the same requests, same order
-            self._bind(rids)
+        bound = self._bind(rids) if rids != self._rids else []    # steady decode: the same requests, same order
+        self._write_tables(decision, bound)
         starts = np.array(start_list, dtype=np.int64)
-        lens = self._write_tables(decision, decision.block_tables, starts)
-        width = max(int(lens.max()), 1) if n else 1
+        width = max(int(self.num_blocks[self._rows].max()), 1) if n else 1
         if decision.num_scheduled_tokens == n:      # one token per row: decode steps, every array a slice
             positions, token_rows = starts, self._rows
             query_lens, seq = [1] * n, starts + 1
@@ -214,7 +222,6 @@ class InputBatch:
             seq = np.array(seq_lens, dtype=np.int64)
             starts_loc = np.zeros(n + 1, dtype=np.int32)
             starts_loc[1:] = np.cumsum(query_lens)
-        self.seen_end[self._rows] = seq
         bs, dev = self.block_size, self.device
         slot_mapping = slot_mapping_rows(self.block_table, token_rows, positions, bs)
         meta = AttentionMetadata(query_start_loc=_tensor(starts_loc, dev), seq_lens=_tensor(seq.astype(np.int32), dev),

@@ -23,7 +23,8 @@ so the next row starts at ``num_computed_tokens + num_inflight_tokens``::
 
 The decision is one shape whatever the runner does with it (``SchedulerOutput``: columns, a row per
 scheduled request); the persistent batch (``EngineConfig(persistent_batch=True)``) is the runner's
-business (``labkit/model/input_batch.py``), fed by the decision's diffs (new blocks, admissions).
+business (``labkit/model/input_batch.py``), told by the decision how each table changed (admitted,
+appended, replaced, truncated).
 
 A request whose last token (``max_tokens``, ``max_model_len``) is in flight gets no row; one that stops
 on a stop token in step N has already a row in step N+1: that forward is wasted, its token dropped.
@@ -120,6 +121,7 @@ class ContinuousScheduler:
             budget = self._schedule_waiting(out, budget, now)
         out.close(self.config.max_num_batched_tokens - budget)
         out.block_copies = self.kv.take_pending_copies()
+        out.appended, out.replaced, out.truncated = self.kv.take_table_changes()
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:

@@ -56,4 +56,5 @@ class ReferenceScheduler(ContinuousScheduler):
             budget -= num_new
         out.close(self.config.max_num_batched_tokens - budget)
         out.block_copies = self.kv.take_pending_copies()
+        out.appended, out.replaced, out.truncated = self.kv.take_table_changes()
         return out

@@ -27,7 +27,7 @@ logger = logging.getLogger("labkit.serve")
 
 class RequestStream:
     def __init__(self, loop: EngineLoop, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                 stop: list[str], stall_timeout_s: float = 30.0):
+                 stop: list[str], stall_timeout_s: float):
         self._loop, self.request_id, self.n = loop, request_id, params.n
         self._queue: asyncio.Queue = asyncio.Queue()
         self._aio = asyncio.get_running_loop()

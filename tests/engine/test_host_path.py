@@ -273,5 +273,5 @@ def test_the_persistent_batch_mirrors_each_table_and_gives_the_list_paths_tensor
         assert batch.block_table.shape == (3, 17)                                   # three rows were enough
     else:
         assert len(rows_seen) == 4 and {row for _, row in rows_seen} <= set(range(4))
-        assert batch.block_table.shape == (4, 17) and len(batch.num_blocks) == len(batch.seen_end) == 4
+        assert batch.block_table.shape == (4, 17) and len(batch.num_blocks) == 4
         assert sorted(batch._free_rows + list(batch.row_of.values())) == [0, 1, 2, 3]   # every row once

@@ -2,8 +2,9 @@
 (``ContinuousScheduler``) are twins: held equal on the random traces of ``test_scheduler_random.py``.
 
 - Decision for decision: at every step the reference decides from a copy of the fast scheduler's state
-  (requests, queues, KV manager); both decisions are equal column by column, and so is the state each
-  leaves behind (what is in flight, the queues, the block tables, the pool).
+  (requests, queues, KV manager); both decisions are equal column by column (the named block-table
+  changes included), and so is the state each leaves behind (what is in flight, the queues, the block
+  tables, the pool).
 - Token for token: the engine run by the reference scheduler alone matches the oracle (``expected_output``),
   frees everything and reads back exactly its own K/V through the shadow cache.
 - The fast scheduler's columns are whole at every write (no column is ever behind the others).
@@ -69,6 +70,9 @@ def in_lockstep(compared: list) -> callable:
             twin.__dict__ = copy.deepcopy({k: v for k, v in vars(fast).items() if k != "schedule"})
             want = twin.schedule(now)
             got = decide(now)
+            # The named block-table changes too (the persistent batch applies them as told).
+            assert (got.admitted, got.appended, got.replaced, got.truncated) == (
+                want.admitted, want.appended, want.replaced, want.truncated)
             assert got == want
             assert state(fast) == state(twin)
             compared.append(got)

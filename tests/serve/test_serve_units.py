@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -565,6 +567,16 @@ def test_a_refused_request_ends_every_sequence_as_rejected_and_an_open_one_is_ab
     asyncio.run(go())
 
 
+def test_a_refused_request_counts_no_tokens():
+    async def go():
+        loop, stream = stream_of()
+        stream._put(Rejected("too long"))
+        await stream.start()
+        assert stream.usage().as_dict() == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+    asyncio.run(go())
+
+
 def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(monkeypatch, caplog):
     caplog.set_level("INFO", logger="labkit.serve")
     clock = [100.0]
@@ -589,6 +601,28 @@ def test_a_stream_is_aborted_once_output_waits_unread_past_the_stall_timeout(mon
         items = [await stream._take() for _ in range(stream._queue.qsize())]
         aborts = [i for i in items if isinstance(i, SequenceDelta) and i.finish_reason == "abort"]
         assert [(a.index, a.text, a.num_new_tokens) for a in aborts] == [(0, "", 0), (1, "", 0)]
+
+    asyncio.run(go())
+
+
+def test_what_the_loop_thread_delivers_reaches_the_handler_in_order():
+    async def go():
+        loop, stream = stream_of()
+        started = asyncio.ensure_future(stream.start())
+        await asyncio.sleep(0)                              # start() has submitted and waits
+        [submit] = loop.submitted
+        assert (submit.request_id, submit.prompt_ids, submit.stop) == ("r1", [1, 2, 3], ["\n"])
+        assert submit.params == SamplingParams(n=1, max_tokens=8)
+        items = [Accepted(3), SequenceDelta(0, "a", 1), SequenceDelta(0, "b", 1, "length")]
+        sender = threading.Thread(target=lambda: [submit.deliver(item) for item in items])
+        sender.start()
+        assert await asyncio.wait_for(started, 10) is None and stream.num_prompt_tokens == 3
+        got = await asyncio.wait_for(collect(stream), 10)
+        sender.join()
+        assert got == items[1:]
+
+    async def collect(stream):
+        return [d async for d in stream.deltas()]
 
     asyncio.run(go())
 
@@ -976,6 +1010,127 @@ def test_a_request_failing_alone_is_logged_with_its_id_and_reason(caplog):
         "ERROR", "labkit serve: handling request r's output failed; it ends with an error")
     assert record.exc_info[0] is UnicodeError
 
+
+
+def test_a_failed_step_is_logged_as_an_error_with_its_traceback_and_what_the_server_does_now(caplog):
+    caplog.set_level("ERROR", logger="labkit.serve")
+    loop, *_ = loop_with()
+    lost = RuntimeError("device lost")
+    try:
+        raise lost
+    except RuntimeError:
+        loop._engine_failed(lost)
+    [record] = caplog.records
+    assert (record.levelname, record.getMessage()) == (
+        "ERROR", "labkit serve: engine.step() failed; every open request ends with an error, new requests get a "
+                 "503 and GET /health answers 503 until the server is restarted")
+    assert record.exc_info[1] is lost and "RuntimeError: device lost" in loop.error
+
+
+def test_the_request_itself_is_completion_0_whichever_sequence_answers_first():
+    # Choice 0 is the request the engine was given (with a seed, the completion n=1 would give); its forked
+    # children are numbered from 1, in the order their first output arrives.
+    loop, engine, metrics, submit, got = loop_with(n=3)
+    loop._apply(submit)
+    engine.fork("r", "r-1")
+    engine.fork("r", "r-2")
+    loop._dispatch([emit(engine, Out("r-2", [98]), [98])])
+    loop._dispatch([emit(engine, Out("r", [97]), [97]), emit(engine, Out("r-1", [99]), [99])])
+    assert got[1:] == [SequenceDelta(1, "b", 1), SequenceDelta(0, "a", 1), SequenceDelta(2, "c", 1)]
+
+
+def test_a_client_that_leaves_aborts_its_request_through_the_command_queue():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    loop.abort("r")                                     # from the handler's thread: only a command
+    assert engine.calls == [("add", "r", False)]
+    assert loop._drain(block=False)                    # the loop applies it between two steps
+    assert engine.calls[1:] == [("abort", "r"), ("release", "r")] and loop._groups == {}
+
+
+def test_the_engine_is_stepped_by_a_daemon_thread_named_for_thread_dumps():
+    # A daemon thread: a step that never returns cannot keep the process alive after the server exits. The
+    # name is what a thread dump (faulthandler, py-spy, pytest-timeout) shows for it.
+    loop, *_ = loop_with()
+    loop.start()
+    try:
+        assert loop._thread.is_alive() and loop._thread.daemon and loop._thread.name == "labkit-engine-loop"
+    finally:
+        loop.stop(timeout=10)
+
+
+def test_an_idle_loop_waits_on_its_commands_without_spinning():
+    loop, engine, *_ = loop_with()
+    polls = []
+
+    def has_unfinished_requests():
+        polls.append(time.monotonic())
+        return False
+
+    engine.has_unfinished_requests = has_unfinished_requests
+    loop.start()
+    time.sleep(0.3)
+    loop.stop(timeout=10)
+    assert not loop._thread.is_alive() and len(polls) <= 3        # one look before it blocks, not thousands
+
+
+def test_the_engine_gets_the_handlers_token_ids_and_sampling_params_as_they_are():
+    loop, engine, metrics, submit, got = loop_with()
+    given = []
+    add_request = engine.add_request
+
+    def recording_add_request(prompt_ids, params, request_id, chat):
+        given.append((prompt_ids, params))
+        return add_request(prompt_ids, params, request_id, chat)
+
+    engine.add_request = recording_add_request
+    loop._apply(submit)
+    assert given == [([1, 2, 3], SamplingParams(n=1, max_tokens=8))]
+
+
+def test_the_loop_thread_answers_snapshots_while_idle_and_refuses_requests_once_the_engine_failed():
+    loop, engine, metrics, submit, got = loop_with()
+    loop.start()
+    try:
+        for _ in range(2):                              # an idle loop answers, and is still there to answer again
+            assert loop.snapshot().result(timeout=10) == {"num_requests_running": 1}
+        assert loop.alive
+        engine.outputs = [RuntimeError("device lost")]
+        loop.snapshot().result(timeout=10)              # wakes the loop, which steps and fails
+        refused = []
+        answered = threading.Event()
+
+        def deliver(item):
+            refused.append(item)
+            answered.set()
+
+        submit.deliver = deliver
+        loop.submit(submit)
+        assert answered.wait(10), "a request sent after the engine failed got no answer"
+        assert refused[0].status == 503 and "device lost" in refused[0].message
+    finally:
+        loop.stop(timeout=10)
+
+
+def test_stop_returns_within_its_timeout_even_when_a_step_never_returns():
+    loop, engine, metrics, submit, got = loop_with()
+    loop._apply(submit)
+    stepping, release = threading.Event(), threading.Event()
+
+    def stuck_step():
+        stepping.set()
+        release.wait(5)
+        return []
+
+    engine.step, engine.has_unfinished_requests = stuck_step, lambda: True
+    loop.start()
+    assert stepping.wait(10)
+    began = time.monotonic()
+    loop.stop(timeout=0.1)
+    assert time.monotonic() - began < 2 and loop._thread.is_alive()
+    release.set()                                       # the step returns: the loop reads the stop and ends
+    loop._thread.join(10)
+    assert not loop._thread.is_alive() and got[-1] == SequenceDelta(0, "", 0, "abort")
 
 class Timer:
     def __init__(self, delay, callback):
