@@ -1011,7 +1011,6 @@ def test_a_request_failing_alone_is_logged_with_its_id_and_reason(caplog):
     assert record.exc_info[0] is UnicodeError
 
 
-
 def test_a_failed_step_is_logged_as_an_error_with_its_traceback_and_what_the_server_does_now(caplog):
     caplog.set_level("ERROR", logger="labkit.serve")
     loop, *_ = loop_with()
@@ -1131,6 +1130,7 @@ def test_stop_returns_within_its_timeout_even_when_a_step_never_returns():
     release.set()                                       # the step returns: the loop reads the stop and ends
     loop._thread.join(10)
     assert not loop._thread.is_alive() and got[-1] == SequenceDelta(0, "", 0, "abort")
+
 
 class Timer:
     def __init__(self, delay, callback):
