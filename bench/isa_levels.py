@@ -131,11 +131,9 @@ def available_levels() -> list[str]:
 
 def run(args) -> list[Section]:
     sections = [Section("Environment", ["item", "value"], [["load average at start", load_average()]])]
-    from labkit.kernels.cpu_features import describe_cpu
+    from labkit.kernels.cpu_features import describe_cpu, has_amx
 
     sections[0].rows.append(["cpu", describe_cpu()])
-    from labkit.kernels.cpu_features import has_amx
-
     for level in args.levels:
         if level == "amx" and not has_amx():
             sections.append(Section("ISA level amx: not run", ["reason"], [["this CPU has no AMX (amx_tile, amx_bf16)"]]))

@@ -179,16 +179,16 @@ class InputBatch:
                 rows.append(row_list[i])
                 cols.append(j)
                 values.append(tables[i][j])
-        written = [(i, 0) for i in bound]                 # (step position, first entry to write)
-        for rid in decision.admitted:
+        first = dict.fromkeys(bound, 0)                   # step position -> first entry to write, once per row
+        for rid in decision.admitted:                     # (a request admitted now is usually bound now too)
             i = index.get(rid)
             if i is not None:
-                written.append((i, 0))
+                first[i] = 0
         for rid, j in decision.appended.items():
             i = index.get(rid)
             if i is not None:
-                written.append((i, j))
-        for i, j in written:
+                first[i] = min(first.get(i, j), j)
+        for i, j in first.items():
             table, row = tables[i], row_list[i]
             rows += [row] * (len(table) - j)
             cols += range(j, len(table))
