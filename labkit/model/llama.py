@@ -8,7 +8,9 @@ and a target model can share a process). Each layer::
 
 Numerics mirror Hugging Face's ``LlamaForCausalLM`` so greedy output matches token for token. The ops
 (products, RMSNorm, SwiGLU) run through ``labkit.kernels.ops``: PyTorch's kernels, or labkit's C kernels
-where they give the same bits.
+where they give the same bits. This file is the plain algorithm; how a step runs it fastest (RoPE fused
+with the K/V write, a whole layer in one C call, compiled halves) is the runner's choice
+(``labkit.model.strategies``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.attention.metadata import AttentionMetadata
-from labkit.kernels.ops import TORCH_OPS, Ops, for_input, prepare_forms
+from labkit.kernels.ops import TORCH_OPS, Ops, prepare_forms
 from labkit.model.model_config import ModelConfig
+from labkit.model.strategies import OP_BY_OP, ForwardStrategy
 
 
 class Rotary(nn.Module):
@@ -78,10 +81,9 @@ class LlamaLayer(nn.Module):
         """RMSNorm and the fused QKV projection: [T, (heads + 2 kv_heads) * d]."""
         return ops.linear(ops.rms_norm(x, self.input_layernorm, self.eps), self.qkv_proj)
 
-    def attention_input(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary):
-        """RMSNorm, the fused QKV projection and RoPE, with PyTorch's ops (what the compiled halves trace):
-        q [T, heads, d], k and v [T, kv_heads, d]."""
-        heads = self.qkv(x).reshape(x.shape[0], -1, self.head_dim)
+    def attention_input(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary, ops: Ops = TORCH_OPS):
+        """RMSNorm, the fused QKV projection and RoPE: q [T, heads, d], k and v [T, kv_heads, d]."""
+        heads = self.qkv(x, ops).reshape(x.shape[0], -1, self.head_dim)
         # q and k heads sit side by side in the fused output: rotate them in one call.
         qk = rotary(heads[:, :self.num_heads + self.num_kv_heads], positions)
         return qk[:, :self.num_heads], qk[:, self.num_heads:], heads[:, self.num_heads + self.num_kv_heads:]
@@ -94,21 +96,19 @@ class LlamaLayer(nn.Module):
         return x.add_(ops.linear(ops.swiglu(ops.linear(normed, self.gate_up_proj)), self.down_proj))
 
     def forward(self, x, positions, rotary: Rotary, kv_cache, meta: AttentionMetadata, backend: ModuleType,
-                ops: Ops = TORCH_OPS, pieces: tuple | None = None):
-        """``ops``: the implementation of the ops (`labkit.kernels.ops.for_input`). ``pieces``: compiled
-        versions of (attention_input, attention_output_and_mlp), or None for eager
-        (``labkit.model.compiled``); the paged KV write and attention always run eagerly."""
+                ops: Ops = TORCH_OPS):
+        """One layer over the step's tokens x [T, hidden], op by op::
+
+            x ─┬─ RMSNorm ─ QKV ─ RoPE ─ write K,V ─ paged attention ─ O ─(+)─┬─ RMSNorm ─ gate_up ─ SwiGLU ─ down ─(+)─
+               └───────────────────────────────────────────────────────────┘  └──────────────────────────────────────┘
+
+        ``kv_cache``: this layer's (key, value) pools; ``backend`` the attention module (``write_kv``,
+        ``paged_attention``); ``ops`` the kernels (``labkit.kernels.ops``). The runner may run the same
+        arithmetic faster (``labkit.model.strategies``)."""
         key_cache, value_cache = kv_cache
-        if ops.fuses_rope_and_kv_write(x, kv_cache, backend):
-            # RoPE and the K/V write in one call: about ten PyTorch kernels a layer fewer, the same bits
-            q = ops.rope_write_kv(self.qkv(x, ops).contiguous(), rotary, positions, meta.slot_mapping,
-                                  key_cache, value_cache, self.num_heads, self.num_kv_heads)
-        else:
-            q, k, v = (LlamaLayer.attention_input if pieces is None else pieces[0])(self, x, positions, rotary)
-            backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
+        q, k, v = self.attention_input(x, positions, rotary, ops)
+        backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         attn = backend.paged_attention(q, key_cache, value_cache, meta, self.head_dim ** -0.5)
-        if pieces is not None:
-            return pieces[1](self, x, attn)
         return self.attention_output_and_mlp(x, attn, ops)
 
 
@@ -137,19 +137,15 @@ class LlamaModel(nn.Module):
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
                 meta: AttentionMetadata, logits_indices: torch.Tensor, backend: ModuleType,
-                pieces: tuple | None = None) -> torch.Tensor:
+                strategy: ForwardStrategy = OP_BY_OP) -> torch.Tensor:
         """input_ids, positions: [num_tokens]; returns fp32 logits [len(logits_indices), vocab].
         ``backend`` is the attention module (reference or triton) with write_kv/paged_attention;
-        ``pieces`` the layer's compiled halves or None (see ``LlamaLayer.forward``)."""
+        ``strategy`` how the layers run: by default each layer's `LlamaLayer.forward` with PyTorch's ops;
+        the runner chooses a faster one with the same bits (``labkit.model.strategies.choose``)."""
         x = F.embedding(input_ids, self.embed_tokens)
-        ops = for_input(x, self.config, compiled=pieces is not None)
-        plan = ops.decode_plan(self, x, meta, backend, kv_caches)
-        for layer, kv_cache in zip(self.layers, kv_caches):
-            if plan is not None:
-                x = ops.decode_layer(layer, x, positions, self.rotary, kv_cache, meta.slot_mapping, plan)
-            else:
-                x = layer(x, positions, self.rotary, kv_cache, meta, backend, ops, pieces)
+        x = strategy.run_layers(self, x, positions, kv_caches, meta, backend)
         x = x.index_select(0, logits_indices)
+        ops = strategy.ops
         return ops.linear(ops.rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head).float()
 
     def linear_weights(self) -> list[torch.Tensor]:

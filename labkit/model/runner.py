@@ -14,6 +14,7 @@ from labkit.attention.backend import AttentionBackend
 from labkit.kv.paged_kv import PagedKVCache
 from labkit.model.input_batch import ModelInput, build_from_lists, prepare_input
 from labkit.model.llama import LlamaModel
+from labkit.model.strategies import choose
 from labkit.scheduler_output import SchedulerOutput
 
 __all__ = ["ModelInput", "ModelRunner", "prepare_input"]
@@ -24,7 +25,7 @@ class ModelRunner:
                  backend: AttentionBackend, block_size: int, compile: bool = False, build_input=None):
         self.model, self.kv_cache, self.device, self.backend = model, kv_cache, device, backend
         self.block_size = block_size            # of the layout the attention reads (meta_block_size)
-        # torch.compile'd layer halves (EngineConfig(compile=True)); None runs eagerly.
+        # torch.compile'd layer halves (EngineConfig(compile=True)), the strategy then run every step; None: eager.
         self.pieces = None
         if compile:
             from labkit.model.compiled import compiled_pieces  # imports torch._dynamo only when asked
@@ -39,7 +40,10 @@ class ModelRunner:
         t0 = time.perf_counter()
         self.kv_cache.copy_blocks(sched.block_copies)
         inp = self.build_input(sched)
-        logits = self.model(inp.input_ids, inp.positions, self.kv_cache.layer_caches(self.block_size), inp.metadata,
-                            inp.logits_indices, self.backend, self.pieces)
+        caches = self.kv_cache.layer_caches(self.block_size)
+        # how the layers run this step: the plain algorithm, or a faster form of it (labkit.model.strategies)
+        strategy = choose(self.model, inp.input_ids, inp.metadata, caches, self.backend, self.pieces)
+        logits = self.model(inp.input_ids, inp.positions, caches, inp.metadata, inp.logits_indices, self.backend,
+                            strategy)
         self.last_model_s = time.perf_counter() - t0
         return logits if len(inp.logits_indices) else None

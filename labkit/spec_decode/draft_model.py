@@ -45,6 +45,7 @@ from labkit.model.llama import LlamaLayer, LlamaModel
 from labkit.model.loader import load_model
 from labkit.model.model_config import ModelConfig
 from labkit.model.quant import quantized_copy
+from labkit.model.strategies import choose
 from labkit.request import Request
 from labkit.sample.sampler import Sampler, to_probs
 from labkit.scheduler_output import DECODE, PREFILL, SchedulerOutput
@@ -277,8 +278,9 @@ class DraftModelProposer:
             step.add_row(rid, s.token_ids, s.start, self.kv.block_table(rid), kind, num_logits=1)
         inp = build_from_lists(step, self.kv.block_size, self.device)
         self.stats.num_forwards += 1
-        return self.model(inp.input_ids, inp.positions, self.kv_cache.layer_caches(self.kv.block_size), inp.metadata,
-                          inp.logits_indices, self.backend)
+        caches = self.kv_cache.layer_caches(self.kv.block_size)
+        strategy = choose(self.model, inp.input_ids, inp.metadata, caches, self.backend)    # as the target's runner
+        return self.model(inp.input_ids, inp.positions, caches, inp.metadata, inp.logits_indices, self.backend, strategy)
 
     def _to_full_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]

@@ -9,6 +9,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -320,10 +321,32 @@ def test_the_bf16_choice_is_one_for_all_row_counts_and_needs_a_clear_win():
 
 
 def test_the_bf16_choice_can_be_fixed(monkeypatch):
+    """``LABKIT_BF16_KERNEL=0`` / ``1`` asks for PyTorch's form / the C kernel: granted where this CPU offers
+    it, else the form it does offer. Before a model registers its weights, the kernel wherever it is built.
+    (Whether a model has registered depends on the tests run before: both states are set here.)"""
+    from labkit.kernels.tuning import bf16
+
+    monkeypatch.setattr(bf16, "_registered", None)
     monkeypatch.setenv(lf.BF16_ENV, "0")
     assert not lf.bf16_uses_kernel()
     monkeypatch.setenv(lf.BF16_ENV, "1")
     assert lf.bf16_uses_kernel() == native.has_bf16()
+
+    monkeypatch.setattr(bf16, "_registered", object())          # weights registered: the offered forms decide
+    monkeypatch.setattr(bf16, "bf16_torch_refused", lambda threads=None: "refused in this test")
+    for offered in ([bf16.Bf16Form.NATIVE, bf16.Bf16Form.TORCH], [bf16.Bf16Form.NATIVE], [bf16.Bf16Form.TORCH]):
+        monkeypatch.setattr(bf16, "bf16_offered", lambda threads=None, offered=offered: offered)
+        for env, want in (("0", bf16.Bf16Form.TORCH), ("1", bf16.Bf16Form.NATIVE)):
+            monkeypatch.setenv(lf.BF16_ENV, env)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert bf16.bf16_form() is (want if want in offered else offered[0]), (offered, env)
+
+
+def bf16_torch_refused_here() -> bool:
+    from labkit.kernels.tuning import bf16
+
+    return bf16.Bf16Form.TORCH not in bf16.bf16_offered()
 
 
 @needs_bf16
@@ -333,7 +356,10 @@ def test_bf16_linear_gives_a_decode_row_the_bits_of_its_verification_row(kernel,
     w, x = rand(3072, 576, seed=11).bfloat16(), rand(5, 576, seed=12).bfloat16()
     batch = linear(x, w)
     assert all(torch.equal(linear(x[i:i + 1], w), batch[i:i + 1]) for i in range(5))
-    assert torch.equal(batch, native.linear_rows(x, w)) == (kernel == "1")
+    # "0" asks for PyTorch's form: granted where offered (not where the gate refused it, e.g. on AMX once a
+    # model registered its weights; then the kernel serves)
+    assert torch.equal(batch, native.linear_rows(x, w)) == lf.bf16_uses_kernel()
+    assert lf.bf16_uses_kernel() == (kernel == "1") or kernel == "0" and bf16_torch_refused_here()
 
 
 # ----------------------------------------------------------------------------- decode attention

@@ -27,6 +27,7 @@ TORCH_FREE = ["labkit.request", "labkit.scheduler", "labkit.scheduler.continuous
 # The model's stack, top to bottom; a layer never imports one above it.
 MODEL_STACK = [
     ("labkit.model.llama",),                                    # the Llama: RoPE, its layers, the forward
+    ("labkit.model.strategies",),                               # how a step runs the layers (the runner chooses)
     ("labkit.kernels.ops",),                                    # its ops: PyTorch's and labkit's C implementation
     ("labkit.kernels.native", "labkit.kernels.tuning", "labkit.kernels.linear_forms",  # C kernels, product forms,
      "labkit.kernels.invariance", "labkit.kernels.cpu_features"),                      # their gate, the CPU

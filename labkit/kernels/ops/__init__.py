@@ -3,7 +3,7 @@
     torch_ops.TorchOps    PyTorch's kernels (products in the form the tuning chose): the reference
     native_ops.NativeOps  labkit's C kernels, each where it gives PyTorch's bits on this machine
 
-`for_input` picks one per forward. The model (``labkit.model.llama``) reaches its kernels only through
+`for_input` picks one per forward (``labkit.model.strategies.choose``). The model (``labkit.model.llama``) reaches its kernels only through
 here, and nothing here imports the model or the attention backends: a model's config and a backend are
 read through the attributes they carry (tests/project/test_layering.py holds both).
 """
@@ -41,28 +41,27 @@ class Ops(Protocol):
     def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up for the fused gate/up output [T, 2I]."""
 
-    def fuses_rope_and_kv_write(self, x: torch.Tensor, kv_cache, backend) -> bool:
-        """Whether `rope_write_kv` takes this layer's RoPE and K/V write (else ``Rotary`` and the
-        backend's ``write_kv`` do)."""
+    def fuses_rope_and_kv_write(self, dtype: torch.dtype, kv_cache, backend) -> bool:
+        """Whether `rope_write_kv` takes the RoPE and K/V write of a layer with this cache in a forward of
+        this dtype (else ``Rotary`` and the backend's ``write_kv`` do)."""
 
     def rope_write_kv(self, heads: torch.Tensor, rotary: nn.Module, positions: torch.Tensor, slots: torch.Tensor,
                       key_pool: torch.Tensor, value_pool: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
         """RoPE on q and k of the fused QKV output ``heads`` and K, V written to the pools at ``slots``:
         returns q [T, num_heads, head_dim]."""
 
-    def decode_plan(self, model: nn.Module, x: torch.Tensor, meta, backend, kv_caches: list) -> tuple | None:
+    def decode_plan(self, model: nn.Module, rows: torch.Tensor, meta, backend, kv_caches: list) -> tuple | None:
         """What `decode_layer` needs where every layer of this step runs as one call, else None (the
-        layers run op by op). ``meta``: the step's attention metadata, handed to ``backend`` as it is."""
+        layers run op by op). ``rows``: a tensor with a row per token of the step (its input ids);
+        ``meta``: the step's attention metadata, handed to ``backend`` as it is."""
 
     def decode_layer(self, layer: nn.Module, x: torch.Tensor, positions: torch.Tensor, rotary: nn.Module,
                      kv_cache, slot_mapping: torch.Tensor, plan: tuple) -> torch.Tensor:
         """``LlamaLayer.forward`` in one call, with the same bits."""
 
 
-def for_input(x: torch.Tensor, cfg: Dimensions, compiled: bool = False) -> Ops:
-    """The ops for a forward over x (the embedded tokens): the C ones where they apply (fp32 or bf16 on the
-    CPU with the kernels built), else PyTorch's. ``compiled``: the layers run torch.compile'd halves
-    (``labkit.model.compiled``), which trace PyTorch's ops."""
-    if compiled:
-        return TORCH_OPS
+def for_input(x: torch.Tensor, cfg: Dimensions) -> Ops:
+    """The ops for a forward in x's dtype and on x's device (x: the embedded tokens, or the embedding
+    table): the C ones where they apply (fp32 or bf16 on the CPU with the kernels built), else PyTorch's.
+    The runner chooses how the layers use them (``labkit.model.strategies``)."""
     return native_ops.for_input(x, cfg) or TORCH_OPS

@@ -173,11 +173,11 @@ class NativeOps:
             return torch_ops.swiglu(gate_up)
         return native.silu_mul_unchecked(self._silu, gate_up, self.bf)
 
-    def fuses_rope_and_kv_write(self, x: torch.Tensor, kv_cache, backend) -> bool:
-        """Where `rope_write_kv` takes a layer's RoPE and K/V write: pools of x's dtype addressed by slot
-        (the backend's ``KV_POOL_LAYOUT``), contiguous."""
+    def fuses_rope_and_kv_write(self, dtype: torch.dtype, kv_cache, backend) -> bool:
+        """Where `rope_write_kv` takes a layer's RoPE and K/V write: pools of the forward's dtype addressed by
+        slot (the backend's ``KV_POOL_LAYOUT``), contiguous."""
         key_cache, value_cache = kv_cache
-        return (key_cache.dtype == x.dtype and getattr(backend, "KV_POOL_LAYOUT", None) == "slots"
+        return (key_cache.dtype == dtype and getattr(backend, "KV_POOL_LAYOUT", None) == "slots"
                 and key_cache.is_contiguous() and value_cache.is_contiguous())
 
     def rope_write_kv(self, heads: torch.Tensor, rotary: nn.Module, positions: torch.Tensor, slots: torch.Tensor,
@@ -187,9 +187,10 @@ class NativeOps:
         return native.rope_write_kv_unchecked(self._rope, heads, rotary.cos, rotary.signed_sin, positions, slots,
                                               key_pool, value_pool, num_heads, num_kv_heads)
 
-    def decode_plan(self, model: nn.Module, x: torch.Tensor, meta, backend, kv_caches: list) -> tuple | None:
+    def decode_plan(self, model: nn.Module, rows: torch.Tensor, meta, backend, kv_caches: list) -> tuple | None:
         """(context slots, their row stride, context lengths, 4-bit products?) for `decode_layer`, where a
-        whole layer of ``model`` (a ``LlamaModel``) can run as one C call this step: every row a single new
+        whole layer of ``model`` (a ``LlamaModel``) can run as one C call this step (``rows``: a tensor with
+        a row per token of the step, e.g. its input ids, on the forward's device): every row a single new
         token, or every row one sequence's (its verification rows or its prefill); the batch-invariant CPU
         attention backend with its C kernel (a backend that has ``one_kernel_call``, which says where its
         attention is one C call: ``labkit.attention.cpu_batched``; ``meta`` goes to it as it is); every layer
@@ -200,19 +201,19 @@ class NativeOps:
         layer = model.layers[0]
         weights = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
         one_kernel_call = getattr(backend, "one_kernel_call", None)
-        if (one_kernel_call is None or not x.is_contiguous()
+        if (one_kernel_call is None
                 or any(w.dtype != self.dtype or not w.is_contiguous() for w in (layer.input_layernorm, layer.post_attention_layernorm))):
             return None
-        rows = x.shape[0]
+        num_rows = rows.shape[0]
         int4 = self._layer_q4 is not None and all(_int4_layer_weight(w) for w in weights) and \
             len({w.group_size for w in weights}) == 1
         if not int4:
             if any(not isinstance(w, torch.Tensor) or w.dtype != self.dtype or not w.is_contiguous() for w in weights):
                 return None
             if not (bf16.bf16_uses_kernel() if self.bf else
-                    all(fp32.form_name(tuple(w.shape), rows) is Form.NATIVE for w in weights)):
+                    all(fp32.form_name(tuple(w.shape), num_rows) is Form.NATIVE for w in weights)):
                 return None
-        call = one_kernel_call(x, kv_caches[0][0], meta)
+        call = one_kernel_call(rows, kv_caches[0][0], meta)
         if call is None:
             return None
         slots, lens = call
@@ -221,7 +222,7 @@ class NativeOps:
     def decode_layer(self, layer: nn.Module, x: torch.Tensor, positions: torch.Tensor, rotary: nn.Module,
                      kv_cache, slot_mapping: torch.Tensor, plan: tuple) -> torch.Tensor:
         """``LlamaLayer.forward`` for a decode step in one C call (``csrc/decode_layer.c``): the same entry
-        points in the same order, so the same bits. ``plan`` from `decode_plan`."""
+        points in the same order, so the same bits. x: contiguous; ``plan`` from `decode_plan`."""
         key_cache, value_cache = kv_cache
         out = torch.empty_like(x)
         slots, stride, lens, int4 = plan
@@ -259,7 +260,7 @@ def forget_checks() -> None:
 
 
 def for_input(x: torch.Tensor, cfg: Dimensions) -> NativeOps | None:
-    """The C ops for a forward over x (the embedded tokens), or None where they do not apply (not the
+    """The C ops for a forward in x's dtype on x's device, or None where they do not apply (not the
     CPU, not fp32 or bf16, a graph being compiled, no C kernel). Each op inside is one that gives
     PyTorch's bits on this machine (`_probe_norm_lanes`, `_native_swiglu_exact`), else the PyTorch form."""
     if (x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or torch.compiler.is_compiling()

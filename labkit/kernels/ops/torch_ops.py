@@ -184,13 +184,13 @@ class TorchOps:
     def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
         return swiglu(gate_up)
 
-    def fuses_rope_and_kv_write(self, x: torch.Tensor, kv_cache, backend) -> bool:
+    def fuses_rope_and_kv_write(self, dtype: torch.dtype, kv_cache, backend) -> bool:
         return False
 
     def rope_write_kv(self, *args) -> torch.Tensor:
         raise NotImplementedError("PyTorch's ops rotate with Rotary and write K/V with the backend's write_kv")
 
-    def decode_plan(self, model, x: torch.Tensor, meta, backend, kv_caches: list) -> None:
+    def decode_plan(self, model, rows: torch.Tensor, meta, backend, kv_caches: list) -> None:
         return None
 
     def decode_layer(self, *args) -> torch.Tensor:
