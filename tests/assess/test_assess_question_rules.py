@@ -231,3 +231,95 @@ def test_a_figure_questions_key_and_order_follow_its_id_and_shuffle():
     assert len({tuple(q.order(x)) for x in LEARNERS[:20]}) > 5
     other = WhichFigure({"en": "E", "zh": "另一个"}, figures(4), 0, ["e"] * 4, ["", "m", "m", "m"])
     assert sum(q.order(x) == other.order(x) for x in LEARNERS) < 40      # 24 orders: ~8 of 200 coincide by chance
+
+
+# --- the verdict a learner reads for a choice, a figure and an order -------------------------------------------
+
+def choice_question(**kw) -> MultipleChoice:
+    return MultipleChoice("Which?", ["zero", "one", {"zh": "二", "en": "two"}, "three"], answer=2, **kw)
+
+
+@pytest.mark.parametrize("build", [
+    lambda **kw: choice_question(**kw),
+    lambda **kw: WhichFigure("Which?", figures(4), 2, **kw, misconceptions=["m", "m", "", "m"]),
+])
+def test_a_right_and_a_wrong_pick_read_their_verdict_then_the_picks_own_explanation(build):
+    q = build(explanations=[f"why {i}" for i in range(4)])
+    assert q.check(2) == Q.Feedback(True, "✓ Correct. why 2")
+    assert q.check(0) == Q.Feedback(False, "✗ Not quite. why 0")
+    set_language("zh")
+    assert q.check(2) == Q.Feedback(True, "✓ 正确。 why 2")
+    assert q.check(3) == Q.Feedback(False, "✗ 不对。 why 3")
+
+
+def test_a_choice_without_explanations_reads_its_verdict_alone():
+    assert choice_question().check(2) == Q.Feedback(True, "✓ Correct.")
+    assert choice_question().check(1) == Q.Feedback(False, "✗ Not quite.")
+
+
+@pytest.mark.parametrize("pick,index", [
+    (1, 1), ("B", 1), (" b ", 1), ("D", 3), ("one", 1), (" three ", 3), ("二", 2), ("two", 2),
+])
+def test_an_option_is_picked_by_its_index_its_letter_in_any_case_or_its_text_in_either_language(pick, index):
+    assert choice_question(explanations=[f"why {i}" for i in range(4)]).check(pick).message.endswith(f"why {index}")
+
+
+@pytest.mark.parametrize("pick", [4, -1, True, "E", "AB", "x", "", "four", 2.0])
+def test_what_names_no_option_is_told_so_and_is_no_right_answer(pick):
+    assert choice_question().check(pick) == Q.Feedback(False, f"No such option: {pick!r}")
+    set_language("zh")
+    assert choice_question().check(pick) == Q.Feedback(False, f"没有这个选项：{pick!r}")
+
+
+@pytest.mark.parametrize("pick", [4, -1, True, "E", "AB", "two", 1.0])
+def test_what_names_no_figure_is_told_so_and_is_no_right_answer(pick):
+    q = WhichFigure("Which?", figures(4), 1, ["a", "b", "c", "d"], ["m", "", "m", "m"])
+    assert q.check(pick) == Q.Feedback(False, f"No such figure: {pick!r}")
+    set_language("zh")
+    assert q.check(pick) == Q.Feedback(False, f"没有这张图：{pick!r}")
+
+
+def steps(**kw) -> Ordering:
+    return Ordering("Order the steps", ["schedule", "forward", "sample", "update"], **kw)
+
+
+def test_the_right_order_reads_right_order_then_the_explanation():
+    assert steps(explanation="That is one step.").check([0, 1, 2, 3]) == Q.Feedback(True, "✓ Right order. That is one step.")
+    assert steps().check(["schedule", " forward ", "sample", "update"]) == Q.Feedback(True, "✓ Right order.")
+    set_language("zh")
+    assert steps().check([0, 1, 2, 3]) == Q.Feedback(True, "✓ 顺序正确。")
+
+
+def test_a_wrong_order_names_the_pair_the_reason_and_how_many_items_stand_in_place():
+    reasons = ["", "needs a schedule", "needs logits", "needs a token"]
+    assert steps(reasons=reasons).check([0, 2, 1, 3]) == Q.Feedback(
+        False, "✗ Not the right order: 'forward' comes before 'sample'. needs logits (2/4 items in place)")
+    assert steps().check([1, 0, 3, 2]) == Q.Feedback(
+        False, "✗ Not the right order: 'schedule' comes before 'forward'. (0/4 items in place)")
+    set_language("zh")
+    assert steps(reasons=reasons).check([0, 2, 1, 3]) == Q.Feedback(
+        False, "✗ 顺序不对：「forward」应排在「sample」之前。needs logits（2/4 项已在正确位置）")
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [0, 1, 2, 2], [0, 1, 2, 4], [0, 1, 2, -1], ["schedule", "x", "sample", "update"]])
+def test_what_is_not_each_item_once_is_no_attempt_and_says_so(order):
+    assert steps().check(order) == Q.Feedback(False, f"Arrange each of the 4 items once (got {order!r}).")
+
+
+@pytest.mark.parametrize("order", ["abc", b"abc", 3, None])
+def test_a_string_or_a_thing_without_a_length_is_no_arrangement_even_of_one_letter_items(order):
+    assert Ordering("q", ["a", "b", "c"]).parse(order) is None
+
+
+@pytest.mark.parametrize("x,answer,allowed", [
+    (100, -1, 1.5),      # a power is positive: it never turns a number's sign, however much is allowed
+    (-100, 1, 1.5),
+    (-5, 0, 1),          # nor makes zero of anything
+])
+def test_no_power_turns_a_wrong_sign_or_zero_into_the_answer(x, answer, allowed):
+    assert scale_factor(x, answer, allowed) is None
+
+
+@pytest.mark.parametrize("typed,value", [("819__200", 819200.0), ("_819_200_", 819200.0), ("819,,200", 819200.0)])
+def test_a_separator_is_dropped_wherever_it_stands_even_where_python_would_refuse_it(typed, value):
+    assert parse_number(typed) == value

@@ -169,3 +169,69 @@ def test_a_figure_output_is_display_data_with_empty_metadata():
 
     out = _plotly_output(go.Figure(go.Bar(y=[1])))
     assert out["metadata"] == {} and set(out) == {"output_type", "metadata", "data"}
+
+
+def figure_view(figures=None) -> tuple[FigureView, Calls]:
+    figures = figures or [go.Figure(go.Bar(y=[i, i + 1])) for i in range(4)]
+    q = WhichFigure("Which shows it?", figures, answer=1, explanations=[f"why figure {i}" for i in range(len(figures))],
+                    misconceptions=["m" if i != 1 else "" for i in range(len(figures))], id="views-f2")
+    calls = Calls()
+    return FigureView(q, 5, calls), calls
+
+
+def test_a_click_on_a_figure_says_why_in_the_verdicts_colour_and_a_second_answer_counts_its_attempt():
+    view, _ = figure_view()
+    view.buttons[view.order.index(3)].click()
+    assert "why figure 3" in view.feedback.value and "color:#b3261e" in view.feedback.value
+    assert "attempt" not in view.feedback.value
+    view.buttons[view.order.index(1)].click()
+    assert "why figure 1" in view.feedback.value and "color:#1b7f3b" in view.feedback.value
+    assert "(attempt 2; the score counts the first)" in view.feedback.value
+
+
+def drawn(cell) -> dict:
+    (output,) = cell.children[0].outputs
+    return output["data"]["application/vnd.plotly.v1+json"]["layout"]
+
+
+def test_each_figure_fits_inside_its_cell_and_draws_no_legend_whose_names_could_tell():
+    named = [go.Figure([go.Scatter(y=[1, 2], name="thrashing"), go.Scatter(y=[2, 1], name="steady")]) for _ in range(3)]
+    view, _ = figure_view(named)
+    for cell in view.box.children[1].children:
+        width = cell.children[0].layout.width.lower()
+        assert width.endswith("px") and drawn(cell)["width"] <= float(width[:-2])   # not clipped, not overlapping
+        assert drawn(cell)["showlegend"] is False
+
+
+PLOTLY_MARGINS = {"l": 80, "r": 80, "t": 100, "b": 80}     # plotly.js's defaults, sized for a 700 x 450 figure
+
+
+def test_a_small_figure_sets_margins_narrower_than_plotlys_which_would_leave_its_plot_a_fifth_of_it():
+    view, _ = figure_view()
+    for cell in view.box.children[1].children:
+        margin = drawn(cell).get("margin", {})
+        assert all(margin.get(side, default) < default for side, default in PLOTLY_MARGINS.items()), margin
+
+
+def test_the_figures_wrap_onto_further_rows_rather_than_run_off_the_quizs_box():
+    view, _ = figure_view()
+    grid = view.box.children[1]
+    assert "wrap" in grid.layout.flex_flow.lower().split()   # four cells side by side are wider than the box
+
+
+def test_the_ordering_check_button_is_labelled_in_the_learners_language():
+    view, _ = ordering_view([0, 1, 2, 3])
+    assert view.button.description == "Check the order"
+    set_language("zh")
+    view.relabel()
+    assert view.button.description == "检查顺序"
+
+
+def test_a_quiz_without_a_title_is_headed_concept_check_in_the_learners_language():
+    from labkit.assess.quiz import QuizView
+
+    view = QuizView([Numeric("How many?", 1.0, id="views-t")], None)
+    assert view.header.value == "<h4 style='margin:2px 0'>Concept check</h4>"
+    set_language("zh")
+    view.relabel()
+    assert view.header.value == "<h4 style='margin:2px 0'>概念检查</h4>"
