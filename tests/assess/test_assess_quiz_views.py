@@ -235,3 +235,17 @@ def test_a_quiz_without_a_title_is_headed_concept_check_in_the_learners_language
     set_language("zh")
     view.relabel()
     assert view.header.value == "<h4 style='margin:2px 0'>概念检查</h4>"
+
+
+def test_a_quiz_keeps_a_reading_width_that_holds_two_figures_side_by_side():
+    """A quiz is a column, not the page's width: its box has a maximum width in px, wide enough for two of
+    its figure cells side by side (four figures sit as two rows of two), and no wider than a reading column
+    (800 px; on a full-width notebook a line of its text would run past 150 characters)."""
+    from labkit.assess.quiz import QuizView
+
+    view, _ = figure_view()
+    cell = view.box.children[1].children[0].children[0].layout.width.lower()
+    width = (QuizView([MultipleChoice("Q?", ["a", "b"], answer=0, shuffle=False)], None).box.layout.max_width
+             or "").lower()
+    assert width.endswith("px") and cell.endswith("px"), (width, cell)
+    assert 2 * float(cell[:-2]) <= float(width[:-2]) <= 800
