@@ -221,3 +221,30 @@ def test_sampled_drafts_are_drawn_with_the_requests_own_generator(llm, two_draft
         llm.engine.sampler.remove(rid)
         proposer.forget(rid)
     assert len(drafts[0]) == 3 and drafts[0] == drafts[1]
+
+
+def small_target(dtype: torch.dtype, device: str):
+    """A two-layer target over 64 tokens, made in place (no weights read): only its dtype and device matter."""
+    from labkit.model.llama import LlamaModel
+    from labkit.model.model_config import ModelConfig
+
+    h = 32
+    cfg = ModelConfig.from_hf({"vocab_size": 64, "hidden_size": h, "intermediate_size": 2 * h, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": h // 4,
+                               "tie_word_embeddings": True})
+    return LlamaModel(cfg, dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize("dtype, device", [(torch.bfloat16, "cpu"), (torch.float32, "meta")])
+def test_a_draft_is_made_in_its_targets_dtype_on_its_targets_device(dtype, device):
+    """``meta``: a device other than the CPU that every torch build has. The vocabulary ids are int64 there too."""
+    draft = draft_from_target_layers(small_target(dtype, device), [1], torch.tensor([7, 3, 9]))
+    params = {name: (p.dtype, p.device.type) for name, p in draft.named_parameters()}
+    assert params == dict.fromkeys(params, (dtype, device)) and "layers.0.qkv_proj" in params
+    assert (draft.vocab_ids.dtype, draft.vocab_ids.device.type) == (torch.int64, device)
+
+
+def test_a_hugging_face_draft_is_loaded_in_its_targets_dtype(tmp_path):
+    target = small_target(torch.bfloat16, "cpu")
+    draft = load_draft(tiny_target_dir(tmp_path, vocab=64), target)
+    assert {p.dtype for p in draft.parameters()} == {torch.bfloat16}

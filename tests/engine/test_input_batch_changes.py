@@ -101,6 +101,16 @@ def test_a_row_bound_now_is_written_whole_with_no_change_named():
     assert row(batch, "a") == [3, 8, 9] and row(batch, "b") == [4]
 
 
+def test_a_row_bound_now_is_written_whole_even_when_an_append_is_named():
+    """a is back after a step without a row, in the row c used meanwhile, and its table grew in between: the
+    row held c's table, so entries before the append are written too."""
+    batch = held({"a": [3, 8]})
+    batch.prepare(decode_step({"c": [5, 6]}))                    # a's row freed, and taken by c
+    assert batch.row_of["c"] == 0
+    batch.prepare(decode_step({"a": [3, 8, 9]}, appended={"a": 2}))
+    assert batch.row_of["a"] == 0 and row(batch, "a") == [3, 8, 9]
+
+
 def test_a_change_for_a_request_without_a_row_this_step_is_skipped():
     batch = held({"a": [3, 8], "b": [1]})
     batch.prepare(decode_step({"b": [1]}, appended={"a": 2}, truncated={"a": 1}, replaced={"a": 0}))

@@ -8,6 +8,7 @@ each subscriber only its types and drops (once, with a warning) one that raises.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -107,6 +108,20 @@ def test_means_are_over_steps_and_decode_occupancy_over_decode_only_steps():
     assert only_prefill.as_dict()["mean_decode_occupancy_perc"] is None
 
 
+def test_after_one_step_each_mean_is_that_steps_value():
+    m = MetricsCollector()
+    m.record_step(stats(kv_cache_usage_perc=40.0, step_s=0.5), decode_only=True)
+    d = m.as_dict()
+    assert (d["num_steps"], d["mean_kv_cache_usage_perc"], d["mean_step_s"]) == (1, 40.0, 0.5)
+
+
+def test_before_any_request_finishes_there_is_no_elapsed_time_nor_throughput():
+    m = MetricsCollector()
+    m.record_arrival(1.0)
+    d = m.as_dict()
+    assert d["elapsed_s"] is None and d["output_tokens_per_s"] is None and d["requests_per_s"] is None
+
+
 @pytest.mark.parametrize("values, q, expected", [
     ([4.0, 1.0, 3.0, 2.0], 50, 2.5), ([4.0, 1.0, 3.0, 2.0], 0, 1.0), ([4.0, 1.0, 3.0, 2.0], 100, 4.0),
     ([1.0, 2.0, 3.0, 4.0, 5.0], 99, 4.96), ([7.0], 99, 7.0),
@@ -183,6 +198,25 @@ def test_a_subscriber_that_raises_is_reported_once_and_the_others_still_get_the_
     assert len(bus.errors) == 1
     err = bus.errors[0]
     assert err.event == "Preempted" and err.subscriber.endswith("broken") and "observer bug" in err.traceback
+
+
+def test_a_subscribers_warning_names_the_line_that_emitted_the_event():
+    """``stacklevel=2``: the frame that called ``emit`` (the engine's line), not the bus's own. That frame is read
+    from inside the subscriber: its caller is ``emit``, whose caller it is."""
+    bus = EventBus()
+    emitted_at = []
+
+    def broken(event):
+        caller = sys._getframe(2)
+        emitted_at.append((caller.f_code.co_filename, caller.f_lineno))
+        raise RuntimeError("observer bug")
+
+    bus.subscribe(broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bus.emit(Preempted("a", 1))
+    assert [(w.filename, w.lineno) for w in caught] == emitted_at
+    assert not emitted_at[0][0].endswith("events.py")
 
 
 def test_tokens_appended_without_speculation_accepts_no_draft():

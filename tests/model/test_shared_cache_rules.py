@@ -200,15 +200,59 @@ def test_prepare_by_default_converts_with_progress_in_memory_both_dtypes_and_tun
         (root / "models" / "m").mkdir(parents=True)
         return root / "models" / "m"
 
+    cfg = object()
     monkeypatch.setattr(shared_cache, "ensure_default_converted", converted)
-    monkeypatch.setattr(shared_cache, "read_model_config", lambda path: None)
+    monkeypatch.setattr(shared_cache, "read_model_config",
+                        lambda path: cfg if path == root / "models" / "m" / "config.json" else None)
     monkeypatch.setattr(shared_cache, "_huge_tmpfs", lambda where: seen.setdefault("huge", where) and False)
     monkeypatch.setattr(shared_cache, "_tune_into", lambda *args: seen.setdefault("tuned", args))
     for dtype in (torch.float32, torch.bfloat16):      # already written: not rebuilt
         weight_pack.write_pack({"w": torch.zeros(1)}, root / "packs" / weight_pack.pack_name(root / "models" / "m", dtype))
     assert shared_cache.prepare(root) == root / "packs"
     assert seen["progress"] is True and seen["root"] == root and seen["huge"] == root / "packs"
-    assert seen["tuned"] == (root, root / "models" / "m", None, (torch.float32, torch.bfloat16))
+    assert seen["tuned"] == (root, root / "models" / "m", cfg, (torch.float32, torch.bfloat16))
+
+
+def test_prepare_makes_the_cache_and_its_parents_and_passes_progress_on(tmp_path, monkeypatch):
+    """Nothing else makes the directories here: the conversion is stood in for by a model outside the cache."""
+    model_dir = tmp_path / "elsewhere" / "m"
+    model_dir.mkdir(parents=True)
+    asked = []
+    monkeypatch.setattr(shared_cache, "ensure_default_converted",
+                        lambda progress=True, root=None: asked.append(progress) or model_dir)
+    monkeypatch.setattr(shared_cache, "read_model_config", lambda path: None)
+    root = tmp_path / "not" / "yet" / "class"
+    packs = shared_cache.prepare(root, progress=False, in_memory=False, dtypes=(), tune=False)
+    assert packs == root / "packs" and packs.is_dir() and asked == [False]
+
+
+def test_prepare_builds_on_the_cpu_each_pack_not_yet_written_after_one_that_is(tmp_path, monkeypatch):
+    """The fp32 pack is there, the bf16 one is not: only bf16 is built, on the CPU (the packs are host memory
+    every learner's process maps)."""
+    root = tmp_path / "class"
+    model_dir = root / "models" / "m"
+    model_dir.mkdir(parents=True)
+    built = []
+
+    class Net:
+        def __init__(self, config, dtype, device):
+            built.append((dtype, device))
+            self.dtype = dtype
+
+        def load_hf_state_dict(self, tensors):
+            pass
+
+    monkeypatch.setattr(shared_cache, "ensure_default_converted", lambda progress=True, root=None: model_dir)
+    monkeypatch.setattr(shared_cache, "read_model_config", lambda path: None)
+    monkeypatch.setattr(shared_cache, "LlamaModel", Net)
+    monkeypatch.setattr(shared_cache, "model_tensors", lambda net: {"w": torch.ones(2, dtype=net.dtype)})
+    fp32 = weight_pack.write_pack({"w": torch.zeros(1)}, root / "packs" / weight_pack.pack_name(model_dir, torch.float32))
+    packs = shared_cache.prepare(root, progress=False, in_memory=False, dtypes=(torch.float32, torch.bfloat16),
+                                 tune=False)
+    assert built == [(torch.bfloat16, "cpu")]
+    assert torch.equal(weight_pack.map_pack(fp32)["w"], torch.zeros(1))
+    bf16 = weight_pack.map_pack(packs / weight_pack.pack_name(model_dir, torch.bfloat16))["w"]
+    assert bf16.dtype == torch.bfloat16 and torch.equal(bf16, torch.ones(2, dtype=torch.bfloat16))
 
 
 def test_tuning_runs_under_the_class_cache_and_the_learners_threads_and_restores_both(tmp_path, monkeypatch):

@@ -149,6 +149,15 @@ def test_an_integral_float_is_its_integer_and_anything_else_is_refused():
         assert refused_field(completion, max_tokens=bad).startswith("max_tokens"), bad
 
 
+@pytest.mark.parametrize("make,field", [(completion, "max_tokens"), (completion, "n"), (completion, "temperature"),
+                                        (completion, "top_p"), (completion, "top_k"), (completion, "seed"),
+                                        (chat, "max_tokens"), (chat, "max_completion_tokens")])
+def test_a_boolean_is_never_a_number(make, field):
+    """``true`` is not 1 and ``false`` is not 0 (JSON has booleans; Python's are ints): refused, by name."""
+    for value in (True, False):
+        assert refused_field(make, **{field: value}).startswith(field), value
+
+
 @pytest.mark.parametrize("field,low,high", [("max_tokens", 1, protocol.MAX_TOKENS_LIMIT),
                                             ("top_k", None, protocol.MAX_TOKENS_LIMIT),
                                             ("seed", None, protocol.MAX_SEED)])
