@@ -248,3 +248,62 @@ def test_a_hugging_face_draft_is_loaded_in_its_targets_dtype(tmp_path):
     target = small_target(torch.bfloat16, "cpu")
     draft = load_draft(tiny_target_dir(tmp_path, vocab=64), target)
     assert {p.dtype for p in draft.parameters()} == {torch.bfloat16}
+
+
+# ------------------------------------------------------------------ what a draft file may not be
+
+def test_a_drafts_config_overrides_its_targets_and_names_every_unknown_field():
+    from labkit.spec_decode.draft_model import draft_config
+
+    target = small_target(torch.float32, "cpu").config
+    cfg = draft_config(target, {"num_hidden_layers": 1, "intermediate_size": 8})
+    assert (cfg.num_hidden_layers, cfg.intermediate_size, cfg.hidden_size) == (1, 8, target.hidden_size)
+    with pytest.raises(ValueError) as refused:
+        draft_config(target, {"zeta": 1, "num_hidden_layers": 1, "alpha": 2})
+    assert str(refused.value) == "draft config has unknown fields ['alpha', 'zeta']"
+
+
+def test_a_draft_of_another_width_or_without_its_weights_is_refused_by_name():
+    from labkit.spec_decode.draft_model import build_draft
+
+    target = small_target(torch.float32, "cpu")
+    whole = {f"layers.0.{n}": p for n, p in target.layers[0].named_parameters()} | {"norm": target.norm}
+    vocab = torch.tensor([1, 2])
+    assert build_draft(target, whole, {"num_hidden_layers": 1}, vocab).config.num_hidden_layers == 1
+    with pytest.raises(ValueError) as refused:
+        build_draft(target, whole, {"num_hidden_layers": 1, "hidden_size": 16, "head_dim": 4}, vocab)
+    assert str(refused.value) == "draft hidden_size must equal the target's 32 (it shares the embedding), got 16"
+    for dropped, listed in ((["norm"], "['norm']"),
+                            (["layers.0.down_proj", "layers.0.gate_up_proj", "layers.0.o_proj", "norm"],
+                             "['layers.0.down_proj', 'layers.0.gate_up_proj', 'layers.0.o_proj', 'norm']"),
+                            (["layers.0.down_proj", "layers.0.gate_up_proj", "layers.0.input_layernorm",
+                              "layers.0.o_proj", "norm"],
+                             "['layers.0.down_proj', 'layers.0.gate_up_proj', 'layers.0.input_layernorm', "
+                             "'layers.0.o_proj'] ...")):
+        with pytest.raises(ValueError) as refused:
+            build_draft(target, {n: p for n, p in whole.items() if n not in dropped}, {"num_hidden_layers": 1}, vocab)
+        assert str(refused.value) == f"draft weights are missing {listed}"
+
+
+def test_a_missing_or_foreign_draft_file_is_refused_with_its_path(tmp_path, monkeypatch):
+    from labkit.spec_decode import draft_model
+
+    target = small_target(torch.float32, "cpu")
+    with pytest.raises(FileNotFoundError) as refused:
+        load_draft(tmp_path / "nope.safetensors", target)
+    assert str(refused.value) == f"draft_model {str(tmp_path / 'nope.safetensors')!r} does not exist"
+    monkeypatch.setattr(draft_model, "DEFAULT_DRAFT", tmp_path / "default.safetensors")
+    with pytest.raises(FileNotFoundError) as refused:
+        load_draft(None, target)
+    assert str(refused.value).endswith("does not exist (run scripts/train_draft.py to rebuild the default)")
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"), metadata={"format": "gguf"})
+    with pytest.raises(ValueError) as refused:
+        load_draft(tmp_path / "other.safetensors", target)
+    assert str(refused.value) == (f"{tmp_path / 'other.safetensors'} is not a labkit draft (format 'gguf', "
+                                  "expected 'labkit-draft-v1')")
+
+
+def test_a_hugging_face_draft_over_another_vocabulary_is_refused(tmp_path):
+    with pytest.raises(ValueError) as refused:
+        load_draft(tiny_target_dir(tmp_path, vocab=100), small_target(torch.float32, "cpu"))
+    assert str(refused.value) == "draft vocab_size must equal the target's 64 (same tokenizer), got 100"
