@@ -307,3 +307,37 @@ def test_a_hugging_face_draft_over_another_vocabulary_is_refused(tmp_path):
     with pytest.raises(ValueError) as refused:
         load_draft(tiny_target_dir(tmp_path, vocab=100), small_target(torch.float32, "cpu"))
     assert str(refused.value) == "draft vocab_size must equal the target's 64 (same tokenizer), got 100"
+
+
+def filled(target):
+    """``target`` with seeded random weights (``small_target``'s are left as allocated)."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    return target
+
+
+def test_a_draft_file_with_its_own_head_drafts_with_that_head(tmp_path):
+    """A trained draft may store its head (``lm_head``, one row per vocabulary id); where it does, that head
+    is the draft's, not the target's embedding rows."""
+    from safetensors import safe_open
+
+    target = filled(small_target(torch.float32, "cpu"))
+    vocab = torch.tensor([3, 1, 4])
+    save_draft(tmp_path / "d.safetensors", draft_from_target_layers(target, [0], vocab), {})
+    with safe_open(str(tmp_path / "d.safetensors"), framework="pt") as f:
+        header, tensors = f.metadata(), {n: f.get_tensor(n) for n in f.keys()}
+    own_head = torch.arange(3 * 32, dtype=torch.float16).reshape(3, 32)
+    save_file(tensors | {"lm_head": own_head}, str(tmp_path / "headed.safetensors"), metadata=header)
+    assert torch.equal(load_draft(tmp_path / "headed.safetensors", target).lm_head, own_head.float())
+    assert torch.equal(load_draft(tmp_path / "d.safetensors", target).lm_head, target.embed_tokens[vocab])
+
+
+def test_the_4bit_copy_is_made_once_per_target_and_copies_that_target():
+    from labkit.model.quant import Int4Linear
+
+    first, second = filled(small_target(torch.float32, "cpu")), filled(small_target(torch.float32, "cpu"))
+    copy = load_draft("target-int4", first)
+    assert load_draft("target-int4", first) is copy and load_draft("target-int4", second) is not copy
+    assert isinstance(copy.layers[0].qkv_proj, Int4Linear) and copy.config is first.config
